@@ -1,0 +1,106 @@
+"""One hierarchy of errors for the runtime; each class says when it is raised.
+
+Every message is one sentence a user can act on: the app shows ``str(error)`` as is.
+"""
+
+from __future__ import annotations
+
+
+class CubepiError(Exception):
+    """Base of every error ``core`` raises on purpose."""
+
+
+# --- providers ---------------------------------------------------------------------------
+
+
+class ProviderError(CubepiError):
+    """A model provider could not produce a reply (network, HTTP status, bad response).
+
+    Providers normally report failures inside the stream as an assistant message with
+    ``stop_reason="error"``; this is raised only where no stream exists yet.
+    """
+
+
+class MissingApiKeyError(ProviderError):
+    """Raised by ``AnthropicProvider`` when no API key is given and ``ANTHROPIC_API_KEY`` is unset."""
+
+
+# --- tools ---------------------------------------------------------------------------------
+
+
+class ToolError(CubepiError):
+    """Raised by a tool to report a failure; its message becomes the error tool result's text."""
+
+
+class ToolDefinitionError(CubepiError):
+    """Raised when ``@tool`` is applied to a function whose signature cannot become a schema."""
+
+
+# --- storage ---------------------------------------------------------------------------------
+
+
+class CheckpointError(CubepiError):
+    """Base of every storage error."""
+
+
+class DatabaseOpenError(CheckpointError):
+    """The database cannot be opened: missing in a read-only place, not a database, or unreadable."""
+
+
+class ThreadNotFoundError(CheckpointError):
+    """Raised when a thread id has no messages and no extra data in the store."""
+
+
+class CorruptRecordError(CheckpointError):
+    """A stored row cannot be decoded (malformed JSON or a message that fails validation).
+
+    ``thread_id`` and ``row_id`` locate the row; the row itself is never changed.
+    """
+
+    def __init__(self, message: str, *, thread_id: str, row_id: object) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.row_id = row_id
+
+
+class SchemaError(CheckpointError):
+    """The database schema is newer than this version knows, or needs a migration the user has not agreed to."""
+
+
+class StoreBusyError(CheckpointError):
+    """The database stayed locked by another process after every retry."""
+
+
+class ReadOnlyStoreError(CheckpointError):
+    """A write was attempted on a store opened for browsing only."""
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+class RunError(CubepiError):
+    """Base of the errors about starting, resuming or controlling a run."""
+
+
+class RunAlreadyClaimedError(RunError):
+    """Raised by ``claim_run`` when another process already runs this thread or this run id."""
+
+
+class RunAlreadyCompletedError(RunError):
+    """Raised when a message is appended to, or a claim is made for, a run that already completed."""
+
+
+class RunNotClaimedError(RunError):
+    """Raised by ``mark_run_complete`` for a run id that was never claimed."""
+
+
+class AgentBusyError(RunError):
+    """Raised when ``prompt()`` or ``resume()`` is called while this agent is already running."""
+
+
+class NothingToResumeError(RunError):
+    """Raised by ``resume()`` on a thread that is completed, empty or waiting for a new user message."""
+
+
+class UnreadableThreadError(RunError):
+    """Raised when a run is asked of a thread whose stored rows cannot all be decoded."""

@@ -1,0 +1,225 @@
+"""Messages and content blocks: the conversation record, in CubePi's JSON shape.
+
+This module is the leaf of ``core``: it imports nothing else from the package, so
+storage, providers and the UI can all depend on it.
+
+Wire format (shared with CubePi / ``cubeloop``, see ``DESIGN.md``): every message is
+a JSON object with a ``role`` of ``"user"``, ``"assistant"`` or ``"tool_result"``;
+content blocks carry a ``type`` of ``"text"``, ``"thinking"``, ``"image"`` or
+``"tool_call"``. Fields this project does not model (cubeloop writes ``id``,
+``error_type``, ``tokens_in`` and more) are kept through ``extra="allow"`` so a load
+followed by a save never drops them. A message whose role we do not know becomes an
+:class:`UnknownMessage` rather than an error.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+StopReason = Literal["stop", "tool_use", "length", "aborted", "error"]
+"""Why an assistant message ended: the model finished (``stop``), asked for tools
+(``tool_use``), hit its output limit (``length``), the user aborted (``aborted``)
+or the provider failed (``error``, with ``error_message``)."""
+
+
+def now() -> float:
+    """Current wall-clock time in unix seconds, the unit of every ``timestamp``."""
+    return time.time()
+
+
+class _Wire(BaseModel):
+    """Base of every wire object: unknown fields are kept, assignment is not re-validated."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class TextContent(_Wire):
+    """A block of plain text."""
+
+    type: Literal["text"] = "text"
+    text: str = ""
+
+
+class ThinkingContent(_Wire):
+    """The model's reasoning text; ``signature`` is the provider's opaque replay token."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str = ""
+    signature: str | None = None
+
+
+class ImageContent(_Wire):
+    """An image, base64-encoded in ``data`` with its ``mime_type`` (e.g. ``image/png``)."""
+
+    type: Literal["image"] = "image"
+    data: str = ""
+    mime_type: str = ""
+
+
+class ToolCall(_Wire):
+    """A request from the model to run tool ``name`` with JSON ``arguments``.
+
+    ``id`` pairs the call with its :class:`ToolResultMessage` (``tool_call_id``).
+    """
+
+    type: Literal["tool_call"] = "tool_call"
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class UnknownContent(_Wire):
+    """A content block of a type this version does not know; kept and shown, never dropped."""
+
+    type: str
+
+
+def _block_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in ("text", "thinking", "image", "tool_call") else "unknown"
+
+
+ContentBlock = Annotated[
+    Union[
+        Annotated[TextContent, Tag("text")],
+        Annotated[ThinkingContent, Tag("thinking")],
+        Annotated[ImageContent, Tag("image")],
+        Annotated[ToolCall, Tag("tool_call")],
+        Annotated[UnknownContent, Tag("unknown")],
+    ],
+    Discriminator(_block_tag),
+]
+"""Any content block, chosen by its ``type``; unknown types become :class:`UnknownContent`."""
+
+
+class Usage(_Wire):
+    """Token counts of one model call (tokens, as the provider reports them)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class _MessageBase(_Wire):
+    timestamp: float = Field(default_factory=now)
+    """Unix seconds when the message was created (may be out of order in old stores)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    run_id: str | None = None
+    """The run that produced the message (see ``runs`` in the checkpointer)."""
+
+
+class UserMessage(_MessageBase):
+    """A message from the user: a prompt, a steer or a follow-up.
+
+    ``content`` may be a plain string (older CubePi rows) or a list of blocks.
+    ``metadata["kind"]`` is ``"prompt"``, ``"steer"`` or ``"follow_up"`` when
+    written by this project.
+    """
+
+    role: Literal["user"] = "user"
+    content: Union[str, list[ContentBlock]] = Field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined with newlines."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(b.text for b in self.content if isinstance(b, TextContent))
+
+
+class AssistantMessage(_MessageBase):
+    """A reply from the model: text, thinking and tool calls, with why it stopped."""
+
+    role: Literal["assistant"] = "assistant"
+    content: list[ContentBlock] = Field(default_factory=list)
+    stop_reason: StopReason | str = "stop"
+    error_message: str | None = None
+    usage: Usage | None = None
+    provider_id: str = ""
+    model_id: str = ""
+    response_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined together (thinking and tool calls excluded)."""
+        return "".join(b.text for b in self.content if isinstance(b, TextContent))
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls of this message, in the order the model made them."""
+        return [b for b in self.content if isinstance(b, ToolCall)]
+
+
+class ToolResultMessage(_MessageBase):
+    """The outcome of one tool call; ``is_error`` marks failures, ``details`` is tool-specific JSON."""
+
+    role: Literal["tool_result"] = "tool_result"
+    tool_call_id: str
+    tool_name: str = ""
+    content: list[ContentBlock] = Field(default_factory=list)
+    details: Any = None
+    is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined with newlines."""
+        return "\n".join(b.text for b in self.content if isinstance(b, TextContent))
+
+
+class UnknownMessage(_Wire):
+    """A stored message whose ``role`` this version does not know: kept, shown raw, never sent."""
+
+    role: str
+    timestamp: float | None = None
+    run_id: str | None = None
+
+
+def _role_tag(value: Any) -> str:
+    role = value.get("role") if isinstance(value, dict) else getattr(value, "role", None)
+    return role if role in ("user", "assistant", "tool_result") else "unknown"
+
+
+Message = Annotated[
+    Union[
+        Annotated[UserMessage, Tag("user")],
+        Annotated[AssistantMessage, Tag("assistant")],
+        Annotated[ToolResultMessage, Tag("tool_result")],
+        Annotated[UnknownMessage, Tag("unknown")],
+    ],
+    Discriminator(_role_tag),
+]
+"""Any message, chosen by its ``role``."""
+
+AnyMessage = Union[UserMessage, AssistantMessage, ToolResultMessage, UnknownMessage]
+"""The plain union of message classes, for type hints."""
+
+
+class ToolSpec(BaseModel):
+    """What a provider is told about a tool: its name, description and JSON Schema of arguments."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+def user_text(text: str, *, kind: str = "prompt", run_id: str | None = None) -> UserMessage:
+    """Build a user message holding one text block; ``kind`` is prompt, steer or follow_up."""
+    return UserMessage(content=[TextContent(text=text)], metadata={"kind": kind}, run_id=run_id)
+
+
+def error_tool_result(call: ToolCall, text: str, *, run_id: str | None = None, **metadata: Any) -> ToolResultMessage:
+    """Build an error tool result for ``call`` with explanatory ``text``."""
+    return ToolResultMessage(
+        tool_call_id=call.id,
+        tool_name=call.name,
+        content=[TextContent(text=text)],
+        is_error=True,
+        run_id=run_id,
+        metadata=dict(metadata),
+    )

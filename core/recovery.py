@@ -1,0 +1,228 @@
+"""Crash diagnosis: from a thread's persisted messages and runs, where did it stop?
+
+Pure functions, no I/O. The three crash points and the clean states are defined in
+``DESIGN.md`` ("The three crash points"); the fixture mapping in
+``shared/fixtures/README.md`` is checked against this module by the tests.
+
+Only finished messages are persisted, so the last persisted messages tell the story:
+
+1. **between turns**: the last message is a user message nobody answered, or a final
+   assistant reply whose run never completed;
+2. **after tool result**: every tool call of the last assistant message has its result,
+   but the next model call never finished;
+3. **mid-tool**: the last assistant message has tool calls without results.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from core.checkpoint.base import RunRecord
+from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+
+
+class ThreadState(enum.StrEnum):
+    """What a stored thread is, from its records alone."""
+
+    EMPTY = "empty"
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+    FAILED = "failed"
+    CRASHED = "crashed"
+
+
+class CrashPoint(enum.IntEnum):
+    """Where a crashed run stopped; the numbers are DESIGN.md's."""
+
+    BETWEEN_TURNS = 1
+    AFTER_TOOL_RESULT = 2
+    MID_TOOL = 3
+
+    @property
+    def words(self) -> str:
+        """The crash point named for people."""
+        return _CRASH_WORDS[self]
+
+
+_CRASH_WORDS = {
+    CrashPoint.BETWEEN_TURNS: "between turns",
+    CrashPoint.AFTER_TOOL_RESULT: "after tool result",
+    CrashPoint.MID_TOOL: "mid-tool",
+}
+
+
+class ResumeAction(enum.StrEnum):
+    """What ``Agent.resume()`` does for a diagnosis."""
+
+    NONE = "none"
+    """Nothing to resume: the thread is clean; a new message starts the next run."""
+    CALL_MODEL = "call_model"
+    """Call the model again with the persisted history."""
+    WAIT_FOR_USER = "wait_for_user"
+    """The last reply is final; close the run and wait for the next user message."""
+    SETTLE_THEN_CALL_MODEL = "settle_then_call_model"
+    """Give each dangling tool call a result, then call the model."""
+
+
+@dataclass(frozen=True, slots=True)
+class DanglingCall:
+    """A tool call of the last assistant message that has no persisted result.
+
+    ``started_at`` is unix seconds from the tool journal, ``None`` when it never started
+    or when the store keeps no journal (``journaled`` tells which).
+    """
+
+    call: ToolCall
+    journaled: bool = False
+    started_at: float | None = None
+
+    @property
+    def status_words(self) -> str:
+        """"never started", "started HH:MM:SS, never finished" or "may have started"."""
+        if not self.journaled:
+            return "may have started"
+        if self.started_at is None:
+            return "never started"
+        import time as _time
+
+        return f"started {_time.strftime('%H:%M:%S', _time.localtime(self.started_at))}, never finished"
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """The verdict on one thread.
+
+    ``crash_point`` is set only when ``state`` is ``CRASHED``; ``dangling`` lists the
+    unanswered calls (mid-tool only) and ``answered`` the ids of calls of the same
+    assistant message that do have results (a partly answered parallel batch).
+    """
+
+    state: ThreadState
+    crash_point: CrashPoint | None = None
+    dangling: tuple[DanglingCall, ...] = ()
+    answered: tuple[str, ...] = ()
+    action: ResumeAction = ResumeAction.NONE
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        """Short state for a list: "completed", "crashed at point 3 (mid-tool)", ..."""
+        if self.crash_point is not None:
+            return f"crashed at point {int(self.crash_point)} ({self.crash_point.words})"
+        return self.state.value
+
+    @property
+    def resumable(self) -> bool:
+        """Whether ``resume()`` has work to do."""
+        return self.action is not ResumeAction.NONE
+
+    @property
+    def resume_plan(self) -> str:
+        """One sentence saying what resume will do."""
+        if self.action is ResumeAction.CALL_MODEL:
+            return "Resume calls the model again with the saved conversation."
+        if self.action is ResumeAction.WAIT_FOR_USER:
+            return "The last reply is final: resume closes the run and waits for your next message."
+        if self.action is ResumeAction.SETTLE_THEN_CALL_MODEL:
+            names = ", ".join(f"{d.call.name} ({d.call.id})" for d in self.dangling)
+            return (
+                f"Resume first records {names} as interrupted (its effects must be checked), "
+                "then calls the model again."
+            )
+        return "Nothing to resume; send a new message to continue."
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """The tool journal's record of one call: when it started and finished (unix seconds)."""
+
+    tool_call_id: str
+    started_at: float | None = None
+    ended_at: float | None = None
+    job_key: str | None = None
+
+
+def diagnose(
+    messages: Sequence[AnyMessage],
+    runs: Iterable[RunRecord] = (),
+    journal: Mapping[str, JournalEntry] | None = None,
+) -> Diagnosis:
+    """Classify a thread from its persisted ``messages`` (append order) and ``runs``.
+
+    ``messages`` may be the whole thread or its tail from the last assistant message on
+    (``ThreadSummary.tail``). ``journal`` maps tool call id to its journal entry; pass
+    ``None`` for stores without a journal (cubeloop's), so dangling calls "may have
+    started". Returns a :class:`Diagnosis`; never raises.
+    """
+    relevant = [m for m in messages if isinstance(m, (UserMessage, AssistantMessage, ToolResultMessage))]
+    if not relevant:
+        return Diagnosis(ThreadState.EMPTY, detail="The thread has no messages yet.")
+    run_list = list(runs)
+    last_assistant_at = _last_index(relevant, AssistantMessage)
+    if last_assistant_at is None or isinstance(relevant[-1], UserMessage):
+        return _crashed(CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL, "The last user message was never answered.")
+
+    assistant = relevant[last_assistant_at]
+    assert isinstance(assistant, AssistantMessage)
+    after = relevant[last_assistant_at + 1 :]
+    answered = {m.tool_call_id for m in after if isinstance(m, ToolResultMessage)}
+    calls = assistant.tool_calls
+    missing = [c for c in calls if c.id not in answered]
+    if missing:
+        dangling = tuple(_dangling(c, journal) for c in missing)
+        answered_ids = tuple(c.id for c in calls if c.id in answered)
+        partly = f"; {len(answered_ids)} of {len(calls)} calls in the batch have results" if answered_ids else ""
+        return Diagnosis(
+            ThreadState.CRASHED,
+            CrashPoint.MID_TOOL,
+            dangling=dangling,
+            answered=answered_ids,
+            action=ResumeAction.SETTLE_THEN_CALL_MODEL,
+            detail=f"{len(missing)} tool call(s) have no result{partly}.",
+        )
+    if calls:
+        return _crashed(
+            CrashPoint.AFTER_TOOL_RESULT,
+            ResumeAction.CALL_MODEL,
+            "Every tool call has its result, but the next model call never finished.",
+        )
+    if assistant.stop_reason == "aborted":
+        return Diagnosis(ThreadState.ABORTED, detail="The run was aborted.")
+    if assistant.stop_reason == "error":
+        reason = assistant.error_message or "unknown provider error"
+        return Diagnosis(ThreadState.FAILED, detail=f"The model call failed: {reason}")
+    run_id = assistant.run_id
+    run = next((r for r in run_list if r.run_id == run_id), None) if run_id else None
+    if run is not None and not run.completed:
+        return _crashed(
+            CrashPoint.BETWEEN_TURNS,
+            ResumeAction.WAIT_FOR_USER,
+            "The final reply was saved but its run never completed.",
+        )
+    return Diagnosis(ThreadState.COMPLETED, detail="The run completed.")
+
+
+def _crashed(point: CrashPoint, action: ResumeAction, detail: str) -> Diagnosis:
+    return Diagnosis(ThreadState.CRASHED, point, action=action, detail=detail)
+
+
+def _dangling(call: ToolCall, journal: Mapping[str, JournalEntry] | None) -> DanglingCall:
+    if journal is None:
+        return DanglingCall(call)
+    entry = journal.get(call.id)
+    return DanglingCall(call, journaled=True, started_at=entry.started_at if entry else None)
+
+
+def _last_index(messages: Sequence[AnyMessage], kind: type) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], kind):
+            return i
+    return None
+
+
+def dangling_calls(messages: Sequence[AnyMessage]) -> list[ToolCall]:
+    """The tool calls of the last assistant message that have no result after it."""
+    diagnosis = diagnose(messages)
+    return [d.call for d in diagnosis.dangling]
