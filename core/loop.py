@@ -1,0 +1,330 @@
+"""The agent loop: call the model, run the tools it asks for, repeat; emit everything.
+
+The loop is stateless apart from the transcript list it is handed: it appends each
+finished message to that list and emits events; the :class:`~core.agent.Agent` folds the
+events into its state and persists each message at ``message_end``. The loop never
+touches a checkpointer.
+
+Shape (pi-mono's ``runLoop``): an outer ``while`` for follow-ups, an inner ``while`` for
+tool calls and steering; each phase is a named helper below :func:`run_loop`. A *turn*
+is one model call plus the tools it asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+
+from core.errors import ToolDefinitionError
+from core.events import (
+    AgentEnd,
+    AgentStart,
+    MessageEnd,
+    MessageStart,
+    MessageUpdate,
+    RunOutcome,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallStart,
+    TurnEnd,
+    TurnStart,
+)
+from core.messages import (
+    AnyMessage,
+    AssistantMessage,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+    error_tool_result,
+)
+from core.providers.base import ModelRequest, Provider, error_reply
+from core.tools import AgentTool, Emit, ToolExecutionMode, execute_tool_calls, publish
+
+ABORTED_TEXT = "Aborted by the user."
+
+Settle = Callable[[Sequence[ToolCall], "str | None"], Awaitable[list[ToolResultMessage]]]
+"""Gives each dangling tool call (``calls``, for run ``run_id``) a result message."""
+
+
+async def settle_interrupted(calls: Sequence[ToolCall], run_id: str | None) -> list[ToolResultMessage]:
+    """The default :data:`Settle`: an error result per call saying it was interrupted.
+
+    Each result carries ``metadata={"settled": "interrupted"}``.
+    """
+    return [
+        error_tool_result(
+            call,
+            f"Tool call {call.name} ({call.id}) was interrupted before it returned a result; "
+            "its effects must be checked before relying on them.",
+            run_id=run_id,
+            settled="interrupted",
+        )
+        for call in calls
+    ]
+
+
+def _nothing() -> list[UserMessage]:
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    """Everything one run of the loop needs, fixed for the run.
+
+    ``abort_grace`` is in seconds. Callbacks (supplied by the agent; none may raise):
+    ``get_steering()`` returns (and dequeues) user messages to deliver at the next turn
+    boundary; ``get_follow_ups()`` returns messages to deliver when the agent would
+    otherwise stop; ``settle`` answers dangling tool calls before a model call. Raises
+    :class:`~core.errors.ToolDefinitionError` when two tools share a name.
+    """
+
+    provider: Provider
+    tools: tuple[AgentTool, ...] = ()
+    system_prompt: str = ""
+    tool_execution: ToolExecutionMode = "parallel"
+    abort_grace: float = 5.0
+    run_id: str | None = None
+    get_steering: Callable[[], list[UserMessage]] = _nothing
+    get_follow_ups: Callable[[], list[UserMessage]] = _nothing
+    settle: Settle = settle_interrupted
+    tools_by_name: Mapping[str, AgentTool] = field(init=False, repr=False, compare=False)
+    tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        tools = tuple(self.tools)
+        by_name: dict[str, AgentTool] = {}
+        for t in tools:
+            if t.name in by_name:
+                raise ToolDefinitionError(f"Two tools are named {t.name!r}; tool names must be unique.")
+            by_name[t.name] = t
+        object.__setattr__(self, "tools", tools)
+        object.__setattr__(self, "tools_by_name", MappingProxyType(by_name))
+        object.__setattr__(self, "tool_specs", tuple(t.spec for t in tools))
+
+
+async def run_loop(
+    messages: list[AnyMessage],
+    config: LoopConfig,
+    emit: Emit,
+    signal: asyncio.Event,
+    prompts: Sequence[UserMessage] = (),
+) -> RunOutcome:
+    """Run the agent until it stops; return how the run ended.
+
+    ``messages`` is the transcript (history first); the loop appends every finished
+    message to it, in place, just before emitting its ``message_end``, and gives the
+    same list to the provider (no copy per call). ``prompts`` are delivered first.
+    Emits ``agent_start`` ... ``agent_end``. Setting ``signal`` aborts: the run then ends
+    with an assistant message whose ``stop_reason`` is ``"aborted"``. Exceptions raised
+    by ``emit`` propagate (running tools are cancelled first).
+    """
+    emit = _recording(messages, emit, config.run_id)
+    await emit(AgentStart(config.run_id or ""))
+    pending = [*prompts, *_poll(config.get_steering, signal)]
+    has_tool_calls = True
+    while True:
+        while has_tool_calls or pending:
+            await emit(TurnStart())
+            await _settle_dangling(messages, config, emit)
+            for message in pending:
+                await publish(message, emit)
+            reply = await _stream_reply(messages, config, emit, signal)
+            if reply.stop_reason in ("error", "aborted"):
+                await emit(TurnEnd(reply))
+                return await _end(reply, config, emit)
+            results = await _run_tools(reply, config, emit, signal)
+            await emit(TurnEnd(reply, tuple(results)))
+            has_tool_calls = bool(results)
+            pending = _poll(config.get_steering, signal)
+        pending = _poll(config.get_follow_ups, signal)
+        if not pending:
+            break
+    await emit(AgentEnd(config.run_id or "", "completed"))
+    return "completed"
+
+
+def _recording(messages: list[AnyMessage], emit: Emit, run_id: str | None) -> Emit:
+    # Every message_end goes through here, so the transcript is exactly the finished
+    # messages in emission order, each tagged with the run.
+    async def record(event) -> None:  # type: ignore[no-untyped-def]
+        if type(event) is MessageEnd:
+            if event.message.run_id is None:
+                event.message.run_id = run_id
+            messages.append(event.message)
+        await emit(event)
+
+    return record
+
+
+def _poll(get: Callable[[], list[UserMessage]], signal: asyncio.Event) -> list[UserMessage]:
+    # After an abort, queued messages stay queued with the agent rather than being
+    # taken and dropped.
+    return [] if signal.is_set() else list(get())
+
+
+def unanswered_calls(messages: Sequence[AnyMessage]) -> list[ToolCall]:
+    """Tool calls of the last assistant message with no result after it.
+
+    Scans back from the end only as far as that message, so the cost does not grow
+    with the history.
+    """
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolResultMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AssistantMessage):
+            return [c for c in message.tool_calls if c.id not in answered]
+    return []
+
+
+async def _settle_dangling(messages: list[AnyMessage], config: LoopConfig, emit: Emit) -> None:
+    calls = unanswered_calls(messages)
+    if calls:
+        for result in await config.settle(calls, config.run_id):
+            await publish(result, emit)
+
+
+async def _stream_reply(
+    messages: list[AnyMessage], config: LoopConfig, emit: Emit, signal: asyncio.Event
+) -> AssistantMessage:
+    provider = config.provider
+    partial = AssistantMessage(provider_id=provider.name, model_id=provider.model, run_id=config.run_id)
+    await emit(MessageStart(partial))
+    if signal.is_set():
+        reply = _aborted(partial)
+    else:
+        request = ModelRequest(config.system_prompt, messages, config.tool_specs)
+        reply = await _consume(provider.stream(request, signal), partial, config, emit, signal)
+    reply.run_id = config.run_id
+    if reply.stop_reason in ("error", "aborted") and reply.tool_calls:
+        # A call that will never run must not be recorded, or the thread would look mid-tool.
+        reply.content = [b for b in reply.content if not isinstance(b, ToolCall)]
+    await emit(MessageEnd(reply))
+    return reply
+
+
+async def _run_tools(
+    reply: AssistantMessage, config: LoopConfig, emit: Emit, signal: asyncio.Event
+) -> list[ToolResultMessage]:
+    calls = reply.tool_calls
+    if not calls:
+        return []
+    return await execute_tool_calls(
+        calls,
+        config.tools_by_name,
+        emit,
+        signal,
+        mode=config.tool_execution,
+        abort_grace=config.abort_grace,
+        run_id=config.run_id,
+    )
+
+
+async def _end(reply: AssistantMessage, config: LoopConfig, emit: Emit) -> RunOutcome:
+    outcome: RunOutcome = "aborted" if reply.stop_reason == "aborted" else "failed"
+    error = (reply.error_message or "The model call failed.") if outcome == "failed" else None
+    await emit(AgentEnd(config.run_id or "", outcome, error))
+    return outcome
+
+
+# --- consuming one provider stream ------------------------------------------------------------
+
+_BUFFER = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    text: str
+
+
+_ABORT = _Failure(ABORTED_TEXT)
+
+
+async def _consume(
+    stream: AsyncIterator[StreamEvent],
+    partial: AssistantMessage,
+    config: LoopConfig,
+    emit: Emit,
+    signal: asyncio.Event,
+) -> AssistantMessage:
+    # The provider is read by its own task so an abort is noticed even while the
+    # provider waits on the network; the watcher wakes us through the same queue.
+    queue: asyncio.Queue[StreamEvent | _Failure] = asyncio.Queue(maxsize=_BUFFER)
+    pump = asyncio.create_task(_pump(stream, queue))
+    watcher = asyncio.create_task(_put_when_set(signal, queue))
+    try:
+        while True:
+            item = await queue.get()
+            if signal.is_set():
+                return _aborted(partial)
+            if isinstance(item, StreamEnd):
+                return item.message
+            if isinstance(item, _Failure):
+                return error_reply(config.provider, item.text, content=partial.content)
+            _apply_delta(partial, item)
+            await emit(MessageUpdate(partial, item))
+    finally:
+        pump.cancel()
+        watcher.cancel()
+        await asyncio.gather(pump, watcher, return_exceptions=True)
+
+
+async def _pump(stream: AsyncIterator[StreamEvent], queue: asyncio.Queue[StreamEvent | _Failure]) -> None:
+    try:
+        async for event in stream:
+            await queue.put(event)
+            if isinstance(event, StreamEnd):
+                return
+        await queue.put(_Failure("The provider ended its stream without a final message."))
+    except Exception as exc:
+        # Providers must not raise; if one does, the run fails with a sentence, not a traceback.
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        await queue.put(_Failure(f"The provider failed unexpectedly: {reason}"))
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+
+
+async def _put_when_set(signal: asyncio.Event, queue: asyncio.Queue[StreamEvent | _Failure]) -> None:
+    await signal.wait()
+    await queue.put(_ABORT)
+
+
+def _aborted(partial: AssistantMessage) -> AssistantMessage:
+    partial.stop_reason = "aborted"
+    partial.error_message = ABORTED_TEXT
+    return partial
+
+
+def _apply_delta(message: AssistantMessage, delta: StreamEvent) -> None:
+    """Apply one stream delta to the partial reply in place (no copy per delta).
+
+    Tool call arguments are not parsed while they stream: the final message carries them.
+    """
+    blocks = message.content
+    if isinstance(delta, TextDelta):
+        block = _block_at(blocks, delta.index, TextContent)
+        block.text += delta.delta
+    elif isinstance(delta, ThinkingDelta):
+        block = _block_at(blocks, delta.index, ThinkingContent)
+        block.thinking += delta.delta
+    elif isinstance(delta, ToolCallStart):
+        blocks.append(ToolCall(id=delta.id, name=delta.name))
+
+
+def _block_at(blocks: list, index: int, kind: type):  # type: ignore[no-untyped-def]
+    block = blocks[index] if index < len(blocks) else None
+    if not isinstance(block, kind):
+        block = kind()
+        blocks.append(block)
+    return block
