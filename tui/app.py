@@ -1,0 +1,162 @@
+"""The App shell: opens the store, shows the picker, and moves between thread views.
+
+Everything that runs or renders lives in the screens and widgets; the app only routes
+``OpenThread`` / ``NewThread`` / ``CloseThread`` / ``RunFinished`` and keeps a thread's
+screen alive while its agent runs, so leaving the view never stops a run.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Iterable
+
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from core.errors import CubepiError
+from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreOpened
+from tui.screens.modals import ErrorScreen, HelpScreen, TextInputModal
+from tui.screens.thread import ThreadScreen
+from tui.screens.threads import ThreadsScreen
+from tui.session import Session
+
+
+def new_thread_id() -> str:
+    """A fresh, sortable, readable thread id: ``20250101-120000-ab12``."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+class CubepiApp(App[None]):
+    """cubepi-tui: supervise agent threads stored in one database."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "cubepi-tui"
+
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", id="app.help", tooltip="Show keys and what crash points mean"),
+        Binding("ctrl+q", "quit", "Quit", id="app.quit", tooltip="Quit cubepi-tui", show=False, priority=True),
+    ]
+
+    def __init__(self, session: Session, *, thread_id: str | None = None) -> None:
+        super().__init__()
+        self.session = session
+        """The store, provider and agents this app drives."""
+        self.start_thread_id = thread_id
+        """A thread to open as soon as the store is open (``--thread``)."""
+        self.threads_screen = ThreadsScreen(session)
+        """The picker, always at the bottom of the screen stack."""
+        self._thread_screens: dict[str, ThreadScreen] = {}
+
+    def on_mount(self) -> None:
+        self.push_screen(self.threads_screen)
+        self._open_store()
+
+    @work(exclusive=True, exit_on_error=False, group="store")
+    async def _open_store(self) -> None:
+        try:
+            await self.session.open()
+        except CubepiError as error:
+            self.post_message(StoreOpened(error=str(error)))
+            return
+        self.post_message(StoreOpened())
+
+    @on(StoreOpened)
+    def _store_opened(self, message: StoreOpened) -> None:
+        if message.error is not None:
+            self.push_screen(ErrorScreen(message.error, fatal=True))
+            return
+        self.threads_screen.reload()
+        if self.session.provider_error:
+            self.notify(
+                f"{self.session.provider_error} You can browse threads, but not run them.",
+                severity="warning",
+                timeout=12,
+            )
+        if self.start_thread_id is not None:
+            self.post_message(OpenThread(self.start_thread_id))
+
+    async def on_unmount(self) -> None:
+        await self.session.close()
+
+    # --- navigation ---------------------------------------------------------------------
+
+    @on(OpenThread)
+    def _open_thread(self, message: OpenThread) -> None:
+        screen = self._thread_screens.get(message.thread_id)
+        if screen is None:
+            screen = ThreadScreen(self.session, message.thread_id, prompt=message.prompt, new=message.new)
+            self._thread_screens[message.thread_id] = screen
+            # Installed, so popping it keeps it (and its run worker) alive.
+            self.install_screen(screen, f"thread:{message.thread_id}")
+        if screen is not self.screen:
+            self.push_screen(screen)
+
+    @on(NewThread)
+    def _new_thread(self) -> None:
+        self._ask_first_prompt()
+
+    @work(exclusive=True, exit_on_error=False, group="input")
+    async def _ask_first_prompt(self) -> None:
+        prompt = await self.push_screen_wait(
+            TextInputModal("New thread", "The first prompt of a new thread.", placeholder="What should the agent do?")
+        )
+        if prompt:
+            self.post_message(OpenThread(new_thread_id(), prompt=prompt, new=True))
+
+    @on(CloseThread)
+    async def _close_thread(self, message: CloseThread) -> None:
+        screen = self._thread_screens.get(message.thread_id)
+        if screen is not None and self.screen is screen:
+            await self.pop_screen()
+        self._forget_if_idle(message.thread_id)
+        if message.error is not None:
+            self.push_screen(ErrorScreen(message.error))
+
+    @on(RunStarted)
+    def _run_started(self) -> None:
+        self.threads_screen.reload()
+
+    @on(RunFinished)
+    def _run_finished(self, message: RunFinished) -> None:
+        self._forget_if_idle(message.thread_id)
+        self.threads_screen.reload()
+
+    def _forget_if_idle(self, thread_id: str) -> None:
+        """Drop a thread's screen once it is neither shown nor running."""
+        screen = self._thread_screens.get(thread_id)
+        if screen is None or screen in self.screen_stack or self.session.is_running(thread_id):
+            return
+        del self._thread_screens[thread_id]
+        self.uninstall_screen(screen)
+        self.call_later(screen.remove)
+
+    def thread_screen(self, thread_id: str) -> ThreadScreen | None:
+        """The live screen of ``thread_id``, if one exists."""
+        return self._thread_screens.get(thread_id)
+
+    # --- commands -----------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        """Show the help screen."""
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Palette entries: the app's own actions first, then Textual's."""
+        yield SystemCommand("New thread", "Start a new thread with a prompt", lambda: self.post_message(NewThread()))
+        yield SystemCommand("Threads", "Back to the thread list", self._to_picker)
+        yield SystemCommand("Reload threads", "Read the thread list again", self.threads_screen.reload)
+        yield SystemCommand("Help", "Keys and crash points", self.action_help)
+        yield from super().get_system_commands(screen)
+
+    def _to_picker(self) -> None:
+        if isinstance(self.screen, ThreadScreen):
+            self.post_message(CloseThread(self.screen.thread_id))
+
+
+def make_app(session: Session, *, thread_id: str | None = None) -> CubepiApp:
+    """Build the app around ``session``; the one factory used by the CLI, tests and screenshots."""
+    return CubepiApp(session, thread_id=thread_id)

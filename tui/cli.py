@@ -1,0 +1,168 @@
+"""The composition root: command-line arguments, the database location, the provider.
+
+This is the only module of the app that names concrete backends (the SQLite store, the
+Anthropic provider, the demo agent); everything else works with what it is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from core.checkpoint.base import Checkpointer
+from core.errors import DatabaseOpenError
+from tui.session import Session
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+"""The Anthropic model used when ``ANTHROPIC_API_KEY`` is set and ``--model`` is not given."""
+
+DESCRIPTION = """\
+Watch, abort, steer and resume long-running LLM agents whose threads are stored in a
+SQLite database (cubepi-tui's own, or one written by cubeloop).
+
+With no DATABASE, the default database is used and created if missing:
+  {default}
+A DATABASE given on the command line is created if it does not exist and its directory
+is writable (pass --no-create to refuse). A database written by cubeloop opens
+browse-only; the first run on it asks before adding cubepi-tui's tables.
+
+Model: with ANTHROPIC_API_KEY set, new turns use Anthropic ({model} unless --model says
+otherwise); without it, or with --demo, the built-in demo agent answers (no key needed):
+it streams text and runs slow tools with progress, so every key can be tried.
+"""
+
+
+def default_db_path() -> Path:
+    """``<user data dir>/cubepi-tui/threads.sqlite`` (platformdirs)."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("cubepi-tui")) / "threads.sqlite"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line (``--help`` explains every option)."""
+    parser = argparse.ArgumentParser(
+        prog="cubepi-tui",
+        description=DESCRIPTION.format(default=default_db_path(), model=DEFAULT_MODEL),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("database", nargs="?", type=Path, help="SQLite file of threads (default: see above)")
+    parser.add_argument("--thread", metavar="ID", help="open this thread directly instead of the thread list")
+    parser.add_argument(
+        "--model",
+        metavar="NAME",
+        help="Anthropic model for new turns; needs ANTHROPIC_API_KEY (without the key the app browses only)",
+    )
+    parser.add_argument("--demo", action="store_true", help="use the built-in demo agent even if an API key is set")
+    parser.add_argument(
+        "--demo-speed",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="demo pace multiplier: 2 runs the demo twice as fast (default 1)",
+    )
+    parser.add_argument(
+        "--no-create",
+        dest="create",
+        action="store_false",
+        help="fail instead of creating DATABASE when it does not exist",
+    )
+    return parser.parse_args(argv)
+
+
+def store_opener(path: Path, *, create: bool, make_parent: bool = False) -> Any:
+    """An async callable that opens the SQLite store at ``path`` (see ``Session.open_store``)."""
+
+    async def open_store() -> Checkpointer:
+        from core.checkpoint.sqlite import SQLiteCheckpointer
+
+        if make_parent:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise DatabaseOpenError(f"Cannot create the directory {path.parent}: {error.strerror}.") from None
+        return await SQLiteCheckpointer.open(path, create=create)
+
+    return open_store
+
+
+def build_session(
+    path: Path | None = None,
+    *,
+    create: bool = True,
+    demo: bool = False,
+    model: str | None = None,
+    demo_speed: float = 1.0,
+    store: Checkpointer | None = None,
+) -> Session:
+    """The session the app drives: which database, which provider, which tools.
+
+    ``store`` replaces the SQLite file (tests pass a ready store). With ``demo`` or
+    without ``ANTHROPIC_API_KEY`` (and no ``model``) the demo agent is used.
+    """
+    from tui import demo as demo_agent
+
+    make_parent = path is None
+    db_path = path if path is not None else default_db_path()
+    if store is not None:
+        ready = store
+
+        async def open_store() -> Checkpointer:
+            return ready
+
+        opener: Any = open_store
+        location = "memory"
+    else:
+        opener = store_opener(db_path, create=create or make_parent, make_parent=make_parent)
+        location = str(db_path)
+    use_demo = demo or (model is None and not os.environ.get("ANTHROPIC_API_KEY"))
+    tools = demo_agent.demo_tools(speed=demo_speed)
+    if use_demo:
+        return Session(
+            opener,
+            lambda: demo_agent.demo_provider(speed=demo_speed),
+            location=location,
+            model="demo",
+            tools=tools,
+            system_prompt=demo_agent.SYSTEM_PROMPT,
+        )
+    name = model or DEFAULT_MODEL
+
+    def make_provider() -> Any:
+        from core.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(model=name)
+
+    return Session(
+        opener,
+        make_provider,
+        location=location,
+        model=name,
+        tools=tools,
+        system_prompt=demo_agent.SYSTEM_PROMPT,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``cubepi-tui`` console script."""
+    from tui.app import make_app
+
+    args = parse_args(argv)
+    session = build_session(
+        args.database,
+        create=args.create,
+        demo=args.demo,
+        model=args.model,
+        demo_speed=max(args.demo_speed, 0.01),
+    )
+    app = make_app(session, thread_id=args.thread)
+    app.run()
+    # A Textual app that crashed still returns normally from run(); its code says so.
+    sys.exit(app.return_code or 0)
+
+
+if __name__ == "__main__":
+    main()

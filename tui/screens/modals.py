@@ -1,0 +1,162 @@
+"""Modal screens: text input (prompt, steer, follow-up), confirmation, help, error."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Static
+
+from tui.text import literal
+
+
+class TextInputModal(ModalScreen[str | None]):
+    """Ask for one line of text; dismisses with the text, or ``None`` on Escape."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal.cancel", tooltip="Close without sending")]
+
+    def __init__(self, title: str, hint: str = "", *, placeholder: str = "", submit_label: str = "Send") -> None:
+        super().__init__(classes="modal")
+        self._title = title
+        self._hint = hint
+        self._placeholder = placeholder
+        self._submit_label = submit_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(Text(self._title, style="bold"), classes="title")
+            if self._hint:
+                yield Static(Text(self._hint), classes="hint")
+            yield Input(placeholder=self._placeholder, id="text")
+            with Horizontal(classes="buttons"):
+                yield Button(self._submit_label, variant="primary", id="submit")
+                yield Button("Cancel", id="cancel")
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#submit")
+    def submit(self) -> None:
+        """Dismiss with the entered text (ignored while empty)."""
+        text = self.query_one("#text", Input).value.strip()
+        if text:
+            self.dismiss(text)
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        """Dismiss without text."""
+        self.dismiss(None)
+
+
+class ConfirmModal(ModalScreen[bool]):
+    """Ask a yes/no question; ``body`` is shown as given (build it from literal Text)."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes", id="modal.yes", tooltip="Agree"),
+        Binding("n,escape", "answer(False)", "No", id="modal.no", tooltip="Decline"),
+    ]
+
+    def __init__(self, title: str, body: Text | str, *, yes: str = "Yes", no: str = "No") -> None:
+        super().__init__(classes="modal")
+        self._title = title
+        self._body = body if isinstance(body, Text) else Text(body)
+        self._yes = yes
+        self._no = no
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(Text(self._title, style="bold"), classes="title")
+            yield Static(self._body, classes="body")
+            with Horizontal(classes="buttons"):
+                yield Button(f"{self._yes} (y)", variant="primary", id="yes")
+                yield Button(f"{self._no} (n)", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#yes", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, answer: bool) -> None:
+        """Dismiss with ``answer``."""
+        self.dismiss(answer)
+
+
+class ErrorScreen(ModalScreen[None]):
+    """One sentence about what went wrong; ``q`` quits, Escape goes back (unless ``fatal``)."""
+
+    BINDINGS = [
+        Binding("q", "app.quit", "Quit", id="error.quit", tooltip="Quit cubepi-tui"),
+        Binding("escape,enter", "close", "Back", id="error.back", tooltip="Close this message"),
+    ]
+
+    def __init__(self, sentence: str, *, fatal: bool = False) -> None:
+        super().__init__(classes="modal")
+        self.sentence = sentence
+        self.fatal = fatal
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog -error"):
+            yield Static(Text("Error", style="bold"), classes="title")
+            yield Static(literal(self.sentence), id="error-sentence", classes="body")
+            hint = "Press q to quit." if self.fatal else "Press q to quit, or Escape to go back."
+            yield Static(Text(hint, style="dim"), classes="hint")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "close" and self.fatal:
+            return False
+        return True
+
+    def action_close(self) -> None:
+        """Close the message."""
+        self.dismiss(None)
+
+
+HELP_TEXT = """\
+Threads (the picker)
+  Enter   open the thread under the cursor
+  n       start a new thread (asks for the first prompt)
+  r       reload the list
+  q       quit
+
+Thread view
+  a       abort the running agent (tools get their abort signal)
+  s       steer: a message the agent reads before its next model call
+  f       follow-up: a message delivered after the current run finishes its work
+  r       resume a crashed thread (shows the plan and asks first)
+  n       send a new prompt in this thread
+  e       show earlier messages
+  q       back to the threads (a running agent keeps running)
+
+Everywhere
+  ?       this help
+  ctrl+p  command palette
+
+Crash points (what the picker and the banner report)
+  1  between turns     the last user message was never answered: resume calls the model
+  2  after tool result  every call has its result, the next model call never finished
+  3  mid-tool          a tool call has no result: resume records it as interrupted, then
+                       calls the model (the call "may have started": check its effects)
+A browse-only database (cubeloop's) asks before it is upgraded for writing.
+Tool output is shown literally: markup and terminal escapes appear as text."""
+
+
+class HelpScreen(ModalScreen[None]):
+    """Keys of every screen and what the crash points mean."""
+
+    BINDINGS = [Binding("escape,q,question_mark", "close", "Close", id="help.close", tooltip="Close help")]
+
+    def __init__(self) -> None:
+        super().__init__(classes="modal")
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog -help"):
+            yield Static(Text("cubepi-tui help", style="bold"), classes="title")
+            yield Static(Text(HELP_TEXT), classes="body")
+            yield Static(Text("Escape closes this help.", style="dim"), classes="hint")
+
+    def action_close(self) -> None:
+        """Close the help."""
+        self.dismiss(None)

@@ -1,0 +1,393 @@
+"""ThreadScreen: one thread, live. Transcript, crash banner, status bar, and the run keys.
+
+Runs happen in an exclusive worker of this screen; the agent's listener only posts
+:class:`~tui.messages.AgentEventReceived` and every widget changes in the handlers.
+Stream deltas and tool progress are not drawn per event: the handlers note what changed
+and a timer flushes it every :data:`FLUSH_INTERVAL` seconds, so a fast stream costs at
+most one append per block per tick.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+from textual.worker import Worker, WorkerState
+
+from core.agent import Agent
+from core.errors import CubepiError, RunError
+from core.events import (
+    AgentEnd,
+    AgentEvent,
+    AgentStart,
+    MessageEnd,
+    MessageStart,
+    MessageUpdate,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+)
+from core.messages import AssistantMessage
+from core.recovery import Diagnosis, ThreadState
+from tui.messages import AgentEventReceived, CloseThread, RunFinished, RunStarted, ThreadLoaded
+from tui.screens.modals import ConfirmModal, TextInputModal
+from tui.session import UPGRADE_EXPLANATION, Session
+from tui.text import literal
+from tui.widgets.crash_banner import CrashBanner, describe
+from tui.widgets.status_bar import StatusBar
+from tui.widgets.transcript import Transcript, merge_rows
+
+FLUSH_INTERVAL = 1 / 30
+"""Seconds between redraws of streamed text and tool progress (TEXTUAL-FACTS: 20-50 ms)."""
+
+
+class _Flush(Message):
+    """Time to draw the buffered stream text and tool progress (posted by the flush timer)."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, _Flush)
+
+
+class ThreadScreen(Screen[None]):
+    """The live view of one thread.
+
+    | Key | Action |
+    | :- | :- |
+    | a | abort the run |
+    | s | steer the run |
+    | f | queue a follow-up |
+    | r | resume a crashed thread |
+    | n | new prompt |
+    | e | show earlier messages |
+    | q | back to the threads |
+    """
+
+    BINDINGS = [
+        Binding("a", "abort", "Abort", id="thread.abort", tooltip="Abort the running agent"),
+        Binding("s", "steer", "Steer", id="thread.steer", tooltip="Send a message the agent reads before its next model call"),
+        Binding("f", "follow_up", "Follow-up", id="thread.follow_up", tooltip="Queue a message for after the current work"),
+        Binding("r", "resume", "Resume", id="thread.resume", tooltip="Resume the crashed run (asks first)"),
+        Binding("n", "new_prompt", "Prompt", id="thread.prompt", tooltip="Send a new prompt in this thread"),
+        Binding("e", "earlier", "Earlier", id="thread.earlier", tooltip="Show earlier messages", show=False),
+        Binding("q", "back", "Back", id="thread.back", tooltip="Back to the thread list (runs keep going)"),
+    ]
+
+    running: reactive[bool] = reactive(False, bindings=True)
+    """Whether this app's agent is running the thread (enables abort, disables resume)."""
+
+    diagnosis: reactive[Diagnosis | None] = reactive(None, bindings=True)
+    """What the store says of the thread when no run is live; drives the banner and ``r``."""
+
+    loaded: reactive[bool] = reactive(False, bindings=True)
+    """Whether the thread was read; no key acts before."""
+
+    def __init__(self, session: Session, thread_id: str, *, prompt: str | None = None, new: bool = False) -> None:
+        super().__init__()
+        self.session = session
+        self.thread_id = thread_id
+        self._first_prompt = prompt
+        self._new = new
+        self._unsubscribe: Callable[[], None] | None = None
+        self._partial: AssistantMessage | None = None  # the live reply, redrawn on the next flush
+        self._progress: dict[str, tuple[float | None, str | None]] = {}
+        self.run_worker_ref: Worker[None] | None = None
+        """The worker of the current run (compared by identity in state changes)."""
+
+    def compose(self) -> ComposeResult:
+        yield CrashBanner(id="banner")
+        yield Static("", id="thread-problems")
+        yield Transcript(id="transcript")
+        yield StatusBar(id="status")
+        yield Footer()
+
+    @property
+    def transcript(self) -> Transcript:
+        """The message list."""
+        return self.query_one(Transcript)
+
+    @property
+    def status_bar(self) -> StatusBar:
+        """The one-line status."""
+        return self.query_one(StatusBar)
+
+    def on_mount(self) -> None:
+        self.status_bar.thread_id = self.thread_id
+        self.status_bar.model = self.session.model
+        self.status_bar.run_state = "loading"
+        self.query_one("#thread-problems").display = False
+        self.set_interval(FLUSH_INTERVAL, self._request_flush, name="flush")
+        self._load()
+
+    def on_unmount(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    # --- loading ------------------------------------------------------------------------
+
+    @work(exclusive=True, exit_on_error=False, group="load")
+    async def _load(self) -> None:
+        try:
+            data, diagnosis = await self.session.load(self.thread_id, must_exist=not self._new)
+        except CubepiError as error:
+            self.post_message(ThreadLoaded(self.thread_id, error=str(error)))
+            return
+        self.post_message(ThreadLoaded(self.thread_id, data=data, diagnosis=diagnosis))
+
+    @on(ThreadLoaded)
+    async def _show_thread(self, message: ThreadLoaded) -> None:
+        if message.error is not None or message.data is None:
+            self.post_message(CloseThread(self.thread_id, error=message.error or "The thread could not be read."))
+            return
+        data = message.data
+        await self.transcript.show(merge_rows(data.messages, data.message_ids, data.problems))
+        for m in data.messages:
+            if isinstance(m, AssistantMessage):
+                self.status_bar.add_usage(m.usage)
+        if data.problems:
+            first = data.problems[0]
+            more = f" ({len(data.problems) - 1} more)" if len(data.problems) > 1 else ""
+            line = literal(f"⚠ Row {first.row_id} could not be read: {first.reason}{more}")
+            problems = self.query_one("#thread-problems", Static)
+            problems.update(line)
+            problems.display = True
+        agent = self.session.agents.get(self.thread_id)
+        if agent is not None:
+            self._subscribe(agent)
+        self.running = self.session.is_running(self.thread_id)
+        self.diagnosis = None if self.running else message.diagnosis
+        self.loaded = True
+        if self._first_prompt is not None:
+            prompt, self._first_prompt = self._first_prompt, None
+            self.start_run("prompt", prompt)
+
+    def watch_diagnosis(self, diagnosis: Diagnosis | None) -> None:
+        self.query_one(CrashBanner).diagnosis = diagnosis
+        if diagnosis is not None:
+            self.status_bar.run_state = diagnosis.label
+            self.transcript.mark_dangling(diagnosis)
+
+    def watch_running(self, running: bool) -> None:
+        if running:
+            self.status_bar.run_state = "running"
+
+    # --- running ------------------------------------------------------------------------
+
+    def start_run(self, kind: str, text: str | None = None, *, confirm: Text | None = None) -> None:
+        """Start a ``prompt`` (with ``text``) or a ``resume`` unless one is already running."""
+        if self.running or (self.run_worker_ref is not None and self.run_worker_ref.is_running):
+            self.notify("The agent is already running on this thread.", severity="warning")
+            return
+        self.run_worker_ref = self._run(kind, text, confirm)
+
+    @work(exclusive=True, exit_on_error=False, group="agent")
+    async def _run(self, kind: str, text: str | None, confirm: Text | None) -> None:
+        if confirm is not None:
+            if not await self.app.push_screen_wait(ConfirmModal("Resume this thread?", confirm, yes="Resume")):
+                return
+        if self.session.needs_upgrade:
+            if not await self.app.push_screen_wait(
+                ConfirmModal("Upgrade this database?", UPGRADE_EXPLANATION, yes="Upgrade")
+            ):
+                self.notify("The database was left unchanged; it stays browse-only.")
+                return
+            try:
+                await self.session.upgrade()
+            except CubepiError as error:
+                self.post_message(RunFinished(self.thread_id, error=str(error)))
+                return
+            self.notify("Database upgraded; cubeloop can still read it.")
+        try:
+            agent = await self.session.agent(self.thread_id)
+            self._subscribe(agent)
+            self.post_message(RunStarted(self.thread_id))
+            if kind == "resume":
+                outcome = await agent.resume()
+            else:
+                outcome = await agent.prompt(text or "")
+        except CubepiError as error:
+            self.post_message(RunFinished(self.thread_id, error=str(error)))
+            return
+        self.post_message(RunFinished(self.thread_id, outcome=str(outcome)))
+
+    def _subscribe(self, agent: Agent) -> None:
+        if self._unsubscribe is None:
+            thread_id = self.thread_id
+
+            def listener(event: AgentEvent) -> None:
+                self.post_message(AgentEventReceived(thread_id, event))
+
+            self._unsubscribe = agent.subscribe(listener)
+
+    @on(RunStarted)
+    def _run_started(self) -> None:
+        self.running = True
+        self.diagnosis = None
+
+    @on(RunFinished)
+    async def _run_finished(self, message: RunFinished) -> None:
+        await self._flush()
+        self.running = self.session.is_running(self.thread_id)
+        if message.error is not None:
+            self.notify(message.error, severity="error", timeout=10)
+        if not self.running:
+            self._refresh_diagnosis()
+
+    @on(Worker.StateChanged)
+    def _worker_failed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR and event.worker.error is not None:
+            error = event.worker.error
+            self.notify(f"Unexpected error: {type(error).__name__}: {error}", severity="error", timeout=15)
+            if event.worker is self.run_worker_ref:
+                self.running = self.session.is_running(self.thread_id)
+                self._refresh_diagnosis()
+
+    @work(exclusive=True, exit_on_error=False, group="load")
+    async def _refresh_diagnosis(self) -> None:
+        try:
+            _, diagnosis = await self.session.load(self.thread_id, must_exist=False)
+        except CubepiError as error:
+            self.notify(str(error), severity="error")
+            return
+        if not self.session.is_running(self.thread_id):
+            self.diagnosis = diagnosis
+
+    # --- agent events -------------------------------------------------------------------
+
+    @on(AgentEventReceived)
+    async def _agent_event(self, message: AgentEventReceived) -> None:
+        event = message.event
+        transcript = self.transcript
+        if isinstance(event, MessageUpdate):
+            self._partial = event.message
+        elif isinstance(event, ToolExecutionUpdate):
+            self._progress[event.tool_call_id] = (event.progress, event.text)
+        elif isinstance(event, MessageStart):
+            if isinstance(event.message, AssistantMessage):
+                self._partial = event.message
+        elif isinstance(event, MessageEnd):
+            await self._flush()
+            if isinstance(event.message, AssistantMessage):
+                self._partial = None
+                await transcript.end_reply(event.message)
+                self.status_bar.add_usage(event.message.usage)
+            else:
+                await transcript.append_message(event.message)
+        elif isinstance(event, ToolExecutionStart):
+            await self._flush()
+            transcript.tool_started(event.tool_call_id)
+        elif isinstance(event, ToolExecutionEnd):
+            self._progress.pop(event.tool_call_id, None)
+            transcript.tool_finished(event.result)
+        elif isinstance(event, AgentStart):
+            self.running = True
+            self.diagnosis = None
+        elif isinstance(event, AgentEnd):
+            await self._flush()
+            self.status_bar.run_state = event.outcome
+            if event.error:
+                self.notify(event.error, severity="error", timeout=10)
+
+    def _request_flush(self) -> None:
+        # Timer callbacks run in the timer's own task; drawing must happen in this
+        # screen's message queue, in order with the agent events, so post a message.
+        if self._partial is not None or self._progress:
+            self.post_message(_Flush())
+
+    @on(_Flush)
+    async def _flush(self) -> None:
+        """Draw what the stream and the tools reported since the last flush."""
+        if self._partial is not None and self.is_mounted:
+            await self.transcript.sync_reply(self._partial)
+        if self._progress:
+            progress, self._progress = self._progress, {}
+            for call_id, (fraction, text) in progress.items():
+                self.transcript.tool_progress(call_id, fraction, text)
+
+    # --- keys ---------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Grey out keys that make no sense now (abort when idle, resume when clean, ...)."""
+        if action in ("abort", "steer", "follow_up", "resume", "new_prompt") and not self.loaded:
+            return False
+        if action == "abort":
+            return self.running
+        if action == "resume":
+            return not self.running and self.diagnosis is not None and self.diagnosis.resumable
+        if action == "new_prompt":
+            return not self.running
+        return True
+
+    def action_abort(self) -> None:
+        """Abort the run; tools get their abort signal."""
+        agent = self.session.agents.get(self.thread_id)
+        if agent is not None and agent.state.is_running:
+            agent.abort()
+            self.status_bar.run_state = "aborting"
+
+    def action_steer(self) -> None:
+        """Ask for a steering message and queue it (offers a new prompt when idle)."""
+        self._send_queued("steer")
+
+    def action_follow_up(self) -> None:
+        """Ask for a follow-up message and queue it (offers a new prompt when idle)."""
+        self._send_queued("follow_up")
+
+    def action_resume(self) -> None:
+        """Show the resume plan, ask, then resume the crashed run."""
+        if self.diagnosis is None:
+            return
+        plan = describe(self.diagnosis) if self.diagnosis.state is ThreadState.CRASHED else Text(self.diagnosis.resume_plan)
+        self.start_run("resume", confirm=plan)
+
+    def action_new_prompt(self) -> None:
+        """Ask for a prompt and run it in this thread."""
+        self._ask_prompt()
+
+    def action_earlier(self) -> None:
+        """Show earlier messages."""
+        self.run_worker(self.transcript.show_earlier(), exclusive=True, group="earlier")
+
+    def action_back(self) -> None:
+        """Back to the picker; a running agent keeps running."""
+        self.post_message(CloseThread(self.thread_id))
+
+    @work(exclusive=True, exit_on_error=False, group="input")
+    async def _ask_prompt(self) -> None:
+        text = await self.app.push_screen_wait(TextInputModal("New prompt", f"Thread {self.thread_id}"))
+        if text:
+            self.start_run("prompt", text)
+
+    @work(exclusive=True, exit_on_error=False, group="input")
+    async def _send_queued(self, kind: str) -> None:
+        words = "Steer" if kind == "steer" else "Follow-up"
+        hint = (
+            "Read by the agent before its next model call."
+            if kind == "steer"
+            else "Delivered when the agent has finished its current work."
+        )
+        if not self.running:
+            hint = "The agent is idle: you will be asked to send this as a new prompt."
+        text = await self.app.push_screen_wait(TextInputModal(words, hint))
+        if not text:
+            return
+        agent = self.session.agents.get(self.thread_id)
+        try:
+            if agent is None:
+                raise RunError("The agent is not running.")
+            (agent.steer if kind == "steer" else agent.follow_up)(text)
+        except RunError:
+            question = Text("The agent is not running. Send this as a new prompt?\n\n")
+            question.append_text(literal(text))
+            if await self.app.push_screen_wait(ConfirmModal(f"{words}: agent idle", question, yes="Send")):
+                self.start_run("prompt", text)
+            return
+        self.notify(f"{words} queued.")
+

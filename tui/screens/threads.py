@@ -1,0 +1,171 @@
+"""ThreadsScreen: the picker. Every thread of the database with its state; Enter opens one."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+from textual.worker import Worker
+
+from core.errors import CubepiError
+from core.recovery import ThreadState
+from tui.messages import NewThread, OpenThread, ThreadsLoaded
+from tui.session import Session, ThreadRow
+from tui.text import clean, one_line, relative_time
+
+_STATE_STYLES = {
+    ThreadState.COMPLETED: "green",
+    ThreadState.ABORTED: "yellow",
+    ThreadState.FAILED: "red",
+    ThreadState.CRASHED: "bold red",
+    ThreadState.EMPTY: "dim",
+}
+
+
+def state_text(row: ThreadRow) -> Text:
+    """The picker's state cell: "running here", or the diagnosis label, coloured."""
+    if row.running:
+        return Text(row.state, style="bold cyan")
+    text = Text(row.state, style=_STATE_STYLES.get(row.diagnosis.state, ""))
+    if row.problems:
+        text.append(f" · {row.problems} unreadable row(s)", style="red")
+    return text
+
+
+class ThreadsScreen(Screen[None]):
+    """The list of threads, most recent first.
+
+    | Key | Action |
+    | :- | :- |
+    | enter | open the thread |
+    | n | new thread |
+    | r | reload |
+    | q | quit |
+    """
+
+    BINDINGS = [
+        Binding("enter", "open", "Open", id="threads.open", tooltip="Open the selected thread"),
+        Binding("n", "new_thread", "New thread", id="threads.new", tooltip="Start a new thread with a prompt"),
+        Binding("r", "reload", "Reload", id="threads.reload", tooltip="Read the thread list again"),
+        Binding("q", "app.quit", "Quit", id="threads.quit", tooltip="Quit cubepi-tui"),
+    ]
+
+    loading_rows: reactive[bool] = reactive(False)
+    """Whether a reload is in flight (the table shows a loading indicator)."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(id="threads")
+        self.session = session
+        self.rows: list[ThreadRow] = []
+        """The rows on screen, in table order."""
+        self._reload_worker: Worker[None] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._title(), id="threads-title")
+        table: DataTable[Text | str] = DataTable(id="threads-table", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Static("", id="threads-empty")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_column("thread", key="thread")
+        table.add_column("state", key="state")
+        table.add_column("msgs", key="msgs")
+        table.add_column("last activity", key="last")
+        table.add_column("first prompt", key="prompt")
+        # Relative times age while the screen is open; redraw them without reloading.
+        self.set_interval(30, self._refresh_times)
+
+    def on_screen_resume(self) -> None:
+        self.reload()
+
+    def _title(self) -> Text:
+        title = Text("cubepi-tui", style="bold")
+        title.append("  threads in ", style="dim")
+        title.append(clean(self.session.location or "memory"))
+        if self.session.needs_upgrade:
+            title.append("  (browse-only until upgraded)", style="yellow")
+        return title
+
+    # --- loading ------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Read the thread list again in a worker (the newest request wins)."""
+        if self.session.store is None:
+            return
+        self.loading_rows = True
+        self._reload_worker = self._load_rows()
+
+    @work(exclusive=True, exit_on_error=False, group="threads")
+    async def _load_rows(self) -> None:
+        try:
+            rows = await self.session.rows()
+        except CubepiError as error:
+            self.post_message(ThreadsLoaded(error=str(error)))
+            return
+        self.post_message(ThreadsLoaded(rows=rows))
+
+    def watch_loading_rows(self, loading: bool) -> None:
+        self.query_one(DataTable).loading = loading and not self.rows
+
+    @on(ThreadsLoaded)
+    def _show_rows(self, message: ThreadsLoaded) -> None:
+        self.loading_rows = False
+        if message.error is not None:
+            self.notify(message.error, severity="error", timeout=8)
+            return
+        self.query_one("#threads-title", Static).update(self._title())
+        table = self.query_one(DataTable)
+        selected = self.selected_thread_id
+        self.rows = message.rows
+        table.clear()
+        for row in message.rows:
+            table.add_row(
+                Text(clean(row.thread_id), style="bold"),
+                state_text(row),
+                Text(str(row.message_count), justify="right"),
+                Text(relative_time(row.last_activity)),
+                Text(one_line(row.first_prompt, 60)),
+                key=row.thread_id,
+            )
+        empty = self.query_one("#threads-empty", Static)
+        empty.display = not message.rows
+        empty.update("No threads yet. Press n to start one." if not message.rows else "")
+        if selected is not None and selected in {r.thread_id for r in message.rows}:
+            table.move_cursor(row=table.get_row_index(selected))
+
+    def _refresh_times(self) -> None:
+        table = self.query_one(DataTable)
+        for row in self.rows:
+            table.update_cell(row.thread_id, "last", Text(relative_time(row.last_activity)))
+
+    @property
+    def selected_thread_id(self) -> str | None:
+        """The thread id under the cursor, if any."""
+        table = self.query_one(DataTable)
+        if not self.rows or table.cursor_row is None or table.cursor_row >= len(self.rows):
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return key
+
+    # --- actions ------------------------------------------------------------------------
+
+    @on(DataTable.RowSelected)
+    def action_open(self) -> None:
+        """Open the thread under the cursor."""
+        thread_id = self.selected_thread_id
+        if thread_id is not None:
+            self.post_message(OpenThread(thread_id))
+
+    def action_new_thread(self) -> None:
+        """Ask for a first prompt and start a new thread with it."""
+        self.post_message(NewThread())
+
+    def action_reload(self) -> None:
+        """Reload the list."""
+        self.reload()

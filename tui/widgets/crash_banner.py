@@ -1,0 +1,65 @@
+"""CrashBanner: what a crashed thread's diagnosis says, and what ``r`` will do about it."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from core.recovery import CrashPoint, Diagnosis, ThreadState
+from tui.text import clean, literal, short_json
+
+_HEADLINES = {
+    CrashPoint.BETWEEN_TURNS: "Crashed between turns (point 1)",
+    CrashPoint.AFTER_TOOL_RESULT: "Crashed after a tool result (point 2)",
+    CrashPoint.MID_TOOL: "Crashed mid-tool (point 3)",
+}
+
+
+def crash_headline(diagnosis: Diagnosis) -> str:
+    """"Crashed mid-tool (point 3)" and the like; the diagnosis label for clean states."""
+    if diagnosis.crash_point is None:
+        return diagnosis.label
+    return _HEADLINES[diagnosis.crash_point]
+
+
+def describe(diagnosis: Diagnosis) -> Text:
+    """The banner's text: headline, detail, each dangling call, and the resume plan."""
+    text = Text(crash_headline(diagnosis), style="bold")
+    if diagnosis.detail:
+        text.append("  ")
+        text.append_text(literal(diagnosis.detail))
+    for dangling in diagnosis.dangling:
+        call = dangling.call
+        text.append("\n  • ")
+        text.append(clean(call.name), style="bold")
+        text.append(f"  {clean(call.id)}  ", style="dim")
+        text.append(short_json(call.arguments, 120))
+        text.append(f"  — {dangling.status_words}", style="italic")
+    text.append("\n")
+    text.append("r: ", style="bold")
+    text.append(diagnosis.resume_plan)
+    return text
+
+
+class CrashBanner(Static):
+    """Shown above the transcript while the thread's diagnosis is CRASHED; hidden otherwise."""
+
+    DEFAULT_CSS = """
+    CrashBanner {
+        height: auto;
+        display: none;
+        padding: 0 1;
+        background: $error 15%;
+        border: tall $error;
+        &.-crashed { display: block; }
+    }
+    """
+
+    diagnosis: reactive[Diagnosis | None] = reactive(None, always_update=True)
+    """The thread's diagnosis; the banner shows only when its state is CRASHED."""
+
+    def watch_diagnosis(self, diagnosis: Diagnosis | None) -> None:
+        crashed = diagnosis is not None and diagnosis.state is ThreadState.CRASHED
+        self.set_class(crashed, "-crashed")
+        self.update(describe(diagnosis) if crashed and diagnosis is not None else "")

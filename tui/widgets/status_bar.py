@@ -1,0 +1,76 @@
+"""StatusBar: thread id, run state, model and token usage of the thread on screen."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from core.messages import Usage
+from tui.text import clean
+
+_STATE_STYLES = {
+    "running": "bold $success",
+    "aborting": "bold $warning",
+    "aborted": "bold $warning",
+    "failed": "bold $error",
+    "crashed": "bold $error",
+}
+
+
+class StatusBar(Static):
+    """One line: ``thread · state · model · tokens in/out``."""
+
+    DEFAULT_CSS = """
+    StatusBar {
+        height: 1;
+        padding: 0 1;
+        background: $panel;
+        color: $text-muted;
+    }
+    """
+
+    thread_id: reactive[str] = reactive("")
+    """The thread on screen."""
+
+    run_state: reactive[str] = reactive("idle")
+    """idle, running, aborting, or the last diagnosis/outcome (completed, aborted, crashed, ...)."""
+
+    model: reactive[str] = reactive("")
+    """The model new turns use (or "demo")."""
+
+    input_tokens: reactive[int] = reactive(0)
+    """Input tokens of every assistant message on the thread."""
+
+    output_tokens: reactive[int] = reactive(0)
+    """Output tokens of every assistant message on the thread."""
+
+    def add_usage(self, usage: Usage | None) -> None:
+        """Count one assistant message's usage."""
+        if usage is not None:
+            self.input_tokens += usage.input_tokens
+            self.output_tokens += usage.output_tokens
+
+    def render(self) -> Text:
+        text = Text()
+        text.append("thread ", style="dim")
+        text.append(clean(self.thread_id), style="bold")
+        text.append("  ·  ")
+        state_style = self._state_style()
+        text.append(self.run_state, style=state_style)
+        if self.model:
+            text.append("  ·  model ", style="dim")
+            text.append(clean(self.model))
+        text.append("  ·  tokens ", style="dim")
+        text.append(f"{self.input_tokens:,} in / {self.output_tokens:,} out")
+        return text
+
+    def _state_style(self) -> str:
+        key = "crashed" if self.run_state.startswith("crashed") else self.run_state
+        style = _STATE_STYLES.get(key, "bold")
+        # Theme variables are resolved against the app's theme so colours follow it.
+        if "$" in style:
+            variables = self.app.theme_variables
+            for name in ("success", "warning", "error"):
+                style = style.replace(f"${name}", variables.get(name, name))
+        return style

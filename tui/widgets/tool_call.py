@@ -1,0 +1,186 @@
+"""ToolCallView: one tool call, its live progress, and then its result."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import ProgressBar, Static
+
+from core.messages import ToolCall, ToolResultMessage
+from tui.text import clean, clock, literal, short_json
+
+RESULT_LINE_LIMIT = 40
+"""Lines of a tool result shown; the rest is summarised so a huge output cannot stall the view."""
+
+
+def settled_as(result: ToolResultMessage) -> str | None:
+    """``"interrupted"`` (recorded by recovery) or ``"aborted"`` (cancelled after an abort), else ``None``."""
+    settled = (result.metadata or {}).get("settled")
+    return settled if settled in ("interrupted", "aborted") else None
+
+
+class ToolCallView(Widget):
+    """A tool call: name, id and arguments; a progress bar while it runs; its result after.
+
+    ``status`` moves ``streaming`` (arguments still arriving) → ``pending`` → ``running``
+    → ``ok`` | ``error`` | ``interrupted`` (settled by recovery) | ``aborted`` (cancelled
+    after an abort); ``dangling`` marks a call of a crashed run that has no result.
+    """
+
+    DEFAULT_CSS = """
+    ToolCallView {
+        height: auto;
+        margin: 0 0 1 2;
+        padding: 0 1;
+        border-left: outer $accent 50%;
+        &.-ok { border-left: outer $success 60%; }
+        &.-error, &.-interrupted, &.-aborted { border-left: outer $error; }
+        &.-dangling { border-left: outer $warning; }
+        #tool-header { height: auto; }
+        #tool-progress { height: 1; display: none; }
+        &.-running #tool-progress { display: block; }
+        #tool-status { height: auto; color: $text-muted; }
+        #tool-result { height: auto; display: none; }
+        &.-ok #tool-result, &.-error #tool-result, &.-interrupted #tool-result, &.-aborted #tool-result {
+            display: block;
+        }
+        &.-error #tool-result, &.-interrupted #tool-result, &.-aborted #tool-result { color: $text-error; }
+    }
+    """
+
+    status: reactive[str] = reactive("pending")
+    """Lifecycle state: streaming, pending, running, ok, error, interrupted, aborted or dangling."""
+
+    progress: reactive[float | None] = reactive(None)
+    """Fraction done (0..1) the tool last reported, or ``None`` if it reports none."""
+
+    status_text: reactive[str] = reactive("")
+    """The tool's last short status text (untrusted, shown literally)."""
+
+    def __init__(self, call: ToolCall, *, status: str = "pending", note: str = "") -> None:
+        super().__init__(id=None)
+        self.call_id = call.id
+        self.tool_name = call.name
+        self.arguments: dict[str, Any] = dict(call.arguments)
+        self.started_at: float | None = None
+        self._result: ToolResultMessage | None = None
+        self._note = note
+        self.set_reactive(ToolCallView.status, status)
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._header(), id="tool-header")
+        yield ProgressBar(total=1.0, show_eta=False, id="tool-progress")
+        yield Static(id="tool-status")
+        yield Static(id="tool-result")
+
+    def on_mount(self) -> None:
+        self._apply_status()
+
+    # --- public API -------------------------------------------------------------------
+
+    def set_arguments(self, arguments: dict[str, Any]) -> None:
+        """Show the call's final arguments (they stream in pieces while the model writes them)."""
+        self.arguments = dict(arguments)
+        if self.is_mounted:
+            self.query_one("#tool-header", Static).update(self._header())
+        if self.status == "streaming":
+            self.status = "pending"
+
+    def start(self, started_at: float | None = None) -> None:
+        """Mark the call running (the tool began)."""
+        self.started_at = started_at or time.time()
+        self.status = "running"
+
+    def report(self, progress: float | None, text: str | None) -> None:
+        """Show the latest progress fraction and status text the tool reported."""
+        if progress is not None:
+            self.progress = max(0.0, min(1.0, progress))
+        if text is not None:
+            self.status_text = text
+        if self.status in ("pending", "streaming"):
+            self.status = "running"
+
+    def finish(self, result: ToolResultMessage) -> None:
+        """Show ``result`` and mark the call settled (ok, error or interrupted)."""
+        self._result = result
+        settled = settled_as(result)
+        if settled is not None:
+            self.status = settled
+        else:
+            self.status = "error" if result.is_error else "ok"
+        if self.is_mounted:
+            self._render_result()
+
+    def mark_dangling(self, note: str) -> None:
+        """Mark a call of a crashed run that has no result; ``note`` says whether it started."""
+        self._note = note
+        self.status = "dangling"
+
+    # --- rendering ----------------------------------------------------------------------
+
+    def _header(self) -> Text:
+        header = Text()
+        header.append("⚙ ", style="bold")
+        header.append(clean(self.tool_name), style="bold")
+        header.append(f"  {clean(self.call_id)}", style="dim")
+        header.append("  ")
+        header.append(short_json(self.arguments, 300))
+        return header
+
+    def watch_status(self) -> None:
+        self._apply_status()
+
+    def watch_progress(self, progress: float | None) -> None:
+        if self.is_mounted:
+            bar = self.query_one("#tool-progress", ProgressBar)
+            bar.update(total=1.0 if progress is not None else None, progress=progress or 0.0)
+
+    def watch_status_text(self) -> None:
+        self._update_status_line()
+
+    def _apply_status(self) -> None:
+        if not self.is_mounted:
+            return
+        for name in ("streaming", "pending", "running", "ok", "error", "interrupted", "aborted", "dangling"):
+            self.set_class(self.status == name, f"-{name}")
+        if self.status == "running" and self.progress is None:
+            self.query_one("#tool-progress", ProgressBar).update(total=None)
+        self._update_status_line()
+        if self._result is not None:
+            self._render_result()
+
+    def _update_status_line(self) -> None:
+        if not self.is_mounted:
+            return
+        words = {
+            "streaming": "model is writing the arguments…",
+            "pending": "waiting to run",
+            "running": f"running since {clock(self.started_at)}" if self.started_at else "running",
+            "ok": "done",
+            "error": "failed",
+            "interrupted": "interrupted: settled as an error by recovery; check its effects",
+            "aborted": "aborted: cancelled after the abort; check its effects",
+            "dangling": f"no result: {self._note}" if self._note else "no result",
+        }[self.status]
+        line = Text(words, style="italic")
+        if self.status == "running" and self.status_text:
+            line.append(" — ")
+            line.append_text(literal(self.status_text))
+        self.query_one("#tool-status", Static).update(line)
+
+    def _render_result(self) -> None:
+        assert self._result is not None
+        body = self._result.text
+        if not body and self._result.details is not None:
+            body = short_json(self._result.details, 2000)
+        lines = clean(body).split("\n")
+        shown = "\n".join(lines[:RESULT_LINE_LIMIT])
+        text = Text(shown)
+        if len(lines) > RESULT_LINE_LIMIT:
+            text.append(f"\n… {len(lines) - RESULT_LINE_LIMIT} more lines", style="dim italic")
+        self.query_one("#tool-result", Static).update(text)

@@ -1,0 +1,228 @@
+"""Transcript: the thread's messages, newest at the bottom, with the live reply streaming in.
+
+Only the last :data:`WINDOW` entries are mounted; "show earlier" mounts more on request,
+so opening a 10,000-message thread costs the same as opening a short one. Live updates
+touch only the reply being streamed and the tool calls that changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence, Union
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Button, Static
+
+from core.checkpoint.base import CorruptRow
+from core.messages import AnyMessage, AssistantMessage, ToolResultMessage
+from core.recovery import Diagnosis
+from tui.widgets.message_view import AssistantMessageView, RawView, ToolResultView, view_for_message
+from tui.widgets.tool_call import ToolCallView
+
+WINDOW = 60
+"""Entries mounted at first, and mounted again by each "show earlier"."""
+
+Entry = Union[AnyMessage, CorruptRow]
+"""One transcript row: a decoded message, or a stored row that could not be decoded."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Hidden:
+    count: int
+
+
+def merge_rows(messages: Sequence[AnyMessage], ids: Sequence[Any], problems: Iterable[CorruptRow]) -> list[Entry]:
+    """Messages and undecodable rows in store order (by row id when ids are comparable)."""
+    problems = list(problems)
+    if not problems:
+        return list(messages)
+    try:
+        keyed: list[tuple[Any, int, Entry]] = [
+            (ids[i] if i < len(ids) else float("inf"), 0, m) for i, m in enumerate(messages)
+        ]
+        keyed += [(p.row_id, 1, p) for p in problems]
+        keyed.sort(key=lambda k: (k[0], k[1]))
+        return [entry for _, _, entry in keyed]
+    except TypeError:
+        return [*messages, *problems]
+
+
+class Transcript(VerticalScroll, can_focus=True):
+    """The scrolling list of message views; stays pinned to the bottom while it grows."""
+
+    DEFAULT_CSS = """
+    Transcript {
+        height: 1fr;
+        padding: 0 1;
+        scrollbar-gutter: stable;
+        & > #earlier { width: 100%; height: 1; border: none; margin: 0; min-width: 0; }
+        & > .empty { color: $text-muted; margin: 1 0; }
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._entries: list[Entry] = []
+        self._first_shown = 0
+        self._results: dict[str, ToolResultMessage] = {}
+        self.tool_views: dict[str, ToolCallView] = {}
+        self.live: AssistantMessageView | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Button("", id="earlier", variant="default", compact=True)
+
+    def on_mount(self) -> None:
+        self._update_earlier()
+
+    def watch_virtual_size(self) -> None:
+        # Follow the tail only once there is more than a screenful: an anchored widget
+        # bottom-aligns short content, which would leave a short thread hanging low.
+        if not self.is_anchored and self.virtual_size.height > self.scrollable_content_region.height:
+            self.anchor()
+
+    # --- loading ------------------------------------------------------------------------
+
+    async def show(self, entries: list[Entry]) -> None:
+        """Replace what is shown with ``entries`` (store order); mounts only the last window."""
+        await self.remove_children([child for child in self.children if child.id != "earlier"])
+        self._entries = list(entries)
+        self._results = {m.tool_call_id: m for m in entries if isinstance(m, ToolResultMessage)}
+        self.tool_views.clear()
+        self.live = None
+        start = self._window_start(len(self._entries))
+        views = self._views(start, len(self._entries))
+        self._first_shown = start
+        if not entries:
+            views = [Static("No messages yet. Press n to send the first prompt.", classes="empty")]
+        await self.mount_all(views)
+        self._update_earlier()
+        self.anchor(False)
+        self.scroll_home(animate=False)
+
+    async def show_earlier(self) -> None:
+        """Mount up to :data:`WINDOW` more of the older entries above the shown ones."""
+        if self._first_shown == 0:
+            return
+        start = self._window_start(self._first_shown)
+        views = self._views(start, self._first_shown)
+        self._first_shown = start
+        first = next((c for c in self.children if c.id != "earlier"), None)
+        if views:
+            await self.mount_all(views, before=first) if first else await self.mount_all(views)
+        self._update_earlier()
+
+    def _window_start(self, end: int) -> int:
+        start = max(0, end - WINDOW)
+        # Never start on a tool result: show the reply that made the call with it.
+        while start > 0 and isinstance(self._entries[start], ToolResultMessage):
+            start -= 1
+        return start
+
+    def _views(self, start: int, end: int) -> list[Widget]:
+        views: list[Widget] = []
+        for entry in self._entries[start:end]:
+            if isinstance(entry, CorruptRow):
+                views.append(RawView(f"row {entry.row_id} could not be read: {entry.reason}", entry.raw))
+                continue
+            if isinstance(entry, ToolResultMessage) and entry.tool_call_id in self.tool_views:
+                continue  # shown inside its tool call
+            view = view_for_message(entry)
+            if isinstance(view, AssistantMessageView):
+                self._adopt(view, entry)  # type: ignore[arg-type]
+            views.append(view)
+        return views
+
+    def _adopt(self, view: AssistantMessageView, message: AssistantMessage) -> None:
+        """Register the reply's tool call views and give each its result, if stored."""
+        for call_id, tool_view in view.tool_views.items():
+            self.tool_views[call_id] = tool_view
+            result = self._results.get(call_id)
+            if result is not None:
+                tool_view.finish(result)
+
+    def _update_earlier(self) -> None:
+        button = self.query_one("#earlier", Button)
+        hidden = self._first_shown
+        button.display = hidden > 0
+        button.label = Text(f"▲ {hidden} earlier message(s) hidden: click or press e to show {min(hidden, WINDOW)} more")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "earlier":
+            event.stop()
+            self.run_worker(self.show_earlier(), exclusive=True, group="earlier")
+
+    # --- live updates -------------------------------------------------------------------
+
+    async def append_message(self, message: AnyMessage) -> None:
+        """Show a message that was just persisted (user message, tool result, unknown role)."""
+        await self._drop_empty_note()
+        self._entries.append(message)
+        if isinstance(message, ToolResultMessage):
+            self._results[message.tool_call_id] = message
+            view = self.tool_views.get(message.tool_call_id)
+            if view is not None:
+                view.finish(message)
+                return
+        await self.mount(view_for_message(message))
+
+    async def begin_reply(self, partial: AssistantMessage) -> AssistantMessageView:
+        """Start showing a streamed reply."""
+        await self._drop_empty_note()
+        self.live = AssistantMessageView(partial, live=True)
+        await self.mount(self.live)
+        return self.live
+
+    async def sync_reply(self, partial: AssistantMessage) -> None:
+        """Show what the streamed reply gained since the last call."""
+        if self.live is None:
+            await self.begin_reply(partial)
+        assert self.live is not None
+        await self.live.sync(partial)
+        self.tool_views.update(self.live.tool_views)
+
+    async def end_reply(self, final: AssistantMessage) -> None:
+        """The streamed reply was persisted as ``final``."""
+        if self.live is None:
+            await self.begin_reply(final)
+        assert self.live is not None
+        await self.live.finish(final)
+        self.tool_views.update(self.live.tool_views)
+        self._entries.append(final)
+        self.live = None
+
+    def tool_started(self, call_id: str, started_at: float | None = None) -> None:
+        """A tool began running call ``call_id``."""
+        view = self.tool_views.get(call_id)
+        if view is not None:
+            view.start(started_at)
+
+    def tool_progress(self, call_id: str, progress: float | None, text: str | None) -> None:
+        """A running tool reported ``progress`` (0..1) and/or a status ``text``."""
+        view = self.tool_views.get(call_id)
+        if view is not None:
+            view.report(progress, text)
+
+    def tool_finished(self, result: ToolResultMessage) -> None:
+        """A tool call ended with ``result`` (shown now; persisted right after)."""
+        view = self.tool_views.get(result.tool_call_id)
+        if view is not None:
+            view.finish(result)
+
+    def mark_dangling(self, diagnosis: Diagnosis) -> None:
+        """Mark the calls a crashed run left without results."""
+        for dangling in diagnosis.dangling:
+            view = self.tool_views.get(dangling.call.id)
+            if view is not None and view.status not in ("ok", "error", "interrupted", "aborted"):
+                view.mark_dangling(dangling.status_words)
+
+    async def _drop_empty_note(self) -> None:
+        for note in self.query(".empty"):
+            await note.remove()
+
+    @property
+    def shown_count(self) -> int:
+        """How many entries are mounted (for tests and the "earlier" button)."""
+        return len(self._entries) - self._first_shown
