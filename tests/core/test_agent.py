@@ -1,0 +1,470 @@
+"""The Agent on the faux provider and the memory store: state, persistence, runs, resume."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from core.agent import Agent
+from core.checkpoint.base import CorruptRow
+from core.checkpoint.memory import MemoryCheckpointer
+from core.errors import AgentBusyError, NothingToResumeError, RunError, UnreadableThreadError
+from core.events import AgentEnd, MessageEnd, MessageStart, MessageUpdate, ToolExecutionUpdate
+from core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage, user_text
+from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
+from core.recovery import CrashPoint, ResumeAction, ThreadState, diagnose
+from core.tools import ToolContext, tool
+from tests.core.test_loop import assert_every_call_answered, squash
+
+WAIT = 10.0  # seconds; reached only by a failing test
+
+
+@tool
+async def count(n: int, ctx: ToolContext) -> str:
+    """Count to n, reporting progress."""
+    for i in range(1, n + 1):
+        ctx.report(progress=i / n, text=f"{i} of {n}")
+    return f"counted to {n}"
+
+
+@tool
+async def wait_for_abort(ctx: ToolContext) -> str:
+    """Block until the run is aborted."""
+    ctx.report(text="waiting")
+    await ctx.signal.wait()
+    return "interrupted: abort signal received"
+
+
+TOOLS = (count, wait_for_abort)
+
+
+def make_agent(provider, store=None, thread="t1", **options) -> Agent:
+    return Agent(provider, store or MemoryCheckpointer(), thread, tools=options.pop("tools", TOOLS), **options)
+
+
+def kinds(events) -> list[str]:
+    out = []
+    for e in events:
+        role = getattr(getattr(e, "message", None), "role", None)
+        out.append(f"{e.type}:{role}" if e.type.startswith("message") else e.type)
+    return out
+
+
+async def stored(agent: Agent):
+    return await agent.checkpointer.load(agent.thread_id)
+
+
+async def test_one_tool_run_event_sequence_and_persistence():
+    provider = FauxProvider([faux_reply("Counting.", faux_tool_call("count", {"n": 2})), faux_reply("Done.")])
+    agent = make_agent(provider)
+    events = []
+    agent.subscribe(events.append)
+    assert await asyncio.wait_for(agent.prompt("count to two"), WAIT) == "completed"
+    assert squash(kinds(events)) == [
+        "agent_start",
+        "turn_start",
+        "message_start:user",
+        "message_end:user",
+        "message_start:assistant",
+        "message_update:assistant",
+        "message_end:assistant",
+        "tool_execution_start",
+        "tool_execution_update",
+        "tool_execution_update",
+        "tool_execution_end",
+        "message_start:tool_result",
+        "message_end:tool_result",
+        "turn_end",
+        "turn_start",
+        "message_start:assistant",
+        "message_update:assistant",
+        "message_end:assistant",
+        "turn_end",
+        "agent_end",
+    ]
+    progress = [(e.progress, e.text) for e in events if isinstance(e, ToolExecutionUpdate)]
+    assert progress == [(0.5, "1 of 2"), (1.0, "2 of 2")]
+
+    data = await stored(agent)
+    state = agent.state
+    assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert [m.model_dump() for m in data.messages] == [m.model_dump() for m in state.messages]
+    run_id = state.run_id
+    assert all(m.run_id == run_id for m in data.messages)
+    assert data.messages[0].metadata == {"kind": "prompt"}
+    assert [(r.run_id, r.completed) for r in data.runs] == [(run_id, True)]
+    assert (state.is_running, state.last_outcome, state.error) == (False, "completed", None)
+    assert state.streaming_message is None and state.running_tools == {}
+
+
+async def test_each_message_is_persisted_before_listeners_hear_of_it():
+    provider = FauxProvider([faux_reply(faux_tool_call("count", {"n": 1})), "Done."])
+    agent = make_agent(provider)
+    checks: list[bool] = []
+
+    async def listener(event):
+        if isinstance(event, MessageEnd):
+            data = await stored(agent)
+            checks.append(data.messages[-1].model_dump() == event.message.model_dump())
+
+    agent.subscribe(listener)
+    await agent.prompt("go")
+    assert checks == [True, True, True, True]
+
+
+async def test_state_tracks_streaming_and_running_tools():
+    provider = FauxProvider([faux_reply("Let me count.", faux_tool_call("count", {"n": 2})), "Done."])
+    agent = make_agent(provider)
+    seen = []
+
+    def listener(event):
+        state = agent.state
+        if isinstance(event, MessageUpdate):
+            seen.append(("streaming", state.streaming_message is event.message, state.is_running))
+        elif isinstance(event, ToolExecutionUpdate):
+            running = state.running_tools[event.tool_call_id]
+            seen.append(("tool", running.name, running.args, running.progress, running.text))
+        elif isinstance(event, MessageEnd) and event.message.role == "assistant":
+            seen.append(("ended", state.streaming_message))
+
+    agent.subscribe(listener)
+    await agent.prompt("go")
+    assert ("streaming", True, True) in seen
+    assert ("tool", "count", {"n": 2}, 0.5, "1 of 2") in seen
+    assert ("tool", "count", {"n": 2}, 1.0, "2 of 2") in seen
+    assert ("ended", None) in seen
+
+
+async def test_a_fresh_agent_continues_the_thread():
+    store = MemoryCheckpointer()
+    first = make_agent(FauxProvider(["The capital is Paris."]), store)
+    await first.prompt("Capital of France?")
+
+    provider = FauxProvider(["About 2 million people."])
+    second = make_agent(provider, store)
+    await second.load()
+    assert [m.role for m in second.state.messages] == ["user", "assistant"]
+    await second.prompt("How many live there?")
+    texts = [m.text for m in provider.requests[0].messages]
+    assert texts == ["Capital of France?", "The capital is Paris.", "How many live there?"]
+    data = await stored(second)
+    assert len(data.runs) == 2 and all(r.completed for r in data.runs)
+
+
+async def test_each_run_reloads_what_other_writers_added():
+    store = MemoryCheckpointer()
+    provider = FauxProvider(["one", "two"])
+    agent = make_agent(provider, store)
+    await agent.prompt("first")
+    await store.append("t1", [user_text("written by another process")])
+    await agent.prompt("second")
+    assert [m.text for m in provider.requests[1].messages][-2:] == ["written by another process", "second"]
+
+
+async def test_abort_during_streaming_then_a_new_prompt_works():
+    provider = FauxProvider([faux_reply("x" * 400), "Fresh answer."], chunk_size=1, delay=0.001)
+    agent = make_agent(provider)
+    stop = agent.subscribe(lambda e: agent.abort() if isinstance(e, MessageUpdate) and len(e.message.text) == 5 else None)
+    assert await asyncio.wait_for(agent.prompt("go"), WAIT) == "aborted"
+    stop()
+    data = await stored(agent)
+    assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
+    assert data.messages[-1].text == "xxxxx"
+    assert data.runs[0].completed is False
+    assert agent.state.last_outcome == "aborted"
+
+    assert await asyncio.wait_for(agent.prompt("again"), WAIT) == "completed"
+    data = await stored(agent)
+    assert data.messages[-1].text == "Fresh answer."
+    assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+    assert [r.completed for r in data.runs] == [False, True]
+
+
+async def test_abort_during_a_tool_then_a_new_prompt_works():
+    provider = FauxProvider([faux_reply(faux_tool_call("wait_for_abort")), "Back again."])
+    agent = make_agent(provider)
+    stop = agent.subscribe(lambda e: agent.abort() if isinstance(e, ToolExecutionUpdate) else None)
+    assert await asyncio.wait_for(agent.prompt("go"), WAIT) == "aborted"
+    stop()
+    data = await stored(agent)
+    # the shape cubeloop writes: user, assistant(tool call), tool_result, assistant(aborted, empty)
+    assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert (data.messages[-1].stop_reason, data.messages[-1].content) == ("aborted", [])
+    assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
+    assert not data.runs[0].completed
+
+    assert await asyncio.wait_for(agent.prompt("again"), WAIT) == "completed"
+    assert_every_call_answered(provider.requests)
+
+
+async def test_abort_is_idempotent_and_a_no_op_when_idle():
+    provider = FauxProvider(["hello"])
+    agent = make_agent(provider)
+    agent.abort()
+    agent.abort()
+    assert await agent.prompt("hi") == "completed"  # an abort while idle does not leak into the next run
+
+
+async def test_steer_is_delivered_at_the_next_turn_boundary():
+    provider = FauxProvider([faux_reply(faux_tool_call("count", {"n": 1})), "Steered."])
+    agent = make_agent(provider)
+    agent.subscribe(lambda e: agent.steer("check the other file") if e.type == "tool_execution_start" else None)
+    await agent.prompt("go")
+    second = provider.requests[1].messages
+    assert [m.role for m in second] == ["user", "assistant", "tool_result", "user"]
+    steer = second[-1]
+    assert steer.text == "check the other file"
+    assert steer.metadata == {"kind": "steer"} and steer.run_id == agent.state.run_id
+    assert agent.state.pending_steers == []
+    assert_every_call_answered(provider.requests)
+
+
+async def test_follow_up_waits_for_the_final_reply():
+    provider = FauxProvider([faux_reply(faux_tool_call("count", {"n": 1})), "Answer one.", "Answer two."])
+    agent = make_agent(provider)
+    queued = []
+
+    def listener(event):
+        if event.type == "tool_execution_start" and not queued:
+            agent.follow_up("now summarise")
+            queued.append(len(agent.state.pending_follow_ups))
+
+    agent.subscribe(listener)
+    assert await agent.prompt("go") == "completed"
+    texts = [m.text for m in agent.state.messages if not isinstance(m, ToolResultMessage)]
+    assert texts[-3:] == ["Answer one.", "now summarise", "Answer two."]
+    follow_up = agent.state.messages[-2]
+    assert follow_up.metadata == {"kind": "follow_up"}
+    assert queued == [1] and len(provider.requests) == 3
+
+
+async def test_steer_and_follow_up_need_a_run():
+    agent = make_agent(FauxProvider())
+    with pytest.raises(RunError, match="No run is in progress; send it as a new prompt."):
+        agent.steer("x")
+    with pytest.raises(RunError, match="No run is in progress"):
+        agent.follow_up("x")
+
+
+async def test_a_second_prompt_while_running_is_refused():
+    provider = FauxProvider([faux_reply(faux_tool_call("wait_for_abort"))])
+    agent = make_agent(provider)
+    refused = []
+
+    async def listener(event):
+        if isinstance(event, ToolExecutionUpdate):
+            with pytest.raises(AgentBusyError):
+                await agent.prompt("again")
+            with pytest.raises(AgentBusyError):
+                await agent.load()
+            refused.append(True)
+            agent.abort()
+
+    agent.subscribe(listener)
+    assert await asyncio.wait_for(agent.prompt("go"), WAIT) == "aborted"
+    assert refused == [True]
+
+
+def crashed_mid_tool(run_id: str = "old-run") -> list:
+    return [
+        user_text("old prompt", run_id=run_id),
+        AssistantMessage(
+            content=[ToolCall(id="c1", name="count", arguments={"n": 1}), ToolCall(id="c2", name="count", arguments={"n": 1})],
+            stop_reason="tool_use",
+            run_id=run_id,
+        ),
+        ToolResultMessage(tool_call_id="c1", tool_name="count", run_id=run_id),
+    ]
+
+
+async def seeded(messages, *, run_completed: bool = False) -> MemoryCheckpointer:
+    store = MemoryCheckpointer()
+    await store.claim_run("t1", "old-run")
+    await store.append("t1", messages)
+    if run_completed:
+        await store.mark_run_complete("t1", "old-run")
+    return store
+
+
+async def test_dangling_calls_are_settled_before_a_new_prompt():
+    store = await seeded(crashed_mid_tool())
+    provider = FauxProvider(["Carrying on."])
+    agent = make_agent(provider, store)
+    assert await agent.prompt("new prompt") == "completed"
+    request = provider.requests[0].messages
+    assert [m.role for m in request] == ["user", "assistant", "tool_result", "tool_result", "user"]
+    settled = request[3]
+    assert (settled.tool_call_id, settled.is_error, settled.metadata) == ("c2", True, {"settled": "interrupted"})
+    assert_every_call_answered(provider.requests)
+    data = await stored(agent)
+    assert data.messages[3].metadata == {"settled": "interrupted"}  # persisted, not only sent
+
+
+async def test_resume_call_model_after_an_unanswered_prompt():
+    store = await seeded([user_text("never answered", run_id="old-run")])
+    provider = FauxProvider(["Answered now."])
+    agent = make_agent(provider, store)
+    await agent.load()
+    assert agent.diagnosis().action is ResumeAction.CALL_MODEL
+    assert await agent.resume() == "completed"
+    assert [m.text for m in provider.requests[0].messages] == ["never answered"]
+    data = await stored(agent)
+    assert data.messages[-1].text == "Answered now."
+    new_run = data.messages[-1].run_id
+    assert new_run != "old-run"
+    assert {r.run_id: r.completed for r in data.runs} == {"old-run": False, new_run: True}
+
+
+async def test_resume_settles_then_calls_the_model():
+    store = await seeded(crashed_mid_tool())
+    provider = FauxProvider(["Checked."])
+    agent = make_agent(provider, store)
+    await agent.load()
+    plan = agent.diagnosis()
+    assert (plan.crash_point, plan.action) == (CrashPoint.MID_TOOL, ResumeAction.SETTLE_THEN_CALL_MODEL)
+    events = []
+    agent.subscribe(events.append)
+    assert await agent.resume() == "completed"
+    assert [m.role for m in provider.requests[0].messages] == ["user", "assistant", "tool_result", "tool_result"]
+    assert kinds(events)[:4] == ["agent_start", "turn_start", "message_start:tool_result", "message_end:tool_result"]
+    assert_every_call_answered(provider.requests)
+    data = await stored(agent)
+    assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+
+
+async def test_resume_after_tool_results_calls_the_model():
+    messages = crashed_mid_tool()[:2] + [
+        ToolResultMessage(tool_call_id="c1", tool_name="count", run_id="old-run"),
+        ToolResultMessage(tool_call_id="c2", tool_name="count", run_id="old-run"),
+    ]
+    store = await seeded(messages)
+    provider = FauxProvider(["Both done."])
+    agent = make_agent(provider, store)
+    assert await agent.resume() == "completed"
+    assert len(provider.requests[0].messages) == 4
+
+
+async def test_resume_waits_for_the_user_after_a_final_reply():
+    store = await seeded([user_text("hi", run_id="old-run"), AssistantMessage(content=[], run_id="old-run")])
+    provider = FauxProvider()
+    agent = make_agent(provider, store)
+    await agent.load()
+    assert agent.diagnosis().action is ResumeAction.WAIT_FOR_USER
+    assert await agent.resume() == "completed"
+    assert provider.requests == []
+    data = await stored(agent)
+    assert [(r.run_id, r.completed) for r in data.runs] == [("old-run", True)]
+    assert agent.diagnosis().state is ThreadState.COMPLETED
+
+
+async def test_resume_with_nothing_to_do_raises():
+    store = await seeded([user_text("hi", run_id="old-run"), AssistantMessage(content=[], run_id="old-run")], run_completed=True)
+    agent = make_agent(FauxProvider(), store)
+    with pytest.raises(NothingToResumeError, match=r"^Nothing to resume: the thread is completed; send a new message"):
+        await agent.resume()
+    assert agent.state.is_running is False
+    with pytest.raises(NothingToResumeError):
+        await make_agent(FauxProvider(), MemoryCheckpointer(), "empty").resume()
+
+
+async def test_failed_run_is_not_marked_complete():
+    agent = make_agent(FauxProvider([]))
+    assert await agent.prompt("go") == "failed"
+    data = await stored(agent)
+    assert data.runs[0].completed is False
+    assert agent.state.error == "The faux provider has no scripted reply left for call 1."
+    assert diagnose(data.messages, data.runs).state is ThreadState.FAILED
+
+
+class BrokenStore(MemoryCheckpointer):
+    """A store whose disk fills up when the first tool result is written."""
+
+    async def append(self, thread_id, messages):
+        if any(isinstance(m, ToolResultMessage) for m in messages):
+            raise OSError("No space left on device")
+        await super().append(thread_id, messages)
+
+
+async def test_persist_failure_fails_the_run_but_still_delivers_the_event():
+    provider = FauxProvider([faux_reply(faux_tool_call("count", {"n": 1})), "never"])
+    agent = make_agent(provider, BrokenStore())
+    events = []
+    agent.subscribe(events.append)
+    assert await asyncio.wait_for(agent.prompt("go"), WAIT) == "failed"
+    assert "message_end:tool_result" in kinds(events)
+    end = events[-1]
+    assert isinstance(end, AgentEnd) and end.outcome == "failed"
+    assert end.error == "Could not save a message, so the run stopped: OSError: No space left on device"
+    assert agent.state.error == end.error and agent.state.is_running is False
+    assert len(provider.requests) == 1
+    data = await stored(agent)
+    assert not data.runs[0].completed
+
+
+class CorruptStore(MemoryCheckpointer):
+    """A store holding one row it cannot decode."""
+
+    async def load(self, thread_id):
+        data = await super().load(thread_id)
+        data.problems.append(CorruptRow(row_id=7, reason="malformed JSON", raw="{"))
+        return data
+
+
+async def test_unreadable_thread_cannot_be_continued():
+    store = CorruptStore()
+    await store.append("t1", [user_text("hi")])
+    provider = FauxProvider(["never"])
+    agent = make_agent(provider, store)
+    with pytest.raises(UnreadableThreadError, match="1 unreadable row"):
+        await agent.prompt("go")
+    with pytest.raises(UnreadableThreadError):
+        await agent.resume()
+    assert provider.requests == [] and agent.state.is_running is False
+    await agent.load()  # browsing still works
+    assert len(agent.state.problems) == 1
+
+
+async def test_listeners_sync_async_unsubscribe_and_failing():
+    agent = make_agent(FauxProvider(["one", "two"]))
+    sync_seen, async_seen = [], []
+
+    async def async_listener(event):
+        async_seen.append(event.type)
+
+    def broken(event):
+        raise ValueError("listener bug")
+
+    agent.subscribe(broken)
+    unsubscribe = agent.subscribe(sync_seen.append)
+    agent.subscribe(async_listener)
+    assert await agent.prompt("first") == "completed"
+    assert [e.type for e in sync_seen] == async_seen and async_seen[-1] == "agent_end"
+    unsubscribe()
+    unsubscribe()
+    before = len(sync_seen)
+    await agent.prompt("second")
+    assert len(sync_seen) == before and len(async_seen) > before
+
+
+async def test_every_message_of_a_run_carries_its_run_id():
+    provider = FauxProvider([faux_reply(faux_tool_call("count", {"n": 1})), "Done."])
+    agent = make_agent(provider)
+    agent.subscribe(lambda e: agent.steer("s") if e.type == "tool_execution_end" else None)
+    await agent.prompt("go")
+    run_id = agent.state.run_id
+    assert run_id and len(run_id) == 32
+    assert all(m.run_id == run_id for m in agent.state.messages)
+    assert any(isinstance(m, UserMessage) and m.metadata == {"kind": "steer"} for m in agent.state.messages)
+
+
+async def test_sequential_agent_runs_tools_in_order():
+    provider = FauxProvider(
+        [faux_reply(faux_tool_call("count", {"n": 1}, id="a"), faux_tool_call("count", {"n": 2}, id="b")), "ok"]
+    )
+    agent = make_agent(provider, tool_execution="sequential")
+    events = []
+    agent.subscribe(events.append)
+    await agent.prompt("go")
+    ids = [e.tool_call_id for e in events if e.type in ("tool_execution_start", "tool_execution_end")]
+    assert ids == ["a", "a", "b", "b"]

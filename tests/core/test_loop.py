@@ -1,0 +1,309 @@
+"""The loop on its own: event order, transcript, dangling calls, abort, steering, failures."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Sequence
+
+import pytest
+
+from core.errors import ToolDefinitionError
+from core.events import AgentEnd, MessageEnd, MessageStart, MessageUpdate, StreamEnd, TextDelta
+from core.loop import LoopConfig, run_loop, unanswered_calls
+from core.messages import (
+    AnyMessage,
+    AssistantMessage,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    user_text,
+)
+from core.providers.base import ModelRequest
+from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_tool_call
+from core.recovery import ThreadState, diagnose
+from core.tools import ToolContext, tool
+
+WAIT = 10.0  # seconds; reached only by a failing test
+
+
+def assert_every_call_answered(requests: Sequence[ModelRequest]) -> None:
+    """No request holds a tool call without its result, or a user message between a call and its result."""
+    for n, req in enumerate(requests):
+        open_calls: set[str] = set()
+        for message in req.messages:
+            if isinstance(message, ToolResultMessage):
+                open_calls.discard(message.tool_call_id)
+                continue
+            assert not open_calls, f"request {n}: {message.role} message before results of {open_calls}"
+            if isinstance(message, AssistantMessage):
+                open_calls = {c.id for c in message.tool_calls}
+        assert not open_calls, f"request {n} ends with unanswered calls {open_calls}"
+
+
+@tool
+async def count(n: int, ctx: ToolContext) -> str:
+    """Count to n, reporting progress."""
+    for i in range(1, n + 1):
+        ctx.report(progress=i / n)
+    return f"counted to {n}"
+
+
+@tool
+async def wait_for_abort(ctx: ToolContext) -> str:
+    """Block until the run is aborted."""
+    ctx.report(text="waiting")
+    await ctx.signal.wait()
+    return "interrupted: abort signal received"
+
+
+class Run:
+    """One loop run's inputs and everything it emitted."""
+
+    def __init__(self, provider, *, history: Sequence[AnyMessage] = (), **config) -> None:
+        self.provider = provider
+        self.messages: list[AnyMessage] = list(history)
+        self.events: list = []
+        self.signal = asyncio.Event()
+        self.config = LoopConfig(provider, run_id="run-1", tools=config.pop("tools", (count, wait_for_abort)), **config)
+        self.abort_on = None  # predicate over events
+
+    async def emit(self, event) -> None:
+        self.events.append(event)
+        if self.abort_on is not None and self.abort_on(event):
+            self.signal.set()
+
+    async def __call__(self, *prompts: str):
+        users = [user_text(p, run_id="run-1") for p in prompts]
+        return await asyncio.wait_for(run_loop(self.messages, self.config, self.emit, self.signal, users), WAIT)
+
+    def kinds(self) -> list[str]:
+        out = []
+        for e in self.events:
+            role = getattr(getattr(e, "message", None), "role", None)
+            out.append(f"{e.type}:{role}" if e.type.startswith("message") else e.type)
+        return out
+
+
+def squash(kinds: list[str]) -> list[str]:
+    """Collapse runs of message_update into one entry (their count depends on chunking)."""
+    out: list[str] = []
+    for k in kinds:
+        if not (out and k == out[-1] == "message_update:assistant"):
+            out.append(k)
+    return out
+
+
+async def test_one_tool_run_emits_the_expected_sequence():
+    provider = FauxProvider([faux_reply("Counting.", faux_tool_call("count", {"n": 2})), faux_reply("Done.")])
+    run = Run(provider)
+    assert await run("count to two") == "completed"
+    assert squash(run.kinds()) == [
+        "agent_start",
+        "turn_start",
+        "message_start:user",
+        "message_end:user",
+        "message_start:assistant",
+        "message_update:assistant",
+        "message_end:assistant",
+        "tool_execution_start",
+        "tool_execution_update",
+        "tool_execution_update",
+        "tool_execution_end",
+        "message_start:tool_result",
+        "message_end:tool_result",
+        "turn_end",
+        "turn_start",
+        "message_start:assistant",
+        "message_update:assistant",
+        "message_end:assistant",
+        "turn_end",
+        "agent_end",
+    ]
+    assert [m.role for m in run.messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert all(m.run_id == "run-1" for m in run.messages)
+    assert run.messages[2].text == "counted to 2"
+    assert run.events[-1] == AgentEnd("run-1", "completed")
+
+
+async def test_streamed_deltas_update_one_partial_message_in_place():
+    provider = FauxProvider([faux_reply("abcdefghij")], chunk_size=3)
+    run = Run(provider)
+    await run("hi")
+    start = next(e for e in run.events if isinstance(e, MessageStart) and e.message.role == "assistant")
+    updates = [e for e in run.events if isinstance(e, MessageUpdate)]
+    assert [u.delta for u in updates] == [TextDelta(0, "abc"), TextDelta(0, "def"), TextDelta(0, "ghi"), TextDelta(0, "j")]
+    assert all(u.message is start.message for u in updates)
+    assert start.message.text == "abcdefghij"
+    end = [e for e in run.events if isinstance(e, MessageEnd)][-1]
+    assert end.message.text == "abcdefghij" and end.message is run.messages[-1]
+
+
+async def test_the_provider_gets_the_live_transcript_not_a_copy():
+    seen: list[bool] = []
+    provider = FauxProvider()
+
+    async def stream(request, signal):
+        seen.append(request.messages is run.messages)
+        yield StreamEnd(faux_reply("ok"))
+
+    provider.stream = stream  # type: ignore[method-assign]
+    run = Run(provider)
+    await run("hi")
+    assert seen == [True]
+
+
+async def test_dangling_calls_are_settled_before_the_prompt():
+    crashed = [
+        user_text("old prompt", run_id="run-0"),
+        AssistantMessage(
+            content=[ToolCall(id="c1", name="count", arguments={"n": 1}), ToolCall(id="c2", name="count", arguments={"n": 1})],
+            stop_reason="tool_use",
+            run_id="run-0",
+        ),
+        ToolResultMessage(tool_call_id="c1", tool_name="count", run_id="run-0"),
+    ]
+    provider = FauxProvider(["Fine."])
+    run = Run(provider, history=crashed)
+    await run("new prompt")
+    settled = run.messages[3]
+    assert isinstance(settled, ToolResultMessage)
+    assert (settled.tool_call_id, settled.is_error, settled.metadata) == ("c2", True, {"settled": "interrupted"})
+    assert "interrupted" in settled.text and "effects must be checked" in settled.text
+    assert settled.run_id == "run-1"
+    assert isinstance(run.messages[4], UserMessage) and run.messages[4].text == "new prompt"
+    # the settled result was emitted (so the agent persists it) before the prompt
+    ends = [e.message for e in run.events if isinstance(e, MessageEnd)]
+    assert ends[:2] == [settled, run.messages[4]]
+    assert_every_call_answered(provider.requests)
+
+
+def test_unanswered_calls_looks_only_at_the_last_assistant_message():
+    a = AssistantMessage(content=[ToolCall(id="x", name="t")], stop_reason="tool_use")
+    b = AssistantMessage(content=[ToolCall(id="y", name="t"), ToolCall(id="z", name="t")], stop_reason="tool_use")
+    answered_y = ToolResultMessage(tool_call_id="y")
+    assert [c.id for c in unanswered_calls([a, b, answered_y])] == ["z"]
+    assert unanswered_calls([a, ToolResultMessage(tool_call_id="x"), user_text("next")]) == []
+    assert unanswered_calls([]) == []
+
+
+async def test_abort_during_streaming_keeps_the_partial_text_and_drops_tool_calls():
+    provider = FauxProvider(
+        [faux_reply("A long answer that is cut short.", faux_tool_call("count", {"n": 1}))], chunk_size=2, delay=0.001
+    )
+    run = Run(provider)
+    updates = 0
+
+    def third_update(event) -> bool:
+        nonlocal updates
+        updates += isinstance(event, MessageUpdate)
+        return updates == 3
+
+    run.abort_on = third_update
+    assert await run("go") == "aborted"
+    last = run.messages[-1]
+    assert isinstance(last, AssistantMessage)
+    assert last.stop_reason == "aborted" and last.error_message == "Aborted by the user."
+    assert 0 < len(last.text) < len("A long answer that is cut short.")
+    assert last.tool_calls == []
+    assert run.events[-1] == AgentEnd("run-1", "aborted")
+    assert diagnose(run.messages).state is ThreadState.ABORTED
+
+
+async def test_abort_while_the_provider_is_silent_stops_at_once():
+    class Silent:
+        name, model = "silent", "silent-1"
+
+        async def stream(self, request, signal):
+            await asyncio.sleep(3600)
+            yield StreamEnd(faux_reply("never"))
+
+    run = Run(Silent())
+    run.abort_on = lambda e: isinstance(e, MessageStart) and e.message.role == "assistant"
+    assert await run("go") == "aborted"  # within WAIT, though the provider never answers
+    assert run.messages[-1].stop_reason == "aborted"
+
+
+async def test_abort_during_a_tool_ends_with_an_aborted_assistant_message():
+    provider = FauxProvider([faux_reply(faux_tool_call("wait_for_abort")), "never used"])
+    run = Run(provider)
+    run.abort_on = lambda e: e.type == "tool_execution_update"
+    assert await run("go") == "aborted"
+    assert [m.role for m in run.messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert run.messages[2].text == "interrupted: abort signal received"
+    last = run.messages[-1]
+    assert (last.stop_reason, last.content) == ("aborted", [])
+    assert len(provider.requests) == 1  # the model was not called again
+    assert diagnose(run.messages).state is ThreadState.ABORTED
+
+
+async def test_steering_arrives_after_the_tool_results_before_the_next_call():
+    steers = [[], [user_text("use n=3 next time", kind="steer")], []]
+    provider = FauxProvider([faux_reply(faux_tool_call("count", {"n": 1})), "Noted."])
+    run = Run(provider, get_steering=lambda: steers.pop(0) if steers else [])
+    await run("go")
+    second = provider.requests[1].messages
+    assert [m.role for m in second] == ["user", "assistant", "tool_result", "user"]
+    assert second[-1].text == "use n=3 next time"
+    assert second[-1].run_id == "run-1"
+    assert_every_call_answered(provider.requests)
+
+
+async def test_follow_ups_only_when_the_agent_would_stop():
+    follow_ups = [[user_text("and then?", kind="follow_up")]]
+    provider = FauxProvider([faux_reply(faux_tool_call("count", {"n": 1})), "First answer.", "Second answer."])
+    run = Run(provider, get_follow_ups=lambda: follow_ups.pop(0) if follow_ups else [])
+    assert await run("go") == "completed"
+    assert [m.role for m in run.messages] == ["user", "assistant", "tool_result", "assistant", "user", "assistant"]
+    assert run.messages[3].text == "First answer."
+    assert run.messages[4].text == "and then?"
+    assert run.messages[5].text == "Second answer."
+
+
+async def test_provider_error_fails_the_run_with_its_sentence():
+    provider = FauxProvider([])
+    run = Run(provider)
+    assert await run("go") == "failed"
+    assert run.events[-1] == AgentEnd("run-1", "failed", "The faux provider has no scripted reply left for call 1.")
+    assert run.messages[-1].stop_reason == "error"
+    assert diagnose(run.messages).state is ThreadState.FAILED
+
+
+async def test_error_reply_never_records_tool_calls():
+    provider = FauxProvider([faux_reply("partial", faux_tool_call("count", {"n": 1}), stop_reason="error")])
+    run = Run(provider)
+    assert await run("go") == "failed"
+    assert run.messages[-1].tool_calls == []
+    assert run.events[-1].error == "The model call failed."
+
+
+@pytest.mark.parametrize(
+    "body, sentence",
+    [
+        ("raise", "The provider failed unexpectedly: boom"),
+        ("end", "The provider ended its stream without a final message."),
+    ],
+)
+async def test_provider_breaking_the_contract_fails_the_run(body, sentence):
+    class Broken:
+        name, model = "broken", "broken-1"
+
+        async def stream(self, request, signal):
+            yield TextDelta(0, "so far")
+            if body == "raise":
+                raise RuntimeError("boom")
+
+    run = Run(Broken())
+    assert await run("go") == "failed"
+    assert run.events[-1].error == sentence
+    assert run.messages[-1].text == "so far"
+
+
+def test_tool_names_must_be_unique():
+    with pytest.raises(ToolDefinitionError, match="'count'"):
+        LoopConfig(FauxProvider(), tools=(count, count))
+
+
+def test_config_builds_tool_specs_once():
+    config = LoopConfig(FauxProvider(), tools=(count,))
+    assert config.tool_specs == (count.spec,)
+    assert config.tools_by_name["count"] is count
