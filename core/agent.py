@@ -211,13 +211,15 @@ class Agent:
 
     def steer(self, text: str) -> None:
         """Queue ``text`` for delivery at the next turn boundary (after the running tools,
-        before the next model call). Raises ``RunError`` when no run is in progress."""
+        before the next model call). Raises ``RunError`` when no run is in progress.
+
+        A steer still queued when the run is aborted stays queued for the next run."""
         self._require_run()
         self._state.pending_steers.append(user_text(text, kind="steer"))
 
     def follow_up(self, text: str) -> None:
         """Queue ``text`` for delivery when the agent would otherwise stop. Raises
-        ``RunError`` when no run is in progress."""
+        ``RunError`` when no run is in progress; stays queued for the next run after an abort."""
         self._require_run()
         self._state.pending_follow_ups.append(user_text(text, kind="follow_up"))
 
