@@ -69,14 +69,11 @@ class CubepiApp(App[None]):
             self.push_screen(ErrorScreen(message.error, fatal=True))
             return
         self.threads_screen.reload()
-        if self.session.provider_error:
-            self.notify(
-                f"{self.session.provider_error} You can browse threads, but not run them.",
-                severity="warning",
-                timeout=12,
-            )
         if self.start_thread_id is not None:
-            self.post_message(OpenThread(self.start_thread_id))
+            self._open_thread(OpenThread(self.start_thread_id))
+        if self.session.provider_error:
+            hint = "You can still browse threads, but not run them (start with --demo to use the demo agent)."
+            self.push_screen(ErrorScreen(self.session.provider_error, hint=hint))
 
     async def on_unmount(self) -> None:
         await self.session.close()

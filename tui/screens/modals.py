@@ -92,17 +92,20 @@ class ErrorScreen(ModalScreen[None]):
         Binding("escape,enter", "close", "Back", id="error.back", tooltip="Close this message"),
     ]
 
-    def __init__(self, sentence: str, *, fatal: bool = False) -> None:
+    def __init__(self, sentence: str, *, fatal: bool = False, hint: str = "") -> None:
         super().__init__(classes="modal")
         self.sentence = sentence
+        """The one sentence shown (untrusted: displayed literally)."""
         self.fatal = fatal
+        """Whether the app cannot go on (only q works)."""
+        self._hint = hint
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog -error"):
             yield Static(Text("Error", style="bold"), classes="title")
             yield Static(literal(self.sentence), id="error-sentence", classes="body")
-            hint = "Press q to quit." if self.fatal else "Press q to quit, or Escape to go back."
-            yield Static(Text(hint, style="dim"), classes="hint")
+            keys = "Press q to quit." if self.fatal else "Press q to quit, or Escape to go back."
+            yield Static(Text(f"{self._hint} {keys}".strip(), style="dim"), classes="hint")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "close" and self.fatal:

@@ -70,6 +70,7 @@ class ToolCallView(Widget):
         self.started_at: float | None = None
         self._result: ToolResultMessage | None = None
         self._note = note
+        self._ready = False  # children exist (set in on_mount, before is_mounted turns true)
         self.set_reactive(ToolCallView.status, status)
 
     def compose(self) -> ComposeResult:
@@ -79,6 +80,7 @@ class ToolCallView(Widget):
         yield Static(id="tool-result")
 
     def on_mount(self) -> None:
+        self._ready = True
         self._apply_status()
 
     # --- public API -------------------------------------------------------------------
@@ -86,7 +88,7 @@ class ToolCallView(Widget):
     def set_arguments(self, arguments: dict[str, Any]) -> None:
         """Show the call's final arguments (they stream in pieces while the model writes them)."""
         self.arguments = dict(arguments)
-        if self.is_mounted:
+        if self._ready:
             self.query_one("#tool-header", Static).update(self._header())
         if self.status == "streaming":
             self.status = "pending"
@@ -113,7 +115,7 @@ class ToolCallView(Widget):
             self.status = settled
         else:
             self.status = "error" if result.is_error else "ok"
-        if self.is_mounted:
+        if self._ready:
             self._render_result()
 
     def mark_dangling(self, note: str) -> None:
@@ -136,7 +138,7 @@ class ToolCallView(Widget):
         self._apply_status()
 
     def watch_progress(self, progress: float | None) -> None:
-        if self.is_mounted:
+        if self._ready:
             bar = self.query_one("#tool-progress", ProgressBar)
             bar.update(total=1.0 if progress is not None else None, progress=progress or 0.0)
 
@@ -144,7 +146,7 @@ class ToolCallView(Widget):
         self._update_status_line()
 
     def _apply_status(self) -> None:
-        if not self.is_mounted:
+        if not self._ready:
             return
         for name in ("streaming", "pending", "running", "ok", "error", "interrupted", "aborted", "dangling"):
             self.set_class(self.status == name, f"-{name}")
@@ -155,7 +157,7 @@ class ToolCallView(Widget):
             self._render_result()
 
     def _update_status_line(self) -> None:
-        if not self.is_mounted:
+        if not self._ready:
             return
         words = {
             "streaming": "model is writing the arguments…",

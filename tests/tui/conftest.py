@@ -1,0 +1,71 @@
+"""Fixtures and helpers for the Textual tests: fast demo sessions, fixture copies, screen text."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from textual.app import App
+from textual.pilot import Pilot
+
+from core.checkpoint.base import Checkpointer
+from tui.cli import build_session
+from tui.session import Session
+
+FIXTURE = Path("/work/shared/fixtures/cubeloop_crashpoints.sqlite")
+"""cubeloop's crash-point database; tests only ever use copies of it."""
+
+FAST = 25.0
+"""Demo speed for tests: tools take 0.1-0.3 s, text streams in a few hundred ms."""
+
+
+def fast_session(store: Checkpointer | None = None, path: Path | None = None, *, speed: float = FAST) -> Session:
+    """A demo session on ``store`` (or the SQLite file at ``path``) at test speed."""
+    return build_session(path, store=store, demo=True, demo_speed=speed)
+
+
+@pytest.fixture
+def fixture_copy(tmp_path: Path) -> Path:
+    """A private copy of the cubeloop fixture database."""
+    target = tmp_path / "cubeloop.sqlite"
+    shutil.copyfile(FIXTURE, target)
+    return target
+
+
+@pytest.fixture(autouse=True)
+def _no_cursor_blink(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inputs do not blink, so screens are deterministic."""
+    from textual.widgets import Input
+
+    monkeypatch.setattr(Input, "cursor_blink", False)
+
+
+def screen_text(app: App[object]) -> str:
+    """The plain text of the screen as drawn (the top screen, modal or not)."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+async def wait_for(pilot: Pilot[object], predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    """Let the app run until ``predicate()`` holds; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}:\n{screen_text(pilot.app)}")
+        await pilot.pause(0.05)
+
+
+async def wait_for_text(pilot: Pilot[object], text: str, timeout: float = 10.0) -> None:
+    """Let the app run until ``text`` is on screen."""
+    await wait_for(pilot, lambda: text in screen_text(pilot.app), timeout, repr(text))
+
+
+async def type_text(pilot: Pilot[object], text: str) -> None:
+    """Fill the modal's input with ``text`` (typing key by key is too slow for live runs)."""
+    from textual.widgets import Input
+
+    pilot.app.screen.query_one(Input).value = text
+    await pilot.pause()

@@ -1,0 +1,145 @@
+"""Live runs of the demo agent driven through the keys: new thread, abort, steer, follow-up."""
+
+from __future__ import annotations
+
+from core.checkpoint.memory import MemoryCheckpointer
+from core.messages import AssistantMessage, ToolResultMessage, UserMessage
+from core.recovery import ThreadState, diagnose
+from tests.tui.conftest import fast_session, screen_text, type_text, wait_for, wait_for_text
+from tui.app import CubepiApp, make_app
+from tui.messages import AgentEventReceived, RunFinished
+from tui.screens.modals import ConfirmModal, TextInputModal
+from tui.screens.thread import ThreadScreen
+from tui.screens.threads import ThreadsScreen
+from tui.widgets.tool_call import ToolCallView
+
+
+def _thread_screen(app: CubepiApp) -> ThreadScreen:
+    assert isinstance(app.screen, ThreadScreen), type(app.screen)
+    return app.screen
+
+
+def _running_tool(app: CubepiApp) -> bool:
+    return isinstance(app.screen, ThreadScreen) and any(
+        v.status == "running" for v in app.screen.query(ToolCallView)
+    )
+
+
+async def _start_thread(pilot, prompt: str) -> ThreadScreen:  # type: ignore[no-untyped-def]
+    app = pilot.app
+    await wait_for(pilot, lambda: app.session.store is not None, what="store open")
+    await pilot.press("n")
+    await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
+    await type_text(pilot, prompt)
+    await pilot.press("enter")
+    await wait_for(
+        pilot,
+        lambda: isinstance(app.screen, ThreadScreen) and app.screen.run_worker_ref is not None,
+        what="run started",
+    )
+    return _thread_screen(app)
+
+
+async def test_new_thread_runs_to_completion_and_events_arrive_as_messages() -> None:
+    store = MemoryCheckpointer()
+    seen: list[object] = []
+    app = make_app(fast_session(store))
+    async with app.run_test(size=(110, 40), message_hook=seen.append) as pilot:
+        screen = await _start_thread(pilot, "summarise sales")
+        await wait_for(pilot, lambda: not screen.running, timeout=15, what="run finished")
+        await wait_for_text(pilot, "Everything finished")
+        text = screen_text(app)
+        assert "completed" in text
+        assert "write_report" in text
+    events = [m.event.type for m in seen if isinstance(m, AgentEventReceived)]
+    assert events[0] == "agent_start" and events[-1] == "agent_end"
+    assert "tool_execution_update" in events and "message_update" in events
+    finished = [m for m in seen if isinstance(m, RunFinished)]
+    assert finished and finished[-1].outcome == "completed"
+    (summary,) = await store.list_threads()
+    assert diagnose(summary.tail, summary.runs).state is ThreadState.COMPLETED
+
+
+async def test_abort_during_a_live_run() -> None:
+    store = MemoryCheckpointer()
+    app = make_app(fast_session(store, speed=1.0))
+    async with app.run_test(size=(110, 40)) as pilot:
+        screen = await _start_thread(pilot, "train something")
+        await wait_for(pilot, lambda: _running_tool(app), timeout=10, what="a tool running")
+        await pilot.press("a")
+        await wait_for(pilot, lambda: not screen.running, timeout=5, what="run stopped")
+        await wait_for_text(pilot, "aborted by the user")
+        text = screen_text(app)
+        assert "aborted" in text.splitlines()[-2]  # the status bar
+        assert screen.check_action("abort", ()) is False  # nothing left to abort
+        thread_id = screen.thread_id
+    data = await store.load(thread_id)
+    assert data is not None
+    assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
+
+
+async def test_steer_lands_in_the_conversation_and_follow_up_comes_after() -> None:
+    store = MemoryCheckpointer()
+    app = make_app(fast_session(store, speed=3.0))
+    async with app.run_test(size=(110, 40)) as pilot:
+        screen = await _start_thread(pilot, "build a report")
+        await wait_for(pilot, lambda: _running_tool(app), timeout=10, what="a tool running")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="steer modal")
+        await type_text(pilot, "focus on europe")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="modal closed")
+        await pilot.press("f")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="follow-up modal")
+        await type_text(pilot, "add a chart")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not screen.running, timeout=30, what="run finished")
+        await wait_for_text(pilot, "Following up on")
+        thread_id = screen.thread_id
+    data = await store.load(thread_id)
+    assert data is not None
+    kinds = [
+        (m.metadata or {}).get("kind") if isinstance(m, UserMessage) else m.role for m in data.messages
+    ]
+    steer_at = kinds.index("steer")
+    follow_at = kinds.index("follow_up")
+    # The steer arrives after the first tool batch's results and before the next reply...
+    assert kinds[steer_at - 1] == "tool_result" and kinds[steer_at + 1] == "assistant"
+    assert "focus on europe" in data.messages[steer_at + 1].text  # type: ignore[union-attr]
+    # ...the follow-up after the run's final answer, and it is answered too.
+    assert follow_at > steer_at and kinds[follow_at - 1] == "assistant"
+    assert isinstance(data.messages[follow_at - 1], AssistantMessage)
+    assert not data.messages[follow_at - 1].tool_calls  # type: ignore[union-attr]
+    assert any(isinstance(m, ToolResultMessage) for m in data.messages[follow_at:])
+    assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+
+
+async def test_steer_when_idle_offers_a_new_prompt() -> None:
+    store = MemoryCheckpointer()
+    app = make_app(fast_session(store))
+    async with app.run_test(size=(110, 40)) as pilot:
+        screen = await _start_thread(pilot, "first")
+        await wait_for(pilot, lambda: not screen.running, timeout=15, what="run finished")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="steer modal")
+        await type_text(pilot, "second")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="offer")
+        assert "Send this as a new prompt?" in screen_text(app)
+        await pilot.press("y")
+        await wait_for_text(pilot, "You asked: “second”", timeout=15)
+        await wait_for(pilot, lambda: not screen.running, timeout=15, what="second run finished")
+
+
+async def test_leaving_the_view_keeps_the_run_going_and_the_picker_says_so() -> None:
+    store = MemoryCheckpointer()
+    app = make_app(fast_session(store, speed=2.0))
+    async with app.run_test(size=(110, 40)) as pilot:
+        screen = await _start_thread(pilot, "long job")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
+        await wait_for_text(pilot, "running here")
+        await wait_for(pilot, lambda: not app.session.is_running(screen.thread_id), timeout=20, what="done")
+        await wait_for_text(pilot, "completed")
+        assert "running here" not in screen_text(app)
+        assert app.thread_screen(screen.thread_id) is None  # its screen was let go

@@ -1,0 +1,94 @@
+"""The thread view renders stored threads: messages, tool calls, untrusted text, long threads."""
+
+from __future__ import annotations
+
+from core.checkpoint.memory import MemoryCheckpointer
+from core.messages import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    user_text,
+)
+from textual.widgets import Button
+
+from tests.tui.conftest import fast_session, screen_text, wait_for, wait_for_text
+from tui.app import make_app
+from tui.screens.thread import ThreadScreen
+from tui.widgets.tool_call import ToolCallView
+from tui.widgets.transcript import WINDOW, Transcript
+
+
+def _reply(*blocks: object, stop_reason: str = "stop") -> AssistantMessage:
+    return AssistantMessage(content=list(blocks), stop_reason=stop_reason, model_id="faux-1", usage=Usage(input_tokens=10, output_tokens=5))
+
+
+async def _store_with(thread_id: str, *messages: object) -> MemoryCheckpointer:
+    store = MemoryCheckpointer()
+    await store.append(thread_id, list(messages))  # type: ignore[arg-type]
+    return store
+
+
+async def test_opening_a_thread_shows_its_messages() -> None:
+    store = await _store_with(
+        "t1",
+        user_text("Count the files in /data"),
+        _reply(TextContent(text="Let me look."), ToolCall(id="c1", name="list_files", arguments={"path": "/data"}), stop_reason="tool_use"),
+        ToolResultMessage(tool_call_id="c1", tool_name="list_files", content=[TextContent(text="a.txt\nb.txt")]),
+        _reply(TextContent(text="There are **2** files.")),
+    )
+    app = make_app(fast_session(store))
+    async with app.run_test(size=(110, 40)) as pilot:
+        await wait_for_text(pilot, "Count the files")  # the picker lists it with its first prompt
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="thread loaded")
+        await wait_for_text(pilot, "There are 2 files.")
+        text = screen_text(app)
+        assert "Count the files in /data" in text
+        assert "Let me look." in text
+        assert "list_files" in text and '{"path": "/data"}' in text
+        assert "a.txt" in text and "b.txt" in text
+        assert "completed" in text  # the status bar's run state
+        assert "20 in / 10 out" in text  # token usage of both replies
+        view = app.screen.query_one(ToolCallView)
+        assert view.status == "ok"
+
+
+async def test_untrusted_output_is_shown_literally() -> None:
+    hostile = "[bold red]x[/] then \x1b[31mred\x1b[0m and \x07bell"
+    store = await _store_with(
+        "t1",
+        user_text("[link=file:///etc/passwd]click[/link]"),
+        _reply(ToolCall(id="c1", name="run", arguments={"cmd": "[b]ls[/b]"}), stop_reason="tool_use"),
+        ToolResultMessage(tool_call_id="c1", tool_name="run", content=[TextContent(text=hostile)], is_error=True),
+        _reply(TextContent(text="Model said [bold red]x[/] and \x1b[2J")),
+    )
+    app = make_app(fast_session(store), thread_id="t1")
+    async with app.run_test(size=(110, 40)) as pilot:
+        await wait_for_text(pilot, "then")
+        text = screen_text(app)
+        assert "[bold red]x[/] then ␛[31mred␛[0m and ␇bell" in text  # markup and escapes as characters
+        assert "[link=file:///etc/passwd]click[/link]" in text
+        assert '{"cmd": "[b]ls[/b]"}' in text
+        assert "Model said [bold red]x[/] and ␛[2J" in text
+        assert "\x1b" not in text and "\x07" not in text
+        assert app.screen.query_one(ToolCallView).status == "error"  # shown red, as an error
+
+
+async def test_long_thread_mounts_only_the_tail_and_shows_earlier_on_demand() -> None:
+    messages: list[object] = []
+    for i in range(600):
+        messages.append(user_text(f"question {i}"))
+        messages.append(_reply(TextContent(text=f"answer {i}")))
+    store = await _store_with("long", *messages)
+    app = make_app(fast_session(store), thread_id="long")
+    async with app.run_test(size=(110, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
+        transcript = app.screen.query_one(Transcript)
+        assert transcript.shown_count == WINDOW
+        assert "answer 599" in screen_text(app)  # the tail is in view
+        earlier = transcript.query_one("#earlier", Button)
+        assert earlier.display and f"{1200 - WINDOW} earlier message(s) hidden" in str(earlier.label)
+        await pilot.press("e")
+        await wait_for(pilot, lambda: transcript.shown_count == 2 * WINDOW, what="earlier shown")
