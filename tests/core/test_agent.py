@@ -468,3 +468,21 @@ async def test_sequential_agent_runs_tools_in_order():
     await agent.prompt("go")
     ids = [e.tool_call_id for e in events if e.type in ("tool_execution_start", "tool_execution_end")]
     assert ids == ["a", "a", "b", "b"]
+
+
+async def test_a_steer_left_by_an_abort_is_delivered_by_the_next_run():
+    provider = FauxProvider([faux_reply(faux_tool_call("wait_for_abort")), "Next."])
+    agent = make_agent(provider)
+
+    def listener(event):
+        if isinstance(event, ToolExecutionUpdate):
+            agent.steer("after the abort")
+            agent.abort()
+
+    stop = agent.subscribe(listener)
+    assert await asyncio.wait_for(agent.prompt("go"), WAIT) == "aborted"
+    stop()
+    assert [m.text for m in agent.state.pending_steers] == ["after the abort"]
+    assert await agent.prompt("again") == "completed"
+    assert [m.text for m in provider.requests[1].messages][-2:] == ["again", "after the abort"]
+    assert agent.state.pending_steers == []
