@@ -41,13 +41,15 @@ class MemoryCheckpointer:
                 return None
             return CheckpointData(
                 messages=[copy_message(m) for m in t.messages],
-                extra=dict(t.extra),
+                extra=_json_copy(t.extra),
                 runs=list(t.runs.values()),
                 message_ids=list(t.ids),
             )
 
     async def append(self, thread_id: str, messages: Sequence[AnyMessage]) -> None:
         """See ``Checkpointer.append``."""
+        if not messages:
+            return
         async with self._lock:
             t = self._threads.setdefault(thread_id, _Thread())
             for m in messages:
