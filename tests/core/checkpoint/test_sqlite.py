@@ -1,0 +1,536 @@
+"""SQLite-only behaviour: files, modes, migrations, cubeloop compatibility, bad input, locks.
+
+Real files and real SQLite throughout; the cubeloop fixture is only ever used through
+the ``fixture_db`` copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from core.checkpoint import sqlite as sqlite_module
+from core.checkpoint.sqlite import MIGRATIONS, SQLiteCheckpointer, julianday_to_unix
+from core.checkpoint.watch import watch_sqlite
+from core.errors import (
+    CheckpointError,
+    CorruptRecordError,
+    DatabaseOpenError,
+    ReadOnlyStoreError,
+    SchemaError,
+    StoreBusyError,
+)
+from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def siblings(path: Path) -> set[str]:
+    return {p.name for p in path.parent.iterdir()} - {path.name}
+
+
+def plain(path: Path) -> sqlite3.Connection:
+    """A plain sqlite3 connection, the way cubeloop or a person with the sqlite3 shell reads."""
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def one_sentence(text: str) -> bool:
+    return text.endswith(".") and ". " not in text and "Traceback" not in text
+
+
+# --- our own files ---------------------------------------------------------------------------
+
+
+async def test_new_file_has_the_full_schema_in_wal(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    store = await SQLiteCheckpointer.open(sqlite_path, create=True)
+    assert not store.read_only and not store.needs_upgrade and store.schema_version == len(MIGRATIONS)
+    await store.close()
+    with plain(sqlite_path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(len(MIGRATIONS),)]
+    assert {"messages", "thread_extra", "runs", "thread_pending_request", "thread_hitl_answers"} <= tables
+    assert {"ix_runs_thread_completion", "ix_messages_thread_id"} <= indexes
+
+
+async def test_reopening_our_file_is_writable_at_once(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        await store.append("t", [user_text("one")])
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False) as store:
+        assert not store.read_only
+        await store.append("t", [user_text("two")])
+        assert [m.text for m in (await store.load("t")).messages] == ["one", "two"]  # type: ignore[union-attr]
+
+
+async def test_an_empty_file_is_initialised_when_creating(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    sqlite_path.write_bytes(b"")
+    async with await SQLiteCheckpointer.open(sqlite_path, create=True) as store:
+        assert store.schema_version == len(MIGRATIONS)
+
+
+async def test_message_we_write_reads_the_way_cubeloop_reads_it(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    before = time.time()
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        await store.claim_run("t", "r1")
+        await store.append("t", [user_text("hello cubeloop", run_id="r1")])
+        await store.save_extra("t", {"title": "greeting"})
+        await store.mark_run_complete("t", "r1")
+    with plain(sqlite_path) as db:
+        (thread_id, text, created, run_id, kind), = db.execute(
+            "SELECT thread_id, message_json, created_at, run_id, typeof(created_at) FROM messages"
+        ).fetchall()
+        runs = db.execute("SELECT run_id, completed_at, completion_seq FROM runs").fetchall()
+        extra = db.execute("SELECT extra_json FROM thread_extra WHERE thread_id = 't'").fetchone()[0]
+    row = json.loads(text)
+    assert thread_id == "t" and run_id == "r1" and row["run_id"] == "r1"
+    assert row["role"] == "user" and row["content"] == [{"type": "text", "text": "hello cubeloop"}]
+    assert kind == "real" and before - 2 < julianday_to_unix(created) < time.time() + 2  # type: ignore[operator]
+    assert runs[0][0] == "r1" and runs[0][1] is not None and runs[0][2] == 1
+    assert json.loads(extra) == {"title": "greeting"}
+
+
+# --- cubeloop's file ---------------------------------------------------------------------------
+
+
+async def test_cubeloop_threads_load_with_every_field_kept(fixture_db: Path) -> None:
+    with plain(fixture_db) as db:
+        stored = db.execute("SELECT thread_id, id, message_json FROM messages ORDER BY id").fetchall()
+    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+        loaded: dict[int, dict[str, Any]] = {}
+        for thread_id in {t for t, _, _ in stored}:
+            data = await store.load(thread_id)
+            assert data is not None and data.problems == []
+            loaded.update(zip(data.message_ids, (m.model_dump(mode="json") for m in data.messages)))
+    assert sorted(loaded) == [row_id for _, row_id, _ in stored]
+    for _, row_id, text in stored:
+        assert loaded[row_id] == json.loads(text), f"row {row_id} changed on load"
+
+
+async def test_browsing_cubeloop_file_changes_no_byte(fixture_db: Path, fixture_json: dict[str, Any]) -> None:
+    before, others = sha256(fixture_db), siblings(fixture_db)
+    store = await SQLiteCheckpointer.open(fixture_db, create=True)  # even when creating is allowed
+    assert store.needs_upgrade and store.read_only and store.schema_version is None
+    summaries = await store.list_threads()
+    assert {s.thread_id for s in summaries} == {t["thread_id"] for t in fixture_json["threads"]}
+    for summary in summaries:
+        assert await store.load(summary.thread_id) is not None
+        assert siblings(fixture_db) == others, "browsing created a -wal, -shm or -journal file"
+    await store.close()
+    assert sha256(fixture_db) == before
+    assert siblings(fixture_db) == others
+    with plain(fixture_db) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+async def test_writes_before_upgrade_raise_and_change_nothing(fixture_db: Path) -> None:
+    before = sha256(fixture_db)
+    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+        attempts = [
+            store.append("completed", [user_text("more")]),
+            store.save_extra("completed", {"k": 1}),
+            store.claim_run("completed", "r9"),
+            store.mark_run_complete("completed", "r9"),
+        ]
+        for attempt in attempts:
+            with pytest.raises(ReadOnlyStoreError) as error:
+                await attempt
+            assert one_sentence(str(error.value)) and "upgrade" in str(error.value)
+    assert sha256(fixture_db) == before
+
+
+async def test_upgrade_then_write_and_cubeloop_still_reads(fixture_db: Path) -> None:
+    with plain(fixture_db) as db:
+        rows_before = db.execute("SELECT * FROM messages ORDER BY id").fetchall()
+        runs_before = db.execute("SELECT * FROM runs ORDER BY rowid").fetchall()
+    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+        await store.upgrade()
+        assert not store.read_only and not store.needs_upgrade and store.schema_version == len(MIGRATIONS)
+        await store.upgrade()  # a no-op now
+        await store.claim_run("crash-after-user", "r-new")
+        await store.append("crash-after-user", [AssistantMessage(content=[TextContent(text="resumed")], run_id="r-new")])
+        await store.mark_run_complete("crash-after-user", "r-new")
+        data = await store.load("crash-after-user")
+        assert [m.role for m in data.messages] == ["user", "assistant"]  # type: ignore[union-attr]
+    with plain(fixture_db) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("SELECT * FROM messages WHERE id <= 22 ORDER BY id").fetchall() == rows_before
+        assert db.execute("SELECT * FROM runs ORDER BY rowid").fetchall()[: len(runs_before)] == runs_before
+        new_row = db.execute("SELECT message_json, run_id FROM messages WHERE id > 22").fetchone()
+        assert json.loads(new_row[0])["role"] == "assistant" and new_row[1] == "r-new"
+        assert db.execute("SELECT completion_seq FROM runs WHERE run_id = 'r-new'").fetchone() == (1,)
+    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+        assert not store.read_only, "an upgraded file reopens writable"
+
+
+async def test_older_schema_of_ours_opens_browse_only_then_upgrades(
+    sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        await store.append("t", [user_text("from version 1")])
+
+    def v2_notes(db: sqlite3.Connection) -> None:
+        db.execute("CREATE TABLE notes (thread_id TEXT, note TEXT)")
+
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, v2_notes])
+    before = sha256(sqlite_path)
+    store = await SQLiteCheckpointer.open(sqlite_path, create=True)
+    assert store.needs_upgrade and store.schema_version == 1
+    assert [m.text for m in (await store.load("t")).messages] == ["from version 1"]  # type: ignore[union-attr]
+    with pytest.raises(ReadOnlyStoreError):
+        await store.append("t", [user_text("not yet")])
+    assert sha256(sqlite_path) == before
+    await store.upgrade()
+    assert store.schema_version == 2 and not store.needs_upgrade
+    await store.append("t", [user_text("from version 2")])
+    await store.close()
+    with plain(sqlite_path) as db:
+        assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(2,)]
+        assert db.execute("SELECT count(*) FROM notes").fetchone() == (0,)
+
+
+async def test_failed_migration_leaves_the_file_as_it_was(fixture_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(db: sqlite3.Connection) -> None:
+        db.execute("CREATE TABLE half_done (x)")
+        db.execute("THIS IS NOT SQL")
+
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, broken])
+    with plain(fixture_db) as db:
+        schema_before = db.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
+    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+        with pytest.raises(CheckpointError):
+            await store.upgrade()
+        assert store.read_only and store.needs_upgrade
+        assert await store.load("completed") is not None, "still browsable after a failed upgrade"
+    with plain(fixture_db) as db:
+        assert db.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall() == schema_before
+
+
+async def test_newer_schema_is_refused(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path):
+        pass
+    with plain(sqlite_path) as db:
+        db.execute("UPDATE cubepi_schema SET version = ?", (len(MIGRATIONS) + 1,))
+    before = sha256(sqlite_path)
+    with pytest.raises(SchemaError) as error:
+        await SQLiteCheckpointer.open(sqlite_path)
+    assert one_sentence(str(error.value)) and "newer" in str(error.value)
+    assert sha256(sqlite_path) == before
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+async def test_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "notes.sqlite"
+    path.write_text("these are my notes, not a database\n" * 200)
+    before = sha256(path)
+    for create in (True, False):
+        with pytest.raises(DatabaseOpenError) as error:
+            await SQLiteCheckpointer.open(path, create=create)
+        assert str(error.value) == f"{path} is not a SQLite database."
+    assert sha256(path) == before and siblings(path) == set()
+
+
+async def test_sqlite_file_without_agent_tables_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite"
+    with plain(path) as db:
+        db.execute("CREATE TABLE recipes (name TEXT)")
+    before = sha256(path)
+    with pytest.raises(DatabaseOpenError) as error:
+        await SQLiteCheckpointer.open(path, create=True)
+    assert one_sentence(str(error.value)) and str(path) in str(error.value)
+    assert sha256(path) == before
+
+
+async def test_missing_file_when_creating_is_not_allowed(tmp_path: Path) -> None:
+    path = tmp_path / "absent.sqlite"
+    with pytest.raises(DatabaseOpenError) as error:
+        await SQLiteCheckpointer.open(path, create=False)
+    assert str(error.value) == f"{path} does not exist."
+    assert not path.exists()
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory nobody, root included, can create files in.
+
+    chmod 0o555 is enough for ordinary users; root ignores mode bits, so then the
+    directory is made immutable (``chattr +i``, which stops root too on ext4/xfs).
+    """
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    immutable = False
+    if os.access(locked, os.W_OK):
+        done = subprocess.run(["chattr", "+i", str(locked)], capture_output=True)
+        immutable = done.returncode == 0
+    try:
+        probe = locked / "probe"
+        try:
+            probe.write_text("x")
+        except OSError:
+            pass
+        else:
+            probe.unlink()
+            pytest.skip("cannot make a directory unwritable here: chmod is ignored (root) and chattr +i failed")
+        yield locked
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(locked)], check=True)
+        locked.chmod(0o755)
+
+
+async def test_missing_file_in_an_unwritable_directory(unwritable_dir: Path) -> None:
+    path = unwritable_dir / "threads.sqlite"
+    with pytest.raises(DatabaseOpenError) as error:
+        await SQLiteCheckpointer.open(path, create=True)
+    assert str(error.value) == f"Cannot create {path}: the directory {unwritable_dir} is not writable."
+    assert not path.exists()
+
+
+async def test_missing_file_whose_parent_is_a_file(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    with pytest.raises(DatabaseOpenError) as error:
+        await SQLiteCheckpointer.open(blocker / "threads.sqlite", create=True)
+    assert one_sentence(str(error.value)) and "is not a directory" in str(error.value)
+
+
+async def test_a_directory_is_not_a_database(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseOpenError) as error:
+        await SQLiteCheckpointer.open(tmp_path, create=True)
+    assert one_sentence(str(error.value)) and str(tmp_path) in str(error.value)
+
+
+async def test_closed_store_says_so(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    store = await SQLiteCheckpointer.open(sqlite_path)
+    await store.close()
+    await store.close()  # idempotent
+    with pytest.raises(CheckpointError, match="closed"):
+        await store.load("t")
+
+
+# --- corrupt rows ------------------------------------------------------------------------------
+
+
+async def test_malformed_json_row_is_reported_not_fatal(fixture_db: Path) -> None:
+    broken = '{"role": "tool_result", "content": ['
+    with plain(fixture_db) as db:
+        db.execute("UPDATE messages SET message_json = ? WHERE id = 9", (broken,))
+    before = sha256(fixture_db)
+    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+        data = await store.load("completed")
+        summaries = {s.thread_id: s for s in await store.list_threads()}
+    assert data is not None
+    assert data.message_ids == [7, 8, 10] and [m.role for m in data.messages] == ["user", "assistant", "assistant"]
+    (problem,) = data.problems
+    assert problem.row_id == 9 and problem.raw == broken
+    assert "malformed JSON" in problem.reason and one_sentence(problem.reason)
+    assert len(summaries) == 8 and summaries["completed"].message_count == 4
+    assert sha256(fixture_db) == before
+
+
+async def test_invalid_message_and_corrupt_tail_rows(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        call = ToolCall(id="c1", name="read")
+        await store.append("t", [user_text("go"), AssistantMessage(content=[call], stop_reason="tool_use")])
+        with plain(sqlite_path) as db:
+            # valid JSON, invalid message: a tool result without its call id
+            db.execute("INSERT INTO messages (thread_id, message_json) VALUES ('t', '{\"role\": \"tool_result\"}')")
+            db.execute("INSERT INTO messages (thread_id, message_json) VALUES ('t', 'not json at all')")
+        data = await store.load("t")
+        (summary,) = await store.list_threads()
+    assert [m.role for m in data.messages] == ["user", "assistant"]  # type: ignore[union-attr]
+    assert [p.row_id for p in data.problems] == [3, 4]  # type: ignore[union-attr]
+    assert "invalid message" in data.problems[0].reason  # type: ignore[union-attr]
+    assert summary.message_count == 4 and [m.role for m in summary.tail] == ["assistant"]
+    assert [p.row_id for p in summary.problems] == [3, 4]
+
+
+async def test_rows_that_would_join_into_valid_json_are_kept_apart(sqlite_path: Path) -> None:
+    # Each row alone is malformed; joined with a comma (as a batch decode does) they would
+    # read as one valid message. The batch must not swallow or shift them.
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        await store.append("t", [user_text("before")])
+        with plain(sqlite_path) as db:
+            db.executemany(
+                "INSERT INTO messages (thread_id, message_json) VALUES ('t', ?)",
+                [('{"role": "user", "content": "a", "x": [1',), ('2]}',)],
+            )
+        await store.append("t", [user_text("after")])
+        data = await store.load("t")
+    assert [m.text for m in data.messages] == ["before", "after"]  # type: ignore[union-attr]
+    assert data.message_ids == [1, 4] and [p.row_id for p in data.problems] == [2, 3]  # type: ignore[union-attr]
+
+
+async def test_corrupt_extra_is_reported_and_never_overwritten(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        await store.append("t", [user_text("hi")])
+        with plain(sqlite_path) as db:
+            db.execute("INSERT INTO thread_extra (thread_id, extra_json) VALUES ('t', '{broken')")
+        data = await store.load("t")
+        assert data.extra == {} and [p.row_id for p in data.problems] == ["thread_extra"]  # type: ignore[union-attr]
+        with pytest.raises(CorruptRecordError):
+            await store.save_extra("t", {"k": 1})
+    with plain(sqlite_path) as db:
+        assert db.execute("SELECT extra_json FROM thread_extra").fetchone() == ("{broken",)
+
+
+# --- list_threads details --------------------------------------------------------------------------
+
+
+async def test_tail_reaches_past_the_window(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    calls = [ToolCall(id=f"c{i}", name="read") for i in range(20)]
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        await store.append("batch", [user_text("go"), AssistantMessage(content=calls, stop_reason="tool_use")])
+        await store.append("batch", [ToolResultMessage(tool_call_id=c.id) for c in calls[:15]])
+        await store.append("chatty", [user_text(f"message {i}") for i in range(30)])
+        await store.append("late", [user_text("q"), AssistantMessage(content=[TextContent(text="a")])])
+        await store.append("late", [user_text(f"steer {i}") for i in range(12)])
+        by_id = {s.thread_id: s for s in await store.list_threads()}
+    assert len(by_id["batch"].tail) == 16 and by_id["batch"].tail[0].role == "assistant"
+    assert [m.text for m in by_id["chatty"].tail] == [f"message {i}" for i in range(30)]  # type: ignore[union-attr]
+    assert [m.role for m in by_id["late"].tail] == ["assistant"] + ["user"] * 12
+
+
+async def test_first_prompt_is_one_shortened_line(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        await store.append("t", [AssistantMessage(content=[TextContent(text="greeting first")]), user_text("x\n  y " * 200)])
+        (summary,) = await store.list_threads()
+    assert summary.first_prompt.startswith("x y x y") and "\n" not in summary.first_prompt
+    assert len(summary.first_prompt) == sqlite_module.FIRST_PROMPT_CHARS and summary.first_prompt.endswith("…")
+
+
+# --- sharing the file ----------------------------------------------------------------------------------
+
+_WRITER = """
+import asyncio, sys
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.messages import user_text
+
+async def main(path, n):
+    store = await SQLiteCheckpointer.open(path, create=False, busy_timeout=5)
+    for i in range(n):
+        await store.append("shared", [user_text(f"proc {i}")])
+        await store.append("proc", [user_text(f"proc {i}")])
+        await store.save_extra("shared", {f"proc{i}": i})
+    await store.close()
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+async def test_two_processes_and_two_connections_lose_nothing(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    n = 150
+    first = await SQLiteCheckpointer.open(sqlite_path, busy_timeout=5)
+    second = await SQLiteCheckpointer.open(sqlite_path, busy_timeout=5)
+    child = await asyncio.create_subprocess_exec(sys.executable, "-c", _WRITER, str(sqlite_path), str(n), cwd=ROOT)
+
+    async def write(store: SQLiteCheckpointer, name: str) -> None:
+        for i in range(n):
+            await store.append("shared", [user_text(f"{name} {i}")])
+            await store.append(name, [user_text(f"{name} {i}"), user_text(f"{name} {i}b")])
+            await store.save_extra("shared", {f"{name}{i}": i})
+
+    await asyncio.gather(write(first, "a"), write(second, "b"))
+    assert await child.wait() == 0
+    shared = await first.load("shared")
+    assert shared is not None
+    texts = [m.text for m in shared.messages]  # type: ignore[union-attr]
+    assert len(texts) == 3 * n and not shared.problems
+    for name in ("a", "b", "proc"):
+        assert [t for t in texts if t.startswith(name + " ")] == [f"{name} {i}" for i in range(n)]
+    assert len(shared.extra) == 3 * n
+    assert (await second.load("a")).message_ids == sorted((await second.load("a")).message_ids)  # type: ignore[union-attr]
+    assert len((await second.load("proc")).messages) == n  # type: ignore[union-attr]
+    await first.close()
+    await second.close()
+
+
+async def test_a_held_lock_is_retried_then_reported(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    waits: list[int] = []
+    store = await SQLiteCheckpointer.open(sqlite_path, busy_timeout=0.05, retries=2, on_busy=waits.append)
+    holder = plain(sqlite_path)
+    holder.execute("BEGIN IMMEDIATE")
+    with pytest.raises(StoreBusyError) as error:
+        await store.append("t", [user_text("blocked")])
+    assert one_sentence(str(error.value)) and waits == [1, 2]
+    holder.execute("COMMIT")
+    await store.append("t", [user_text("through")])
+    # A lock released while retrying is waited out, not reported.
+    holder.execute("BEGIN IMMEDIATE")
+    asyncio.get_running_loop().call_later(0.1, holder.execute, "COMMIT")
+    await store.append("t", [user_text("after a wait")])
+    assert [m.text for m in (await store.load("t")).messages] == ["through", "after a wait"]  # type: ignore[union-attr]
+    holder.close()
+    await store.close()
+
+
+async def test_reads_hold_no_transaction_between_calls(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        await store.append("t", [user_text("one")])
+        await store.load("t")
+        await store.list_threads()
+        with plain(sqlite_path) as other:
+            other.execute("BEGIN EXCLUSIVE")  # would fail with "locked" if a reader were still open
+            other.execute("COMMIT")
+            other.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            assert other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # not busy
+
+
+async def test_watch_reports_commits_from_another_connection(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    reader = await SQLiteCheckpointer.open(sqlite_path)
+    writer = await SQLiteCheckpointer.open(sqlite_path)
+    stop = asyncio.Event()
+    seen = asyncio.Event()
+    batches = 0
+
+    async def watch() -> None:
+        nonlocal batches
+        async for _ in watch_sqlite(sqlite_path, stop_event=stop, step_ms=10):
+            batches += 1
+            seen.set()
+
+    task = asyncio.create_task(watch())
+    await asyncio.sleep(0.3)  # the watcher is armed
+    (sqlite_path.parent / "unrelated.txt").write_text("not the database")
+    await asyncio.sleep(0.2)
+    assert batches == 0, "a change to another file was reported"
+    await writer.append("t", [user_text("news")])
+    await asyncio.wait_for(seen.wait(), timeout=5)
+    assert [m.text for m in (await reader.load("t")).messages] == ["news"]  # type: ignore[union-attr]
+    stop.set()
+    await asyncio.wait_for(task, timeout=5)
+    await reader.close()
+    await writer.close()
