@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -48,6 +49,11 @@ def screen_text(app: App[object]) -> str:
     return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
 
 
+def squeezed(text: str) -> str:
+    """``text`` without frames and whitespace, to find a sentence however it was wrapped."""
+    return "".join(re.sub(r"[█▀▄▌▐▏▔▁│]", " ", text).split())
+
+
 async def wait_for(pilot: Pilot[object], predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
     """Let the app run until ``predicate()`` holds; fail after ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
@@ -69,3 +75,22 @@ async def type_text(pilot: Pilot[object], text: str) -> None:
 
     pilot.app.screen.query_one(Input).value = text
     await pilot.pause()
+
+
+async def open_from_picker(pilot: Pilot[object], thread_id: str) -> None:
+    """Move the picker's cursor to ``thread_id`` and press Enter; wait until the thread is read."""
+    from textual.widgets import DataTable
+
+    from tui.screens.thread import ThreadScreen
+    from tui.screens.threads import ThreadsScreen
+
+    app = pilot.app
+    await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen) and bool(app.screen.rows), what="rows")
+    table = app.screen.query_one(DataTable)
+    table.move_cursor(row=table.get_row_index(thread_id))
+    await pilot.press("enter")
+    await wait_for(
+        pilot,
+        lambda: isinstance(app.screen, ThreadScreen) and app.screen.thread_id == thread_id and app.screen.loaded,
+        what=f"thread {thread_id} open",
+    )

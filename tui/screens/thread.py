@@ -22,6 +22,7 @@ from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
 from core.agent import Agent
+from core.checkpoint.base import CorruptRow
 from core.errors import CubepiError, RunError
 from core.events import (
     AgentEnd,
@@ -97,6 +98,7 @@ class ThreadScreen(Screen[None]):
         self._unsubscribe: Callable[[], None] | None = None
         self._partial: AssistantMessage | None = None  # the live reply, redrawn on the next flush
         self._progress: dict[str, tuple[float | None, str | None]] = {}
+        self._problems: list[CorruptRow] = []
         self.run_worker_ref: Worker[None] | None = None
         """The worker of the current run (compared by identity in state changes)."""
 
@@ -151,6 +153,7 @@ class ThreadScreen(Screen[None]):
         for m in data.messages:
             if isinstance(m, AssistantMessage):
                 self.status_bar.add_usage(m.usage)
+        self._problems = list(data.problems)
         if data.problems:
             first = data.problems[0]
             more = f" ({len(data.problems) - 1} more)" if len(data.problems) > 1 else ""
@@ -189,6 +192,17 @@ class ThreadScreen(Screen[None]):
 
     @work(exclusive=True, exit_on_error=False, group="agent")
     async def _run(self, kind: str, text: str | None, confirm: Text | None) -> None:
+        if self._problems:
+            # Refuse before any question: an upgrade would be for nothing.
+            first = self._problems[0]
+            self.post_message(
+                RunFinished(
+                    self.thread_id,
+                    error=f"Thread {self.thread_id!r} has {len(self._problems)} unreadable row(s) "
+                    f"(first: row {first.row_id}); it can be read but not continued.",
+                )
+            )
+            return
         if confirm is not None:
             if not await self.app.push_screen_wait(ConfirmModal("Resume this thread?", confirm, yes="Resume")):
                 return
@@ -314,15 +328,19 @@ class ThreadScreen(Screen[None]):
     # --- keys ---------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Grey out keys that make no sense now (abort when idle, resume when clean, ...)."""
+        """Grey out keys that make no sense now (abort when idle, resume when clean, ...).
+
+        ``None`` keeps the key in the footer, dimmed, so it stays discoverable.
+        """
         if action in ("abort", "steer", "follow_up", "resume", "new_prompt") and not self.loaded:
-            return False
+            return None
         if action == "abort":
-            return self.running
+            return True if self.running else None
         if action == "resume":
-            return not self.running and self.diagnosis is not None and self.diagnosis.resumable
+            resumable = not self.running and self.diagnosis is not None and self.diagnosis.resumable
+            return True if resumable else None
         if action == "new_prompt":
-            return not self.running
+            return None if self.running else True
         return True
 
     def action_abort(self) -> None:

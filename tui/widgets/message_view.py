@@ -185,7 +185,10 @@ class AssistantMessageView(Vertical):
             self._seen[-1] = len(block.thinking)
             return ThinkingView(block.thinking)
         if isinstance(block, ToolCall):
-            status = "streaming" if self.live and not block.arguments else "pending"
+            if self.live:
+                status = "pending" if block.arguments else "streaming"
+            else:
+                status = "unanswered"  # until the transcript hands it its stored result
             view = ToolCallView(block, status=status)
             self.tool_views[block.id] = view
             return view

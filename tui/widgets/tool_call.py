@@ -29,7 +29,8 @@ class ToolCallView(Widget):
 
     ``status`` moves ``streaming`` (arguments still arriving) → ``pending`` → ``running``
     → ``ok`` | ``error`` | ``interrupted`` (settled by recovery) | ``aborted`` (cancelled
-    after an abort); ``dangling`` marks a call of a crashed run that has no result.
+    after an abort); ``dangling`` marks a call of a crashed run that has no result and
+    ``unanswered`` a stored call whose result is missing for another reason (an unreadable row).
     """
 
     DEFAULT_CSS = """
@@ -54,7 +55,7 @@ class ToolCallView(Widget):
     """
 
     status: reactive[str] = reactive("pending")
-    """Lifecycle state: streaming, pending, running, ok, error, interrupted, aborted or dangling."""
+    """Lifecycle state: streaming, pending, unanswered, running, ok, error, interrupted, aborted, dangling."""
 
     progress: reactive[float | None] = reactive(None)
     """Fraction done (0..1) the tool last reported, or ``None`` if it reports none."""
@@ -104,7 +105,7 @@ class ToolCallView(Widget):
             self.progress = max(0.0, min(1.0, progress))
         if text is not None:
             self.status_text = text
-        if self.status in ("pending", "streaming"):
+        if self.status in ("pending", "streaming", "unanswered"):
             self.status = "running"
 
     def finish(self, result: ToolResultMessage) -> None:
@@ -148,7 +149,7 @@ class ToolCallView(Widget):
     def _apply_status(self) -> None:
         if not self._ready:
             return
-        for name in ("streaming", "pending", "running", "ok", "error", "interrupted", "aborted", "dangling"):
+        for name in ("streaming", "pending", "unanswered", "running", "ok", "error", "interrupted", "aborted", "dangling"):
             self.set_class(self.status == name, f"-{name}")
         if self.status == "running" and self.progress is None:
             self.query_one("#tool-progress", ProgressBar).update(total=None)
@@ -162,6 +163,7 @@ class ToolCallView(Widget):
         words = {
             "streaming": "model is writing the arguments…",
             "pending": "waiting to run",
+            "unanswered": "no result stored",
             "running": f"running since {clock(self.started_at)}" if self.started_at else "running",
             "ok": "done",
             "error": "failed",

@@ -1,0 +1,147 @@
+"""Bad input reaches the screen as one clear sentence; the app keeps running and q quits."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from core.checkpoint.memory import MemoryCheckpointer
+from core.providers.faux import FauxProvider
+from tests.tui.conftest import (
+    fast_session,
+    open_from_picker,
+    screen_text,
+    type_text,
+    wait_for,
+    wait_for_text,
+    squeezed,
+)
+from tui.app import make_app
+from tui.cli import build_session
+from tui.screens.modals import ErrorScreen, TextInputModal
+from tui.screens.threads import ThreadsScreen
+from tui.session import Session
+
+
+def _error_sentence(app) -> str:  # type: ignore[no-untyped-def]
+    assert isinstance(app.screen, ErrorScreen), type(app.screen)
+    return app.screen.sentence
+
+
+async def _expect_error(app, fragment: str) -> str:  # type: ignore[no-untyped-def]
+    async with app.run_test(size=(110, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="error screen")
+        await pilot.pause()
+        sentence = _error_sentence(app)
+        text = screen_text(app)
+        assert fragment in sentence
+        assert "Traceback" not in text
+        assert sentence.count(". ") == 0 and sentence.endswith(".")  # one sentence
+        assert squeezed(sentence) in squeezed(text), text  # and it is on screen
+        assert app.is_running
+        await pilot.press("q")
+        await pilot.pause()
+        assert not app.is_running
+    assert app.return_code in (0, None)
+    return sentence
+
+
+async def test_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "notes.sqlite"
+    path.write_text("these are my notes, not a database\n" * 100)
+    before = path.read_bytes()
+    await _expect_error(make_app(build_session(path, demo=True)), "notes.sqlite")
+    assert path.read_bytes() == before
+
+
+async def test_missing_file_in_a_read_only_directory() -> None:
+    # Tests run as root, for whom chmod does not make a directory read-only; /proc is
+    # read-only even for root, so creating a file there fails honestly.
+    path = Path("/proc/cubepi-tui-test.sqlite")
+    assert not path.exists()
+    await _expect_error(make_app(build_session(path, demo=True)), "cubepi-tui-test.sqlite")
+    assert not path.exists()
+
+
+async def test_missing_file_whose_parent_is_a_file(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    await _expect_error(make_app(build_session(blocker / "threads.sqlite", demo=True)), "threads.sqlite")
+
+
+async def test_missing_file_with_no_create(tmp_path: Path) -> None:
+    path = tmp_path / "absent.sqlite"
+    await _expect_error(make_app(build_session(path, create=False, demo=True)), "absent.sqlite")
+    assert not path.exists()
+
+
+async def test_malformed_json_row(fixture_copy: Path) -> None:
+    with sqlite3.connect(fixture_copy) as db:
+        db.execute("UPDATE messages SET message_json = ? WHERE id = 9", ('{"role": "tool_result", "content": [',))
+    app = make_app(fast_session(path=fixture_copy))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_from_picker(pilot, "completed")
+        await wait_for_text(pilot, "Row 9 could not be read")
+        text = screen_text(app)
+        assert "malformed JSON" in text
+        assert '{"role": "tool_result", "content": [' in text  # the raw row, shown as is
+        assert "Traceback" not in text
+        # Continuing the thread is refused with one sentence, and nothing is written.
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt")
+        await type_text(pilot, "go on")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "unreadable row(s)" in " ".join(n.message for n in app._notifications), what="refusal")
+        assert app.is_running
+
+
+async def test_unknown_thread_id() -> None:
+    app = make_app(fast_session(MemoryCheckpointer()), thread_id="no-such-thread")
+    async with app.run_test(size=(110, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="error screen")
+        assert "There is no thread 'no-such-thread'" in _error_sentence(app)
+        assert "There is no thread 'no-such-thread'" in screen_text(app)
+        await pilot.press("escape")  # back to the picker, still running
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
+
+
+async def test_missing_api_key_when_a_model_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    session = build_session(store=MemoryCheckpointer(), model="claude-sonnet-4-5")
+    app = make_app(session)
+    async with app.run_test(size=(110, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="error screen")
+        assert "ANTHROPIC_API_KEY" in _error_sentence(app)
+        assert "ANTHROPIC_API_KEY" in screen_text(app)
+        await pilot.press("escape")  # browsing still works
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt")
+        await type_text(pilot, "hello")
+        await pilot.press("enter")
+        await wait_for(
+            pilot, lambda: any("ANTHROPIC_API_KEY" in n.message for n in app._notifications), what="refusal"
+        )
+        assert app.is_running
+
+
+async def test_provider_error_during_a_run() -> None:
+    store = MemoryCheckpointer()
+
+    async def open_store() -> MemoryCheckpointer:
+        return store
+
+    session = Session(open_store, lambda: FauxProvider(), model="faux-1")  # an empty script fails the call
+    app = make_app(session)
+    async with app.run_test(size=(110, 30)) as pilot:
+        await wait_for(pilot, lambda: session.store is not None, what="store")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt")
+        await type_text(pilot, "hello")
+        await pilot.press("enter")
+        await wait_for_text(pilot, "the model call failed: The faux provider has no scripted reply left")
+        assert "failed" in screen_text(app).splitlines()[-2]
+        assert any("no scripted reply" in n.message for n in app._notifications)
+        assert app.is_running

@@ -1,0 +1,100 @@
+"""The picker on cubeloop's crash-point database: every thread with its diagnosis, read-only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.messages import AssistantMessage, ToolResultMessage
+from core.recovery import ThreadState, diagnose
+from tests.tui.conftest import FIXTURE, fast_session, open_from_picker, screen_text, squeezed, wait_for, wait_for_text
+from tui.app import make_app
+from tui.screens.modals import ConfirmModal
+from tui.screens.thread import ThreadScreen
+from tui.screens.threads import ThreadsScreen
+
+# shared/fixtures/README.md: the JSON's crash_point -> this project's diagnosis label.
+LABELS = {
+    "after_user_before_assistant": "crashed at point 1 (between turns)",
+    "after_tool_result_before_next_assistant": "crashed at point 2 (after tool result)",
+    "mid_tool_dangling_tool_call": "crashed at point 3 (mid-tool)",
+    "mid_tool_batch_partial_results": "crashed at point 3 (mid-tool)",
+    "none_completed": "completed",
+    "aborted_by_host": "aborted",
+}
+
+
+def _expected() -> dict[str, tuple[str, int]]:
+    spec = json.loads(FIXTURE.with_suffix(".json").read_text())
+    return {t["thread_id"]: (LABELS[t["crash_point"]], len(t["roles"])) for t in spec["threads"]}
+
+
+async def test_picker_lists_every_fixture_thread_with_its_label_and_changes_no_byte(fixture_copy: Path) -> None:
+    before = fixture_copy.read_bytes()
+    expected = _expected()
+    app = make_app(fast_session(path=fixture_copy))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: len(app.threads_screen.rows) == len(expected), what="all rows")
+        rows = {r.thread_id: r for r in app.threads_screen.rows}
+        assert {tid: (r.state, r.message_count) for tid, r in rows.items()} == expected
+        text = screen_text(app)
+        for thread_id, (label, _) in expected.items():
+            line = next(line for line in text.splitlines() if f" {thread_id} " in f" {line} ")
+            assert label in line, line
+        assert squeezed("browse-only until upgraded") in squeezed(text)
+        # Open every thread and come back: browsing never writes.
+        for thread_id in expected:
+            await open_from_picker(pilot, thread_id)
+            await pilot.press("q")
+            await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker again")
+    assert fixture_copy.read_bytes() == before
+    assert not Path(f"{fixture_copy}-wal").exists()
+
+
+async def test_resume_a_foreign_crashed_thread_after_agreeing_to_upgrade(fixture_copy: Path) -> None:
+    app = make_app(fast_session(path=fixture_copy))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await open_from_picker(pilot, "crash-mid-tool")
+        await wait_for_text(pilot, "Crashed mid-tool (point 3)")
+        assert "may have started" in screen_text(app)  # cubeloop keeps no tool journal
+        screen = app.screen
+        assert isinstance(screen, ThreadScreen)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="resume plan")
+        assert "as interrupted" in screen_text(app)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: "Upgrade this database?" in screen_text(app), what="upgrade question")
+        assert "WAL" in screen_text(app) and "cubeloop can still" in screen_text(app)
+        await pilot.press("y")
+        await wait_for_text(pilot, "Some steps did not finish", timeout=15)
+        await wait_for(pilot, lambda: not screen.running, what="run finished")
+        text = screen_text(app)
+        assert "interrupted: settled as an error by recovery" in text
+        assert "completed" in text.splitlines()[-2]
+    store = await SQLiteCheckpointer.open(fixture_copy)
+    try:
+        data = await store.load("crash-mid-tool")
+    finally:
+        await store.close()
+    assert data is not None
+    results = [m for m in data.messages if isinstance(m, ToolResultMessage)]
+    assert [r.tool_call_id for r in results] == ["call_slow_1"] and results[0].is_error
+    assert isinstance(data.messages[-1], AssistantMessage) and data.messages[-1].stop_reason == "stop"
+    assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+
+
+async def test_declining_the_upgrade_leaves_the_file_alone(fixture_copy: Path) -> None:
+    before = fixture_copy.read_bytes()
+    app = make_app(fast_session(path=fixture_copy))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await open_from_picker(pilot, "crash-after-user")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="resume plan")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: "Upgrade this database?" in screen_text(app), what="upgrade question")
+        await pilot.press("n")
+        await wait_for(
+            pilot, lambda: any("stays browse-only" in n.message for n in app._notifications), what="notice"
+        )
+    assert fixture_copy.read_bytes() == before
