@@ -51,8 +51,16 @@ class CubepiApp(App[None]):
         self._thread_screens: dict[str, ThreadScreen] = {}
 
     def on_mount(self) -> None:
+        self.session.on_busy = self._database_busy
         self.push_screen(self.threads_screen)
         self._open_store()
+
+    def _database_busy(self, attempt: int) -> None:
+        self.notify(
+            f"The database is locked by another program; waiting and retrying (attempt {attempt}).",
+            severity="warning",
+            timeout=3,
+        )
 
     @work(exclusive=True, exit_on_error=False, group="store")
     async def _open_store(self) -> None:

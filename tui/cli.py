@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from core.checkpoint.base import Checkpointer
 from core.errors import DatabaseOpenError
@@ -73,8 +73,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def store_opener(path: Path, *, create: bool, make_parent: bool = False) -> Any:
-    """An async callable that opens the SQLite store at ``path`` (see ``Session.open_store``)."""
+def store_opener(
+    path: Path, *, create: bool, make_parent: bool = False, on_busy: Callable[[int], None] | None = None
+) -> Any:
+    """An async callable that opens the SQLite store at ``path`` (see ``Session.open_store``).
+
+    ``on_busy(attempt)`` is called each time a locked database makes a call wait and retry.
+    """
 
     async def open_store() -> Checkpointer:
         from core.checkpoint.sqlite import SQLiteCheckpointer
@@ -84,7 +89,7 @@ def store_opener(path: Path, *, create: bool, make_parent: bool = False) -> Any:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise DatabaseOpenError(f"Cannot create the directory {path.parent}: {error.strerror}.") from None
-        return await SQLiteCheckpointer.open(path, create=create)
+        return await SQLiteCheckpointer.open(path, create=create, on_busy=on_busy)
 
     return open_store
 
@@ -105,45 +110,41 @@ def build_session(
     """
     from tui import demo as demo_agent
 
-    make_parent = path is None
-    db_path = path if path is not None else default_db_path()
-    if store is not None:
-        ready = store
-
-        async def open_store() -> Checkpointer:
-            return ready
-
-        opener: Any = open_store
-        location = "memory"
-    else:
-        opener = store_opener(db_path, create=create or make_parent, make_parent=make_parent)
-        location = str(db_path)
     use_demo = demo or (model is None and not os.environ.get("ANTHROPIC_API_KEY"))
-    tools = demo_agent.demo_tools(speed=demo_speed)
-    if use_demo:
-        return Session(
-            opener,
-            lambda: demo_agent.demo_provider(speed=demo_speed),
-            location=location,
-            model="demo",
-            tools=tools,
-            system_prompt=demo_agent.SYSTEM_PROMPT,
-        )
-    name = model or DEFAULT_MODEL
+    name = "demo" if use_demo else (model or DEFAULT_MODEL)
 
     def make_provider() -> Any:
+        if use_demo:
+            return demo_agent.demo_provider(speed=demo_speed)
         from core.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(model=name)
 
-    return Session(
-        opener,
+    async def no_store() -> Checkpointer:
+        raise DatabaseOpenError("No database was given.")
+
+    session = Session(
+        no_store,
         make_provider,
-        location=location,
         model=name,
-        tools=tools,
+        tools=demo_agent.demo_tools(speed=demo_speed),
         system_prompt=demo_agent.SYSTEM_PROMPT,
     )
+    if store is not None:
+        ready = store
+
+        async def open_ready() -> Checkpointer:
+            return ready
+
+        session.open_store, session.location = open_ready, "memory"
+    else:
+        make_parent = path is None
+        db_path = path if path is not None else default_db_path()
+        session.open_store = store_opener(
+            db_path, create=create or make_parent, make_parent=make_parent, on_busy=session.report_busy
+        )
+        session.location = str(db_path)
+    return session
 
 
 def main(argv: Sequence[str] | None = None) -> None:

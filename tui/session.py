@@ -86,6 +86,13 @@ class Session:
     provider: Any = None
     provider_error: str | None = None
     agents: dict[str, Agent] = field(default_factory=dict)
+    on_busy: Callable[[int], None] | None = None
+    """Told the attempt number each time the database was locked and a call is retried."""
+
+    def report_busy(self, attempt: int) -> None:
+        """Pass a "database is locked, retrying" notice on to ``on_busy`` (the app shows it)."""
+        if self.on_busy is not None:
+            self.on_busy(attempt)
 
     async def open(self) -> None:
         """Open the store and build the provider.

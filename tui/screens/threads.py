@@ -30,7 +30,8 @@ def state_text(row: ThreadRow) -> Text:
     """The picker's state cell: "running here", or the diagnosis label, coloured."""
     if row.running:
         return Text(row.state, style="bold cyan")
-    text = Text(row.state, style=_STATE_STYLES.get(row.diagnosis.state, ""))
+    text = Text()
+    text.append(row.state, style=_STATE_STYLES.get(row.diagnosis.state, ""))
     if row.problems:
         text.append(f" · {row.problems} unreadable row(s)", style="red")
     return text
@@ -85,7 +86,8 @@ class ThreadsScreen(Screen[None]):
         self.reload()
 
     def _title(self) -> Text:
-        title = Text("cubepi-tui", style="bold")
+        title = Text()
+        title.append("cubepi-tui", style="bold")
         title.append("  threads in ", style="dim")
         title.append(clean(self.session.location or "memory"))
         if self.session.needs_upgrade:
@@ -120,24 +122,41 @@ class ThreadsScreen(Screen[None]):
             self.notify(message.error, severity="error", timeout=8)
             return
         self.query_one("#threads-title", Static).update(self._title())
-        table = self.query_one(DataTable)
         selected = self.selected_thread_id
         self.rows = message.rows
+        self._fill_table(selected)
+        empty = self.query_one("#threads-empty", Static)
+        empty.display = not message.rows
+        empty.update("No threads yet. Press n to start one." if not message.rows else "")
+
+    def _fill_table(self, selected: str | None = None) -> None:
+        """Show ``self.rows``, keeping the cursor on ``selected`` when it is still listed."""
+        table = self.query_one(DataTable)
         table.clear()
-        for row in message.rows:
+        prompt_width = self._prompt_width()
+        for row in self.rows:
             table.add_row(
                 Text(clean(row.thread_id), style="bold"),
                 state_text(row),
                 Text(str(row.message_count), justify="right"),
                 Text(relative_time(row.last_activity)),
-                Text(one_line(row.first_prompt, 60)),
+                Text(one_line(row.first_prompt, prompt_width)),
                 key=row.thread_id,
             )
-        empty = self.query_one("#threads-empty", Static)
-        empty.display = not message.rows
-        empty.update("No threads yet. Press n to start one." if not message.rows else "")
-        if selected is not None and selected in {r.thread_id for r in message.rows}:
+        if selected is not None and selected in {r.thread_id for r in self.rows}:
             table.move_cursor(row=table.get_row_index(selected))
+
+    def _prompt_width(self) -> int:
+        """What is left of the screen's width for the first prompt (at least 16 characters)."""
+        if not self.rows:
+            return 16
+        fixed = max(len(clean(r.thread_id)) for r in self.rows) + max(len(state_text(r)) for r in self.rows)
+        fixed += len("msgs") + len("last activity")
+        return max(16, self.size.width - fixed - 2 * 5 - 2)  # cell padding, scrollbar
+
+    def on_resize(self) -> None:
+        if self.rows:
+            self._fill_table(self.selected_thread_id)
 
     def _refresh_times(self) -> None:
         table = self.query_one(DataTable)

@@ -25,7 +25,8 @@ def crash_headline(diagnosis: Diagnosis) -> str:
 
 def describe(diagnosis: Diagnosis) -> Text:
     """The banner's text: headline, detail, each dangling call, and the resume plan."""
-    text = Text(crash_headline(diagnosis), style="bold")
+    text = Text()
+    text.append(crash_headline(diagnosis), style="bold")
     if diagnosis.detail:
         text.append("  ")
         text.append_text(literal(diagnosis.detail))

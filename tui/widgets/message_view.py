@@ -55,7 +55,8 @@ class UserMessageView(Static):
 
     def __init__(self, message: UserMessage) -> None:
         kind = user_kind(message)
-        text = Text(_KIND_LABELS[kind], style="bold")
+        text = Text()
+        text.append(_KIND_LABELS[kind], style="bold")
         text.append(f"  {clock(message.timestamp)}\n", style="dim")
         text.append_text(literal(message.text or _raw_content(message.content)))
         super().__init__(text, classes=f"-{kind}")
@@ -196,7 +197,8 @@ class AssistantMessageView(Vertical):
 
     @staticmethod
     def _who(message: AssistantMessage) -> Text:
-        who = Text("assistant", style="bold")
+        who = Text()
+        who.append("assistant", style="bold")
         if message.model_id:
             who.append(f" · {clean(message.model_id)}", style="dim")
         who.append(f"  {clock(message.timestamp)}", style="dim")
@@ -230,7 +232,8 @@ class ToolResultView(Static):
     """
 
     def __init__(self, message: ToolResultMessage) -> None:
-        text = Text("↳ result of ", style="dim")
+        text = Text()
+        text.append("↳ result of ", style="dim")
         text.append(clean(message.tool_name or "tool"), style="bold")
         text.append(f"  {clean(message.tool_call_id)}\n", style="dim")
         text.append_text(literal(message.text or short_json(message.details, 2000)))
@@ -251,7 +254,8 @@ class RawView(Static):
     """
 
     def __init__(self, title: str, raw: str) -> None:
-        text = Text(title, style="bold")
+        text = Text()
+        text.append(title, style="bold")
         text.append("\n")
         text.append_text(literal(raw[:4000]))
         super().__init__(text)

@@ -17,6 +17,9 @@ from tui.text import clean, clock, literal, short_json
 RESULT_LINE_LIMIT = 40
 """Lines of a tool result shown; the rest is summarised so a huge output cannot stall the view."""
 
+RESULT_CHAR_LIMIT = 4000
+"""Characters of a tool result shown (one very long line wraps into many screen lines)."""
+
 
 def settled_as(result: ToolResultMessage) -> str | None:
     """``"interrupted"`` (recorded by recovery) or ``"aborted"`` (cancelled after an abort), else ``None``."""
@@ -171,7 +174,8 @@ class ToolCallView(Widget):
             "aborted": "aborted: cancelled after the abort; check its effects",
             "dangling": f"no result: {self._note}" if self._note else "no result",
         }[self.status]
-        line = Text(words, style="italic")
+        line = Text()
+        line.append(words, style="italic")
         if self.status == "running" and self.status_text:
             line.append(" — ")
             line.append_text(literal(self.status_text))
@@ -182,9 +186,10 @@ class ToolCallView(Widget):
         body = self._result.text
         if not body and self._result.details is not None:
             body = short_json(self._result.details, 2000)
-        lines = clean(body).split("\n")
-        shown = "\n".join(lines[:RESULT_LINE_LIMIT])
+        body = clean(body)
+        lines = body[:RESULT_CHAR_LIMIT].split("\n")[:RESULT_LINE_LIMIT]
+        shown = "\n".join(lines)
         text = Text(shown)
-        if len(lines) > RESULT_LINE_LIMIT:
-            text.append(f"\n… {len(lines) - RESULT_LINE_LIMIT} more lines", style="dim italic")
+        if len(shown) < len(body):
+            text.append(f"\n… {len(body) - len(shown):,} more characters", style="dim italic")
         self.query_one("#tool-result", Static).update(text)
