@@ -209,13 +209,14 @@ class SQLiteCheckpointer:
     @classmethod
     async def _create(cls, path: Path, **settings: Any) -> SQLiteCheckpointer:
         db = await _connect(path, read_only=False, busy_timeout=settings["busy_timeout"])
-        store = cls(db, path, _Layout({}, None), writable=True, **settings)
         try:
-            await store._migrate()
+            # No retry loop here: sqlite's busy timeout covers two programs creating at once,
+            # and a raw failure must still become the one sentence _open_error writes.
+            layout = await _call(db, _migration(durable=settings["durable"]))
         except BaseException as exc:
-            await store.close()
+            await db.close()
             raise _open_error(path, exc) from None
-        return store
+        return cls(db, path, layout, writable=True, **settings)
 
     @classmethod
     async def _open_writable(cls, path: Path, **settings: Any) -> SQLiteCheckpointer:
@@ -257,28 +258,7 @@ class SQLiteCheckpointer:
         self._writable = True
 
     async def _migrate(self) -> None:
-        def migrate(c: sqlite3.Connection) -> _Layout:
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                version = _read_layout(c).version or 0  # re-read under the lock: someone may have upgraded
-                for step in MIGRATIONS[version:]:
-                    step(c)
-                if version < len(MIGRATIONS):
-                    c.execute(f"DELETE FROM {SCHEMA_TABLE}")
-                    c.execute(f"INSERT INTO {SCHEMA_TABLE} (version) VALUES (?)", (len(MIGRATIONS),))
-                c.execute("COMMIT")
-            except BaseException:
-                c.rollback()
-                raise
-            # journal_mode cannot change inside a transaction; a busy WAL switch is retried
-            # at the next open, the migrated file works in either mode meanwhile.
-            try:
-                _set_pragmas(c, wal=True, durable=self._durable)
-            except sqlite3.OperationalError:
-                pass
-            return _read_layout(c)
-
-        self._layout = await self._run(migrate, "upgrade")
+        self._layout = await self._run(_migration(durable=self._durable), "upgrade")
 
     # --- state ---------------------------------------------------------------------------
 
@@ -486,6 +466,8 @@ class SQLiteCheckpointer:
             return StoreBusyError(
                 f"{self._path} stayed locked by another program for about {waited:.0f} s, so the {what} did not happen."
             )
+        if "readonly" in text and self.read_only and _has_hot_journal(self._path):
+            return _hot_journal_error(self._path)
         if "readonly" in text or "read-only" in text:
             return ReadOnlyStoreError(f"{self._path} cannot be written: the file or its directory is read-only.")
         return CheckpointError(f"The {what} on {self._path} failed: {exc}.")
@@ -680,6 +662,28 @@ def _first_prompt(c: sqlite3.Connection, thread_id: str, first: tuple[int, bytes
     return text if len(text) <= FIRST_PROMPT_CHARS else text[: FIRST_PROMPT_CHARS - 1] + "…"
 
 
+def _migration(*, durable: bool) -> Callable[[sqlite3.Connection], _Layout]:
+    """The upgrade as one function for the connection thread: migrations in one transaction, then WAL."""
+
+    def migrate(c: sqlite3.Connection) -> _Layout:
+        with _write_txn(c):
+            version = _read_layout(c).version or 0  # re-read under the lock: someone may have upgraded
+            for step in MIGRATIONS[version:]:
+                step(c)
+            if version < len(MIGRATIONS):
+                c.execute(f"DELETE FROM {SCHEMA_TABLE}")
+                c.execute(f"INSERT INTO {SCHEMA_TABLE} (version) VALUES (?)", (len(MIGRATIONS),))
+        # journal_mode cannot change inside a transaction, and switching needs every other
+        # connection gone; if one is busy, the next open retries and the file works meanwhile.
+        try:
+            _set_pragmas(c, wal=True, durable=durable)
+        except sqlite3.OperationalError:
+            pass
+        return _read_layout(c)
+
+    return migrate
+
+
 def _read_layout(c: sqlite3.Connection) -> _Layout:
     """Tables, their columns and our schema version; reading sqlite_master also proves it is SQLite."""
     names = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
@@ -774,9 +778,23 @@ def _open_error(path: Path, exc: BaseException) -> BaseException:
         return DatabaseOpenError(f"{path} is a damaged SQLite database (its disk image is malformed).")
     if _is_busy(exc):
         return StoreBusyError(f"{path} is locked by another program; try again when it is done.")
+    if "readonly" in text and _has_hot_journal(path):
+        return _hot_journal_error(path)
     if "unable to open" in text or "readonly" in text:
         if not path.exists() or not os.access(path.parent, os.W_OK):
             return DatabaseOpenError(f"Cannot create {path}: the directory {path.parent} is not writable.")
         return DatabaseOpenError(f"{path} cannot be opened: {exc}.")
     return DatabaseOpenError(f"{path} cannot be opened: {exc}.")
 
+
+def _has_hot_journal(path: Path) -> bool:
+    return Path(f"{path}-journal").exists()
+
+
+def _hot_journal_error(path: Path) -> DatabaseOpenError:
+    # A writer died mid-transaction: reading needs SQLite to roll its journal back, which
+    # changes the file, and browsing never changes a file; a read-write open does it.
+    return DatabaseOpenError(
+        f"{path} holds an unfinished write of a program that stopped mid-transaction; open it once"
+        " with cubeloop or the sqlite3 shell to roll that write back, as browsing never changes the file."
+    )

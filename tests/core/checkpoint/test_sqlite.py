@@ -534,3 +534,26 @@ async def test_watch_reports_commits_from_another_connection(sqlite_path: Path) 
     await asyncio.wait_for(task, timeout=5)
     await reader.close()
     await writer.close()
+
+
+_CRASHING_WRITER = """
+import os, signal, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA cache_size = 1")  # spill to the file early, so the journal is hot
+db.execute("BEGIN")
+for i in range(5000):
+    db.execute("INSERT INTO messages (thread_id, message_json) VALUES ('late', ?)", ("x" * 200,))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+async def test_a_writer_killed_mid_transaction_is_explained_not_rolled_back(fixture_db: Path) -> None:
+    killed = subprocess.run([sys.executable, "-c", _CRASHING_WRITER, str(fixture_db)])
+    assert killed.returncode == -9
+    journal = Path(f"{fixture_db}-journal")
+    assert journal.exists(), "the killed cubeloop-style writer left a hot journal"
+    before = sha256(fixture_db), sha256(journal)
+    with pytest.raises(DatabaseOpenError) as error:
+        await SQLiteCheckpointer.open(fixture_db, create=False)
+    assert one_sentence(str(error.value)) and "unfinished write" in str(error.value)
+    assert (sha256(fixture_db), sha256(journal)) == before
