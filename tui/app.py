@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from core.errors import CubepiError
-from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreOpened
+from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreChanged, StoreOpened
 from tui.screens.modals import ErrorScreen, HelpScreen, TextInputModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
@@ -77,11 +77,28 @@ class CubepiApp(App[None]):
             self.push_screen(ErrorScreen(message.error, fatal=True))
             return
         self.threads_screen.reload()
+        if self.session.watch_changes is not None:
+            self._watch_store()
         if self.start_thread_id is not None:
             self._open_thread(OpenThread(self.start_thread_id))
         if self.session.provider_error:
             hint = "You can still browse threads, but not run them (start with --demo to use the demo agent)."
             self.push_screen(ErrorScreen(self.session.provider_error, hint=hint))
+
+    @work(exclusive=True, exit_on_error=False, group="watch")
+    async def _watch_store(self) -> None:
+        """Tell the picker when another program (or a run here) changed the database."""
+        assert self.session.watch_changes is not None
+        try:
+            async for _ in self.session.watch_changes():
+                self.post_message(StoreChanged())
+        except OSError:
+            pass  # nothing to watch (e.g. the directory vanished); reloading by hand still works
+
+    @on(StoreChanged)
+    def _store_changed(self) -> None:
+        if self.screen is self.threads_screen:
+            self.threads_screen.reload()
 
     async def on_unmount(self) -> None:
         await self.session.close()

@@ -92,6 +92,15 @@ class StoreOpened(Message):
 
 
 @dataclass
+class StoreChanged(Message):
+    """The database changed on disk (a commit by this app or another program)."""
+
+    def can_replace(self, message: Message) -> bool:
+        """One pending change notice is as good as many."""
+        return isinstance(message, StoreChanged)
+
+
+@dataclass
 class OpenThread(Message):
     """Show ``thread_id`` (posted by the picker; handled by the app).
 

@@ -10,7 +10,7 @@ sentence, ready for the screen.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, Sequence, runtime_checkable
 
 from core.agent import Agent
 from core.checkpoint.base import CheckpointData, Checkpointer, ThreadSummary
@@ -86,6 +86,8 @@ class Session:
     provider: Any = None
     provider_error: str | None = None
     agents: dict[str, Agent] = field(default_factory=dict)
+    watch_changes: Callable[[], AsyncIterator[None]] | None = None
+    """Yields once per batch of changes to the store on disk (``None``: the store cannot tell)."""
     on_busy: Callable[[int], None] | None = None
     """Told the attempt number each time the database was locked and a call is retried."""
 

@@ -98,3 +98,19 @@ async def test_declining_the_upgrade_leaves_the_file_alone(fixture_copy: Path) -
             pilot, lambda: any("stays browse-only" in n.message for n in app._notifications), what="notice"
         )
     assert fixture_copy.read_bytes() == before
+
+
+async def test_picker_follows_changes_made_by_another_program(tmp_path: Path) -> None:
+    from core.messages import user_text
+
+    path = tmp_path / "shared.sqlite"
+    app = make_app(fast_session(path=path))
+    async with app.run_test(size=(130, 30)) as pilot:
+        await wait_for_text(pilot, "No threads yet")
+        other = await SQLiteCheckpointer.open(path)  # a second writer, as another process would be
+        try:
+            await other.append("from-elsewhere", [user_text("written by another program")])
+        finally:
+            await other.close()
+        await wait_for_text(pilot, "from-elsewhere", timeout=5)
+        assert "crashed at point 1 (between turns)" in screen_text(app)
