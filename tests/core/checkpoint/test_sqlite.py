@@ -557,3 +557,55 @@ async def test_a_writer_killed_mid_transaction_is_explained_not_rolled_back(fixt
         await SQLiteCheckpointer.open(fixture_db, create=False)
     assert one_sentence(str(error.value)) and "unfinished write" in str(error.value)
     assert (sha256(fixture_db), sha256(journal)) == before
+
+
+_OPEN_AND_PRINT = """
+import asyncio, sys
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.errors import DatabaseOpenError
+
+async def main(path):
+    try:
+        await SQLiteCheckpointer.open(path, create=True)
+    except DatabaseOpenError as error:
+        print(error)
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_unreadable_file() -> None:
+    # Root reads any file, so as root the open runs in a child process as "nobody".
+    # tmp_path's parents are private to root, hence a directory of its own under /tmp.
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="cubepi-unreadable-"))
+    try:
+        folder.chmod(0o755)
+        path = folder / "secret.sqlite"
+        with plain(path) as db:
+            db.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, thread_id TEXT, message_json TEXT)")
+        path.chmod(0o000)
+        if os.geteuid() != 0:
+            with pytest.raises(DatabaseOpenError) as error:
+                await SQLiteCheckpointer.open(path)
+            said = str(error.value)
+        else:
+            try:
+                child = subprocess.run(
+                    [sys.executable, "-c", _OPEN_AND_PRINT, str(path)], cwd=ROOT, capture_output=True, text=True,
+                    user="nobody", env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                )
+            except OSError as exc:
+                child = subprocess.CompletedProcess([], 1, "", str(exc))
+            if child.returncode != 0:
+                pytest.skip(
+                    "root reads every file and 'nobody' cannot run this Python "
+                    f"({(child.stderr.strip().splitlines() or ['?'])[-1]})"
+                )
+            said = child.stdout.strip()
+        assert said == f"{path} cannot be read: permission denied."
+    finally:
+        for p in folder.iterdir():
+            p.unlink()
+        folder.rmdir()
