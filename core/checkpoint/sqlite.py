@@ -745,6 +745,13 @@ def _is_busy(exc: BaseException) -> bool:
 
 def _check_path(path: Path, *, create: bool) -> bool:
     """Whether ``path`` exists; raises ``DatabaseOpenError`` for every path we cannot use."""
+    try:
+        return _check_path_parts(path, create=create)
+    except OSError as exc:  # e.g. a parent directory we may not enter
+        raise DatabaseOpenError(f"{path} cannot be reached: {(exc.strerror or str(exc)).lower()}.") from None
+
+
+def _check_path_parts(path: Path, *, create: bool) -> bool:
     if path.is_dir():
         raise DatabaseOpenError(f"{path} is a directory, not a database file.")
     if path.exists():
