@@ -83,7 +83,12 @@ class RunError(CubepiError):
 
 
 class RunAlreadyClaimedError(RunError):
-    """Raised by ``claim_run`` when another process already runs this thread or this run id."""
+    """Raised by ``claim_run`` when this run id is already claimed, and by ``acquire_lease``
+    when another holder runs the thread; ``lease`` is then the live lease (else ``None``)."""
+
+    def __init__(self, message: str, *, lease: object = None) -> None:
+        super().__init__(message)
+        self.lease = lease
 
 
 class RunAlreadyCompletedError(RunError):

@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from core.checkpoint.base import RunRecord
+from core.checkpoint.base import JournalEntry, RunRecord
 from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 
 
@@ -132,16 +132,6 @@ class Diagnosis:
                 "then calls the model again."
             )
         return "Nothing to resume; send a new message to continue."
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    """The tool journal's record of one call: when it started and finished (unix seconds)."""
-
-    tool_call_id: str
-    started_at: float | None = None
-    ended_at: float | None = None
-    job_key: str | None = None
 
 
 def diagnose(

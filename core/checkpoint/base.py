@@ -18,7 +18,7 @@ Invariants every backend keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
 from core.messages import AnyMessage
 
@@ -66,6 +66,8 @@ class CheckpointData:
     problems: list[CorruptRow] = field(default_factory=list)
     message_ids: list[Any] = field(default_factory=list)
     parent_thread_id: str | None = None
+    journal: dict[str, "JournalEntry"] | None = None
+    """Tool journal by tool call id; ``None`` when the store keeps none (cubeloop files)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,4 +135,192 @@ class Checkpointer(Protocol):
 
     async def close(self) -> None:
         """Release connections; the object is unusable afterwards."""
+        ...
+
+
+# --- tool journal, jobs, leases, live events, commands ------------------------------------
+# Records our own tables keep beside cubeloop's. A store opened on a file without them
+# (cubeloop's, browse-only) returns None / empty from the readers and raises
+# ReadOnlyStoreError from the writers.
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """The tool journal's record of one tool call: when it started and ended (unix seconds).
+
+    Written at ``tool_execution_start`` and ``tool_execution_end``, so a diagnosis can say
+    "started 12:03:10, never finished" or "never started" instead of guessing.
+    """
+
+    tool_call_id: str
+    tool_name: str = ""
+    run_id: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    job_key: str | None = None
+
+
+JobStatus = Literal["started", "done", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One idempotent job: ``key`` -> status, JSON ``result`` (when done), times in unix seconds.
+
+    ``attempts`` counts how many times the work was started under this key.
+    """
+
+    key: str
+    status: JobStatus
+    result: Any = None
+    tool_call_id: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    attempts: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who runs a thread right now: a holder (one process or app instance) until ``expires_at``.
+
+    ``holder_id`` is unique per holder (uuid hex); ``pid`` and ``host`` say where it runs;
+    times are unix seconds. The holder renews (heartbeats) before expiry; a lease past
+    ``expires_at`` whose run did not complete means the holder crashed.
+    """
+
+    thread_id: str
+    holder_id: str
+    pid: int
+    host: str
+    run_id: str | None
+    acquired_at: float
+    heartbeat_at: float
+    expires_at: float
+
+
+CommandKind = Literal["abort", "steer", "follow_up"]
+CommandStatus = Literal["pending", "delivered", "applied", "refused", "discarded"]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A command to a thread's runner, kept durably: the outbox of steers and follow-ups.
+
+    ``seq`` orders commands in the store; ``status`` moves pending -> delivered (the runner
+    read it) -> applied (it took effect), or to refused (with ``note``) or discarded (the
+    user dropped it). Times are unix seconds.
+    """
+
+    seq: int
+    thread_id: str
+    kind: CommandKind
+    text: str
+    status: CommandStatus
+    created_at: float
+    updated_at: float
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveEvent:
+    """One entry of a thread's bounded live-event log (text deltas, tool progress, ...).
+
+    ``seq`` increases per store; ``data`` is a JSON object whose ``type`` names the
+    lifecycle event it summarises; ``at`` is unix seconds.
+    """
+
+    seq: int
+    thread_id: str
+    run_id: str | None
+    data: dict[str, Any]
+    at: float
+
+
+class SupervisedStore(Protocol):
+    """What supervision and safe resume need beyond :class:`Checkpointer`.
+
+    Implemented by the memory and SQLite backends (and every later one); tested by the
+    same contract suite. Errors as for :class:`Checkpointer`, plus those named below.
+    """
+
+    # tool journal
+    async def record_tool_event(
+        self, thread_id: str, tool_call_id: str, phase: Literal["start", "end"], *,
+        tool_name: str = "", run_id: str | None = None, job_key: str | None = None, at: float | None = None,
+    ) -> None:
+        """Journal the start or end of a tool call (``at`` defaults to now, unix seconds)."""
+        ...
+
+    async def load_journal(self, thread_id: str) -> dict[str, JournalEntry] | None:
+        """Map tool call id -> entry; ``None`` when the store keeps no journal (a cubeloop file)."""
+        ...
+
+    # jobs (idempotency keys)
+    async def job_begin(self, thread_id: str, key: str, tool_call_id: str | None = None) -> JobRecord:
+        """Atomically look up ``key``: if done, return it unchanged (the caller reuses the result);
+        otherwise record it as started (insert, or bump ``attempts``) and return that record."""
+        ...
+
+    async def job_finish(self, thread_id: str, key: str, status: Literal["done", "failed"], result: Any = None) -> None:
+        """Record the outcome and JSON ``result`` in one transaction. Raises ``KeyError`` if never begun."""
+        ...
+
+    async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
+        """The job under ``key``, or ``None``."""
+        ...
+
+    # leases
+    async def acquire_lease(self, lease: Lease, *, is_stale: Callable[[Lease], bool]) -> Lease:
+        """Take the thread's lease for ``lease.holder_id`` atomically and return it.
+
+        Succeeds when no lease exists, the same holder holds it, or ``is_stale(current)``
+        is true (expired, or its holder's process is gone). Otherwise raises
+        ``RunAlreadyClaimedError`` whose ``lease`` attribute is the current lease.
+        """
+        ...
+
+    async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
+        """Heartbeat: extend the holder's lease; ``False`` if it no longer holds it."""
+        ...
+
+    async def release_lease(self, thread_id: str, holder_id: str) -> None:
+        """Drop the lease if ``holder_id`` holds it; otherwise do nothing."""
+        ...
+
+    async def get_lease(self, thread_id: str) -> Lease | None:
+        """The thread's current lease record (live or expired), or ``None``."""
+        ...
+
+    async def list_leases(self) -> dict[str, Lease]:
+        """Every lease record by thread id (for the picker)."""
+        ...
+
+    # live events (bounded log, pruned when a run ends)
+    async def append_live_events(self, thread_id: str, run_id: str | None, events: Sequence[dict[str, Any]], *, keep: int = 2000) -> None:
+        """Append a batch in one transaction, then keep only the newest ``keep`` for the thread."""
+        ...
+
+    async def read_live_events(self, thread_id: str, after_seq: int = 0) -> list[LiveEvent]:
+        """Events with ``seq > after_seq`` in order."""
+        ...
+
+    async def prune_live_events(self, thread_id: str) -> None:
+        """Delete the thread's live events (called when its run ends)."""
+        ...
+
+    # commands (abort / steer / follow-up across processes; the durable outbox)
+    async def send_command(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
+        """Queue a command as ``pending`` and return it."""
+        ...
+
+    async def update_command(self, seq: int, status: CommandStatus, note: str = "") -> Command:
+        """Move a command to ``status``. Raises ``KeyError`` for an unknown ``seq``."""
+        ...
+
+    async def list_commands(self, thread_id: str, statuses: Sequence[CommandStatus] | None = None) -> list[Command]:
+        """The thread's commands in ``seq`` order, optionally only those in ``statuses``."""
+        ...
+
+    async def change_token(self) -> Any:
+        """A cheap value that changes whenever any thread's data changes (poll fallback for watchers)."""
         ...
