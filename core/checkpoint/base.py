@@ -87,6 +87,8 @@ class ThreadSummary:
     tail: tuple[AnyMessage, ...] = ()
     problems: tuple[CorruptRow, ...] = ()
     first_prompt: str = ""
+    lease: "Lease | None" = None
+    """The thread's lease record (live or expired), ``None`` if none or the store keeps none."""
 
 
 @runtime_checkable

@@ -1,19 +1,36 @@
 """In-memory checkpointer: the reference implementation of the contract in ``base.py``.
 
-Nothing survives the process. Used by tests and by programs that need no persistence.
+Implements :class:`~core.checkpoint.base.Checkpointer` and
+:class:`~core.checkpoint.base.SupervisedStore`. Nothing survives the process. Used by
+tests and by programs that need no persistence.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Literal, Sequence
 
-from core.checkpoint.base import CheckpointData, RunRecord, ThreadSummary
+from core.checkpoint.base import (
+    CheckpointData,
+    Command,
+    CommandKind,
+    CommandStatus,
+    JobRecord,
+    JournalEntry,
+    Lease,
+    LiveEvent,
+    RunRecord,
+    ThreadSummary,
+)
 from core.checkpoint.codec import copy_message
 from core.errors import RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import AnyMessage, AssistantMessage, UserMessage
+
+_COMMAND_KINDS: frozenset[str] = frozenset({"abort", "steer", "follow_up"})
+_COMMAND_STATUSES: frozenset[str] = frozenset({"pending", "delivered", "applied", "refused", "discarded"})
 
 
 @dataclass
@@ -26,15 +43,30 @@ class _Thread:
 
 
 class MemoryCheckpointer:
-    """A dict of threads guarded by one asyncio lock; copies in and out."""
+    """A dict of threads guarded by one asyncio lock; copies in and out.
+
+    Every write bumps one counter, which is what :meth:`change_token` returns. Journal,
+    jobs, leases, live events and commands live beside the threads and never make a
+    thread appear in :meth:`list_threads` on their own (as in SQLite).
+    """
 
     def __init__(self) -> None:
         self._threads: dict[str, _Thread] = {}
         self._lock = asyncio.Lock()
         self._seq = 0
+        self._changes = 0
+        self._journal: dict[str, dict[str, JournalEntry]] = {}
+        self._jobs: dict[tuple[str, str], JobRecord] = {}
+        self._leases: dict[str, Lease] = {}
+        self._events: dict[str, list[LiveEvent]] = {}
+        self._event_seq = 0
+        self._commands: dict[int, Command] = {}
+        self._command_seq = 0
+
+    # --- Checkpointer ------------------------------------------------------------------------
 
     async def load(self, thread_id: str) -> CheckpointData | None:
-        """See ``Checkpointer.load``."""
+        """See ``Checkpointer.load``; ``journal`` is always a dict here (maybe empty)."""
         async with self._lock:
             t = self._threads.get(thread_id)
             if t is None:
@@ -44,6 +76,7 @@ class MemoryCheckpointer:
                 extra=_json_copy(t.extra),
                 runs=list(t.runs.values()),
                 message_ids=list(t.ids),
+                journal=dict(self._journal.get(thread_id, {})),
             )
 
     async def append(self, thread_id: str, messages: Sequence[AnyMessage]) -> None:
@@ -61,16 +94,19 @@ class MemoryCheckpointer:
                 t.messages.append(copy_message(m))
                 t.ids.append(self._seq)
             t.touched = time.time()
+            self._changes += 1
 
     async def save_extra(self, thread_id: str, extra: dict[str, Any]) -> None:
         """See ``Checkpointer.save_extra``."""
+        patch = _json_copy(extra)
         async with self._lock:
             t = self._threads.setdefault(thread_id, _Thread())
-            t.extra.update(_json_copy(extra))
+            t.extra.update(patch)
             t.touched = time.time()
+            self._changes += 1
 
     async def list_threads(self) -> list[ThreadSummary]:
-        """See ``Checkpointer.list_threads``."""
+        """See ``Checkpointer.list_threads``; each summary carries the thread's lease, if any."""
         async with self._lock:
             out = [
                 ThreadSummary(
@@ -80,6 +116,7 @@ class MemoryCheckpointer:
                     runs=tuple(t.runs.values()),
                     tail=tuple(copy_message(m) for m in _tail(t.messages)),
                     first_prompt=_first_prompt(t.messages),
+                    lease=self._leases.get(tid),
                 )
                 for tid, t in self._threads.items()
             ]
@@ -97,6 +134,7 @@ class MemoryCheckpointer:
                 raise RunAlreadyClaimedError(f"Run {run_id} of thread {thread_id!r} is already running.")
             t.runs[run_id] = RunRecord(run_id=run_id, claimed_at=time.time())
             t.touched = time.time()
+            self._changes += 1
 
     async def mark_run_complete(self, thread_id: str, run_id: str) -> None:
         """See ``Checkpointer.mark_run_complete``."""
@@ -109,9 +147,238 @@ class MemoryCheckpointer:
                 return
             seq = 1 + max((r.completion_seq or 0 for r in t.runs.values()), default=0)
             t.runs[run_id] = RunRecord(run_id, run.claimed_at, time.time(), seq)
+            self._changes += 1
 
     async def close(self) -> None:
         """Nothing to release."""
+
+    # --- tool journal ------------------------------------------------------------------------
+
+    async def record_tool_event(
+        self, thread_id: str, tool_call_id: str, phase: Literal["start", "end"], *,
+        tool_name: str = "", run_id: str | None = None, job_key: str | None = None, at: float | None = None,
+    ) -> None:
+        """See ``SupervisedStore.record_tool_event``.
+
+        ``start`` sets ``started_at``, ``end`` sets ``ended_at``; ``tool_name``, ``run_id``
+        and ``job_key`` overwrite the entry's only when given (non-empty), so an ``end``
+        without them keeps what ``start`` wrote. An ``end`` without a ``start`` still
+        records the end. Raises ``ValueError`` for another ``phase``.
+        """
+        if phase not in ("start", "end"):
+            raise ValueError(f"A tool event's phase is 'start' or 'end', not {phase!r}.")
+        when = time.time() if at is None else at
+        async with self._lock:
+            entries = self._journal.setdefault(thread_id, {})
+            old = entries.get(tool_call_id) or JournalEntry(tool_call_id)
+            new = replace(
+                old,
+                tool_name=tool_name or old.tool_name,
+                run_id=run_id if run_id is not None else old.run_id,
+                job_key=job_key if job_key is not None else old.job_key,
+            )
+            # A start (again, when a resume re-runs the call) clears an old end.
+            entries[tool_call_id] = replace(new, started_at=when, ended_at=None) if phase == "start" else replace(new, ended_at=when)
+            self._changes += 1
+
+    async def load_journal(self, thread_id: str) -> dict[str, JournalEntry] | None:
+        """See ``SupervisedStore.load_journal``: always a dict here (empty for an unknown thread)."""
+        async with self._lock:
+            return dict(self._journal.get(thread_id, {}))
+
+    # --- jobs --------------------------------------------------------------------------------
+
+    async def job_begin(self, thread_id: str, key: str, tool_call_id: str | None = None) -> JobRecord:
+        """See ``SupervisedStore.job_begin``.
+
+        ``done``: returned unchanged. Absent: inserted as ``started`` with ``attempts=1``.
+        ``started`` (a crashed or concurrent earlier start) or ``failed``: set to ``started``
+        again with ``attempts + 1``, a fresh ``started_at`` and no result. So of two callers
+        beginning the same key, exactly one sees ``attempts == 1``.
+        """
+        async with self._lock:
+            old = self._jobs.get((thread_id, key))
+            if old is not None and old.status == "done":
+                return _copy_job(old)
+            record = JobRecord(
+                key=key,
+                status="started",
+                tool_call_id=tool_call_id if tool_call_id is not None else (old.tool_call_id if old else None),
+                started_at=time.time(),
+                attempts=old.attempts + 1 if old else 1,
+            )
+            self._jobs[(thread_id, key)] = record
+            self._changes += 1
+            return record
+
+    async def job_finish(self, thread_id: str, key: str, status: Literal["done", "failed"], result: Any = None) -> None:
+        """See ``SupervisedStore.job_finish``.
+
+        A job already ``done`` stays as it is (the first result wins: callers may already
+        have reused it). Raises ``KeyError`` if never begun, ``ValueError`` for another
+        ``status``, ``TypeError`` when ``result`` is not JSON.
+        """
+        if status not in ("done", "failed"):
+            raise ValueError(f"A job can finish as 'done' or 'failed', not {status!r}.")
+        stored = _json_result(result, key)
+        async with self._lock:
+            old = self._jobs.get((thread_id, key))
+            if old is None:
+                raise KeyError(f"Job {key!r} of thread {thread_id!r} was never begun.")
+            if old.status == "done":
+                return
+            self._jobs[(thread_id, key)] = replace(old, status=status, result=stored, finished_at=time.time())
+            self._changes += 1
+
+    async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
+        """See ``SupervisedStore.job_get``; the result is a fresh copy."""
+        async with self._lock:
+            record = self._jobs.get((thread_id, key))
+        return None if record is None else _copy_job(record)
+
+    # --- leases ------------------------------------------------------------------------------
+
+    async def acquire_lease(self, lease: Lease, *, is_stale: Callable[[Lease], bool]) -> Lease:
+        """See ``SupervisedStore.acquire_lease``; the lease is stored exactly as given."""
+        async with self._lock:
+            current = self._leases.get(lease.thread_id)
+            if current is not None and current.holder_id != lease.holder_id and not is_stale(current):
+                raise RunAlreadyClaimedError(_lease_refusal(current), lease=current)
+            self._leases[lease.thread_id] = lease
+            self._changes += 1
+            return lease
+
+    async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
+        """See ``SupervisedStore.renew_lease``."""
+        async with self._lock:
+            current = self._leases.get(thread_id)
+            if current is None or current.holder_id != holder_id:
+                return False
+            self._leases[thread_id] = replace(current, heartbeat_at=heartbeat_at, expires_at=expires_at)
+            self._changes += 1
+            return True
+
+    async def release_lease(self, thread_id: str, holder_id: str) -> None:
+        """See ``SupervisedStore.release_lease``."""
+        async with self._lock:
+            current = self._leases.get(thread_id)
+            if current is not None and current.holder_id == holder_id:
+                del self._leases[thread_id]
+                self._changes += 1
+
+    async def get_lease(self, thread_id: str) -> Lease | None:
+        """See ``SupervisedStore.get_lease``."""
+        async with self._lock:
+            return self._leases.get(thread_id)
+
+    async def list_leases(self) -> dict[str, Lease]:
+        """See ``SupervisedStore.list_leases``."""
+        async with self._lock:
+            return dict(self._leases)
+
+    # --- live events -------------------------------------------------------------------------
+
+    async def append_live_events(
+        self, thread_id: str, run_id: str | None, events: Sequence[dict[str, Any]], *, keep: int = 2000
+    ) -> None:
+        """See ``SupervisedStore.append_live_events``; raises ``TypeError`` for non-JSON data."""
+        if not events:
+            return
+        copies = [_json_copy(e) for e in events]
+        now = time.time()
+        async with self._lock:
+            log = self._events.setdefault(thread_id, [])
+            for data in copies:
+                self._event_seq += 1
+                log.append(LiveEvent(self._event_seq, thread_id, run_id, data, now))
+            if len(log) > keep:
+                del log[: len(log) - max(keep, 0)]
+            self._changes += 1
+
+    async def read_live_events(self, thread_id: str, after_seq: int = 0) -> list[LiveEvent]:
+        """See ``SupervisedStore.read_live_events``; each ``data`` is a fresh copy."""
+        async with self._lock:
+            found = [e for e in self._events.get(thread_id, ()) if e.seq > after_seq]
+        return [replace(e, data=_json_copy(e.data)) for e in found]
+
+    async def prune_live_events(self, thread_id: str) -> None:
+        """See ``SupervisedStore.prune_live_events``."""
+        async with self._lock:
+            if self._events.pop(thread_id, None):
+                self._changes += 1
+
+    # --- commands ----------------------------------------------------------------------------
+
+    async def send_command(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
+        """See ``SupervisedStore.send_command``; raises ``ValueError`` for an unknown ``kind``."""
+        _check_command_kind(kind)
+        now = time.time()
+        async with self._lock:
+            self._command_seq += 1
+            command = Command(self._command_seq, thread_id, kind, text, "pending", now, now)
+            self._commands[command.seq] = command
+            self._changes += 1
+            return command
+
+    async def update_command(self, seq: int, status: CommandStatus, note: str = "") -> Command:
+        """See ``SupervisedStore.update_command``; raises ``ValueError`` for an unknown ``status``."""
+        _check_command_status(status)
+        async with self._lock:
+            old = self._commands.get(seq)
+            if old is None:
+                raise KeyError(f"There is no command {seq}.")
+            new = replace(old, status=status, note=note, updated_at=time.time())
+            self._commands[seq] = new
+            self._changes += 1
+            return new
+
+    async def list_commands(self, thread_id: str, statuses: Sequence[CommandStatus] | None = None) -> list[Command]:
+        """See ``SupervisedStore.list_commands``."""
+        wanted = None if statuses is None else set(statuses)
+        async with self._lock:
+            return [
+                c for c in self._commands.values()
+                if c.thread_id == thread_id and (wanted is None or c.status in wanted)
+            ]
+
+    async def change_token(self) -> int:
+        """See ``SupervisedStore.change_token``: the number of writes so far (an int)."""
+        return self._changes
+
+
+# --- helpers (backends are independent, so each keeps its own copy of these sentences) -------
+
+
+def _lease_refusal(current: Lease, now: float | None = None) -> str:
+    """The one sentence ``acquire_lease`` raises when ``current`` is live and someone else's."""
+    ago = max(0.0, (time.time() if now is None else now) - current.heartbeat_at)
+    return (
+        f"Thread {current.thread_id} is already running "
+        f"(holder pid {current.pid} on {current.host}, heartbeat {ago:.0f}s ago)."
+    )
+
+
+def _check_command_kind(kind: str) -> None:
+    """Raise ``ValueError`` unless ``kind`` is a ``CommandKind``."""
+    if kind not in _COMMAND_KINDS:
+        raise ValueError(f"A command is one of {', '.join(sorted(_COMMAND_KINDS))}, not {kind!r}.")
+
+
+def _check_command_status(status: str) -> None:
+    """Raise ``ValueError`` unless ``status`` is a ``CommandStatus``."""
+    if status not in _COMMAND_STATUSES:
+        raise ValueError(f"A command status is one of {', '.join(sorted(_COMMAND_STATUSES))}, not {status!r}.")
+
+
+def _copy_job(record: JobRecord) -> JobRecord:
+    return record if record.result is None else replace(record, result=json.loads(json.dumps(record.result)))
+
+
+def _json_result(result: Any, key: str) -> Any:
+    try:
+        return json.loads(json.dumps(result))
+    except (TypeError, ValueError):
+        raise TypeError(f"The result of job {key!r} cannot be stored: it is not JSON ({type(result).__name__}).") from None
 
 
 def _tail(messages: list[AnyMessage]) -> list[AnyMessage]:
@@ -129,6 +396,4 @@ def _first_prompt(messages: list[AnyMessage]) -> str:
 
 
 def _json_copy(value: dict[str, Any]) -> dict[str, Any]:
-    import json
-
     return json.loads(json.dumps(value))

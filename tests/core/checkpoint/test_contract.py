@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
-from core.checkpoint.base import Checkpointer
+from core.checkpoint.base import Checkpointer, Command, JobRecord, JournalEntry, Lease, LiveEvent
 from core.errors import RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import (
     AssistantMessage,
@@ -189,8 +192,6 @@ async def test_run_ids_are_per_thread(checkpointer: Checkpointer) -> None:
 
 
 async def test_claim_times_are_unix_seconds(checkpointer: Checkpointer) -> None:
-    import time
-
     before = time.time()
     await checkpointer.claim_run("t", "r1")
     run = (await checkpointer.load("t")).runs[0]  # type: ignore[union-attr]
@@ -257,3 +258,302 @@ async def test_list_threads_tail_is_a_copy(checkpointer: Checkpointer) -> None:
     summary = (await checkpointer.list_threads())[0]
     summary.tail[0].content[0].text = "mutated"  # type: ignore[union-attr]
     assert (await checkpointer.load("t")).messages[1].text == "a"  # type: ignore[union-attr]
+
+
+# --- SupervisedStore: tool journal, jobs, leases, live events, commands ----------------------
+
+@pytest.fixture
+def store(checkpointer: Checkpointer) -> Any:
+    """The same backend, seen as a ``SupervisedStore``."""
+    if not hasattr(checkpointer, "job_begin"):
+        pytest.skip(f"{type(checkpointer).__name__} does not implement SupervisedStore yet")
+    return checkpointer
+
+
+def lease_for(holder: str, *, thread: str = "t", now: float | None = None, ttl: float = 30.0, run: str | None = "r1") -> Lease:
+    at = time.time() if now is None else now
+    return Lease(thread, holder, pid=1000 + len(holder), host="box", run_id=run, acquired_at=at, heartbeat_at=at,
+                 expires_at=at + ttl)
+
+
+def never_stale(_lease: Lease) -> bool:
+    return False
+
+
+def expired(lease: Lease) -> bool:
+    return lease.expires_at < time.time()
+
+
+async def test_journal_start_and_end_round_trip(store: Any) -> None:
+    await store.append("t", [user_text("go"), reply("on it", calls=("c1", "c2"))])
+    await store.record_tool_event("t", "c1", "start", tool_name="read", run_id="r1", job_key="k1", at=100.0)
+    await store.record_tool_event("t", "c2", "start", tool_name="read", run_id="r1", at=101.0)
+    await store.record_tool_event("t", "c1", "end", at=102.5)  # keeps what start wrote
+    journal = await store.load_journal("t")
+    assert journal == {
+        "c1": JournalEntry("c1", "read", "r1", 100.0, 102.5, "k1"),
+        "c2": JournalEntry("c2", "read", "r1", 101.0, None, None),
+    }
+    data = await store.load("t")
+    assert data.journal == journal
+    assert await store.load_journal("elsewhere") == {}
+
+
+async def test_journal_start_again_clears_the_old_end_and_end_alone_is_kept(store: Any) -> None:
+    await store.record_tool_event("t", "c1", "start", tool_name="read", at=1.0)
+    await store.record_tool_event("t", "c1", "end", at=2.0)
+    await store.record_tool_event("t", "c1", "start", at=3.0)  # a resume re-runs the call
+    await store.record_tool_event("t", "c9", "end", tool_name="write", at=4.0)
+    journal = await store.load_journal("t")
+    assert journal["c1"] == JournalEntry("c1", "read", None, 3.0, None, None)
+    assert journal["c9"] == JournalEntry("c9", "write", None, None, 4.0, None)
+    with pytest.raises(ValueError):
+        await store.record_tool_event("t", "c1", "middle")
+
+
+async def test_journal_times_default_to_now(store: Any) -> None:
+    before = time.time()
+    await store.record_tool_event("t", "c1", "start")
+    entry = (await store.load_journal("t"))["c1"]
+    assert before - 1 <= entry.started_at <= time.time() + 1
+
+
+async def test_load_has_an_empty_journal_when_no_tool_ran(store: Any) -> None:
+    await store.append("t", [user_text("hi")])
+    assert (await store.load("t")).journal == {}
+
+
+async def test_job_begin_finish_get(store: Any) -> None:
+    assert await store.job_get("t", "k") is None
+    first = await store.job_begin("t", "k", tool_call_id="c1")
+    assert (first.key, first.status, first.attempts, first.tool_call_id, first.result) == ("k", "started", 1, "c1", None)
+    assert first.started_at is not None and first.finished_at is None
+    again = await store.job_begin("t", "k")  # started -> started: an earlier start crashed or still runs
+    assert (again.status, again.attempts, again.tool_call_id) == ("started", 2, "c1")
+    await store.job_finish("t", "k", "done", {"rows": [1, 2], "ok": True})
+    done = await store.job_get("t", "k")
+    assert (done.status, done.result, done.attempts) == ("done", {"rows": [1, 2], "ok": True}, 2)
+    assert done.finished_at is not None and done.finished_at >= done.started_at
+    assert await store.job_begin("t", "k", tool_call_id="c7") == done  # done is returned unchanged
+    await store.job_finish("t", "k", "failed", "a late duplicate")  # the first result wins
+    assert await store.job_get("t", "k") == done
+
+
+async def test_a_failed_job_may_begin_again(store: Any) -> None:
+    await store.job_begin("t", "k")
+    await store.job_finish("t", "k", "failed", {"error": "disk full"})
+    failed = await store.job_get("t", "k")
+    assert (failed.status, failed.result) == ("failed", {"error": "disk full"})
+    retry = await store.job_begin("t", "k")
+    assert (retry.status, retry.attempts, retry.result, retry.finished_at) == ("started", 2, None, None)
+
+
+async def test_jobs_are_per_thread_and_finish_needs_a_begin(store: Any) -> None:
+    await store.job_begin("a", "k")
+    await store.job_finish("a", "k", "done", 1)
+    assert (await store.job_begin("b", "k")).status == "started"
+    with pytest.raises(KeyError):
+        await store.job_finish("c", "k", "done", 1)
+    with pytest.raises(TypeError) as error:
+        await store.job_finish("b", "k", "done", object())
+    assert str(error.value).endswith(".")
+    assert (await store.job_get("b", "k")).status == "started", "a refused result writes nothing"
+
+
+async def test_job_results_are_copies(store: Any) -> None:
+    await store.job_begin("t", "k")
+    sent = {"items": [1]}
+    await store.job_finish("t", "k", "done", sent)
+    sent["items"].append(2)
+    got = await store.job_get("t", "k")
+    got.result["items"].append(3)
+    assert (await store.job_get("t", "k")).result == {"items": [1]}
+    assert isinstance(got, JobRecord)
+
+
+async def test_concurrent_job_begins_in_one_process_give_one_fresh_start(store: Any) -> None:
+    records = await asyncio.gather(*(store.job_begin("t", "k") for _ in range(10)))
+    assert sorted(r.attempts for r in records) == list(range(1, 11))
+
+
+async def test_lease_acquire_reacquire_refuse_and_take_over(store: Any) -> None:
+    mine = lease_for("me")
+    assert await store.acquire_lease(mine, is_stale=never_stale) == mine
+    assert await store.get_lease("t") == mine
+    renewed = replace(mine, heartbeat_at=mine.heartbeat_at + 1, expires_at=mine.expires_at + 1)
+    assert await store.acquire_lease(renewed, is_stale=never_stale) == renewed  # same holder: fine
+    with pytest.raises(RunAlreadyClaimedError) as error:
+        await store.acquire_lease(lease_for("you"), is_stale=never_stale)
+    assert error.value.lease == renewed
+    message = str(error.value)
+    assert message.startswith("Thread t is already running (holder pid 1002 on box, heartbeat ") and message.endswith("s ago).")
+    assert await store.get_lease("t") == renewed, "a refused acquire changes nothing"
+
+    seen: list[Lease] = []
+    yours = lease_for("you")
+    assert await store.acquire_lease(yours, is_stale=lambda cur: seen.append(cur) or True) == yours
+    assert seen == [renewed], "is_stale is asked about the current lease"
+    assert await store.get_lease("t") == yours
+    assert await store.renew_lease("t", "me", 1.0, 2.0) is False, "the old holder lost it"
+    assert await store.renew_lease("t", "you", yours.heartbeat_at + 5, yours.expires_at + 5) is True
+    got = await store.get_lease("t")
+    assert (got.heartbeat_at, got.expires_at, got.acquired_at) == (
+        yours.heartbeat_at + 5, yours.expires_at + 5, yours.acquired_at)
+
+
+async def test_an_expired_lease_is_taken_over(store: Any) -> None:
+    old = lease_for("crashed", now=time.time() - 100, ttl=10)
+    await store.acquire_lease(old, is_stale=expired)
+    with pytest.raises(RunAlreadyClaimedError):
+        await store.acquire_lease(lease_for("next"), is_stale=lambda cur: False)
+    await store.acquire_lease(lease_for("next"), is_stale=expired)
+    assert (await store.get_lease("t")).holder_id == "next"
+
+
+async def test_lease_release_only_by_its_holder_and_listing(store: Any) -> None:
+    await store.acquire_lease(lease_for("me"), is_stale=never_stale)
+    await store.acquire_lease(lease_for("me", thread="u"), is_stale=never_stale)
+    assert await store.renew_lease("nothing", "me", 1.0, 2.0) is False
+    await store.release_lease("t", "someone-else")
+    assert (await store.get_lease("t")).holder_id == "me"
+    assert set(await store.list_leases()) == {"t", "u"}
+    await store.release_lease("t", "me")
+    await store.release_lease("t", "me")  # releasing nothing is fine
+    assert await store.get_lease("t") is None
+    assert list(await store.list_leases()) == ["u"]
+    await store.acquire_lease(lease_for("other"), is_stale=never_stale)  # free again
+
+
+async def test_concurrent_acquires_in_one_process_have_one_winner(store: Any) -> None:
+    async def try_take(holder: str) -> bool:
+        try:
+            await store.acquire_lease(lease_for(holder), is_stale=never_stale)
+        except RunAlreadyClaimedError:
+            return False
+        return True
+
+    wins = await asyncio.gather(*(try_take(f"h{i}") for i in range(12)))
+    assert sum(wins) == 1
+
+
+async def test_thread_summary_carries_its_lease(store: Any) -> None:
+    await store.append("t", [user_text("hi")])
+    await store.append("free", [user_text("hi")])
+    mine = await store.acquire_lease(lease_for("me"), is_stale=never_stale)
+    by_id = {s.thread_id: s for s in await store.list_threads()}
+    assert by_id["t"].lease == mine and by_id["free"].lease is None
+
+
+async def test_live_events_in_order_after_seq_and_pruned(store: Any) -> None:
+    await store.append_live_events("t", "r1", [{"type": "text_delta", "text": "a"}, {"type": "text_delta", "text": "b"}])
+    await store.append_live_events("u", None, [{"type": "tool_progress", "pct": 10}])
+    await store.append_live_events("t", "r1", [{"type": "text_delta", "text": "c"}])
+    await store.append_live_events("t", "r1", [])
+    events = await store.read_live_events("t")
+    assert [e.data["text"] for e in events] == ["a", "b", "c"]
+    assert all(isinstance(e, LiveEvent) and e.thread_id == "t" and e.run_id == "r1" for e in events)
+    assert [e.seq for e in events] == sorted(e.seq for e in events) and len({e.seq for e in events}) == 3
+    assert [e.data["text"] for e in await store.read_live_events("t", after_seq=events[0].seq)] == ["b", "c"]
+    assert await store.read_live_events("t", after_seq=events[-1].seq) == []
+    u = await store.read_live_events("u")
+    assert [(e.run_id, e.data) for e in u] == [(None, {"type": "tool_progress", "pct": 10})]
+    await store.prune_live_events("t")
+    assert await store.read_live_events("t") == []
+    assert len(await store.read_live_events("u")) == 1
+    await store.append_live_events("t", "r2", [{"type": "text_delta", "text": "d"}])
+    (d,) = await store.read_live_events("t")
+    assert d.seq > events[-1].seq, "seq keeps increasing after a prune"
+
+
+async def test_live_events_are_bounded_per_thread(store: Any) -> None:
+    await store.append_live_events("other", None, [{"type": "x", "i": -1}])
+    for start in range(0, 30, 7):
+        await store.append_live_events("t", "r1", [{"type": "x", "i": i} for i in range(start, min(start + 7, 30))], keep=10)
+    events = await store.read_live_events("t")
+    assert [e.data["i"] for e in events] == list(range(20, 30))
+    await store.append_live_events("t", "r1", [{"type": "x", "i": i} for i in range(30, 45)], keep=10)
+    assert [e.data["i"] for e in await store.read_live_events("t")] == list(range(35, 45))
+    assert len(await store.read_live_events("other")) == 1, "bounding one thread leaves the others alone"
+
+
+async def test_live_events_are_copies_and_must_be_json(store: Any) -> None:
+    sent = {"type": "x", "items": [1]}
+    await store.append_live_events("t", None, [sent])
+    sent["items"].append(2)
+    (got,) = await store.read_live_events("t")
+    got.data["items"].append(3)
+    assert (await store.read_live_events("t"))[0].data == {"type": "x", "items": [1]}
+    with pytest.raises(TypeError):
+        await store.append_live_events("t", None, [{"type": "x", "when": object()}])
+    assert len(await store.read_live_events("t")) == 1
+
+
+async def test_live_event_times_are_unix_seconds(store: Any) -> None:
+    before = time.time()
+    await store.append_live_events("t", None, [{"type": "x"}])
+    (event,) = await store.read_live_events("t")
+    assert before - 1 <= event.at <= time.time() + 1
+
+
+async def test_commands_lifecycle(store: Any) -> None:
+    before = time.time()
+    steer = await store.send_command("t", "steer", "look at tests first")
+    abort = await store.send_command("t", "abort")
+    other = await store.send_command("u", "follow_up", "then deploy")
+    assert isinstance(steer, Command) and steer.seq < abort.seq < other.seq
+    assert (steer.thread_id, steer.kind, steer.text, steer.status, steer.note) == ("t", "steer", "look at tests first", "pending", "")
+    assert before - 1 <= steer.created_at == steer.updated_at <= time.time() + 1
+    assert abort.text == ""
+    assert await store.list_commands("t") == [steer, abort]
+    delivered = await store.update_command(steer.seq, "delivered")
+    assert (delivered.status, delivered.created_at, delivered.text) == ("delivered", steer.created_at, steer.text)
+    assert delivered.updated_at >= steer.updated_at
+    refused = await store.update_command(abort.seq, "refused", "the run had already ended")
+    assert (refused.status, refused.note) == ("refused", "the run had already ended")
+    assert await store.list_commands("t", statuses=["pending"]) == []
+    assert await store.list_commands("t", statuses=["delivered", "refused"]) == [delivered, refused]
+    assert await store.list_commands("u", statuses=["pending"]) == [other]
+    applied = await store.update_command(steer.seq, "applied")
+    assert await store.list_commands("t") == [applied, refused]
+    assert await store.list_commands("nobody") == []
+
+
+async def test_commands_refuse_unknown_seq_kind_and_status(store: Any) -> None:
+    with pytest.raises(KeyError):
+        await store.update_command(12345, "applied")
+    with pytest.raises(ValueError):
+        await store.send_command("t", "reboot")
+    sent = await store.send_command("t", "abort")
+    with pytest.raises(ValueError):
+        await store.update_command(sent.seq, "exploded")
+    assert await store.list_commands("t") == [sent]
+
+
+async def test_change_token_changes_after_every_kind_of_write(store: Any) -> None:
+    tokens = [await store.change_token()]
+
+    async def changed() -> None:
+        token = await store.change_token()
+        assert token != tokens[-1]
+        tokens.append(token)
+
+    assert await store.change_token() == tokens[-1], "reading changes nothing"
+    await store.append("t", [user_text("hi")])
+    await changed()
+    await store.save_extra("t", {"a": 1})
+    await changed()
+    await store.claim_run("t", "r1")
+    await changed()
+    await store.record_tool_event("t", "c1", "start")
+    await changed()
+    await store.job_begin("t", "k")
+    await changed()
+    await store.acquire_lease(lease_for("me"), is_stale=never_stale)
+    await changed()
+    await store.append_live_events("t", "r1", [{"type": "x"}])
+    await changed()
+    await store.send_command("t", "abort")
+    await changed()
+    await store.load("t")
+    await store.list_threads()
+    assert await store.change_token() == tokens[-1]
