@@ -7,6 +7,7 @@ Anthropic provider, the demo agent); everything else works with what it is given
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from pathlib import Path
@@ -167,6 +168,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         demo_speed=max(args.demo_speed, 0.01),
     )
     app = make_app(session, thread_id=args.thread)
+    # While text streams, Textual allocates many short-lived objects; with the default
+    # thresholds a full (generation 2) collection ran about every 0.5 s and stalled the
+    # event loop 110-145 ms each time (measured with 60 messages on screen). Collecting
+    # the young generations less often keeps the worst stall near 40 ms.
+    gc.set_threshold(10_000, 50, 100)
     app.run()
     # A Textual app that crashed still returns normally from run(); its code says so.
     sys.exit(app.return_code or 0)

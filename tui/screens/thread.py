@@ -45,7 +45,7 @@ from tui.widgets.crash_banner import CrashBanner, describe
 from tui.widgets.status_bar import StatusBar
 from tui.widgets.transcript import Transcript, merge_rows
 
-FLUSH_INTERVAL = 1 / 30
+FLUSH_INTERVAL = 1 / 20
 """Seconds between redraws of streamed text and tool progress (TEXTUAL-FACTS: 20-50 ms)."""
 
 
