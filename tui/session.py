@@ -9,6 +9,7 @@ sentence, ready for the screen.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, Sequence, runtime_checkable
 
@@ -35,15 +36,6 @@ class Upgradable(Protocol):
         ...
 
 
-@runtime_checkable
-class Journaled(Protocol):
-    """A store that journals tool starts and ends, so dangling calls can say "never started"."""
-
-    async def load_journal(self, thread_id: str) -> Any:
-        """Map tool call id to ``JournalEntry`` for ``thread_id``."""
-        ...
-
-
 UPGRADE_EXPLANATION = (
     "This database was written by another program (cubeloop) or an older version and is open "
     "for browsing only. To write to it, cubepi-tui adds its own tables beside the existing ones "
@@ -63,7 +55,11 @@ class ThreadRow:
     first_prompt: str
     diagnosis: Diagnosis
     running: bool = False
+    """Whether an agent of this app runs it now."""
     problems: int = 0
+    """Undecodable rows in the thread's tail."""
+    elsewhere: bool = False
+    """Whether another process holds a live lease on it (it runs there)."""
 
 
 @dataclass
@@ -127,15 +123,24 @@ class Session:
     def _row(self, summary: ThreadSummary) -> ThreadRow:
         diagnosis = diagnose(summary.tail, summary.runs)
         running = self.is_running(summary.thread_id)
+        lease = summary.lease
+        elsewhere = not running and lease is not None and lease.expires_at > time.time()
+        if running:
+            state = "running here"
+        elif elsewhere and lease is not None:
+            state = f"running elsewhere (pid {lease.pid} on {lease.host})"
+        else:
+            state = diagnosis.label
         return ThreadRow(
             thread_id=summary.thread_id,
-            state="running here" if running else diagnosis.label,
+            state=state,
             message_count=summary.message_count,
             last_activity=summary.last_activity,
             first_prompt=summary.first_prompt,
             diagnosis=diagnosis,
             running=running,
             problems=len(summary.problems),
+            elsewhere=elsewhere,
         )
 
     async def load(self, thread_id: str, *, must_exist: bool = True) -> tuple[CheckpointData, Diagnosis]:
@@ -150,8 +155,7 @@ class Session:
             if must_exist:
                 raise ThreadNotFoundError(f"There is no thread {thread_id!r} in {self.location or 'this database'}.")
             data = CheckpointData()
-        journal = await store.load_journal(thread_id) if isinstance(store, Journaled) else None
-        return data, diagnose(data.messages, data.runs, journal)
+        return data, diagnose(data.messages, data.runs, data.journal)
 
     def is_running(self, thread_id: str) -> bool:
         """Whether an agent of this app is running ``thread_id`` now."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, ToolResultMessage
 from core.recovery import ThreadState, diagnose
@@ -114,3 +115,25 @@ async def test_picker_follows_changes_made_by_another_program(tmp_path: Path) ->
             await other.close()
         await wait_for_text(pilot, "from-elsewhere", timeout=5)
         assert "crashed at point 1 (between turns)" in screen_text(app)
+
+
+async def test_a_thread_leased_by_another_process_shows_as_running_elsewhere() -> None:
+    import time
+
+    from core.checkpoint.base import Lease, ThreadSummary
+    from core.messages import user_text
+    from tui.session import Session
+
+    lease = Lease("busy", "other-holder", 4242, "build-box", "run-9", time.time(), time.time(), time.time() + 60)
+
+    class LeasedStore(MemoryCheckpointer):
+        async def list_threads(self) -> list[ThreadSummary]:
+            return [
+                ThreadSummary("busy", 1, time.time(), tail=(user_text("work"),), first_prompt="work", lease=lease)
+            ]
+
+    session = fast_session(LeasedStore())
+    assert isinstance(session, Session)
+    app = make_app(session)
+    async with app.run_test(size=(130, 30)) as pilot:
+        await wait_for_text(pilot, "running elsewhere (pid 4242 on build-box)")

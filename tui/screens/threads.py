@@ -30,6 +30,8 @@ def state_text(row: ThreadRow) -> Text:
     """The picker's state cell: "running here", or the diagnosis label, coloured."""
     if row.running:
         return Text(row.state, style="bold cyan")
+    if row.elsewhere:
+        return Text(row.state, style="bold magenta")
     text = Text()
     text.append(row.state, style=_STATE_STYLES.get(row.diagnosis.state, ""))
     if row.problems:
