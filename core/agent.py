@@ -2,9 +2,13 @@
 
 The :mod:`core.loop` emits events; the agent folds each into :class:`AgentState`,
 persists each finished message at ``message_end`` (one ``append`` per message, so a
-crash loses nothing already finished), and then calls the subscribers. The history is
-reloaded from the checkpointer at the start of every run, so messages other writers
-added are seen.
+crash loses nothing already finished), journals each ``tool_execution_start`` (before
+the tool's work begins) and ``tool_execution_end``, and then calls the subscribers.
+
+Every run first takes the thread's lease (:mod:`core.leases`: one runner per thread,
+across processes), then reloads the history, so messages other writers added are seen
+and two resumers never act on the same stale view. Dangling tool calls of a crashed run
+are settled before any model call (see :meth:`Agent.plan_resume`).
 
     agent = Agent(provider, checkpointer, "thread-1", tools=[read_file])
     unsubscribe = agent.subscribe(print)
@@ -21,13 +25,14 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 
-from core.checkpoint.base import Checkpointer, CorruptRow, RunRecord
+from core.checkpoint.base import Checkpointer, CorruptRow, JournalEntry, RunRecord
 from core.errors import (
     AgentBusyError,
     CubepiError,
     NothingToResumeError,
+    ResumeChoiceError,
     RunError,
     UnreadableThreadError,
 )
@@ -44,10 +49,13 @@ from core.events import (
     ToolExecutionStart,
     ToolExecutionUpdate,
 )
+from core.jobs import Jobs
+from core.leases import HeldLease, LeaseHolder, LeaseStore
 from core.loop import LoopConfig, run_loop
 from core.messages import AnyMessage, AssistantMessage, UserMessage, user_text
 from core.providers.base import Provider
-from core.recovery import Diagnosis, ResumeAction, diagnose
+from core.recovery import CallPlan, Diagnosis, ResumeAction, ResumePlan, SettleChoice, diagnose, plan_call
+from core.tool_execution import call_job_key
 from core.tools import AgentTool, ToolExecutionMode
 
 _log = logging.getLogger(__name__)
@@ -72,6 +80,7 @@ class AgentState:
 
     ``messages``: the thread's finished messages in order (persisted at ``message_end``).
     ``runs``: the thread's run records; ``problems``: rows that could not be decoded.
+    ``journal``: the tool journal by tool call id (``None`` when the store keeps none).
     ``streaming_message``: the partial assistant reply while it streams, else ``None``.
     ``running_tools``: tool call id -> :class:`RunningTool` for calls in flight.
     ``run_id``: the current (or last) run. ``last_outcome``/``error``: how the last run
@@ -82,6 +91,7 @@ class AgentState:
     messages: list[AnyMessage] = field(default_factory=list)
     runs: list[RunRecord] = field(default_factory=list)
     problems: list[CorruptRow] = field(default_factory=list)
+    journal: dict[str, JournalEntry] | None = None
     streaming_message: AssistantMessage | None = None
     running_tools: dict[str, RunningTool] = field(default_factory=dict)
     is_running: bool = False
@@ -101,7 +111,17 @@ class Agent:
 
     ``tools`` are offered to the model; ``tool_execution`` is ``"parallel"`` or
     ``"sequential"``; ``abort_grace`` is the seconds a tool may keep running after an
-    abort before it is cancelled. Raises ``ToolDefinitionError`` if two tools share a name.
+    abort before it is cancelled.
+
+    Run exclusivity (when the store implements ``SupervisedStore``): ``holder`` is who
+    this agent is to other processes (default: a new :class:`~core.leases.LeaseHolder`,
+    so each agent is its own holder); ``lease_ttl`` is how many seconds the lease stays
+    valid without a heartbeat, ``heartbeat_interval`` how many seconds pass between
+    heartbeats. Stores without that protocol (cubeloop-compatible ones) run without
+    lease, journal or job store.
+
+    Raises ``ToolDefinitionError`` if two tools share a name, ``ValueError`` unless
+    ``0 < heartbeat_interval < lease_ttl``.
     """
 
     def __init__(
@@ -114,10 +134,24 @@ class Agent:
         system_prompt: str = "",
         tool_execution: ToolExecutionMode = "parallel",
         abort_grace: float = 5.0,
+        holder: LeaseHolder | None = None,
+        lease_ttl: float = 15.0,
+        heartbeat_interval: float = 2.0,
     ) -> None:
+        if not 0 < heartbeat_interval < lease_ttl:
+            raise ValueError(
+                f"heartbeat_interval ({heartbeat_interval:g} s) must be positive and shorter than lease_ttl ({lease_ttl:g} s)."
+            )
         self.provider = provider
         self.checkpointer = checkpointer
         self.thread_id = thread_id
+        self.holder = holder or LeaseHolder()
+        self.lease_ttl = lease_ttl
+        self.heartbeat_interval = heartbeat_interval
+        self._leases: LeaseStore | None = checkpointer if _has(checkpointer, _LEASE_METHODS) else None  # type: ignore[assignment]
+        self._journal = _has(checkpointer, ("record_tool_event",))
+        self._jobs = Jobs(checkpointer, thread_id) if _has(checkpointer, _JOB_METHODS) else None  # type: ignore[arg-type]
+        self._lease: HeldLease | None = None
         self._config = LoopConfig(
             provider,
             tuple(tools),
@@ -126,6 +160,7 @@ class Agent:
             abort_grace,
             get_steering=self._take_steers,
             get_follow_ups=self._take_follow_ups,
+            jobs=self._jobs,
         )
         self._state = AgentState()
         self._listeners: tuple[Listener, ...] = ()
@@ -151,7 +186,7 @@ class Agent:
 
     def diagnosis(self) -> Diagnosis:
         """Where the loaded thread stands (see :func:`core.recovery.diagnose`)."""
-        return diagnose(self._state.messages, self._state.runs)
+        return diagnose(self._state.messages, self._state.runs, self._state.journal)
 
     async def load(self) -> None:
         """Load the thread's messages, runs and problems into ``state``.
@@ -166,39 +201,66 @@ class Agent:
     async def prompt(self, text: str) -> RunOutcome:
         """Start a run with the user message ``text`` and return how it ended.
 
-        Reloads the thread first, claims a new run, settles any dangling tool call of a
-        crashed run, then runs the loop. Raises ``AgentBusyError`` if a run is in
-        progress, ``UnreadableThreadError`` if the thread has undecodable rows, and the
+        Takes the thread's lease, reloads the thread, claims a new run, then runs the
+        loop; any dangling tool call of a crashed run is settled first (idempotent tools
+        re-run, others recorded as interrupted). Raises ``AgentBusyError`` if this agent
+        is running, ``RunAlreadyClaimedError`` if another holder runs the thread,
+        ``UnreadableThreadError`` if the thread has undecodable rows, and the
         checkpointer's errors from loading or claiming. Failures during the run do not
         raise: they end the run ``"failed"`` with ``state.error`` set.
         """
-        async with self._exclusive():
+        async with self._exclusive(), self._leased() as run_id:
             await self._load_runnable()
-            run_id = await self._claim()
+            await self._claim(run_id)
             return await self._run(run_id, [user_text(text, kind="prompt", run_id=run_id)])
 
-    async def resume(self) -> RunOutcome:
-        """Continue a crashed thread as :func:`core.recovery.diagnose` plans it.
+    async def plan_resume(self) -> ResumePlan:
+        """Reload the thread and say what :meth:`resume` would do, without doing it.
 
-        Call model / settle then call model: a new run re-calls the model (dangling calls
-        first get interrupted error results). Wait for user: the old run is marked
-        complete and ``"completed"`` is returned. Raises ``NothingToResumeError`` when the
-        thread is clean, plus the errors of :meth:`prompt`.
+        The plan holds the diagnosis (with the tool journal's "never started" / "started
+        HH:MM:SS, never finished") and one :class:`~core.recovery.CallPlan` per dangling
+        call: re-run (idempotent tool, job not done), reuse (job done: its stored result
+        is used, the work is not repeated) or interrupt (unknown tool, or a tool that is
+        not idempotent - the user may choose ``"rerun"`` for the latter). A clean thread
+        gives a plan whose ``action`` is ``NONE``. Raises ``AgentBusyError`` during a
+        run, and the checkpointer's errors.
         """
-        async with self._exclusive():
+        if self._state.is_running:
+            raise AgentBusyError("This agent is running; plan a resume after the run ends.")
+        await self._load()
+        return await self._plan()
+
+    async def resume(self, choices: Mapping[str, SettleChoice] | None = None) -> RunOutcome:
+        """Continue a crashed thread exactly as :meth:`plan_resume` plans it.
+
+        ``choices`` maps tool call id -> ``"rerun"`` or ``"interrupt"`` for dangling calls
+        that offer a choice (known tools that are not idempotent); other calls follow
+        the plan. The lease is taken and the thread reloaded first, and the plan is made
+        from that fresh view. Call model / settle then call model: a new run settles
+        each dangling call (results carry ``metadata["settled"]`` = ``"rerun"``,
+        ``"reused"`` or ``"interrupted"``), then calls the model. Wait for user: the old
+        run is marked complete and ``"completed"`` is returned.
+
+        Raises ``NothingToResumeError`` when the thread is clean, ``ResumeChoiceError``
+        when a choice names a call that is not dangling or does not offer that choice,
+        plus the errors of :meth:`prompt`.
+        """
+        async with self._exclusive(), self._leased() as run_id:
             await self._load_runnable()
-            plan = diagnose(self._state.messages, self._state.runs)
+            plan = await self._plan()
             if plan.action is ResumeAction.NONE:
                 raise NothingToResumeError(
-                    f"Nothing to resume: the thread is {plan.label}; send a new message to continue."
+                    f"Nothing to resume: the thread is {plan.diagnosis.label}; send a new message to continue."
                 )
+            settle = _settle_choices(plan, choices or {})
             if plan.action is ResumeAction.WAIT_FOR_USER:
                 last = next(m for m in reversed(self._state.messages) if isinstance(m, AssistantMessage))
                 if last.run_id:
                     await self._mark_complete(last.run_id)
                 self._state.last_outcome, self._state.error = "completed", None
                 return "completed"
-            return await self._run(await self._claim(), [])
+            await self._claim(run_id)
+            return await self._run(run_id, [], settle)
 
     def abort(self) -> None:
         """Ask the current run to stop; idempotent, and a no-op when idle.
@@ -239,12 +301,61 @@ class Agent:
             state.streaming_message = None
             state.running_tools.clear()
 
+    @contextlib.asynccontextmanager
+    async def _leased(self) -> AsyncIterator[str]:
+        """Hold the thread's lease (heartbeating) for one run; yields the new run id."""
+        run_id = uuid.uuid4().hex
+        if self._leases is None:
+            yield run_id
+            return
+        held = await HeldLease.acquire(
+            self._leases,
+            self.thread_id,
+            self.holder,
+            run_id,
+            ttl=self.lease_ttl,
+            interval=self.heartbeat_interval,
+            on_lost=self._signal.set,
+        )
+        self._lease = held
+        try:
+            yield run_id
+        finally:
+            self._lease = None
+            await held.release()
+
+    @property
+    def _fenced(self) -> bool:
+        # After the lease is lost another holder may be running the thread: writing
+        # more would interleave two runs' messages, so nothing more is saved.
+        return self._lease is not None and self._lease.lost is not None
+
     async def _load(self) -> None:
         data = await self.checkpointer.load(self.thread_id)
         state = self._state
         state.messages = data.messages if data else []
         state.runs = data.runs if data else []
         state.problems = data.problems if data else []
+        state.journal = data.journal if data else ({} if self._journal else None)
+
+    async def _plan(self) -> ResumePlan:
+        diagnosis = self.diagnosis()
+        tools = self._config.tools_by_name
+        calls: list[CallPlan] = []
+        for dangling in diagnosis.dangling:
+            tool = tools.get(dangling.call.name)
+            key = call_job_key(tool, dangling.call) if tool is not None else None
+            job = await self._jobs.get(key) if key is not None and self._jobs is not None else None
+            calls.append(
+                plan_call(
+                    dangling,
+                    known=tool is not None,
+                    idempotent=tool is not None and tool.idempotent,
+                    job_key=key,
+                    job_status=job.status if job is not None else None,
+                )
+            )
+        return ResumePlan(diagnosis, tuple(calls))
 
     async def _load_runnable(self) -> None:
         await self._load()
@@ -255,12 +366,11 @@ class Agent:
                 f"(first: row {problems[0].row_id}); it can be read but not continued."
             )
 
-    async def _claim(self) -> str:
-        run_id = uuid.uuid4().hex
+    async def _claim(self, run_id: str) -> None:
+        # cubeloop's run claim, kept beside the lease so cubeloop sees our runs too.
         await self.checkpointer.claim_run(self.thread_id, run_id)
         self._state.runs.append(RunRecord(run_id, time.time()))
         self._state.run_id = run_id
-        return run_id
 
     async def _mark_complete(self, run_id: str) -> None:
         await self.checkpointer.mark_run_complete(self.thread_id, run_id)
@@ -269,8 +379,10 @@ class Agent:
             if run.run_id == run_id and not run.completed:
                 runs[i] = dataclasses.replace(run, completed_at=time.time())
 
-    async def _run(self, run_id: str, prompts: list[UserMessage]) -> RunOutcome:
-        config = dataclasses.replace(self._config, run_id=run_id)
+    async def _run(
+        self, run_id: str, prompts: list[UserMessage], settle: Mapping[str, SettleChoice] | None = None
+    ) -> RunOutcome:
+        config = dataclasses.replace(self._config, run_id=run_id, settle_choices=dict(settle or {}))
         self._state.error = None
         try:
             await run_loop(self._state.messages, config, self._on_event, self._signal, prompts)
@@ -282,6 +394,10 @@ class Agent:
         except Exception as exc:
             _log.exception("run %s of thread %s failed", run_id, self.thread_id)
             await self._publish(AgentEnd(run_id, "failed", f"Internal error: {_sentence(exc)}"))
+        if self._fenced:
+            # Show what the store holds, not the messages this run could no longer save.
+            with contextlib.suppress(Exception):
+                await self._load()
         return self._state.last_outcome or "failed"
 
     def _require_run(self) -> None:
@@ -307,7 +423,8 @@ class Agent:
     async def _on_event(self, event: AgentEvent) -> None:
         """Fold ``event`` into state, persist what must be persisted, then tell listeners.
 
-        Raises ``_PersistFailed`` (after the listeners ran) when a message could not be saved.
+        Raises ``_PersistFailed`` when a message could not be saved (after the listeners
+        ran) or a tool start could not be journaled (before: that tool never runs).
         """
         failure: Exception | None = None
         state = self._state
@@ -316,10 +433,11 @@ class Agent:
         elif isinstance(event, MessageEnd):
             if isinstance(event.message, AssistantMessage):
                 state.streaming_message = None
-            try:
-                await self.checkpointer.append(self.thread_id, [event.message])
-            except Exception as exc:
-                failure = exc
+            if not self._fenced:
+                try:
+                    await self.checkpointer.append(self.thread_id, [event.message])
+                except Exception as exc:
+                    failure = exc
         elif isinstance(event, MessageStart):
             if isinstance(event.message, AssistantMessage):
                 state.streaming_message = event.message
@@ -331,11 +449,23 @@ class Agent:
                 if event.text is not None:
                     running.text = event.text
         elif isinstance(event, ToolExecutionStart):
-            state.running_tools[event.tool_call_id] = RunningTool(
-                event.tool_call_id, event.tool_name, event.args, time.time()
-            )
+            now = time.time()
+            # Awaited before the tool's work begins (the executor awaits this event), so
+            # a crash during the work always finds the start in the journal. When it
+            # cannot be written the tool must not run: listeners never hear of it.
+            error = await self._journal_event(event.tool_call_id, "start", event.tool_name, event.job_key, now)
+            if error is not None:
+                raise _PersistFailed(
+                    f"Could not journal the start of tool call {event.tool_name} ({event.tool_call_id}), so it did "
+                    f"not run and the run stopped: {_sentence(error)}"
+                ) from error
+            state.running_tools[event.tool_call_id] = RunningTool(event.tool_call_id, event.tool_name, event.args, now)
         elif isinstance(event, ToolExecutionEnd):
             state.running_tools.pop(event.tool_call_id, None)
+            # The result message itself is the record that matters; a lost end only
+            # makes a later diagnosis less precise, so it never fails the run.
+            if await self._journal_event(event.tool_call_id, "end", event.tool_name, None, time.time()):
+                _log.warning("could not journal the end of tool call %s", event.tool_call_id)
         elif isinstance(event, AgentStart):
             state.run_id = event.run_id
         elif isinstance(event, AgentEnd):
@@ -346,9 +476,33 @@ class Agent:
         if failure is not None:
             raise _PersistFailed(f"Could not save a message, so the run stopped: {_sentence(failure)}") from failure
 
+    async def _journal_event(
+        self, tool_call_id: str, phase: str, tool_name: str, job_key: str | None, at: float
+    ) -> Exception | None:
+        """Record one journal entry (store and state); return the store's error, if any."""
+        journal = self._state.journal
+        if journal is not None:
+            old = journal.get(tool_call_id) or JournalEntry(tool_call_id, tool_name, self._state.run_id)
+            journal[tool_call_id] = (
+                dataclasses.replace(old, started_at=at, ended_at=None, job_key=job_key or old.job_key)
+                if phase == "start"
+                else dataclasses.replace(old, ended_at=at)
+            )
+        if not self._journal or self._fenced:
+            return None
+        try:
+            await self.checkpointer.record_tool_event(  # type: ignore[attr-defined]
+                self.thread_id, tool_call_id, phase, tool_name=tool_name, run_id=self._state.run_id, job_key=job_key, at=at
+            )
+        except Exception as exc:
+            return exc
+        return None
+
     async def _close_run(self, event: AgentEnd) -> AgentEnd:
         # Only a clean end completes the run; an aborted or failed run stays open so the
-        # thread diagnoses as such.
+        # thread diagnoses as such. A run that lost its lease ends failed, saying so.
+        if self._lease is not None and self._lease.lost is not None:
+            return AgentEnd(event.run_id, "failed", self._lease.lost)
         if event.outcome != "completed":
             return event
         try:
@@ -370,6 +524,33 @@ class Agent:
                     await result
             except Exception:
                 _log.exception("listener %r failed on %s", listener, event.type)
+
+
+_LEASE_METHODS = ("acquire_lease", "renew_lease", "release_lease")
+_JOB_METHODS = ("job_begin", "job_finish", "job_get")
+
+
+def _has(store: object, methods: Sequence[str]) -> bool:
+    return all(callable(getattr(store, name, None)) for name in methods)
+
+
+def _settle_choices(plan: ResumePlan, choices: Mapping[str, SettleChoice]) -> dict[str, SettleChoice]:
+    """The plan's settlement with the user's ``choices`` applied; raises ``ResumeChoiceError``."""
+    by_id = {c.call.id: c for c in plan.calls}
+    settle: dict[str, SettleChoice] = {c.call.id: "interrupt" if c.action == "interrupt" else "rerun" for c in plan.calls}
+    for call_id, choice in choices.items():
+        call = by_id.get(call_id)
+        if call is None:
+            raise ResumeChoiceError(
+                f"Tool call {call_id} is not waiting for a result in this thread (it may have changed); plan the resume again."
+            )
+        if choice not in call.choices:
+            offered = " or ".join(repr(c) for c in call.choices) or "nothing (it has no choice)"
+            raise ResumeChoiceError(
+                f"Tool call {call.call.name} ({call_id}) cannot be settled with {choice!r}; it offers {offered}."
+            )
+        settle[call_id] = choice
+    return settle
 
 
 def _sentence(exc: BaseException) -> str:

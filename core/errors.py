@@ -107,5 +107,11 @@ class NothingToResumeError(RunError):
     """Raised by ``resume()`` on a thread that is completed, empty or waiting for a new user message."""
 
 
+class ResumeChoiceError(RunError):
+    """Raised by ``resume(choices)`` when a choice names a call that is not dangling, or
+    picks an action that call does not offer (the thread changed since the plan was made,
+    or the choice is not allowed: only known tools that are not idempotent offer one)."""
+
+
 class UnreadableThreadError(RunError):
     """Raised when a run is asked of a thread whose stored rows cannot all be decoded."""

@@ -3,7 +3,8 @@
 The loop is stateless apart from the transcript list it is handed: it appends each
 finished message to that list and emits events; the :class:`~core.agent.Agent` folds the
 events into its state and persists each message at ``message_end``. The loop never
-touches a checkpointer.
+touches a checkpointer; idempotent tools reach the thread's job store only through
+``LoopConfig.jobs``.
 
 Shape (pi-mono's ``runLoop``): an outer ``while`` for follow-ups, an inner ``while`` for
 tool calls and steering; each phase is a named helper below :func:`run_loop`. A *turn*
@@ -16,7 +17,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import AsyncIterator, Callable, Mapping, Sequence
 
 from core.errors import ToolDefinitionError
 from core.events import (
@@ -45,25 +46,26 @@ from core.messages import (
     UserMessage,
     error_tool_result,
 )
+from core.jobs import Jobs
 from core.providers.base import ModelRequest, Provider, error_reply
-from core.tools import AgentTool, Emit, ToolExecutionMode, execute_tool_calls, publish
+from core.recovery import SettleChoice
+from core.tool_execution import execute_tool_calls, publish
+from core.tools import AgentTool, Emit, ToolExecutionMode
 
 ABORTED_TEXT = "Aborted by the user."
 
-Settle = Callable[[Sequence[ToolCall], "str | None"], Awaitable[list[ToolResultMessage]]]
-"""Gives each dangling tool call (``calls``, for run ``run_id``) a result message."""
 
 
 async def settle_interrupted(calls: Sequence[ToolCall], run_id: str | None) -> list[ToolResultMessage]:
-    """The default :data:`Settle`: an error result per call saying it was interrupted.
+    """An error result per dangling call saying it was interrupted and not run again.
 
     Each result carries ``metadata={"settled": "interrupted"}``.
     """
     return [
         error_tool_result(
             call,
-            f"Tool call {call.name} ({call.id}) was interrupted before it returned a result; "
-            "its effects must be checked before relying on them.",
+            f"Tool call {call.name} ({call.id}) was interrupted before it returned a result and was not "
+            "run again; its effects must be checked before relying on them.",
             run_id=run_id,
             settled="interrupted",
         )
@@ -82,7 +84,13 @@ class LoopConfig:
     ``abort_grace`` is in seconds. Callbacks (supplied by the agent; none may raise):
     ``get_steering()`` returns (and dequeues) user messages to deliver at the next turn
     boundary; ``get_follow_ups()`` returns messages to deliver when the agent would
-    otherwise stop; ``settle`` answers dangling tool calls before a model call. Raises
+    otherwise stop.
+
+    Dangling tool calls (of a crashed run) are settled before every model call: by
+    default a known idempotent tool is re-run (through ``jobs``, so a done job's result
+    is reused) and any other call gets an "interrupted" error result; ``settle_choices``
+    (tool call id -> ``"rerun"`` / ``"interrupt"``) overrides that per call. ``jobs`` is
+    the thread's job store for idempotent tools (``None``: they simply run). Raises
     :class:`~core.errors.ToolDefinitionError` when two tools share a name.
     """
 
@@ -94,9 +102,18 @@ class LoopConfig:
     run_id: str | None = None
     get_steering: Callable[[], list[UserMessage]] = _nothing
     get_follow_ups: Callable[[], list[UserMessage]] = _nothing
-    settle: Settle = settle_interrupted
+    settle_choices: Mapping[str, SettleChoice] = field(default_factory=dict)
+    jobs: Jobs | None = None
     tools_by_name: Mapping[str, AgentTool] = field(init=False, repr=False, compare=False)
     tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False, compare=False)
+
+    def settle_choice(self, call: ToolCall) -> SettleChoice:
+        """How the dangling ``call`` is settled: the explicit choice, else the default."""
+        chosen = self.settle_choices.get(call.id)
+        if chosen is not None:
+            return chosen
+        tool = self.tools_by_name.get(call.name)
+        return "rerun" if tool is not None and tool.idempotent else "interrupt"
 
     def __post_init__(self) -> None:
         tools = tuple(self.tools)
@@ -133,7 +150,7 @@ async def run_loop(
     while True:
         while has_tool_calls or pending:
             await emit(TurnStart())
-            await _settle_dangling(messages, config, emit)
+            await _settle_dangling(messages, config, emit, signal)
             for message in pending:
                 await publish(message, emit)
             reply = await _stream_reply(messages, config, emit, signal)
@@ -185,11 +202,27 @@ def unanswered_calls(messages: Sequence[AnyMessage]) -> list[ToolCall]:
     return []
 
 
-async def _settle_dangling(messages: list[AnyMessage], config: LoopConfig, emit: Emit) -> None:
+async def _settle_dangling(messages: list[AnyMessage], config: LoopConfig, emit: Emit, signal: asyncio.Event) -> None:
+    # Call by call: a partly answered parallel batch only has its missing calls here.
     calls = unanswered_calls(messages)
-    if calls:
-        for result in await config.settle(calls, config.run_id):
-            await publish(result, emit)
+    if not calls:
+        return
+    rerun = [c for c in calls if config.settle_choice(c) == "rerun"]
+    rerun_ids = {c.id for c in rerun}
+    for result in await settle_interrupted([c for c in calls if c.id not in rerun_ids], config.run_id):
+        await publish(result, emit)
+    if rerun:
+        await execute_tool_calls(
+            rerun,
+            config.tools_by_name,
+            emit,
+            signal,
+            mode=config.tool_execution,
+            abort_grace=config.abort_grace,
+            run_id=config.run_id,
+            jobs=config.jobs,
+            settling=True,
+        )
 
 
 async def _stream_reply(
@@ -225,6 +258,7 @@ async def _run_tools(
         mode=config.tool_execution,
         abort_grace=config.abort_grace,
         run_id=config.run_id,
+        jobs=config.jobs,
     )
 
 

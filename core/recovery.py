@@ -16,10 +16,11 @@ Only finished messages are persisted, so the last persisted messages tell the st
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+import time
+from dataclasses import dataclass
+from typing import Iterable, Literal, Mapping, Sequence
 
-from core.checkpoint.base import JournalEntry, RunRecord
+from core.checkpoint.base import JobStatus, JournalEntry, RunRecord
 from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 
 
@@ -70,24 +71,32 @@ class ResumeAction(enum.StrEnum):
 class DanglingCall:
     """A tool call of the last assistant message that has no persisted result.
 
-    ``started_at`` is unix seconds from the tool journal, ``None`` when it never started
-    or when the store keeps no journal (``journaled`` tells which).
+    ``started_at`` / ``ended_at`` are unix seconds from the tool journal, ``None`` when
+    it never started (or ended) or when the store keeps no journal (``journaled`` tells
+    which).
     """
 
     call: ToolCall
     journaled: bool = False
     started_at: float | None = None
+    ended_at: float | None = None
 
     @property
     def status_words(self) -> str:
-        """"never started", "started HH:MM:SS, never finished" or "may have started"."""
+        """"never started", "started HH:MM:SS, never finished" or "may have started" (no
+        journal); "started HH:MM:SS, ended HH:MM:SS, result never saved" when the crash
+        fell between the tool's end and the saving of its result."""
         if not self.journaled:
             return "may have started"
         if self.started_at is None:
             return "never started"
-        import time as _time
+        if self.ended_at is not None:
+            return f"started {_clock(self.started_at)}, ended {_clock(self.ended_at)}, result never saved"
+        return f"started {_clock(self.started_at)}, never finished"
 
-        return f"started {_time.strftime('%H:%M:%S', _time.localtime(self.started_at))}, never finished"
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +211,9 @@ def _dangling(call: ToolCall, journal: Mapping[str, JournalEntry] | None) -> Dan
     if journal is None:
         return DanglingCall(call)
     entry = journal.get(call.id)
-    return DanglingCall(call, journaled=True, started_at=entry.started_at if entry else None)
+    if entry is None:
+        return DanglingCall(call, journaled=True)
+    return DanglingCall(call, journaled=True, started_at=entry.started_at, ended_at=entry.ended_at)
 
 
 def _last_index(messages: Sequence[AnyMessage], kind: type) -> int | None:
@@ -216,3 +227,112 @@ def dangling_calls(messages: Sequence[AnyMessage]) -> list[ToolCall]:
     """The tool calls of the last assistant message that have no result after it."""
     diagnosis = diagnose(messages)
     return [d.call for d in diagnosis.dangling]
+
+
+# --- resume planning ------------------------------------------------------------------------
+
+SettleAction = Literal["rerun", "reuse", "interrupt"]
+"""What resume does with one dangling call: run it again, reuse its done job's stored
+result (no work), or record an error result saying it was interrupted."""
+
+SettleChoice = Literal["rerun", "interrupt"]
+"""What a user may choose for a dangling call of a known tool that is not idempotent."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """How resume settles one dangling tool call, and what the user may choose instead.
+
+    ``known``: the tool is in this agent's tool list (a call of another program's tool,
+    e.g. a cubeloop thread's, is not). ``job_key``/``job_status``: the call's job
+    (idempotent tools only; ``job_status`` is ``None`` when no job was recorded or the
+    store keeps none). ``action`` is the default; ``choices`` lists what the user may
+    pick instead - ``("interrupt", "rerun")`` for a known tool that is not idempotent,
+    else ``()``. ``status_words`` come from the tool journal ("never started",
+    "started 12:03:10, never finished", "may have started").
+    """
+
+    call: ToolCall
+    known: bool
+    idempotent: bool
+    job_key: str | None
+    job_status: JobStatus | None
+    action: SettleAction
+    choices: tuple[SettleChoice, ...]
+    status_words: str
+    started_at: float | None = None
+
+    @property
+    def words(self) -> str:
+        """One sentence for people: the call, where it stopped, what resume does with it."""
+        what = {
+            "reuse": "its job is done, so the stored result is reused without running it again",
+            "rerun": "it is idempotent, so it runs again" if self.idempotent else "it runs again, as you chose",
+            "interrupt": "it is recorded as interrupted and not run again (its effects must be checked)",
+        }[self.action]
+        if not self.known:
+            what = "this agent does not have that tool, so it is recorded as interrupted"
+        return f"{self.call.name} ({self.call.id}): {self.status_words}; {what}."
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePlan:
+    """What ``Agent.resume()`` will do: the diagnosis and one :class:`CallPlan` per
+    dangling call (empty unless the thread crashed mid-tool)."""
+
+    diagnosis: Diagnosis
+    calls: tuple[CallPlan, ...] = ()
+
+    @property
+    def action(self) -> ResumeAction:
+        """The diagnosis's resume action."""
+        return self.diagnosis.action
+
+    @property
+    def needs_choice(self) -> bool:
+        """Whether some call lets the user choose (a known tool that is not idempotent)."""
+        return any(c.choices for c in self.calls)
+
+    @property
+    def sentence(self) -> str:
+        """What resume will do, with the default action of each call."""
+        if self.action is not ResumeAction.SETTLE_THEN_CALL_MODEL:
+            return self.diagnosis.resume_plan
+        return "Resume first settles each dangling call - " + " ".join(c.words for c in self.calls) + " Then it calls the model again."
+
+
+def plan_call(
+    dangling: DanglingCall,
+    *,
+    known: bool,
+    idempotent: bool,
+    job_key: str | None,
+    job_status: JobStatus | None,
+) -> CallPlan:
+    """The default settlement of one dangling call (pure).
+
+    Unknown tool: interrupt, no choice. Idempotent tool: reuse when its job is done,
+    else rerun; no choice (re-running is safe by declaration). Known tool that is not
+    idempotent: interrupt by default, the user may choose rerun.
+    """
+    idempotent = known and idempotent
+    action: SettleAction
+    choices: tuple[SettleChoice, ...] = ()
+    if not known:
+        action = "interrupt"
+    elif idempotent:
+        action = "reuse" if job_status == "done" else "rerun"
+    else:
+        action = "interrupt"
+        choices = ("interrupt", "rerun")
+    return CallPlan(
+        dangling.call,
+        known,
+        idempotent,
+        job_key if idempotent else None,
+        job_status if idempotent else None,
+        action,
+        choices,
+        dangling.status_words,
+        dangling.started_at,
+    )

@@ -13,9 +13,9 @@ docstring's first paragraph the description, and a parameter annotated
 :class:`ToolContext` is injected rather than asked of the model. Subclass
 :class:`AgentTool` instead when a tool needs state or a hand-written model.
 
-:func:`execute_tool_calls` runs the calls of one assistant message, in parallel or one
-after another, and emits ``tool_execution_*`` events plus each result message the moment
-its tool finishes, so the agent can persist it before slower siblings end.
+:func:`core.tool_execution.execute_tool_calls` runs the calls of one assistant message.
+A tool declared ``idempotent`` runs as a job under a deterministic key
+(:mod:`core.jobs`): the key reaches the tool as ``ToolContext.job_key``.
 """
 
 from __future__ import annotations
@@ -23,17 +23,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import math
 import re
 import typing
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Literal, Mapping, Sequence, Union
+from typing import Any, Awaitable, Callable, Literal, Mapping, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, create_model
 
 from core.errors import ToolDefinitionError
-from core.events import AgentEvent, MessageEnd, MessageStart, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
-from core.messages import ContentBlock, TextContent, ToolCall, ToolResultMessage, ToolSpec, error_tool_result
+from core.events import AgentEvent
+from core.messages import ContentBlock, TextContent, ToolSpec
 
 Emit = Callable[[AgentEvent], Awaitable[None]]
 """Where events go: awaited once per event, never concurrently."""
@@ -71,13 +70,21 @@ class AgentTool:
 
     ``name`` (letters, digits, ``_``, ``-``; at most 64), ``description`` and
     ``parameters`` (a pydantic model class whose JSON Schema the provider sees) describe
-    it; ``idempotent`` marks tools safe to re-run after a crash (reserved for resume).
+    it. ``idempotent`` marks a tool whose repeated call with the same arguments does no
+    more harm than one: it then runs as a job (a done job's result is reused, see
+    :mod:`core.jobs`), and resume re-runs it instead of recording it as interrupted.
+    ``job_key_from`` optionally builds the job key from the validated arguments (set it
+    with :func:`core.jobs.idempotent`).
+
+    Override :meth:`execute`, or :meth:`invoke` to receive the whole :class:`ToolContext`
+    (including ``job_key``).
     """
 
     name: str = ""
     description: str = ""
     parameters: type[BaseModel] = _NoArguments
     idempotent: bool = False
+    job_key_from: Callable[[Mapping[str, Any]], str] | None = None
 
     async def execute(
         self, tool_call_id: str, params: BaseModel, signal: asyncio.Event, on_update: OnUpdate
@@ -89,6 +96,11 @@ class AgentTool:
         becomes the error result's text.
         """
         raise NotImplementedError
+
+    async def invoke(self, ctx: ToolContext, params: BaseModel) -> AgentToolResult:
+        """Run one call given its context; the executor calls this. By default it calls
+        :meth:`execute` with the context's parts."""
+        return await self.execute(ctx.tool_call_id, params, ctx.signal, ctx.on_update)
 
     @property
     def spec(self) -> ToolSpec:
@@ -107,11 +119,15 @@ class ToolContext:
     """Injected into a ``@tool`` function that declares a parameter of this type.
 
     ``signal`` is set when the user aborts the run; ``report`` sends progress.
+    ``job_key`` is the call's job key when the tool is idempotent (else ``None``): pass
+    it to any external system as *its* idempotency key, so a side effect made just before
+    a crash is not made twice when resume re-runs the call (see :mod:`core.jobs`).
     """
 
     tool_call_id: str
     signal: asyncio.Event
     on_update: OnUpdate
+    job_key: str | None = None
 
     def report(self, progress: float | None = None, text: str | None = None) -> None:
         """Report progress: ``progress`` a fraction 0..1 (clamped), ``text`` a short status line."""
@@ -146,10 +162,14 @@ class FunctionTool(AgentTool):
     async def execute(
         self, tool_call_id: str, params: BaseModel, signal: asyncio.Event, on_update: OnUpdate
     ) -> AgentToolResult:
-        """Call the function with the validated arguments (and the context, if it asks for one)."""
+        """Call the function with the validated arguments (and a context without job key)."""
+        return await self.invoke(ToolContext(tool_call_id, signal, on_update), params)
+
+    async def invoke(self, ctx: ToolContext, params: BaseModel) -> AgentToolResult:
+        """Call the function with the validated arguments (and ``ctx``, if it asks for one)."""
         kwargs = {field: getattr(params, field) for field in type(params).model_fields}
         if self._context_param is not None:
-            kwargs[self._context_param] = ToolContext(tool_call_id, signal, on_update)
+            kwargs[self._context_param] = ctx
         return _as_result(await self.fn(**kwargs))
 
     def __repr__(self) -> str:
@@ -237,186 +257,3 @@ def _as_result(value: Any) -> AgentToolResult:
     if isinstance(value, str):
         return AgentToolResult(value)
     return AgentToolResult(json.dumps(value, default=str), details=value)
-
-
-# --- executing one assistant message's calls --------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Finished:
-    call: ToolCall
-    result: AgentToolResult
-    metadata: dict[str, Any] | None = None
-
-
-class _Batch:
-    """The running calls of one batch and the queue through which they report.
-
-    Tool tasks never call ``emit`` themselves: they push updates and results on one
-    queue, and the batch's own coroutine emits them in order, so listeners are never
-    called concurrently and a finished result is emitted at once.
-    """
-
-    def __init__(
-        self,
-        tools: Mapping[str, AgentTool],
-        emit: Emit,
-        signal: asyncio.Event,
-        grace: float,
-        run_id: str | None,
-    ) -> None:
-        self.tools = tools
-        self.emit = emit
-        self.signal = signal
-        self.grace = grace
-        self.run_id = run_id
-        self.queue: asyncio.Queue[ToolExecutionUpdate | _Finished] = asyncio.Queue()
-        self.running: set[asyncio.Task[None]] = set()
-        self.grace_over = False
-
-    def start(self, call: ToolCall) -> None:
-        task = asyncio.create_task(self._run(call), name=f"tool {call.name} {call.id}")
-        self.running.add(task)
-        task.add_done_callback(self.running.discard)
-
-    async def _run(self, call: ToolCall) -> None:
-        tool = self.tools.get(call.name)
-        if tool is None:
-            known = ", ".join(sorted(self.tools)) or "none"
-            self.queue.put_nowait(_Finished(call, AgentToolResult(f"Unknown tool {call.name!r} (available: {known}).", is_error=True)))
-            return
-        try:
-            params = tool.parameters.model_validate(call.arguments)
-        except ValidationError as exc:
-            self.queue.put_nowait(_Finished(call, AgentToolResult(_invalid_arguments(call.name, exc), is_error=True)))
-            return
-        metadata = None
-        try:
-            result = await tool.execute(call.id, params, self.signal, self._updater(call))
-        except asyncio.CancelledError:
-            if not self.grace_over:
-                raise
-            result = AgentToolResult(
-                f"aborted: the tool did not stop within {self.grace:g} s of the abort and was cancelled; "
-                "its effects must be checked.",
-                is_error=True,
-            )
-            metadata = {"settled": "aborted"}
-        except Exception as exc:
-            result = AgentToolResult(str(exc) or type(exc).__name__, is_error=True)
-        self.queue.put_nowait(_Finished(call, result, metadata))
-
-    def _updater(self, call: ToolCall) -> OnUpdate:
-        def on_update(progress: float | None = None, text: str | None = None) -> None:
-            if progress is not None:
-                progress = min(1.0, max(0.0, progress)) if math.isfinite(progress) else None
-            self.queue.put_nowait(ToolExecutionUpdate(call.id, call.name, progress, text))
-
-        return on_update
-
-    async def drain(self, count: int) -> list[ToolResultMessage]:
-        """Emit updates and results until ``count`` calls have finished; results in finish order."""
-        results: list[ToolResultMessage] = []
-        while len(results) < count:
-            item = await self.queue.get()
-            if isinstance(item, ToolExecutionUpdate):
-                await self.emit(item)
-            else:
-                results.append(await self.finish(item))
-        return results
-
-    async def finish(self, done: _Finished) -> ToolResultMessage:
-        message = ToolResultMessage(
-            tool_call_id=done.call.id,
-            tool_name=done.call.name,
-            content=done.result.blocks(),
-            details=done.result.details,
-            is_error=done.result.is_error,
-            run_id=self.run_id,
-            metadata=done.metadata or {},
-        )
-        await self.emit(ToolExecutionEnd(done.call.id, done.call.name, message, message.is_error))
-        await publish(message, self.emit)
-        return message
-
-    async def cancel_after_grace(self) -> None:
-        await self.signal.wait()
-        await asyncio.sleep(self.grace)
-        self.grace_over = True
-        for task in list(self.running):
-            task.cancel()
-
-    async def stop(self) -> None:
-        """Cancel whatever still runs (the batch itself is being torn down)."""
-        for task in list(self.running):
-            task.cancel()
-        if self.running:
-            await asyncio.gather(*self.running, return_exceptions=True)
-
-
-async def publish(message: Any, emit: Emit) -> None:
-    """Emit a finished message as ``message_start`` then ``message_end``."""
-    await emit(MessageStart(message))
-    await emit(MessageEnd(message))
-
-
-def not_run_result(call: ToolCall, run_id: str | None) -> ToolResultMessage:
-    """The error result of a call skipped because the run was aborted before it started."""
-    return error_tool_result(
-        call, "Not run: the run was aborted before this tool started.", run_id=run_id, settled="not_run"
-    )
-
-
-async def execute_tool_calls(
-    calls: Sequence[ToolCall],
-    tools: Mapping[str, AgentTool],
-    emit: Emit,
-    signal: asyncio.Event,
-    *,
-    mode: ToolExecutionMode = "parallel",
-    abort_grace: float = 5.0,
-    run_id: str | None = None,
-) -> list[ToolResultMessage]:
-    """Run the tool ``calls`` of one assistant message and return one result per call.
-
-    ``parallel`` starts every call at once; ``sequential`` runs them in order. For each
-    call that runs: ``tool_execution_start``, any ``tool_execution_update``,
-    ``tool_execution_end``, then the result as ``message_start``/``message_end``, emitted
-    the moment that call finishes. Results are returned in the order they finished.
-
-    Unknown tools, invalid arguments and exceptions become error results, never raise.
-    When ``signal`` is set, tools are expected to return; one still running
-    ``abort_grace`` seconds later is cancelled and gets an error result starting
-    "aborted". Calls not yet started when the abort came get a "Not run" error result
-    (only its message is emitted, no ``tool_execution_*``), so every call has a result.
-    """
-    batch = _Batch(tools, emit, signal, abort_grace, run_id)
-    watcher = asyncio.create_task(batch.cancel_after_grace())
-    results: list[ToolResultMessage] = []
-    try:
-        if mode == "parallel" and not signal.is_set():
-            for call in calls:
-                await emit(ToolExecutionStart(call.id, call.name, dict(call.arguments)))
-            for call in calls:
-                batch.start(call)
-            return await batch.drain(len(calls))
-        for call in calls:
-            if signal.is_set():
-                skipped = not_run_result(call, run_id)
-                await publish(skipped, emit)
-                results.append(skipped)
-                continue
-            await emit(ToolExecutionStart(call.id, call.name, dict(call.arguments)))
-            batch.start(call)
-            results += await batch.drain(1)
-        return results
-    finally:
-        watcher.cancel()
-        await batch.stop()
-
-
-def _invalid_arguments(name: str, exc: ValidationError) -> str:
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors()[:5]
-    )
-    return f"Invalid arguments for tool {name!r}: {problems}."

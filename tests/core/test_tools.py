@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 from core.errors import ToolDefinitionError
 from core.events import MessageEnd, MessageStart, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from core.messages import ToolCall, ToolResultMessage
-from core.tools import AgentTool, AgentToolResult, ToolContext, execute_tool_calls, tool
+from core.tool_execution import execute_tool_calls
+from core.tools import AgentTool, AgentToolResult, ToolContext, tool
 
 WAIT = 5.0  # seconds; only ever reached when a test is about to fail
 

@@ -1,0 +1,190 @@
+"""Run exclusivity: one holder runs a thread at a time, proven by a lease it keeps renewing.
+
+Every run (prompt, resume, follow-up run) first takes the thread's lease in the store,
+then reloads the history, so two processes never act on the same stale view of a
+thread. While the run lasts a background task renews the lease every
+``heartbeat_interval`` seconds, pushing ``expires_at`` to ``now + ttl``; the lease is
+released when the run ends. A lease is *stale*, and may be taken over, when it expired
+(its holder stopped heartbeating: crashed, hung or asleep) or when its holder ran on
+this host and that process no longer exists.
+
+A holder is one :class:`LeaseHolder` (a uuid, the pid, the host name): by default each
+``Agent`` is its own holder, so two agents of one process exclude each other too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from core.checkpoint.base import Lease
+from core.errors import RunAlreadyClaimedError
+
+_log = logging.getLogger(__name__)
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """Who holds a lease: ``holder_id`` (uuid hex, unique per holder), ``pid`` and ``host``."""
+
+    holder_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    pid: int = field(default_factory=os.getpid)
+    host: str = field(default_factory=_hostname)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (``os.kill(pid, 0)``).
+
+    A process owned by another user counts as alive; a reused pid is indistinguishable
+    from the original (the lease then waits for its expiry instead).
+    """
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def is_stale(lease: Lease, *, now: float | None = None, host: str | None = None) -> bool:
+    """Whether ``lease`` may be taken over: expired (``expires_at`` before ``now``, unix
+    seconds), or held on this ``host`` by a process that no longer exists."""
+    now = time.time() if now is None else now
+    if lease.expires_at <= now:
+        return True
+    return lease.host == (host or _hostname()) and not pid_alive(lease.pid)
+
+
+def claimed_sentence(thread_id: str, lease: Lease | None) -> str:
+    """The one sentence for a thread another holder runs right now."""
+    if lease is None:
+        return f"Thread {thread_id!r} is already running elsewhere; wait for that run to end or abort it there."
+    until = time.strftime("%H:%M:%S", time.localtime(lease.expires_at))
+    return (
+        f"Thread {thread_id!r} is already running in process {lease.pid} on {lease.host} "
+        f"(its lease is renewed until {until} unless it stops); wait for that run to end or abort it there."
+    )
+
+
+class LeaseStore(Protocol):
+    """The part of ``SupervisedStore`` leases use (see ``core.checkpoint.base``)."""
+
+    async def acquire_lease(self, lease: Lease, *, is_stale: Callable[[Lease], bool]) -> Lease: ...
+
+    async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool: ...
+
+    async def release_lease(self, thread_id: str, holder_id: str) -> None: ...
+
+
+class HeldLease:
+    """A lease taken for one run: heartbeats in the background until :meth:`release`.
+
+    ``lost`` is ``None`` while the lease is held, else the sentence saying why it was
+    lost; ``on_lost()`` is called once, from the heartbeat task, when that happens.
+    """
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        lease: Lease,
+        *,
+        ttl: float,
+        interval: float,
+        on_lost: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.ttl = ttl
+        self.interval = interval
+        self.lost: str | None = None
+        self._on_lost = on_lost
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def acquire(
+        cls,
+        store: LeaseStore,
+        thread_id: str,
+        holder: LeaseHolder,
+        run_id: str | None,
+        *,
+        ttl: float,
+        interval: float,
+        on_lost: Callable[[], None],
+    ) -> HeldLease:
+        """Take the thread's lease for ``holder`` and start heartbeating.
+
+        Raises ``RunAlreadyClaimedError`` (with :func:`claimed_sentence` and ``lease``
+        set to the live lease) when another holder runs the thread, and the store's errors.
+        """
+        now = time.time()
+        wanted = Lease(thread_id, holder.holder_id, holder.pid, holder.host, run_id, now, now, now + ttl)
+        try:
+            lease = await store.acquire_lease(wanted, is_stale=lambda current: is_stale(current, host=holder.host))
+        except RunAlreadyClaimedError as exc:
+            current = exc.lease if isinstance(exc.lease, Lease) else None
+            raise RunAlreadyClaimedError(claimed_sentence(thread_id, current), lease=current) from exc
+        held = cls(store, lease, ttl=ttl, interval=interval, on_lost=on_lost)
+        held._task = asyncio.create_task(held._beat(), name=f"lease heartbeat {thread_id}")
+        return held
+
+    async def _beat(self) -> None:
+        lease = self.lease
+        last_renewed = time.time()
+        while True:
+            await asyncio.sleep(self.interval)
+            now = time.time()
+            try:
+                held = await self.store.renew_lease(lease.thread_id, lease.holder_id, now, now + self.ttl)
+            except Exception as exc:
+                # A store that is briefly busy costs nothing while the lease is still
+                # ours; once it may have expired, someone else may be running the thread.
+                _log.warning("lease heartbeat of thread %s failed", lease.thread_id, exc_info=True)
+                if time.time() - last_renewed < self.ttl:
+                    continue
+                self._lose(
+                    f"This run could not renew its lease on thread {lease.thread_id!r} for {self.ttl:g} s "
+                    f"({type(exc).__name__}), so it stopped; another process may be running the thread."
+                )
+                return
+            if not held:
+                self._lose(
+                    f"This run lost its lease on thread {lease.thread_id!r} (another process took the thread "
+                    "over or the lease was removed), so it stopped without saving more."
+                )
+                return
+            last_renewed = now
+
+    def _lose(self, sentence: str) -> None:
+        self.lost = sentence
+        try:
+            self._on_lost()
+        except Exception:
+            _log.exception("lease-lost callback failed")
+
+    async def release(self) -> None:
+        """Stop heartbeating and drop the lease if we still hold it; never raises."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        try:
+            await self.store.release_lease(self.lease.thread_id, self.lease.holder_id)
+        except Exception:
+            # It expires on its own within ttl seconds.
+            _log.warning("could not release the lease of thread %s", self.lease.thread_id, exc_info=True)
