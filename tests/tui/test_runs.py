@@ -143,3 +143,30 @@ async def test_leaving_the_view_keeps_the_run_going_and_the_picker_says_so() -> 
         await wait_for_text(pilot, "completed")
         assert "running here" not in screen_text(app)
         assert app.thread_screen(screen.thread_id) is None  # its screen was let go
+
+
+async def test_two_threads_run_at_once() -> None:
+    store = MemoryCheckpointer()
+    app = make_app(fast_session(store, speed=2.0))
+    async with app.run_test(size=(110, 40)) as pilot:
+        first = await _start_thread(pilot, "first job")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
+        second = await _start_thread(pilot, "second job")
+        assert second.thread_id != first.thread_id
+        await pilot.press("q")
+        await wait_for(
+            pilot,
+            lambda: sum(r.running for r in app.threads_screen.rows) == 2,
+            what="both running here",
+        )
+        assert screen_text(app).count("running here") == 2
+        await wait_for(
+            pilot,
+            lambda: not app.session.is_running(first.thread_id) and not app.session.is_running(second.thread_id),
+            timeout=30,
+            what="both done",
+        )
+    for thread_id in (first.thread_id, second.thread_id):
+        data = await store.load(thread_id)
+        assert data is not None and diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
