@@ -21,7 +21,7 @@ import asyncio
 from typing import Any, Sequence
 
 from core.errors import ToolError
-from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from core.messages import AnyMessage, AssistantMessage, ToolResultMessage, UserMessage
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_thinking, faux_tool_call
 from core.tools import ToolContext, tool

@@ -108,9 +108,7 @@ class ErrorScreen(ModalScreen[None]):
             yield Static(Text(f"{self._hint} {keys}".strip(), style="dim"), classes="hint")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "close" and self.fatal:
-            return False
-        return True
+        return not (action == "close" and self.fatal)
 
     def action_close(self) -> None:
         """Close the message."""

@@ -149,9 +149,13 @@ class AssistantMessageView(Vertical):
                 if len(block.thinking) != self._seen[index]:
                     self._seen[index] = len(block.thinking)
                     view.set_thinking(block.thinking)
-            elif isinstance(block, ToolCall) and isinstance(view, ToolCallView) and block.arguments:
-                if view.status == "streaming":
-                    view.set_arguments(block.arguments)
+            elif (
+                isinstance(block, ToolCall)
+                and isinstance(view, ToolCallView)
+                and block.arguments
+                and view.status == "streaming"
+            ):
+                view.set_arguments(block.arguments)
 
     async def finish(self, final: AssistantMessage) -> None:
         """Show the persisted reply: remaining text, final arguments, stop reason and usage."""

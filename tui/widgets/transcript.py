@@ -19,7 +19,7 @@ from textual.widgets import Button, Static
 from core.checkpoint.base import CorruptRow
 from core.messages import AnyMessage, AssistantMessage, ToolResultMessage
 from core.recovery import Diagnosis
-from tui.widgets.message_view import AssistantMessageView, RawView, ToolResultView, view_for_message
+from tui.widgets.message_view import AssistantMessageView, RawView, view_for_message
 from tui.widgets.tool_call import ToolCallView
 
 WINDOW = 60
