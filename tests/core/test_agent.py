@@ -486,3 +486,146 @@ async def test_a_steer_left_by_an_abort_is_delivered_by_the_next_run():
     assert await agent.prompt("again") == "completed"
     assert [m.text for m in provider.requests[1].messages][-2:] == ["again", "after the abort"]
     assert agent.state.pending_steers == []
+
+
+# --- abort: both kinds of tool leave a thread that diagnoses as aborted and continues ------------
+
+
+@tool
+async def stubborn() -> str:
+    """Ignore the abort signal."""
+    await asyncio.sleep(60)
+    return "never"
+
+
+async def abort_timing(agent: Agent) -> dict[str, float]:
+    """Abort once the first tool reports progress; record when, and when it ended."""
+    loop = asyncio.get_running_loop()
+    times: dict[str, float] = {}
+
+    def listener(event):
+        if event.type in ("tool_execution_update", "tool_execution_start") and "abort" not in times:
+            if event.type == "tool_execution_update" or event.tool_name == "stubborn":
+                times["abort"] = loop.time()
+                agent.abort()
+        elif event.type == "tool_execution_end":
+            times["end"] = loop.time()
+
+    agent.subscribe(listener)
+    return times
+
+
+async def continues_after_abort(agent: Agent, provider: FauxProvider) -> None:
+    data = await stored(agent)
+    assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.ABORTED
+    assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert await asyncio.wait_for(agent.prompt("carry on"), WAIT) == "completed"
+    data = await stored(agent)
+    assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED
+    assert_every_call_answered(provider.requests)
+
+
+async def test_abort_a_tool_that_honours_the_signal_stops_it_at_once():
+    provider = FauxProvider([faux_reply(faux_tool_call("wait_for_abort")), "Continuing."])
+    agent = make_agent(provider, abort_grace=30.0)
+    times = await abort_timing(agent)
+    assert await asyncio.wait_for(agent.prompt("go"), WAIT) == "aborted"
+    assert times["end"] - times["abort"] < 1.0  # generous; bench/bench_abort.py measures it (well under 100 ms)
+    result = (await stored(agent)).messages[2]
+    assert (result.text, result.is_error, result.metadata) == ("interrupted: abort signal received", False, {})
+    await continues_after_abort(agent, provider)
+
+
+async def test_abort_cancels_a_tool_that_ignores_the_signal_after_the_grace():
+    provider = FauxProvider([faux_reply(faux_tool_call("stubborn")), "Continuing."])
+    agent = make_agent(provider, tools=(stubborn,), abort_grace=0.2)
+    times = await abort_timing(agent)
+    assert await asyncio.wait_for(agent.prompt("go"), WAIT) == "aborted"
+    assert 0.2 <= times["end"] - times["abort"] < 5.0
+    result = (await stored(agent)).messages[2]
+    assert result.is_error and result.metadata == {"settled": "aborted"}
+    assert result.text.startswith("aborted: the tool did not stop within 0.2 s of the abort and was cancelled")
+    await continues_after_abort(agent, provider)
+
+
+# --- the tool journal -------------------------------------------------------------------------
+
+
+async def test_a_tool_start_is_journaled_before_its_work_begins_and_its_end_after():
+    store = MemoryCheckpointer()
+    seen_by_tool = []
+
+    @tool
+    async def look(ctx: ToolContext) -> str:
+        """Look at the journal from inside the tool."""
+        seen_by_tool.append((await store.load_journal("t1"))[ctx.tool_call_id])
+        return "looked"
+
+    provider = FauxProvider([faux_reply(faux_tool_call("look", id="c1")), "ok"])
+    agent = make_agent(provider, store, tools=(look,))
+    assert await agent.prompt("go") == "completed"
+    (during,) = seen_by_tool
+    assert during.started_at is not None and during.ended_at is None
+    after = (await store.load_journal("t1"))["c1"]
+    assert (after.tool_name, after.run_id, after.job_key) == ("look", agent.state.run_id, None)
+    assert after.started_at == during.started_at and after.ended_at >= after.started_at
+    assert agent.state.journal["c1"].ended_at is not None  # the agent's own view is kept up to date
+
+
+async def test_parallel_results_are_saved_as_each_tool_finishes():
+    store = MemoryCheckpointer()
+
+    @tool
+    async def fast() -> str:
+        """Return at once."""
+        return "fast"
+
+    @tool
+    async def slow() -> str:
+        """Finish only once the sibling's result and journal end are in the store."""
+        for _ in range(1000):
+            data = await store.load("t1")
+            journal = data.journal or {}
+            if any(isinstance(m, ToolResultMessage) and m.tool_call_id == "c_fast" for m in data.messages):
+                assert journal["c_fast"].ended_at is not None and journal["c_slow"].ended_at is None
+                return "slow"
+            await asyncio.sleep(0.005)
+        raise AssertionError("the fast result was held back")
+
+    provider = FauxProvider([faux_reply(faux_tool_call("slow", id="c_slow"), faux_tool_call("fast", id="c_fast")), "ok"])
+    agent = make_agent(provider, store, tools=(slow, fast))
+    assert await asyncio.wait_for(agent.prompt("go"), WAIT) == "completed"
+    results = [m for m in (await stored(agent)).messages if isinstance(m, ToolResultMessage)]
+    assert [(r.tool_call_id, r.text, r.is_error) for r in results] == [("c_fast", "fast", False), ("c_slow", "slow", False)]
+
+
+class JournalFails(MemoryCheckpointer):
+    """A store that cannot write the tool journal."""
+
+    async def record_tool_event(self, thread_id, tool_call_id, phase, **kwargs):
+        raise OSError("journal is read-only")
+
+
+async def test_a_tool_whose_start_cannot_be_journaled_never_runs():
+    ran = []
+
+    @tool
+    async def effect() -> str:
+        """Have a side effect."""
+        ran.append(True)
+        return "done"
+
+    provider = FauxProvider([faux_reply(faux_tool_call("effect", id="c1")), "never"])
+    agent = make_agent(provider, JournalFails(), tools=(effect,))
+    events = []
+    agent.subscribe(events.append)
+    assert await agent.prompt("go") == "failed"
+    assert ran == [] and len(provider.requests) == 1
+    assert agent.state.error == (
+        "Could not journal the start of tool call effect (c1), so it did not run and the run stopped: "
+        "OSError: journal is read-only"
+    )
+    assert "tool_execution_start" not in kinds(events)
+    data = await stored(agent)
+    verdict = diagnose(data.messages, data.runs, data.journal)
+    assert verdict.crash_point is CrashPoint.MID_TOOL and verdict.dangling[0].status_words == "never started"

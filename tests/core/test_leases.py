@@ -1,0 +1,213 @@
+"""Run exclusivity: one holder per thread, heartbeats, stale leases taken over, a lost lease stops the run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from core.agent import Agent
+from core.checkpoint.base import Lease
+from core.checkpoint.memory import MemoryCheckpointer
+from core.errors import NothingToResumeError, RunAlreadyClaimedError
+from core.events import ToolExecutionUpdate
+from core.leases import LeaseHolder, is_stale, pid_alive
+from core.messages import ToolResultMessage
+from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
+from core.recovery import ThreadState
+from core.tools import ToolContext, tool
+from tests.core.test_loop import assert_every_call_answered
+
+WAIT = 10.0  # seconds; reached only by a failing test
+HOST = socket.gethostname()
+
+
+@tool
+async def wait_for_abort(ctx: ToolContext) -> str:
+    """Block until the run is aborted."""
+    ctx.report(text="waiting")
+    await ctx.signal.wait()
+    return "stopped: abort signal received"
+
+
+def waiting_script() -> list:
+    return [faux_reply(faux_tool_call("wait_for_abort", id="c_wait")), "never"]
+
+
+def agent_on(store, provider, **options) -> Agent:
+    return Agent(provider, store, "t", tools=[wait_for_abort], **options)
+
+
+async def running(agent: Agent, text: str = "go") -> tuple[asyncio.Task, asyncio.Event]:
+    """Start ``agent.prompt(text)`` and return once its tool is running."""
+    started = asyncio.Event()
+    agent.subscribe(lambda e: started.set() if isinstance(e, ToolExecutionUpdate) else None)
+    task = asyncio.create_task(agent.prompt(text))
+    await asyncio.wait_for(started.wait(), WAIT)
+    return task, started
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=30)
+    return child.pid
+
+
+def foreign_lease(*, pid: int, host: str = HOST, expires_in: float = 60.0, holder_id: str = "someone-else") -> Lease:
+    now = time.time()
+    return Lease("t", holder_id, pid, host, "their-run", now - 1, now - 1, now + expires_in)
+
+
+async def test_a_second_agent_is_refused_while_the_first_runs_then_may_run():
+    store = MemoryCheckpointer()
+    first = agent_on(store, FauxProvider(waiting_script()))
+    second_provider = FauxProvider(["Second."])
+    second = agent_on(store, second_provider)
+    task, _ = await running(first)
+
+    lease = await store.get_lease("t")
+    assert (lease.holder_id, lease.pid, lease.host, lease.run_id) == (first.holder.holder_id, os.getpid(), HOST, first.state.run_id)
+    with pytest.raises(RunAlreadyClaimedError) as refused:
+        await second.prompt("me too")
+    sentence = str(refused.value)
+    assert sentence.startswith("Thread 't' is already running in process ")
+    assert f"process {os.getpid()} on {HOST}" in sentence and sentence.endswith("abort it there.")
+    assert refused.value.lease == lease
+    with pytest.raises(RunAlreadyClaimedError, match="already running"):
+        await second.resume()
+    assert second.state.is_running is False and second_provider.requests == []
+
+    first.abort()
+    assert await asyncio.wait_for(task, WAIT) == "aborted"
+    assert await store.get_lease("t") is None  # released at run end
+    assert await asyncio.wait_for(second.prompt("now me"), WAIT) == "completed"
+    assert_every_call_answered(second_provider.requests)
+    # cubeloop's run claims are still written beside the lease
+    assert [r.completed for r in (await store.load("t")).runs] == [False, True]
+
+
+async def test_the_same_holder_may_run_again_and_leases_are_per_thread():
+    store = MemoryCheckpointer()
+    holder = LeaseHolder()
+    agent = Agent(FauxProvider(["one", "two"]), store, "t", holder=holder)
+    other = Agent(FauxProvider(["other"]), store, "u")
+    assert await agent.prompt("a") == "completed"
+    assert await agent.prompt("b") == "completed"
+    assert await other.prompt("c") == "completed"
+    assert agent.holder is holder and other.holder.holder_id != holder.holder_id
+
+
+async def test_an_expired_lease_is_taken_over():
+    store = MemoryCheckpointer()
+    await store.acquire_lease(foreign_lease(pid=os.getpid(), expires_in=-1.0), is_stale=lambda _: True)
+    agent = agent_on(store, FauxProvider(["Taken over."]))
+    assert await agent.prompt("go") == "completed"
+    assert await store.get_lease("t") is None
+
+
+async def test_a_lease_whose_process_died_on_this_host_is_taken_over():
+    store = MemoryCheckpointer()
+    pid = dead_pid()
+    assert not pid_alive(pid)
+    await store.acquire_lease(foreign_lease(pid=pid), is_stale=lambda _: True)
+    agent = agent_on(store, FauxProvider(["Taken over."]))
+    assert await agent.prompt("go") == "completed"
+
+
+async def test_a_live_lease_elsewhere_is_respected():
+    store = MemoryCheckpointer()
+    # A dead-looking pid on another machine proves nothing: only expiry frees it.
+    await store.acquire_lease(foreign_lease(pid=dead_pid(), host="another-host"), is_stale=lambda _: True)
+    agent = agent_on(store, FauxProvider([]))
+    with pytest.raises(RunAlreadyClaimedError, match="on another-host"):
+        await agent.prompt("go")
+    # and a live process on this host holding an unexpired lease
+    await store.acquire_lease(foreign_lease(pid=os.getpid(), holder_id="x"), is_stale=lambda _: True)
+    with pytest.raises(RunAlreadyClaimedError, match=f"process {os.getpid()} on {HOST}"):
+        await agent.prompt("go")
+
+
+def test_is_stale():
+    now = 1000.0
+    live = Lease("t", "h", os.getpid(), HOST, None, 0, now, now + 10)
+    assert not is_stale(live, now=now, host=HOST)
+    assert is_stale(live, now=now + 10, host=HOST)
+    dead = Lease("t", "h", dead_pid(), HOST, None, 0, now, now + 10)
+    assert is_stale(dead, now=now, host=HOST)
+    assert not is_stale(dead, now=now, host="elsewhere")  # another host's pid cannot be checked
+
+
+async def test_heartbeats_extend_the_lease_past_its_ttl():
+    store = MemoryCheckpointer()
+    agent = agent_on(store, FauxProvider(waiting_script()), lease_ttl=0.4, heartbeat_interval=0.05)
+    task, _ = await running(agent)
+    first = await store.get_lease("t")
+    await asyncio.sleep(0.6)  # longer than the ttl
+    later = await store.get_lease("t")
+    assert later.holder_id == first.holder_id
+    assert later.heartbeat_at > first.heartbeat_at and later.expires_at > first.expires_at
+    assert later.expires_at > time.time()  # still live although the ttl has passed since it was taken
+    other = agent_on(store, FauxProvider([]))
+    with pytest.raises(RunAlreadyClaimedError):
+        await other.prompt("go")
+    agent.abort()
+    assert await asyncio.wait_for(task, WAIT) == "aborted"
+
+
+async def test_a_lost_lease_aborts_the_run_and_saves_nothing_more():
+    store = MemoryCheckpointer()
+    agent = agent_on(store, FauxProvider(waiting_script()), lease_ttl=1.0, heartbeat_interval=0.02)
+    task, _ = await running(agent)
+    before = [m.role for m in (await store.load("t")).messages]
+    assert before == ["user", "assistant"]
+
+    # Another process decides this holder is gone and takes the thread over.
+    thief = foreign_lease(pid=os.getpid(), holder_id="thief")
+    await store.acquire_lease(thief, is_stale=lambda _: True)
+
+    assert await asyncio.wait_for(task, WAIT) == "failed"
+    assert agent.state.error.startswith("This run lost its lease on thread 't'")
+    assert agent.state.is_running is False
+    data = await store.load("t")
+    assert [m.role for m in data.messages] == before  # the tool's result and the aborted reply were not written
+    assert agent.state.messages == data.messages  # the agent shows what the store holds
+    assert (await store.get_lease("t")).holder_id == "thief"  # the new holder's lease is untouched
+
+    # Once the thief is done, the thread resumes cleanly: the call is settled first.
+    await store.release_lease("t", "thief")
+    provider = FauxProvider(["Recovered."])
+    resumer = agent_on(store, provider)
+    assert (await resumer.plan_resume()).diagnosis.state is ThreadState.CRASHED
+    assert await resumer.resume() == "completed"
+    settled = [m for m in (await store.load("t")).messages if isinstance(m, ToolResultMessage)]
+    assert [s.metadata for s in settled] == [{"settled": "interrupted"}]
+    assert_every_call_answered(provider.requests)
+
+
+async def test_the_lease_is_released_however_the_run_ends():
+    store = MemoryCheckpointer()
+    failing = agent_on(store, FauxProvider([]))
+    assert await failing.prompt("go") == "failed"
+    assert await store.get_lease("t") is None
+    with pytest.raises(NothingToResumeError):
+        await agent_on(store, FauxProvider([])).resume()
+    assert await store.get_lease("t") is None
+
+    cancelled = agent_on(store, FauxProvider(waiting_script()))
+    task, _ = await running(cancelled)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await store.get_lease("t") is None
+
+
+@pytest.mark.parametrize("ttl, interval", [(1.0, 1.0), (1.0, 0.0), (1.0, 2.0)])
+def test_heartbeat_must_be_shorter_than_the_ttl(ttl, interval):
+    with pytest.raises(ValueError, match="heartbeat_interval"):
+        Agent(FauxProvider([]), MemoryCheckpointer(), "t", lease_ttl=ttl, heartbeat_interval=interval)
