@@ -8,6 +8,7 @@ loads no optional driver.
 
 from core.agent import Agent, AgentState, RunningTool
 from core.events import AgentEvent, RunOutcome
+from core.jobs import idempotent
 from core.messages import AssistantMessage, Message, ToolResultMessage, UserMessage
 from core.tools import AgentTool, AgentToolResult, ToolContext, tool
 
@@ -24,5 +25,6 @@ __all__ = [
     "ToolContext",
     "ToolResultMessage",
     "UserMessage",
+    "idempotent",
     "tool",
 ]

@@ -32,7 +32,6 @@ from core.errors import (
     AgentBusyError,
     CubepiError,
     NothingToResumeError,
-    ResumeChoiceError,
     RunError,
     UnreadableThreadError,
 )
@@ -252,7 +251,7 @@ class Agent:
                 raise NothingToResumeError(
                     f"Nothing to resume: the thread is {plan.diagnosis.label}; send a new message to continue."
                 )
-            settle = _settle_choices(plan, choices or {})
+            settle = plan.settlement(choices or {})
             if plan.action is ResumeAction.WAIT_FOR_USER:
                 last = next(m for m in reversed(self._state.messages) if isinstance(m, AssistantMessage))
                 if last.run_id:
@@ -532,25 +531,6 @@ _JOB_METHODS = ("job_begin", "job_finish", "job_get")
 
 def _has(store: object, methods: Sequence[str]) -> bool:
     return all(callable(getattr(store, name, None)) for name in methods)
-
-
-def _settle_choices(plan: ResumePlan, choices: Mapping[str, SettleChoice]) -> dict[str, SettleChoice]:
-    """The plan's settlement with the user's ``choices`` applied; raises ``ResumeChoiceError``."""
-    by_id = {c.call.id: c for c in plan.calls}
-    settle: dict[str, SettleChoice] = {c.call.id: "interrupt" if c.action == "interrupt" else "rerun" for c in plan.calls}
-    for call_id, choice in choices.items():
-        call = by_id.get(call_id)
-        if call is None:
-            raise ResumeChoiceError(
-                f"Tool call {call_id} is not waiting for a result in this thread (it may have changed); plan the resume again."
-            )
-        if choice not in call.choices:
-            offered = " or ".join(repr(c) for c in call.choices) or "nothing (it has no choice)"
-            raise ResumeChoiceError(
-                f"Tool call {call.call.name} ({call_id}) cannot be settled with {choice!r}; it offers {offered}."
-            )
-        settle[call_id] = choice
-    return settle
 
 
 def _sentence(exc: BaseException) -> str:

@@ -11,6 +11,10 @@ Only finished messages are persisted, so the last persisted messages tell the st
 2. **after tool result**: every tool call of the last assistant message has its result,
    but the next model call never finished;
 3. **mid-tool**: the last assistant message has tool calls without results.
+
+For mid-tool, :func:`plan_call` decides each dangling call's settlement from facts the
+agent gathers (is the tool known, idempotent, is its job done) and :class:`ResumePlan`
+applies the user's choices (:meth:`ResumePlan.settlement`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from typing import Iterable, Literal, Mapping, Sequence
 
 from core.checkpoint.base import JobStatus, JournalEntry, RunRecord
+from core.errors import ResumeChoiceError
 from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 
 
@@ -292,6 +297,30 @@ class ResumePlan:
     def needs_choice(self) -> bool:
         """Whether some call lets the user choose (a known tool that is not idempotent)."""
         return any(c.choices for c in self.calls)
+
+    def settlement(self, choices: Mapping[str, SettleChoice]) -> dict[str, SettleChoice]:
+        """Tool call id -> ``"rerun"`` / ``"interrupt"`` for every dangling call: the plan
+        (reuse is a re-run whose done job answers without work) with ``choices`` applied.
+
+        Raises ``ResumeChoiceError`` when a choice names a call not in the plan, or an
+        action that call does not offer.
+        """
+        by_id = {c.call.id: c for c in self.calls}
+        settle: dict[str, SettleChoice] = {c.call.id: "interrupt" if c.action == "interrupt" else "rerun" for c in self.calls}
+        for call_id, choice in choices.items():
+            planned = by_id.get(call_id)
+            if planned is None:
+                raise ResumeChoiceError(
+                    f"Tool call {call_id} is not waiting for a result in this thread (it may have changed); "
+                    "plan the resume again."
+                )
+            if choice not in planned.choices:
+                offered = " or ".join(repr(c) for c in planned.choices) or "nothing (it has no choice)"
+                raise ResumeChoiceError(
+                    f"Tool call {planned.call.name} ({call_id}) cannot be settled with {choice!r}; it offers {offered}."
+                )
+            settle[call_id] = choice
+        return settle
 
     @property
     def sentence(self) -> str:
