@@ -10,7 +10,7 @@ from core.agent import Agent
 from core.checkpoint.base import CorruptRow
 from core.checkpoint.memory import MemoryCheckpointer
 from core.errors import AgentBusyError, NothingToResumeError, RunError, UnreadableThreadError
-from core.events import AgentEnd, MessageEnd, MessageStart, MessageUpdate, ToolExecutionUpdate
+from core.events import AgentEnd, MessageEnd, MessageUpdate, ToolExecutionUpdate
 from core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage, user_text
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import CrashPoint, ResumeAction, ThreadState, diagnose

@@ -211,3 +211,21 @@ async def test_the_lease_is_released_however_the_run_ends():
 def test_heartbeat_must_be_shorter_than_the_ttl(ttl, interval):
     with pytest.raises(ValueError, match="heartbeat_interval"):
         Agent(FauxProvider([]), MemoryCheckpointer(), "t", lease_ttl=ttl, heartbeat_interval=interval)
+
+
+class RenewFails(MemoryCheckpointer):
+    """A store whose heartbeats keep failing (say, the disk went away)."""
+
+    async def renew_lease(self, thread_id, holder_id, heartbeat_at, expires_at):
+        raise OSError("disk I/O error")
+
+
+async def test_heartbeats_that_keep_failing_past_the_ttl_stop_the_run():
+    store = RenewFails()
+    agent = agent_on(store, FauxProvider(waiting_script()), lease_ttl=0.3, heartbeat_interval=0.05)
+    task, _ = await running(agent)
+    assert await asyncio.wait_for(task, WAIT) == "failed"
+    assert agent.state.error == (
+        "This run could not renew its lease on thread 't' for 0.3 s (OSError), so it stopped; "
+        "another process may be running the thread."
+    )
