@@ -77,6 +77,7 @@ async def main() -> None:
             await _until(pilot, lambda: isinstance(app.screen, ThreadsScreen) and any(r.running for r in app.screen.rows))
             await pilot.pause(0.3)
             app.save_screenshot("picker.svg", str(OUT))
+            await app.session.stop_runs()
     print(f"wrote picker.svg, thread.svg, crash.svg to {OUT}")
 
 

@@ -18,7 +18,7 @@ from textual.screen import Screen
 
 from core.errors import CubepiError
 from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreChanged, StoreOpened
-from tui.screens.modals import ErrorScreen, HelpScreen, TextInputModal
+from tui.screens.modals import ConfirmModal, ErrorScreen, HelpScreen, TextInputModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 from tui.session import Session
@@ -158,6 +158,27 @@ class CubepiApp(App[None]):
     def thread_screen(self, thread_id: str) -> ThreadScreen | None:
         """The live screen of ``thread_id``, if one exists."""
         return self._thread_screens.get(thread_id)
+
+    # --- quitting -----------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        """Quit; when agents run here, ask first, then abort them so each ends cleanly."""
+        if self.session.running_count():
+            self._confirm_quit()
+        else:
+            self.exit()
+
+    @work(exclusive=True, exit_on_error=False, group="quit")
+    async def _confirm_quit(self) -> None:
+        count = self.session.running_count()
+        body = (
+            f"{count} agent(s) are running in this app. Quitting aborts them: each saves what it "
+            "has and its thread reads \"aborted\"; send a new message later to continue."
+        )
+        if await self.push_screen_wait(ConfirmModal("Quit cubepi-tui?", body, yes="Abort and quit")):
+            self.notify("Aborting the running agents…")
+            await self.session.stop_runs()
+            self.exit()
 
     # --- commands -----------------------------------------------------------------------
 

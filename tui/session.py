@@ -9,6 +9,7 @@ sentence, ready for the screen.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, Sequence, runtime_checkable
@@ -105,11 +106,27 @@ class Session:
         except CubepiError as error:
             self.provider_error = str(error)
 
+    def running_count(self) -> int:
+        """How many agents of this app are running now."""
+        return sum(agent.state.is_running for agent in self.agents.values())
+
+    async def stop_runs(self, timeout: float = 8.0) -> None:
+        """Abort every live run and wait (up to ``timeout`` seconds) until each has ended.
+
+        An aborted run ends cleanly: its last message is saved and its lease released,
+        so the thread reads "aborted" rather than "crashed" next time.
+        """
+        running = [agent for agent in self.agents.values() if agent.state.is_running]
+        for agent in running:
+            agent.abort()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(agent.state.is_running for agent in running) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+
     async def close(self) -> None:
-        """Abort live runs and close the store."""
-        for agent in self.agents.values():
-            if agent.state.is_running:
-                agent.abort()
+        """Stop live runs, then close the store (never under a run that still writes)."""
+        await self.stop_runs()
         if self.store is not None:
             await self.store.close()
 

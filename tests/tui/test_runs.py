@@ -5,7 +5,7 @@ from __future__ import annotations
 from core.checkpoint.memory import MemoryCheckpointer
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import fast_session, screen_text, type_text, wait_for, wait_for_text
+from tests.tui.conftest import fast_session, open_from_picker, screen_text, type_text, wait_for, wait_for_text
 from tui.app import CubepiApp, make_app
 from tui.messages import AgentEventReceived, RunFinished
 from tui.screens.modals import ConfirmModal, TextInputModal
@@ -139,6 +139,10 @@ async def test_leaving_the_view_keeps_the_run_going_and_the_picker_says_so() -> 
         await pilot.press("q")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await wait_for_text(pilot, "running here")
+        await open_from_picker(pilot, screen.thread_id)
+        assert app.screen is screen and screen.running  # the same live view, still streaming
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker again")
         await wait_for(pilot, lambda: not app.session.is_running(screen.thread_id), timeout=20, what="done")
         await wait_for_text(pilot, "completed")
         assert "running here" not in screen_text(app)
@@ -170,3 +174,20 @@ async def test_two_threads_run_at_once() -> None:
     for thread_id in (first.thread_id, second.thread_id):
         data = await store.load(thread_id)
         assert data is not None and diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+
+
+async def test_quitting_with_a_live_run_asks_then_aborts_it_cleanly() -> None:
+    store = MemoryCheckpointer()
+    app = make_app(fast_session(store, speed=1.0))
+    async with app.run_test(size=(110, 40)) as pilot:
+        screen = await _start_thread(pilot, "slow job")
+        await pilot.press("q")  # back to the picker; the run goes on
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
+        await pilot.press("q")  # quit
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="quit question")
+        assert "1 agent(s) are running" in screen_text(app)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: not app.is_running, timeout=10, what="exit")
+    data = await store.load(screen.thread_id)
+    assert data is not None
+    assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
