@@ -125,7 +125,7 @@ Threads (the picker)
 Thread view
   a       abort the running agent (tools get their abort signal)
   s       steer: a message the agent reads before its next model call
-  f       follow-up: a message delivered after the current run finishes its work
+  f       follow-up: a message delivered when the agent would otherwise stop
   r       resume a crashed thread (shows the plan and asks first)
   n       send a new prompt in this thread
   e       show earlier messages

@@ -130,6 +130,10 @@ class ThreadsScreen(Screen[None]):
         empty = self.query_one("#threads-empty", Static)
         empty.display = not message.rows
         empty.update("No threads yet. Press n to start one." if not message.rows else "")
+        table = self.query_one(DataTable)
+        table.display = bool(message.rows)
+        if message.rows and self.focused is None:
+            table.focus()
 
     def _fill_table(self, selected: str | None = None) -> None:
         """Show ``self.rows``, keeping the cursor on ``selected`` when it is still listed."""
