@@ -1,0 +1,455 @@
+"""Following a thread that another process runs: its history, plus what is streaming now.
+
+:class:`ThreadFollower` keeps a :class:`ThreadModel` of one thread up to date while a
+runner (a :class:`~core.supervise.Supervisor`, in any process) writes it:
+
+* ``messages``: the persisted messages, the record, loaded from the store;
+* ``partial`` / ``running_tools``: the reply streaming now and the tools running now,
+  rebuilt from the live-event log written after the last persisted message;
+* ``lease_view``: running here / elsewhere / crashed (:func:`core.supervise.lease_status`);
+* ``commands``: the thread's commands not settled yet (pending or delivered).
+
+Every message appears exactly once: the live events name the index each message will
+have in the thread, so a partial whose index is already loaded is dropped, and the
+persisted message replaces it in the same change. Attaching later (or again) loads the
+history first, then folds the live events after it.
+
+It learns of changes by watching the database files (:class:`core.changes.StoreWatch`:
+``watch_sqlite`` as the trigger, ``change_token`` to skip wakeups that changed
+nothing); a store without a file is polled through its in-process token. Messages are
+reloaded only when the live events say one was persisted (or a run started or ended, or
+the lease changed hands); a change nothing explains (a writer without live events, such
+as cubeloop) reloads at most once a second. When the lease expires the model turns
+crashed without any write, on a timer.
+
+:func:`watch_threads` is the picker's counterpart: the thread list, again whenever the
+store changed or a lease's state did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable, Union
+
+from core.changes import StoreWatch
+from core.checkpoint.base import Command, CorruptRow, JournalEntry, Lease, RunRecord, ThreadSummary
+from core.live import LiveFold, LiveTool, PartialDelta, answered_ids
+from core.messages import AnyMessage, AssistantMessage
+from core.recovery import Diagnosis, diagnose
+from core.supervise import LeaseState, LeaseView, lease_status
+
+_log = logging.getLogger(__name__)
+
+__all__ = ["LiveTool", "PartialDelta", "ThreadChange", "ThreadFollower", "ThreadModel", "ThreadsSnapshot", "watch_threads"]
+
+
+@dataclass(slots=True)
+class ThreadModel:
+    """What a follower knows of one thread; read it, never change it.
+
+    ``messages`` (with their store ids ``message_ids``), ``runs``, ``problems`` and
+    ``journal`` are as loaded. ``partial`` is the assistant reply streaming now (never a
+    persisted message; ``partial_index`` is the index it will take, always
+    ``>= len(messages)``); ``running_tools`` maps tool call id -> :class:`LiveTool`.
+    ``lease``/``lease_view`` say who runs the thread; ``commands`` are its pending and
+    delivered commands in ``seq`` order. ``run_id`` is the run the live events last
+    named; ``last_end`` the last ``agent_end`` seen (``run_id``, ``outcome``, ``error``).
+    ``error`` is the last store error met while following (``None`` once reads work).
+    ``version`` grows by one per change.
+    """
+
+    thread_id: str
+    messages: list[AnyMessage] = field(default_factory=list)
+    message_ids: list[Any] = field(default_factory=list)
+    runs: list[RunRecord] = field(default_factory=list)
+    problems: list[CorruptRow] = field(default_factory=list)
+    journal: dict[str, JournalEntry] | None = None
+    partial: AssistantMessage | None = None
+    partial_index: int | None = None
+    running_tools: dict[str, LiveTool] = field(default_factory=dict)
+    lease: Lease | None = None
+    lease_view: LeaseView = field(default_factory=lambda: LeaseView(LeaseState.NONE))
+    commands: list[Command] = field(default_factory=list)
+    run_id: str | None = None
+    last_end: dict[str, Any] | None = None
+    error: str | None = None
+    version: int = 0
+
+    def diagnosis(self) -> Diagnosis:
+        """Where the persisted thread stands (:func:`core.recovery.diagnose`)."""
+        return diagnose(self.messages, self.runs, self.journal)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadChange:
+    """One update of a :class:`ThreadModel` (``model`` is the live model, not a copy).
+
+    ``reset``: the messages were replaced as a whole (the first load, or history that
+    changed under us): clear the transcript, then show ``added``, which then holds every
+    message. Otherwise ``added`` holds the persisted messages new since the last change,
+    in order. ``partial_reset``: the streaming reply began, ended or was replaced: show
+    ``model.partial`` afresh (``deltas`` is then empty); otherwise ``deltas`` is the
+    text appended to it, in order. ``tools``: ``running_tools`` changed. ``lease``: the
+    lease record or its state changed. ``commands``: commands whose status changed
+    (including ones that just became applied, refused or discarded). ``runs``: run
+    records changed. ``ended``: an ``agent_end`` was seen (``run_id``, ``outcome``, ``error``).
+    """
+
+    model: ThreadModel
+    reset: bool = False
+    added: tuple[AnyMessage, ...] = ()
+    partial_reset: bool = False
+    deltas: tuple[PartialDelta, ...] = ()
+    tools: bool = False
+    lease: bool = False
+    commands: tuple[Command, ...] = ()
+    runs: bool = False
+    ended: dict[str, Any] | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing changed."""
+        return not (self.reset or self.added or self.partial_reset or self.deltas or self.tools
+                    or self.lease or self.commands or self.runs or self.ended)
+
+
+Subscriber = Callable[[ThreadChange], Union[None, Any]]
+"""A change callback: called with each :class:`ThreadChange`, in order; may be sync or async."""
+
+
+class ThreadFollower:
+    """Follow ``thread_id`` in ``store`` as other processes write it; see the module docstring.
+
+    ``path_for_watch`` is the database file to watch (default: ``store.path`` if the
+    store has one). ``step_ms`` is the watch's quiet period (10 ms: a change shows within
+    ~20 ms of its commit); ``poll`` the fallback check in seconds (default 1.0 with a
+    file, 0.05 without); ``reload_interval`` the seconds between reloads for changes the
+    live events do not explain, ``max_stale`` the seconds after which any change reloads.
+
+    Use ``async with ThreadFollower(...) as follower`` (or :meth:`start`/:meth:`stop`),
+    then read ``follower.model`` and either :meth:`subscribe` or iterate :meth:`changes`.
+    Errors of the store while following are logged and kept in ``model.error``; the
+    follower retries on the next change or poll. :meth:`start` raises the store's errors.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        thread_id: str,
+        path_for_watch: str | os.PathLike[str] | None = None,
+        *,
+        step_ms: int = 10,
+        poll: float | None = None,
+        reload_interval: float = 1.0,
+        max_stale: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.thread_id = thread_id
+        self.path_for_watch = path_for_watch
+        self.step_ms = step_ms
+        self.poll = poll
+        self.reload_interval = reload_interval
+        self.max_stale = max_stale
+        self.model = ThreadModel(thread_id)
+        self._subscribers: tuple[Subscriber, ...] = ()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._watch: StoreWatch | None = None
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self.model = ThreadModel(self.thread_id)
+        self._fold = LiveFold()
+        self._after = 0
+        self._answered: set[str] = set()
+        self._loaded = False
+        self._last_reload = 0.0
+        self._reload_due = False
+        self._dirty = False
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> ThreadChange:
+        """Load the thread and its live state, start following, and return the first change
+        (``reset``, every message in ``added``). Starting again after :meth:`stop`
+        re-attaches from scratch. Raises the store's errors."""
+        await self.stop()
+        self._reset_state()
+        self._watch = StoreWatch(self.store, self.path_for_watch, step_ms=self.step_ms, poll=self.poll)
+        await self._watch.start()
+        try:
+            first = await self.refresh(force=True)
+        except BaseException:
+            await self._watch.stop()
+            raise
+        self._task = asyncio.create_task(self._follow(), name=f"follow {self.thread_id}")
+        return first or ThreadChange(self.model, reset=True, added=tuple(self.model.messages))
+
+    async def stop(self) -> None:
+        """Stop following (detach); the model keeps its last state. Never raises."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            await watch.stop()
+
+    async def __aenter__(self) -> ThreadFollower:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        """Call ``callback`` with every later change; returns the function that unsubscribes.
+        A callback that raises is logged and skipped."""
+        self._subscribers = (*self._subscribers, callback)
+
+        def unsubscribe() -> None:
+            self._subscribers = tuple(s for s in self._subscribers if s is not callback)
+
+        return unsubscribe
+
+    async def changes(self) -> AsyncIterator[ThreadChange]:
+        """Iterate changes: first a ``reset`` change holding the current model (history),
+        then every later change (live), until the consumer stops iterating."""
+        queue: asyncio.Queue[ThreadChange] = asyncio.Queue()
+        unsubscribe = self.subscribe(queue.put_nowait)
+        try:
+            yield ThreadChange(self.model, reset=True, added=tuple(self.model.messages), partial_reset=True,
+                               tools=True, lease=True, commands=tuple(self.model.commands), runs=True)
+            while True:
+                yield await queue.get()
+        finally:
+            unsubscribe()
+
+    # --- one refresh -----------------------------------------------------------------------
+
+    async def refresh(self, *, force: bool = False, changed: bool = True) -> ThreadChange | None:
+        """Read what changed and fold it into the model; return the change (``None`` if nothing
+        did) after telling the subscribers. ``force`` reloads the messages; ``changed``
+        says the store's token moved (``False`` for a timer tick). Raises the store's errors."""
+        async with self._lock:
+            change = await self._refresh(force, changed)
+        if change is not None:
+            await self._publish(change)
+        return change
+
+    async def _refresh(self, force: bool, changed: bool) -> ThreadChange | None:
+        store, tid, model = self.store, self.thread_id, self.model
+        events = await store.read_live_events(tid, self._after)
+        lease = await store.get_lease(tid)
+        commands = await store.list_commands(tid, ["pending", "delivered"])
+        if events:
+            self._after = events[-1].seq
+        fold = self._fold.apply(events, len(model.messages), self._answered)
+
+        old_lease, old_commands = model.lease, model.commands
+        moved = _holder(lease) != _holder(old_lease)
+        explained = bool(events) or lease != old_lease or _statuses(commands) != _statuses(old_commands)
+        now_m = time.monotonic()
+        if changed:
+            self._dirty = True
+            if not explained:
+                self._reload_due = True
+        reload = force or not self._loaded or fold.reload or moved
+        if self._reload_due and now_m - self._last_reload >= self.reload_interval:
+            reload = True
+        if self._dirty and now_m - self._last_reload >= self.max_stale:
+            reload = True
+
+        reset, added, runs_changed = False, (), False
+        if reload:
+            reset, added, runs_changed = await self._reload()
+            self._last_reload, self._reload_due, self._dirty = now_m, False, False
+        fold.merge(self._fold.settle(len(model.messages), self._answered))
+
+        view = lease_status(lease, model.runs, time.time())
+        if not view.live:
+            # Nobody runs it: whatever streamed last is not coming (the record is the messages).
+            self._fold.clear(fold)
+        lease_changed = lease != old_lease or view.state is not model.lease_view.state
+        model.lease, model.lease_view = lease, view
+
+        changed_commands = await self._command_changes(commands, old_commands)
+        model.commands = commands
+        model.partial, model.partial_index = self._fold.partial, self._fold.partial_index
+        model.running_tools = self._fold.tools
+        if fold.started:
+            model.run_id = fold.started
+        if fold.ended:
+            model.last_end = fold.ended
+        model.error = None
+
+        change = ThreadChange(
+            model,
+            reset=reset,
+            added=added,
+            partial_reset=fold.partial_reset,
+            deltas=() if fold.partial_reset else tuple(fold.deltas),
+            tools=fold.tools,
+            lease=lease_changed,
+            commands=changed_commands,
+            runs=runs_changed,
+            ended=fold.ended,
+        )
+        if change.empty:
+            return None
+        model.version += 1
+        return change
+
+    async def _reload(self) -> tuple[bool, tuple[AnyMessage, ...], bool]:
+        """Load the thread; return (reset, added, runs changed)."""
+        model = self.model
+        data = await self.store.load(self.thread_id)
+        messages = data.messages if data else []
+        ids = data.message_ids if data and len(data.message_ids) == len(messages) else list(range(len(messages)))
+        runs = data.runs if data else []
+        runs_changed = runs != model.runs
+        model.runs = runs
+        model.problems = data.problems if data else []
+        model.journal = data.journal if data else None
+        n = len(model.message_ids)
+        first = not self._loaded
+        self._loaded = True
+        if not first and len(ids) >= n and (n == 0 or ids[n - 1] == model.message_ids[n - 1]):
+            added = messages[n:]
+            model.messages.extend(added)
+            model.message_ids.extend(ids[n:])
+            self._answered |= answered_ids(added)
+            return False, tuple(added), runs_changed
+        # First load, or the history is not what we had (another store, a rewritten file).
+        model.messages, model.message_ids = list(messages), list(ids)
+        self._answered = answered_ids(messages)
+        return True, tuple(messages), runs_changed
+
+    async def _command_changes(self, commands: list[Command], old: list[Command]) -> tuple[Command, ...]:
+        before = {c.seq: c for c in old}
+        out = [c for c in commands if before.get(c.seq) != c]
+        now = {c.seq for c in commands}
+        gone = [seq for seq in before if seq not in now]
+        if gone:
+            # Settled since the last look: report their final status once.
+            settled = {c.seq: c for c in await self.store.list_commands(self.thread_id)}
+            out.extend(settled[seq] for seq in gone if seq in settled)
+            out.sort(key=lambda c: c.seq)
+        return tuple(out)
+
+    async def _publish(self, change: ThreadChange) -> None:
+        for callback in self._subscribers:
+            try:
+                result = callback(change)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                _log.exception("a follower subscriber failed")
+
+    # --- the background task ---------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        watch = self._watch
+        assert watch is not None
+        failures = 0
+        while True:
+            try:
+                changed = await watch.wait(self._next_tick())
+                await self.refresh(changed=changed)
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                self.model.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                _log.warning("following thread %s failed (%s); retrying", self.thread_id, self.model.error)
+                await asyncio.sleep(min(0.1 * 2**failures, 2.0))
+
+    def _next_tick(self) -> float | None:
+        """Seconds until something may change without a write: a lease expiring, a process
+        probe for a live lease, a deferred reload. ``None``: only a write can change anything."""
+        ticks: list[float] = []
+        lease, view = self.model.lease, self.model.lease_view
+        if lease is not None and view.live:
+            ticks.append(max(lease.expires_at - time.time(), 0.0) + 0.01)
+            ticks.append(1.0)  # is its process still there? (same host: stale at once when gone)
+        if self._reload_due or self._dirty:
+            wait = self.reload_interval if self._reload_due else self.max_stale
+            ticks.append(max(self._last_reload + wait - time.monotonic(), 0.0) + 0.01)
+        return min(ticks) if ticks else None
+
+
+def _holder(lease: Lease | None) -> tuple[str, str | None] | None:
+    return None if lease is None else (lease.holder_id, lease.run_id)
+
+
+def _statuses(commands: list[Command]) -> list[tuple[int, str]]:
+    return [(c.seq, c.status) for c in commands]
+
+
+# --- the thread list ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadsSnapshot:
+    """The thread list at ``at`` (unix seconds): summaries, most recently active first, and
+    each thread's :class:`~core.supervise.LeaseView` by thread id."""
+
+    threads: list[ThreadSummary]
+    views: dict[str, LeaseView]
+    at: float
+
+
+async def watch_threads(
+    store: Any,
+    path_for_watch: str | os.PathLike[str] | None = None,
+    *,
+    min_interval: float = 0.25,
+    step_ms: int = 50,
+    poll: float | None = None,
+) -> AsyncIterator[ThreadsSnapshot]:
+    """Yield the thread list now, then whenever the store changed (at most once per
+    ``min_interval`` seconds, so a streaming runner does not make the picker re-list 20
+    times a second) or a lease's state changed without a write (it expired, or its
+    process on this host is gone; checked every second while a lease is live).
+
+    ``path_for_watch`` defaults to ``store.path``. Raises the store's errors (the caller
+    decides whether to retry); stops when the consumer stops iterating.
+    """
+    async with StoreWatch(store, path_for_watch, step_ms=step_ms, poll=poll) as watch:
+        threads = await store.list_threads()
+        now = time.time()
+        views = _views(threads, now)
+        yield ThreadsSnapshot(threads, views, now)
+        last = time.monotonic()
+        while True:
+            changed = await watch.wait(_next_expiry(views))
+            if changed:
+                delay = last + min_interval - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                threads = await store.list_threads()
+                last = time.monotonic()
+            now = time.time()
+            fresh = _views(threads, now)
+            moved = {k: v.state for k, v in fresh.items()} != {k: v.state for k, v in views.items()}
+            views = fresh
+            if changed or moved:
+                yield ThreadsSnapshot(threads, views, now)
+
+
+def _views(threads: list[ThreadSummary], now: float) -> dict[str, LeaseView]:
+    return {t.thread_id: lease_status(t.lease, t.runs, now) for t in threads}
+
+
+def _next_expiry(views: dict[str, LeaseView]) -> float | None:
+    live = [v.expires_in for v in views.values() if v.live and v.expires_in is not None]
+    if not live:
+        return None
+    return min(1.0, max(min(live), 0.0) + 0.01)
+

@@ -1,0 +1,365 @@
+"""The headless runner: run one thread of a SQLite database under a Supervisor, from a shell.
+
+    cubepi-tui run --db threads.sqlite --thread t1 "Summarise README.md"
+    cubepi-tui run --db threads.sqlite --thread t1 --resume --include-pending
+    python -m core.runner run --db threads.sqlite --thread t1 --demo "Try the demo"
+
+The run holds the thread's lease (heartbeat every ``--heartbeat`` seconds), writes live
+events and obeys abort / steer / follow-up commands sent from the app (or from
+:func:`core.supervise.send`), exactly as :class:`~core.supervise.Supervisor` describes.
+It prints one plain-text line per finished message to stdout (``user: ...``,
+``assistant: ...``, ``tool NAME: ...``, ``steer: ...``) and a last line ``run OUTCOME``;
+control characters in model or tool text are escaped, never sent to the terminal.
+
+Exit status: 0 completed, 1 failed (or interrupted), 130 aborted (an abort command,
+Ctrl-C or SIGTERM), 2 bad input (one sentence on stderr: bad arguments, a database that
+cannot be opened, a thread running elsewhere, nothing to resume, no API key).
+
+The agent: ``--demo`` is the built-in demo (:mod:`core.demo`); otherwise Anthropic
+(``ANTHROPIC_API_KEY``, ``--model``) with the demo's tools, as in the app; ``--agent
+MODULE:FUNCTION`` names a function returning an :class:`AgentSpec` (your own model and
+tools). This module never imports the app (``tui``), Textual or Rich.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence, TextIO
+
+from core.agent import Agent
+from core.errors import CubepiError
+from core.events import AgentEnd, AgentEvent, MessageEnd, RunOutcome
+from core.leases import LeaseHolder
+from core.messages import AssistantMessage, ToolResultMessage, UserMessage
+from core.providers.base import Provider
+from core.supervise import Supervisor
+from core.tools import AgentTool
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+"""The Anthropic model used without ``--demo``, ``--agent`` or ``--model``."""
+
+EXIT_CODES: dict[str, int] = {"completed": 0, "failed": 1, "interrupted": 1, "aborted": 130}
+"""Exit status by run outcome; bad input exits 2."""
+
+BAD_INPUT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    """What ``--agent MODULE:FUNCTION`` returns: the model, its tools and the system prompt."""
+
+    provider: Provider
+    tools: Sequence[AgentTool] = field(default_factory=tuple)
+    system_prompt: str = ""
+
+
+class BadInput(CubepiError):
+    """The command line or its inputs cannot be used; the message is the one sentence shown."""
+
+
+async def run_headless(
+    db_path: str | os.PathLike[str],
+    thread_id: str,
+    prompt: str | None = None,
+    resume: bool = False,
+    demo: bool = False,
+    *,
+    speed: float = 1.0,
+    model: str | None = None,
+    agent: str | Callable[[], AgentSpec] | None = None,
+    include_pending: bool = False,
+    create: bool = True,
+    upgrade: bool = False,
+    lease_ttl: float = 15.0,
+    heartbeat_interval: float = 2.0,
+    holder: LeaseHolder | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    handle_signals: bool = False,
+) -> int:
+    """Run ``thread_id`` of the SQLite database at ``db_path`` once and return the exit status.
+
+    Exactly one of ``prompt`` (a new run on that user message) and ``resume`` (continue a
+    crashed thread as ``Agent.plan_resume`` says, settling dangling calls by default) must
+    be given. ``include_pending`` sends steers and follow-ups a crashed runner never
+    delivered with the run. ``agent`` is ``"MODULE:FUNCTION"`` or a callable returning an
+    :class:`AgentSpec`; else ``demo`` (at ``speed``) or Anthropic (``model``).
+    ``lease_ttl``/``heartbeat_interval`` are seconds; ``holder`` overrides who this
+    process is to other runners (tests). Lines go to ``out``, the one-sentence error to
+    ``err`` (default stdout/stderr). ``handle_signals`` makes SIGINT/SIGTERM abort the
+    run (a second one cancels it). Never raises for bad input: it returns 2.
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    store = None
+    try:
+        if (prompt is None) == (not resume):
+            raise BadInput("Give either a prompt or --resume (exactly one of them).")
+        if prompt is not None and not prompt.strip():
+            raise BadInput("The prompt is empty.")
+        if not thread_id.strip():
+            raise BadInput("The thread id is empty.")
+        spec = _agent_spec(agent, demo=demo, speed=speed, model=model)
+        from core.checkpoint.sqlite import SQLiteCheckpointer
+
+        store = await SQLiteCheckpointer.open(db_path, create=create)
+        if store.needs_upgrade:
+            if not upgrade:
+                raise BadInput(
+                    f"{store.path} was written by cubeloop or an older cubepi-tui; pass --upgrade to add "
+                    "cubepi-tui's tables (existing rows are kept) before running."
+                )
+            await store.upgrade()
+        try:
+            runner = Agent(
+                spec.provider,
+                store,
+                thread_id,
+                tools=spec.tools,
+                system_prompt=spec.system_prompt,
+                holder=holder,
+                lease_ttl=lease_ttl,
+                heartbeat_interval=heartbeat_interval,
+            )
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        runner.subscribe(_printer(out))
+        sup = Supervisor(runner, store)
+        restore = _abort_on_signals(sup) if handle_signals else (lambda: None)
+        try:
+            if resume:
+                outcome: RunOutcome = await sup.resume(include_pending=include_pending)
+            else:
+                assert prompt is not None
+                outcome = await sup.prompt(prompt, include_pending=include_pending)
+        finally:
+            restore()
+        return EXIT_CODES.get(outcome, 1)
+    except asyncio.CancelledError:
+        _say(err, "The run was cancelled.")
+        return EXIT_CODES["aborted"]
+    except CubepiError as exc:
+        _say(err, _sentence(exc))
+        return BAD_INPUT
+    except Exception as exc:  # an internal error still ends with one sentence, not a traceback
+        _say(err, f"Internal error: {_sentence(exc)}")
+        return 1
+    finally:
+        if store is not None:
+            await store.close()
+
+
+def _agent_spec(agent: str | Callable[[], AgentSpec] | None, *, demo: bool, speed: float, model: str | None) -> AgentSpec:
+    if agent is not None:
+        factory = _import_factory(agent) if isinstance(agent, str) else agent
+        spec = factory()
+        if not all(hasattr(spec, name) for name in ("provider", "tools", "system_prompt")):
+            raise BadInput(f"{agent} did not return an AgentSpec (provider, tools, system_prompt).")
+        return spec
+    from core import demo as demo_agent
+
+    tools = demo_agent.demo_tools(speed=speed)
+    if demo:
+        return AgentSpec(demo_agent.demo_provider(speed=speed), tools, demo_agent.SYSTEM_PROMPT)
+    from core.providers.anthropic import AnthropicProvider
+
+    return AgentSpec(AnthropicProvider(model=model or DEFAULT_MODEL), tools, demo_agent.SYSTEM_PROMPT)
+
+
+def _import_factory(path: str) -> Callable[[], AgentSpec]:
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise BadInput(f"--agent takes MODULE:FUNCTION, not {path!r}.")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BadInput(f"Cannot import {module_name!r} for --agent: {exc}.") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise BadInput(f"{module_name} has no function {attr!r} for --agent.")
+    return factory
+
+
+def _abort_on_signals(sup: Supervisor) -> Callable[[], None]:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    hits = 0
+
+    def on_signal() -> None:
+        nonlocal hits
+        hits += 1
+        if hits == 1:
+            sup.abort()
+        elif task is not None:
+            task.cancel()
+
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread, or a platform without it: Ctrl-C then just stops
+
+    def restore() -> None:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+    return restore
+
+
+# --- output --------------------------------------------------------------------------------
+
+_KIND_LABELS = {"steer": "steer", "follow_up": "follow-up"}
+
+
+def describe(message: Any) -> str | None:
+    """The one line printed for a finished ``message`` (``None`` for none)."""
+    if isinstance(message, UserMessage):
+        kind = (message.metadata or {}).get("kind", "prompt")
+        return f"{_KIND_LABELS.get(kind, 'user')}: {plain(message.text)}"
+    if isinstance(message, AssistantMessage):
+        parts = [f"assistant: {plain(message.text)}".rstrip()]
+        calls = message.tool_calls
+        if calls:
+            parts.append("[calls " + ", ".join(f"{c.name}({plain(json.dumps(c.arguments, ensure_ascii=False))})" for c in calls) + "]")
+        if message.stop_reason == "aborted":
+            parts.append("(aborted)")
+        elif message.stop_reason == "error":
+            parts.append(f"(error: {plain(message.error_message or 'unknown')})")
+        elif message.stop_reason == "length":
+            parts.append("(cut off at the length limit)")
+        return " ".join(parts)
+    if isinstance(message, ToolResultMessage):
+        verb = "failed" if message.is_error else "returned"
+        return f"tool {plain(message.tool_name or '?')} {verb}: {plain(message.text)}"
+    return None
+
+
+def plain(text: str) -> str:
+    """``text`` on one line with every control character escaped (``\\n``, ``\\x1b``, ...), so
+    model or tool output can never drive the terminal."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif code < 0x20 or 0x7F <= code < 0xA0 or ch in "\u2028\u2029":
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _printer(out: TextIO) -> Callable[[AgentEvent], None]:
+    def on_event(event: AgentEvent) -> None:
+        line: str | None = None
+        if isinstance(event, MessageEnd):
+            line = describe(event.message)
+        elif isinstance(event, AgentEnd):
+            line = f"run {event.outcome}" + (f": {plain(event.error)}" if event.error else "")
+        if line is not None:
+            _say(out, line)
+
+    return on_event
+
+
+def _say(stream: TextIO, line: str) -> None:
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass  # a closed pipe must not stop the run
+
+
+def _sentence(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(exc, CubepiError) and first:
+        return first
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+# --- the command line ----------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one sentence, no usage dump
+        raise BadInput(f"{message[:1].upper()}{message[1:]} (see --help).")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``run`` command's argument parser (``--help`` explains every option)."""
+    p = _Parser(
+        prog="cubepi-tui run",
+        description="Run one thread headless, supervised: the app (or any process) can watch it live "
+        "and abort, steer or follow it up through the database.",
+    )
+    p.add_argument("prompt", nargs="?", help="the user message that starts the run (omit with --resume)")
+    p.add_argument("--db", required=True, metavar="PATH", help="SQLite file of threads (created if missing)")
+    p.add_argument("--thread", required=True, metavar="ID", help="the thread to run")
+    p.add_argument("--resume", action="store_true", help="continue a crashed thread instead of sending a prompt")
+    p.add_argument("--include-pending", action="store_true",
+                   help="send steers and follow-ups a crashed runner never delivered with this run")
+    p.add_argument("--demo", action="store_true", help="use the built-in demo agent (no API key needed)")
+    p.add_argument("--speed", type=float, default=1.0, metavar="X", help="demo pace multiplier (default 1)")
+    p.add_argument("--model", metavar="NAME", help=f"Anthropic model (default {DEFAULT_MODEL}; needs ANTHROPIC_API_KEY)")
+    p.add_argument("--agent", metavar="MODULE:FUNCTION", help="a function returning a core.runner.AgentSpec")
+    p.add_argument("--lease-ttl", type=float, default=15.0, metavar="S",
+                   help="seconds the thread's lease stays valid without a heartbeat (default 15)")
+    p.add_argument("--heartbeat", type=float, default=2.0, metavar="S", help="seconds between heartbeats (default 2)")
+    p.add_argument("--no-create", dest="create", action="store_false", help="fail if the database does not exist")
+    p.add_argument("--upgrade", action="store_true",
+                   help="add cubepi-tui's tables to a cubeloop (or older) database before running")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``cubepi-tui run ...`` / ``python -m core.runner [run] ...``: parse, run, return the exit status.
+
+    A leading ``run`` is accepted and skipped, so the app's CLI can pass its arguments as is.
+    """
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["run"]:
+        args_list = args_list[1:]
+    try:
+        args = parser().parse_args(args_list)
+    except BadInput as exc:
+        _say(sys.stderr, f"cubepi-tui run: {exc}")
+        return BAD_INPUT
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    try:
+        return asyncio.run(
+            run_headless(
+                args.db,
+                args.thread,
+                args.prompt,
+                args.resume,
+                args.demo,
+                speed=max(args.speed, 0.01),
+                model=args.model,
+                agent=args.agent,
+                include_pending=args.include_pending,
+                create=args.create,
+                upgrade=args.upgrade,
+                lease_ttl=args.lease_ttl,
+                heartbeat_interval=args.heartbeat,
+                handle_signals=True,
+            )
+        )
+    except KeyboardInterrupt:  # Ctrl-C before the handlers were installed
+        return EXIT_CODES["aborted"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

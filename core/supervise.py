@@ -1,0 +1,548 @@
+"""Supervision across processes: run an agent so others can watch and steer it through the store.
+
+Runner side - wrap any :class:`~core.agent.Agent` in a :class:`Supervisor`::
+
+    async with Supervisor(agent) as sup:          # store: agent.checkpointer
+        outcome = await sup.prompt("Summarise README.md")
+
+While a run lasts the supervisor (the agent itself holds the thread's lease and
+heartbeats it, see :mod:`core.leases`):
+
+* writes text and thinking deltas, tool progress and message/tool start/end markers to
+  the store's bounded live-event log, batched every ``batch_interval`` seconds (one
+  transaction per batch, see :class:`core.live.LiveLog`), and prunes the log when the
+  run ends;
+* watches the command table (file watch + change token, a fallback check every
+  ``command_poll`` seconds) and applies abort, steer and follow-up commands, moving each
+  ``pending`` -> ``delivered`` (read and handed to the agent) -> ``applied`` (abort: the
+  run stopped; steer/follow-up: its user message was persisted), or ``refused`` with a
+  note (a steer that arrives after the run ended: "run ended; send it as a new prompt").
+
+App side - :func:`send` queues a command for a thread running elsewhere and refuses in
+one sentence when no live lease exists; :func:`lease_status` says whether a thread runs
+here, elsewhere, or crashed; :func:`undelivered` and :func:`discard` handle steers and
+follow-ups a crashed runner never delivered (``Supervisor.resume(include_pending=True)``
+sends them with the resume).
+
+Commands carry their sequence number into the conversation: a delivered steer's user
+message has ``metadata["command_seq"]``, so after a crash a command can be matched with
+what was persisted and is never delivered twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping, Sequence
+
+from core.agent import Agent
+from core.changes import StoreWatch
+from core.checkpoint.base import Command, CommandKind, Lease, RunRecord
+from core.errors import RunError
+from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome
+from core.leases import pid_alive
+from core.live import BATCH_INTERVAL, KEEP, LiveLog
+from core.messages import UserMessage
+from core.recovery import ResumePlan, SettleChoice
+
+_log = logging.getLogger(__name__)
+
+RUN_ENDED = "run ended; send it as a new prompt"
+"""The note on a steer or follow-up that reached a runner after (or as) its run ended."""
+
+ABORT_TOO_LATE = "run ended before the abort took effect"
+"""The note on an abort that reached a runner whose run had already ended."""
+
+STALE_ABORT = "sent to an earlier run that had already ended"
+"""The note on an abort left pending by an earlier run, refused when the next run starts."""
+
+_SUPERVISED_METHODS = ("append_live_events", "prune_live_events", "list_commands", "update_command", "change_token")
+
+
+# --- where a thread runs ------------------------------------------------------------------------
+
+
+class LeaseState(enum.StrEnum):
+    """What a thread's lease record says about it."""
+
+    NONE = "none"
+    """No lease: nobody runs the thread (or its runner released the lease when it ended)."""
+    RUNNING_HERE = "running_here"
+    """A live lease held by this process."""
+    RUNNING_ELSEWHERE = "running_elsewhere"
+    """A live lease held by another process (maybe another machine)."""
+    CRASHED = "crashed"
+    """The lease is stale (expired, or its holder's process on this host is gone) and its
+    run never completed: the runner died. Only now may the thread be resumed."""
+    ENDED = "ended"
+    """The lease is stale but its run completed (the runner ended without releasing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """:func:`lease_status`'s verdict: ``state``, the ``lease`` it read, and at ``now``
+    (unix seconds) the heartbeat's age and the seconds left until expiry (negative once
+    expired). ``gone`` is true when the holder's process on this host no longer exists."""
+
+    state: LeaseState
+    lease: Lease | None = None
+    heartbeat_age: float | None = None
+    expires_in: float | None = None
+    gone: bool = False
+
+    @property
+    def live(self) -> bool:
+        """Whether someone runs the thread right now (here or elsewhere)."""
+        return self.state in (LeaseState.RUNNING_HERE, LeaseState.RUNNING_ELSEWHERE)
+
+    @property
+    def may_resume(self) -> bool:
+        """Whether a new run may take the thread: never while a live lease exists."""
+        return not self.live
+
+    @property
+    def label(self) -> str:
+        """Short text for a list: "running elsewhere (pid 42 on box, heartbeat 1 s ago)", ..."""
+        lease = self.lease
+        if self.state is LeaseState.RUNNING_HERE:
+            return "running here"
+        if lease is None:
+            return "not running"
+        where = f"pid {lease.pid} on {lease.host}"
+        if self.state is LeaseState.RUNNING_ELSEWHERE:
+            return f"running elsewhere ({where}, heartbeat {_ago(self.heartbeat_age)})"
+        if self.state is LeaseState.CRASHED:
+            why = "its process is gone" if self.gone else f"lease expired {_ago(-(self.expires_in or 0.0))}"
+            return f"crashed ({where}; {why})"
+        return "not running"
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "at an unknown time"
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+def lease_status(
+    lease: Lease | None,
+    runs: Sequence[RunRecord] = (),
+    now: float | None = None,
+    *,
+    host: str | None = None,
+    pid: int | None = None,
+    alive: Callable[[int], bool] = pid_alive,
+) -> LeaseView:
+    """Say whether a thread runs here, elsewhere, or crashed, from its ``lease`` record.
+
+    ``runs`` are the thread's run records (to tell a crashed run from a completed one);
+    ``now`` is unix seconds (default: now); ``host`` and ``pid`` say who "here" is
+    (default: this host and process); ``alive(pid)`` probes a process on this host.
+
+    The rule is :func:`core.leases.is_stale`'s, the one that decides whether another
+    runner may take the thread over: a lease is stale once ``expires_at <= now``, or at
+    once when it was taken on this host by a process that no longer exists. A stale lease
+    whose run did not complete is ``CRASHED``; a lease on another host therefore shows
+    as running until it expires, even if that machine died. Pure apart from ``alive``;
+    never raises.
+    """
+    if lease is None:
+        return LeaseView(LeaseState.NONE)
+    now = time.time() if now is None else now
+    host = socket.gethostname() if host is None else host
+    pid = os.getpid() if pid is None else pid
+    age, left = now - lease.heartbeat_at, lease.expires_at - now
+    same_host = lease.host == host
+    if lease.expires_at > now:
+        if same_host and lease.pid == pid:
+            return LeaseView(LeaseState.RUNNING_HERE, lease, age, left)
+        if not same_host or alive(lease.pid):
+            return LeaseView(LeaseState.RUNNING_ELSEWHERE, lease, age, left)
+        gone = True
+    else:
+        gone = same_host and not alive(lease.pid)
+    run = next((r for r in runs if r.run_id == lease.run_id), None) if lease.run_id else None
+    state = LeaseState.ENDED if run is not None and run.completed else LeaseState.CRASHED
+    return LeaseView(state, lease, age, left, gone)
+
+
+# --- commands from the app side -----------------------------------------------------------------
+
+
+class ThreadNotRunningError(RunError):
+    """Raised by :func:`send` when the thread has no live lease (it finished, never ran, or
+    crashed), and by :func:`discard` while it does; ``view`` is the :class:`LeaseView`."""
+
+    def __init__(self, message: str, *, view: LeaseView | None = None) -> None:
+        super().__init__(message)
+        self.view = view
+
+
+class ThreadCrashedError(ThreadNotRunningError):
+    """Raised by :func:`send` when the thread's runner crashed (a stale lease, run not completed)."""
+
+
+class CommandError(RunError):
+    """Raised by :func:`send` for a command that cannot be sent as given (a steer without text)."""
+
+
+async def send(store: Any, thread_id: str, kind: CommandKind, text: str = "") -> Command:
+    """Queue ``kind`` (``"abort"``, ``"steer"`` or ``"follow_up"``) for the run of ``thread_id``
+    and return the ``pending`` command; its runner's :class:`Supervisor` takes it from there.
+
+    Raises :class:`ThreadCrashedError` when the thread's runner crashed ("resume it
+    first"), :class:`ThreadNotRunningError` when no run holds a live lease (for a steer
+    or follow-up the sentence says to send it as a new prompt), :class:`CommandError`
+    for a steer or follow-up without text, ``ValueError`` for another ``kind``, and the
+    store's errors. A run that ends between the check and the insert is caught by a
+    second look at the lease: the command is then marked ``refused`` and the same error
+    raised. For an agent running in this process without a Supervisor, call its methods.
+    """
+    if kind not in ("abort", "steer", "follow_up"):
+        raise ValueError(f"A command is 'abort', 'steer' or 'follow_up', not {kind!r}.")
+    if kind != "abort" and not text.strip():
+        raise CommandError(f"A {_kind_words(kind)} needs some text.")
+    lease = await store.get_lease(thread_id)
+    view = lease_status(lease, (), time.time())
+    if not view.live:
+        raise await _refusal(store, thread_id, kind, lease)
+    command = await store.send_command(thread_id, kind, text)
+    lease = await store.get_lease(thread_id)
+    if not lease_status(lease, (), time.time()).live:
+        error = await _refusal(store, thread_id, kind, lease)
+        # Only if the runner did not take it meanwhile (a runner never delivers after its run ended).
+        if any(c.seq == command.seq for c in await store.list_commands(thread_id, ["pending"])):
+            await store.update_command(command.seq, "refused", RUN_ENDED if kind != "abort" else ABORT_TOO_LATE)
+        raise error
+    return command
+
+
+async def _refusal(store: Any, thread_id: str, kind: str, lease: Lease | None) -> ThreadNotRunningError:
+    data = await store.load(thread_id) if lease is not None else None
+    view = lease_status(lease, data.runs if data else (), time.time())
+    if view.state is LeaseState.CRASHED:
+        where = f"process {lease.pid} on {lease.host}" if lease else "its runner"
+        return ThreadCrashedError(
+            f"Thread {thread_id!r} is not running: {where} stopped without finishing the run; "
+            f"resume the thread first{'' if kind == 'abort' else ', then send the ' + _kind_words(kind)}.",
+            view=view,
+        )
+    if kind == "abort":
+        return ThreadNotRunningError(f"Thread {thread_id!r} is not running, so there is nothing to abort.", view=view)
+    return ThreadNotRunningError(
+        f"Thread {thread_id!r} is not running (its last run ended); send the {_kind_words(kind)} as a new prompt.",
+        view=view,
+    )
+
+
+def _kind_words(kind: str) -> str:
+    return "follow-up" if kind == "follow_up" else kind
+
+
+async def undelivered(store: Any, thread_id: str) -> list[Command]:
+    """Steers and follow-ups that never reached the thread's conversation, in send order.
+
+    That is: ``pending`` ones, and ``delivered`` ones whose runner stopped before their
+    message was persisted. One whose message *was* persisted (the runner died before
+    saying so) is marked ``applied`` here and not listed. While a run holds a live lease
+    its commands are in flight: nothing is listed. Raises the store's errors.
+    """
+    lease = await store.get_lease(thread_id)
+    if lease_status(lease, (), time.time()).live:
+        return []
+    commands = [c for c in await store.list_commands(thread_id, ["pending", "delivered"]) if c.kind != "abort"]
+    if not commands:
+        return []
+    data = await store.load(thread_id)
+    persisted = {
+        m.metadata.get("command_seq")
+        for m in (data.messages if data else ())
+        if isinstance(m, UserMessage) and m.metadata and "command_seq" in m.metadata
+    }
+    out = []
+    for c in commands:
+        if c.seq in persisted:
+            await store.update_command(c.seq, "applied", "found in the conversation after its runner stopped")
+        else:
+            out.append(c)
+    return out
+
+
+async def discard(store: Any, thread_id: str, seqs: Sequence[int] | None = None) -> list[Command]:
+    """Mark undelivered steers and follow-ups (all, or those in ``seqs``) ``discarded`` and
+    return them. Raises :class:`ThreadNotRunningError`'s sibling sentence as a
+    :class:`CommandError` while a run holds a live lease (its commands are in flight),
+    ``KeyError`` for a seq that is not an undelivered command of the thread."""
+    lease = await store.get_lease(thread_id)
+    if lease_status(lease, (), time.time()).live:
+        raise CommandError(f"Thread {thread_id!r} is running; its steers and follow-ups are on their way and cannot be discarded.")
+    pending = {c.seq: c for c in await undelivered(store, thread_id)}
+    wanted = list(pending) if seqs is None else list(seqs)
+    for seq in wanted:
+        if seq not in pending:
+            raise KeyError(f"Command {seq} is not an undelivered steer or follow-up of thread {thread_id!r}.")
+    return [await store.update_command(seq, "discarded", "discarded by the user") for seq in wanted]
+
+
+# --- the runner side ----------------------------------------------------------------------------
+
+
+class Supervisor:
+    """Runs one :class:`~core.agent.Agent` so other processes can follow and command it.
+
+    ``store`` is the agent's store (default ``agent.checkpointer``; another connection to
+    the same database also works) and must implement ``SupervisedStore``.
+    ``path_for_watch`` is the database file watched for commands (default: the store's
+    ``path``, if any). ``batch_interval`` (seconds) paces live-event writes, ``keep``
+    bounds the thread's live-event log, ``command_poll`` (seconds) is the fallback check
+    for commands when the file watch misses one (a store without a file is polled every
+    0.05 s). Raises ``TypeError`` for a store without live events and commands.
+
+    ``prompt`` and ``resume`` return the run's outcome like the agent's methods and raise
+    the same errors; ``live`` (the :class:`~core.live.LiveLog` of the last run) counts
+    the batches and rows written.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        store: Any = None,
+        *,
+        path_for_watch: str | os.PathLike[str] | None = None,
+        batch_interval: float = BATCH_INTERVAL,
+        keep: int = KEEP,
+        command_poll: float | None = None,
+        watch_step_ms: int = 50,
+    ) -> None:
+        store = agent.checkpointer if store is None else store
+        missing = [name for name in _SUPERVISED_METHODS if not callable(getattr(store, name, None))]
+        if missing:
+            raise TypeError(f"{type(store).__name__} keeps no live events or commands (it lacks {', '.join(missing)}).")
+        self.agent = agent
+        self.store = store
+        self.thread_id = agent.thread_id
+        self.path_for_watch = path_for_watch
+        self.batch_interval = batch_interval
+        self.keep = keep
+        self.command_poll = command_poll
+        self.watch_step_ms = watch_step_ms
+        self.live: LiveLog | None = None
+        self._lock = asyncio.Lock()  # serialises command handling with the end of a run
+        self._reset()
+
+    def _reset(self) -> None:
+        self._baseline = 0
+        self._started = asyncio.Event()
+        self._ending = False
+        self._seen: set[int] = set()
+        self._aborts: list[int] = []
+        self._inflight: dict[int, UserMessage] = {}  # command seq -> the queued user message
+        self._carry: list[Command] = []
+        self._outcome: RunOutcome | None = None
+
+    async def __aenter__(self) -> Supervisor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Nothing to release between runs (the store belongs to the caller); here for ``async with``."""
+
+    # --- runs ------------------------------------------------------------------------------
+
+    async def prompt(self, text: str, *, include_pending: bool = False) -> RunOutcome:
+        """Run the agent on the user message ``text``, supervised; see ``Agent.prompt``.
+
+        With ``include_pending``, :func:`undelivered` steers and follow-ups are sent with
+        the run (steers right after the prompt, follow-ups when the agent would stop)."""
+        return await self._supervised(lambda: self.agent.prompt(text), include_pending)
+
+    async def resume(
+        self, choices: Mapping[str, SettleChoice] | None = None, *, include_pending: bool = False
+    ) -> RunOutcome:
+        """Resume a crashed thread, supervised; see ``Agent.resume``.
+
+        With ``include_pending``, steers and follow-ups the crashed runner never delivered
+        become steers and follow-ups of the resumed run (after dangling calls are
+        settled, before the model is called). If the plan is to wait for the user (no run
+        starts) they stay undelivered; send them as a new prompt."""
+        return await self._supervised(lambda: self.agent.resume(choices), include_pending)
+
+    async def plan_resume(self) -> ResumePlan:
+        """What :meth:`resume` would do; see ``Agent.plan_resume``."""
+        return await self.agent.plan_resume()
+
+    async def pending(self) -> list[Command]:
+        """:func:`undelivered` for this thread."""
+        return await undelivered(self.store, self.thread_id)
+
+    async def discard(self, seqs: Sequence[int] | None = None) -> list[Command]:
+        """:func:`discard` for this thread."""
+        return await discard(self.store, self.thread_id, seqs)
+
+    def abort(self) -> None:
+        """Abort the run in progress from this process (a no-op when idle)."""
+        self.agent.abort()
+
+    async def _supervised(self, run: Callable[[], Awaitable[RunOutcome]], include_pending: bool) -> RunOutcome:
+        self._reset()
+        existing = await self.store.list_commands(self.thread_id)
+        # Commands sent before this run belong to earlier runs: only newer ones are ours.
+        self._baseline = max((c.seq for c in existing), default=0)
+        if include_pending:
+            self._carry = await undelivered(self.store, self.thread_id)
+        live = self.live = LiveLog(self.store, self.thread_id, interval=self.batch_interval, keep=self.keep)
+        unsubscribe = self.agent.subscribe(self._on_event)
+        watcher = asyncio.create_task(self._watch_commands(), name=f"commands {self.thread_id}")
+        try:
+            return await run()
+        finally:
+            unsubscribe()
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+            await live.close()
+            if self._started.is_set():
+                # Only a run that held the lease may touch the thread's commands and log:
+                # a refused start (another runner holds it) leaves them to that runner.
+                await self._after_run()
+
+    async def _after_run(self) -> None:
+        try:
+            async with self._lock:
+                self._ending = True
+                # The lease is released by now, so `send` refuses anything newer; what
+                # slipped in before is answered here rather than left pending.
+                for c in await self.store.list_commands(self.thread_id, ["pending"]):
+                    if c.seq > self._baseline and c.seq not in self._seen:
+                        await self.store.update_command(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
+            await self.store.prune_live_events(self.thread_id)
+        except Exception:
+            _log.warning("could not tidy up after the run of thread %s", self.thread_id, exc_info=True)
+
+    # --- the agent's events ----------------------------------------------------------------
+
+    async def _on_event(self, event: AgentEvent) -> None:
+        live = self.live
+        if live is None:
+            return
+        messages = self.agent.state.messages
+        if isinstance(event, AgentStart):
+            live.start()
+            live.add(event, 0)
+            self._started.set()
+            await self._on_start()
+            return
+        if isinstance(event, MessageStart):
+            live.add(event, len(messages))
+        elif isinstance(event, MessageEnd):
+            # The loop appended the message before emitting this, and the agent saved it.
+            live.add(event, len(messages) - 1)
+            seq = event.message.metadata.get("command_seq") if isinstance(event.message, UserMessage) else None
+            if seq in self._inflight:
+                del self._inflight[seq]
+                await self._update(seq, "applied")
+        elif isinstance(event, AgentEnd):
+            live.add(event, len(messages))
+            await live.flush()
+            await self._on_end(event.outcome)
+        else:
+            live.add(event, len(messages))
+
+    async def _on_start(self) -> None:
+        async with self._lock:
+            for c in await self.store.list_commands(self.thread_id, ["pending", "delivered"]):
+                if c.seq <= self._baseline and c.kind == "abort":
+                    await self._update(c.seq, "refused", STALE_ABORT)
+            for c in self._carry:
+                self._seen.add(c.seq)
+                await self._hand_over(c)
+            self._carry = []
+
+    async def _on_end(self, outcome: RunOutcome) -> None:
+        async with self._lock:
+            self._ending = True
+            for seq in self._aborts:
+                if outcome == "aborted":
+                    await self._update(seq, "applied")
+                else:
+                    await self._update(seq, "refused", f"{ABORT_TOO_LATE} (it {outcome})")
+            self._aborts = []
+            state = self.agent.state
+            for seq, message in list(self._inflight.items()):
+                # Never delivered: take it back so it cannot wake a later run unasked.
+                state.pending_steers[:] = [m for m in state.pending_steers if m is not message]
+                state.pending_follow_ups[:] = [m for m in state.pending_follow_ups if m is not message]
+                await self._update(seq, "refused", RUN_ENDED)
+            self._inflight.clear()
+
+    # --- commands --------------------------------------------------------------------------
+
+    async def _watch_commands(self) -> None:
+        await self._started.wait()
+        poll = self.command_poll
+        watch = StoreWatch(self.store, self.path_for_watch, step_ms=self.watch_step_ms, poll=poll)
+        try:
+            async with watch:
+                await self._check_commands()
+                while not self._ending:
+                    if await watch.wait():
+                        await self._check_commands()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            _log.exception("the command watch of thread %s stopped", self.thread_id)
+
+    async def _check_commands(self) -> None:
+        async with self._lock:
+            if self._ending:
+                return
+            for c in await self.store.list_commands(self.thread_id, ["pending"]):
+                if c.seq <= self._baseline or c.seq in self._seen:
+                    continue
+                self._seen.add(c.seq)
+                await self._hand_over(c)
+
+    async def _hand_over(self, c: Command) -> None:
+        """Give one command to the agent (lock held). Delivered is written before the agent
+        sees it, so "applied" (written when its message is saved) always comes later."""
+        if self._ending or not self.agent.state.is_running:
+            await self._update(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
+            return
+        await self._update(c.seq, "delivered")
+        if self._ending:  # the run ended while the update was written
+            await self._update(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
+            return
+        agent = self.agent
+        if c.kind == "abort":
+            self._aborts.append(c.seq)
+            agent.abort()
+            return
+        try:
+            if c.kind == "steer":
+                agent.steer(c.text)
+                message = agent.state.pending_steers[-1]
+            else:
+                agent.follow_up(c.text)
+                message = agent.state.pending_follow_ups[-1]
+        except RunError:
+            await self._update(c.seq, "refused", RUN_ENDED)
+            return
+        message.metadata["command_seq"] = c.seq
+        self._inflight[c.seq] = message
+
+    async def _update(self, seq: int, status: str, note: str = "") -> None:
+        try:
+            await self.store.update_command(seq, status, note)  # type: ignore[arg-type]
+        except Exception:
+            _log.warning("could not mark command %s %s", seq, status, exc_info=True)
+
