@@ -20,6 +20,8 @@ from typing import Any, Iterator
 import pytest
 
 from core.checkpoint import sqlite as sqlite_module
+from core.checkpoint import sqlite_schema
+from core.checkpoint.base import Lease
 from core.checkpoint.sqlite import MIGRATIONS, SQLiteCheckpointer, julianday_to_unix
 from core.checkpoint.watch import watch_sqlite
 from core.errors import (
@@ -33,6 +35,9 @@ from core.errors import (
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+SUPERVISION_TABLES = {"cubepi_tool_journal", "cubepi_jobs", "cubepi_leases", "cubepi_live_events", "cubepi_commands"}
 
 
 def sha256(path: Path) -> str:
@@ -67,6 +72,8 @@ async def test_new_file_has_the_full_schema_in_wal(sqlite_path: Path) -> None:
         assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(len(MIGRATIONS),)]
     assert {"messages", "thread_extra", "runs", "thread_pending_request", "thread_hitl_answers"} <= tables
     assert {"ix_runs_thread_completion", "ix_messages_thread_id"} <= indexes
+    assert SUPERVISION_TABLES <= tables and len(MIGRATIONS) == 2
+    assert {"ix_cubepi_live_events_thread", "ix_cubepi_commands_thread_status"} <= indexes
 
 
 async def test_reopening_our_file_is_writable_at_once(sqlite_path: Path) -> None:
@@ -132,8 +139,17 @@ async def test_browsing_cubeloop_file_changes_no_byte(fixture_db: Path, fixture_
     summaries = await store.list_threads()
     assert {s.thread_id for s in summaries} == {t["thread_id"] for t in fixture_json["threads"]}
     for summary in summaries:
-        assert await store.load(summary.thread_id) is not None
+        data = await store.load(summary.thread_id)
+        assert data is not None and data.journal is None, "cubeloop keeps no journal"
+        assert summary.lease is None
+        assert await store.load_journal(summary.thread_id) is None
+        assert await store.job_get(summary.thread_id, "k") is None
+        assert await store.read_live_events(summary.thread_id) == []
+        assert await store.list_commands(summary.thread_id) == []
         assert siblings(fixture_db) == others, "browsing created a -wal, -shm or -journal file"
+    assert await store.list_leases() == {} and await store.get_lease("completed") is None
+    token = await store.change_token()
+    assert await store.change_token() == token
     await store.close()
     assert sha256(fixture_db) == before
     assert siblings(fixture_db) == others
@@ -149,6 +165,16 @@ async def test_writes_before_upgrade_raise_and_change_nothing(fixture_db: Path) 
             store.save_extra("completed", {"k": 1}),
             store.claim_run("completed", "r9"),
             store.mark_run_complete("completed", "r9"),
+            store.record_tool_event("completed", "c1", "end"),
+            store.job_begin("completed", "k"),
+            store.job_finish("completed", "k", "done", 1),
+            store.acquire_lease(Lease("completed", "me", 1, "box", None, 0.0, 0.0, 1.0), is_stale=lambda _: True),
+            store.renew_lease("completed", "me", 1.0, 2.0),
+            store.release_lease("completed", "me"),
+            store.append_live_events("completed", None, [{"type": "x"}]),
+            store.prune_live_events("completed"),
+            store.send_command("completed", "steer", "hi"),
+            store.update_command(1, "applied"),
         ]
         for attempt in attempts:
             with pytest.raises(ReadOnlyStoreError) as error:
@@ -181,30 +207,108 @@ async def test_upgrade_then_write_and_cubeloop_still_reads(fixture_db: Path) -> 
         assert not store.read_only, "an upgraded file reopens writable"
 
 
-async def test_older_schema_of_ours_opens_browse_only_then_upgrades(
+def reply_with_call(call_id: str) -> AssistantMessage:
+    return AssistantMessage(
+        content=[TextContent(text="calling"), ToolCall(id=call_id, name="read", arguments={})], stop_reason="tool_use"
+    )
+
+
+async def write_v1_file(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file at our schema version 1 (before the supervision tables) holding a message, extra and a run."""
+    path.parent.mkdir(exist_ok=True)
+    with monkeypatch.context() as patch:
+        patch.setattr(sqlite_schema, "MIGRATIONS", MIGRATIONS[:1])
+        async with await SQLiteCheckpointer.open(path) as store:
+            await store.append("t", [user_text("from version 1"), reply_with_call("c1")])
+            await store.save_extra("t", {"title": "v1"})
+            await store.claim_run("t", "r1")
+
+
+def table_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    with plain(path) as db:
+        return {t: db.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in ("messages", "thread_extra", "runs")}
+
+
+async def test_v1_file_of_ours_browses_then_upgrades_to_v2_keeping_every_row(
     sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    await write_v1_file(sqlite_path, monkeypatch)
+    rows_before, before = table_rows(sqlite_path), sha256(sqlite_path)
+    store = await SQLiteCheckpointer.open(sqlite_path, create=True)
+    assert store.needs_upgrade and store.read_only and store.schema_version == 1
+    data = await store.load("t")
+    assert [m.role for m in data.messages] == ["user", "assistant"] and data.journal is None  # type: ignore[union-attr]
+    # Supervision readers see nothing, writers refuse, the file is untouched.
+    assert await store.load_journal("t") is None and await store.job_get("t", "k") is None
+    assert await store.get_lease("t") is None and await store.list_leases() == {}
+    assert await store.read_live_events("t") == [] and await store.list_commands("t") == []
+    assert (await store.list_threads())[0].lease is None
+    await store.change_token()
+    for write in (
+        store.record_tool_event("t", "c1", "start"),
+        store.job_begin("t", "k"),
+        store.acquire_lease(Lease("t", "me", 1, "box", None, 0.0, 0.0, 1.0), is_stale=lambda _: True),
+        store.append_live_events("t", None, [{"type": "x"}]),
+        store.send_command("t", "abort"),
+        store.append("t", [user_text("not yet")]),
+    ):
+        with pytest.raises(ReadOnlyStoreError):
+            await write
+    assert sha256(sqlite_path) == before
+
+    await store.upgrade()
+    assert store.schema_version == 2 and not store.needs_upgrade and not store.read_only
+    assert (await store.load("t")).journal == {}  # type: ignore[union-attr]
+    await store.record_tool_event("t", "c1", "start", tool_name="read")
+    assert (await store.job_begin("t", "k")).attempts == 1
+    await store.close()
+    with plain(sqlite_path) as db:
+        assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(2,)]
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert SUPERVISION_TABLES <= tables
+    assert table_rows(sqlite_path) == rows_before, "the upgrade changed no existing row"
+
+
+async def test_a_failed_upgrade_from_v1_adds_no_table(sqlite_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    await write_v1_file(sqlite_path, monkeypatch)
+
+    def broken(db: sqlite3.Connection) -> None:
+        db.execute("THIS IS NOT SQL")
+
+    with plain(sqlite_path) as db:
+        schema_before = db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", [*MIGRATIONS, broken])
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        assert store.schema_version == 1
+        with pytest.raises(CheckpointError):
+            await store.upgrade()
+        assert store.needs_upgrade and await store.load_journal("t") is None
+    with plain(sqlite_path) as db:
+        assert db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall() == schema_before
+        assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(1,)]
+
+
+async def test_a_later_schema_step_upgrades_our_current_file(sqlite_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sqlite_path.parent.mkdir()
     async with await SQLiteCheckpointer.open(sqlite_path) as store:
-        await store.append("t", [user_text("from version 1")])
+        await store.append("t", [user_text("from version 2")])
 
-    def v2_notes(db: sqlite3.Connection) -> None:
+    def v3_notes(db: sqlite3.Connection) -> None:
         db.execute("CREATE TABLE notes (thread_id TEXT, note TEXT)")
 
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, v2_notes])
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", [*MIGRATIONS, v3_notes])
     before = sha256(sqlite_path)
     store = await SQLiteCheckpointer.open(sqlite_path, create=True)
-    assert store.needs_upgrade and store.schema_version == 1
-    assert [m.text for m in (await store.load("t")).messages] == ["from version 1"]  # type: ignore[union-attr]
+    assert store.needs_upgrade and store.schema_version == 2
     with pytest.raises(ReadOnlyStoreError):
         await store.append("t", [user_text("not yet")])
     assert sha256(sqlite_path) == before
     await store.upgrade()
-    assert store.schema_version == 2 and not store.needs_upgrade
-    await store.append("t", [user_text("from version 2")])
+    assert store.schema_version == 3 and not store.needs_upgrade
+    await store.append("t", [user_text("from version 3")])
     await store.close()
     with plain(sqlite_path) as db:
-        assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(2,)]
+        assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(3,)]
         assert db.execute("SELECT count(*) FROM notes").fetchone() == (0,)
 
 
@@ -213,7 +317,7 @@ async def test_failed_migration_leaves_the_file_as_it_was(fixture_db: Path, monk
         db.execute("CREATE TABLE half_done (x)")
         db.execute("THIS IS NOT SQL")
 
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, broken])
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", [*MIGRATIONS, broken])
     with plain(fixture_db) as db:
         schema_before = db.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
     async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:

@@ -1,0 +1,329 @@
+"""One open SQLite file: how it was opened (read-write, new, browse-only), its upgrade,
+and the retrying one-hop call every store method goes through; plus the path checks and
+open errors in one sentence.
+
+:class:`SQLiteFile` is the base of :class:`~core.checkpoint.sqlite.SQLiteCheckpointer`,
+which adds the store's methods. With :mod:`core.checkpoint.sqlite` this is the only
+module that imports the driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import urllib.parse
+from pathlib import Path
+from typing import Any, Callable, Self, TypeVar
+
+import aiosqlite
+
+from core.checkpoint import sqlite_schema as schema
+from core.errors import CheckpointError, DatabaseOpenError, ReadOnlyStoreError, SchemaError, StoreBusyError
+
+T = TypeVar("T")
+
+
+class SQLiteFile:
+    """An open SQLite file and its mode; use :meth:`open` (a subclass gets its own type back).
+
+    Every call goes through :meth:`_run`: one hop to aiosqlite's connection thread that
+    runs a whole transaction there, retried with backoff while another process holds
+    the lock. Writes on a browse-only file are refused by :meth:`_check_writable`.
+    """
+
+    def __init__(self, db: aiosqlite.Connection, path: Path, layout: schema.Layout, *, writable: bool,
+                 busy_timeout: float, retries: int, durable: bool,
+                 on_busy: Callable[[int], None] | None) -> None:
+        """Internal: use :meth:`open`."""
+        self._db: aiosqlite.Connection | None = db
+        self._path = path
+        self._layout = layout
+        self._writable = writable
+        self._busy_timeout = busy_timeout
+        self._retries = retries
+        self._durable = durable
+        self._on_busy = on_busy
+
+    # --- opening -------------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        busy_timeout: float = 2.0,
+        retries: int = 4,
+        durable: bool = False,
+        on_busy: Callable[[int], None] | None = None,
+    ) -> Self:
+        """Open the store at ``path``.
+
+        ``create``: a missing file (or one without tables) is created with the full schema;
+        when false a missing file is an error. ``busy_timeout`` (seconds) is how long SQLite
+        itself waits for another process's lock, and ``retries`` how many more times a
+        locked call is retried with backoff (``on_busy(attempt)`` is called before each, so
+        an app can show the wait). ``durable`` syncs every commit to disk (``synchronous=
+        FULL``, ~10x slower); by default a commit survives a killed process but the last
+        ones may be lost on power failure (WAL with ``synchronous=NORMAL``).
+
+        Raises ``DatabaseOpenError`` (one sentence naming the path) for a directory, a
+        missing file when ``create`` is false or its directory is not writable, an
+        unreadable file, a file that is not SQLite, or a SQLite file with no agent tables;
+        ``SchemaError`` for a schema newer than this version knows. A cubeloop file or an
+        older schema of ours opens browse-only (``needs_upgrade`` is true).
+        """
+        p = Path(path).expanduser().absolute()
+        exists = check_path(p, create=create)
+        settings = dict(busy_timeout=busy_timeout, retries=retries, durable=durable, on_busy=on_busy)
+        if not exists:
+            return await cls._create(p, **settings)
+        db = await connect(p, read_only=True, busy_timeout=busy_timeout)
+        try:
+            layout = await call(db, schema.read_layout)
+        except BaseException as exc:
+            await db.close()
+            raise open_error(p, exc) from None
+        if not layout.columns and create:
+            await db.close()
+            return await cls._create(p, **settings)
+        if layout.version is None and "messages" not in layout.columns and layout.columns:
+            await db.close()
+            raise DatabaseOpenError(f"{p} is a SQLite database but holds no agent threads (it has no messages table).")
+        if layout.version is not None and layout.version > len(schema.MIGRATIONS):
+            await db.close()
+            raise SchemaError(
+                f"{p} was written by a newer cubepi-tui (schema version {layout.version}, "
+                f"this one knows up to {len(schema.MIGRATIONS)}); update cubepi-tui to open it."
+            )
+        if layout.version == len(schema.MIGRATIONS) and writable_place(p):
+            await db.close()
+            return await cls._open_writable(p, **settings)
+        # Foreign, older, or in a place we cannot write: browse through the read-only URI.
+        return cls(db, p, layout, writable=False, **settings)
+
+    @classmethod
+    async def _create(cls, path: Path, **settings: Any) -> Self:
+        db = await connect(path, read_only=False, busy_timeout=settings["busy_timeout"])
+        try:
+            # No retry loop here: sqlite's busy timeout covers two programs creating at once,
+            # and a raw failure must still become the one sentence _open_error writes.
+            layout = await call(db, schema.migration(durable=settings["durable"]))
+        except BaseException as exc:
+            await db.close()
+            raise open_error(path, exc) from None
+        return cls(db, path, layout, writable=True, **settings)
+
+    @classmethod
+    async def _open_writable(cls, path: Path, **settings: Any) -> Self:
+        db = await connect(path, read_only=False, busy_timeout=settings["busy_timeout"])
+        store = cls(db, path, schema.Layout({}, None), writable=True, **settings)
+        try:
+            await store._run(lambda c: schema.set_pragmas(c, wal=True, durable=store._durable), "open")
+            store._layout = await store._run(schema.read_layout, "open")
+        except BaseException as exc:
+            await store.close()
+            raise open_error(path, exc) from None
+        return store
+
+    async def upgrade(self) -> None:
+        """Make a browse-only store writable: migrate it in one transaction, then switch to WAL.
+
+        Call only after the user agreed. No existing row is changed; cubeloop can still
+        read and write the file afterwards. A no-op on a writable store. Raises
+        ``ReadOnlyStoreError`` when the file or its directory cannot be written,
+        ``StoreBusyError`` when another process holds the lock past every retry.
+        """
+        if self._writable:
+            return
+        if self._db is None:
+            raise CheckpointError(f"The store {self._path} is closed.")
+        if not writable_place(self._path):
+            raise ReadOnlyStoreError(f"{self._path} cannot be upgraded: the file or its directory is not writable.")
+        old = self._db
+        self._db = await connect(self._path, read_only=False, busy_timeout=self._busy_timeout)
+        if old is not None:
+            await old.close()
+        try:
+            await self._migrate()
+        except BaseException:
+            # Back to browsing: the failed transaction was rolled back, the file is as it was.
+            await self._db.close()
+            self._db = await connect(self._path, read_only=True, busy_timeout=self._busy_timeout)
+            raise
+        self._writable = True
+
+    async def _migrate(self) -> None:
+        self._layout = await self._run(schema.migration(durable=self._durable), "upgrade")
+
+    # --- state ---------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        """The database file (absolute)."""
+        return self._path
+
+    @property
+    def needs_upgrade(self) -> bool:
+        """True for a cubeloop file or an older schema of ours, opened browse-only."""
+        return not self._writable and (self._layout.version or 0) < len(schema.MIGRATIONS)
+
+    @property
+    def read_only(self) -> bool:
+        """True while writes raise ``ReadOnlyStoreError`` (browse-only or an unwritable place)."""
+        return not self._writable
+
+    @property
+    def schema_version(self) -> int | None:
+        """Our schema version in the file, ``None`` for a file we never migrated (cubeloop's)."""
+        return self._layout.version
+
+    async def close(self) -> None:
+        """Close the connection; idempotent. In WAL mode the last close folds the -wal back."""
+        db, self._db = self._db, None
+        if db is not None:
+            await db.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        """Raise ``ReadOnlyStoreError`` (why, in one sentence) unless writes are allowed."""
+        if self._writable:
+            return
+        if self.needs_upgrade:
+            raise ReadOnlyStoreError(f"{self._path} is open for browsing only; upgrade it before writing to it.")
+        raise ReadOnlyStoreError(f"{self._path} is read-only: the file or its directory cannot be written.")
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        """Run ``fn`` on the connection thread; retry "database is locked" with backoff."""
+        delay = 0.05
+        for attempt in range(self._retries + 1):
+            db = self._db
+            if db is None:
+                raise CheckpointError(f"The store {self._path} is closed.")
+            try:
+                return await call(db, fn)
+            except sqlite3.Error as exc:
+                if not is_busy(exc) or attempt == self._retries:
+                    waited = (self._retries + 1) * self._busy_timeout
+                    raise call_error(self._path, exc, what, waited=waited, read_only=self.read_only) from None
+            if self._on_busy is not None:
+                self._on_busy(attempt + 1)
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+
+# --- connection, paths, errors -----------------------------------------------------------------
+
+
+async def connect(path: Path, *, read_only: bool, busy_timeout: float) -> aiosqlite.Connection:
+    """An aiosqlite connection in autocommit mode (we issue BEGIN/COMMIT ourselves).
+
+    Read-only uses the ``mode=ro`` URI: SQLite then never writes the file, its journal, or
+    creates a -wal beside a rollback-journal database.
+    """
+    target = f"file:{urllib.parse.quote(str(path))}?mode=ro" if read_only else str(path)
+    try:
+        db = await aiosqlite.connect(target, uri=read_only, isolation_level=None, timeout=busy_timeout)
+    except sqlite3.Error as exc:
+        raise open_error(path, exc) from None
+    return db
+
+
+async def call(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run ``fn(connection)`` on aiosqlite's connection thread in one hop.
+
+    aiosqlite's public calls cost one thread hop each (~30 µs here); a whole transaction
+    in one queued function keeps an append to one hop. ``_execute`` and ``_conn`` are the
+    queue and connection every public aiosqlite call goes through.
+    """
+    return await db._execute(lambda: fn(db._conn))
+
+
+def is_busy(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "database is locked" in text or "database is busy" in text or "database table is locked" in text
+
+
+def check_path(path: Path, *, create: bool) -> bool:
+    """Whether ``path`` exists; raises ``DatabaseOpenError`` for every path we cannot use."""
+    try:
+        return _check_path_parts(path, create=create)
+    except OSError as exc:  # e.g. a parent directory we may not enter
+        raise DatabaseOpenError(f"{path} cannot be reached: {(exc.strerror or str(exc)).lower()}.") from None
+
+
+def _check_path_parts(path: Path, *, create: bool) -> bool:
+    if path.is_dir():
+        raise DatabaseOpenError(f"{path} is a directory, not a database file.")
+    if path.exists():
+        if not os.access(path, os.R_OK):
+            raise DatabaseOpenError(f"{path} cannot be read: permission denied.")
+        return True
+    if not create:
+        raise DatabaseOpenError(f"{path} does not exist.")
+    parent = path.parent
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise DatabaseOpenError(f"Cannot create {path}: {parent} {what}.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DatabaseOpenError(f"Cannot create {path}: the directory {parent} is not writable.")
+    return False
+
+
+def writable_place(path: Path) -> bool:
+    # WAL needs to create -wal and -shm beside the file, so the directory must be writable too.
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+
+
+def open_error(path: Path, exc: BaseException) -> BaseException:
+    """One sentence for a failure while opening; our own errors pass through unchanged."""
+    if isinstance(exc, CheckpointError) or not isinstance(exc, sqlite3.Error):
+        return exc
+    text = str(exc).lower()
+    if "not a database" in text:
+        return DatabaseOpenError(f"{path} is not a SQLite database.")
+    if "malformed" in text:
+        return DatabaseOpenError(f"{path} is a damaged SQLite database (its disk image is malformed).")
+    if is_busy(exc):
+        return StoreBusyError(f"{path} is locked by another program; try again when it is done.")
+    if "readonly" in text and has_hot_journal(path):
+        return hot_journal_error(path)
+    if "unable to open" in text or "readonly" in text:
+        if not path.exists() or not os.access(path.parent, os.W_OK):
+            return DatabaseOpenError(f"Cannot create {path}: the directory {path.parent} is not writable.")
+        return DatabaseOpenError(f"{path} cannot be opened: {exc}.")
+    return DatabaseOpenError(f"{path} cannot be opened: {exc}.")
+
+
+def has_hot_journal(path: Path) -> bool:
+    return Path(f"{path}-journal").exists()
+
+
+def hot_journal_error(path: Path) -> DatabaseOpenError:
+    # A writer died mid-transaction: reading needs SQLite to roll its journal back, which
+    # changes the file, and browsing never changes a file; a read-write open does it.
+    return DatabaseOpenError(
+        f"{path} holds an unfinished write of a program that stopped mid-transaction; open it once"
+        " with cubeloop or the sqlite3 shell to roll that write back, as browsing never changes the file."
+    )
+
+
+def call_error(path: Path, exc: sqlite3.Error, what: str, *, waited: float, read_only: bool) -> CheckpointError:
+    """One sentence for a failed call: ``what`` names it ("append", "lease", ...), ``waited`` is seconds."""
+    text = str(exc).lower()
+    if is_busy(exc):
+        return StoreBusyError(f"{path} stayed locked by another program for about {waited:.0f} s, so the {what} did not happen.")
+    if "readonly" in text and read_only and has_hot_journal(path):
+        return hot_journal_error(path)
+    if "readonly" in text or "read-only" in text:
+        return ReadOnlyStoreError(f"{path} cannot be written: the file or its directory is read-only.")
+    return CheckpointError(f"The {what} on {path} failed: {exc}.")

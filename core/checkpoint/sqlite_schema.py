@@ -1,0 +1,187 @@
+"""The SQLite schema: cubeloop's tables, ours beside them, and the ordered migrations.
+
+``MIGRATIONS[i]`` brings a file to schema version ``i + 1``; the version is kept in
+``cubepi_schema``. A file without that table is cubeloop's (version ``None``).
+
+* v1: cubeloop's tables (created, or completed with the columns later cubeloop releases
+  added), an index on ``messages(thread_id, id)``, ``cubepi_schema``.
+* v2: the supervision tables: ``cubepi_tool_journal``, ``cubepi_jobs``, ``cubepi_leases``,
+  ``cubepi_live_events``, ``cubepi_commands``. Their times are unix seconds (REAL), unlike
+  cubeloop's ``julianday()`` columns.
+
+Only :mod:`core.checkpoint.sqlite` and its ``sqlite_*`` helpers import this module.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Callable
+
+_CUBELOOP_TABLES = (
+    "CREATE TABLE IF NOT EXISTS messages (  id INTEGER PRIMARY KEY AUTOINCREMENT,  thread_id TEXT NOT NULL,"
+    "  message_json TEXT NOT NULL,  created_at REAL NOT NULL DEFAULT (julianday('now')), run_id TEXT)",
+    "CREATE TABLE IF NOT EXISTS thread_extra (  thread_id TEXT PRIMARY KEY,"
+    "  extra_json TEXT NOT NULL DEFAULT '{}', parent_thread_id TEXT)",
+    "CREATE TABLE IF NOT EXISTS thread_pending_request (  thread_id TEXT PRIMARY KEY,  request_json TEXT NOT NULL,"
+    "  run_id TEXT,  created_at REAL NOT NULL DEFAULT (julianday('now')))",
+    "CREATE TABLE IF NOT EXISTS thread_hitl_answers (  thread_id TEXT NOT NULL,  run_id TEXT NOT NULL,"
+    "  question_id TEXT NOT NULL,  answer_json TEXT NOT NULL,  answered_at REAL NOT NULL DEFAULT (julianday('now')),"
+    "  PRIMARY KEY (thread_id, run_id, question_id))",
+    "CREATE TABLE IF NOT EXISTS runs (  thread_id TEXT NOT NULL,  run_id TEXT NOT NULL,"
+    "  claimed_at REAL NOT NULL DEFAULT (julianday('now')),  completed_at REAL,  completion_seq INTEGER,"
+    "  PRIMARY KEY (thread_id, run_id))",
+    "CREATE INDEX IF NOT EXISTS ix_runs_thread_completion ON runs (thread_id, completion_seq)",
+)
+# Columns older cubeloop releases created without (cubeloop adds them with ALTER on open).
+_CUBELOOP_LATE_COLUMNS = (
+    ("messages", "run_id", "TEXT"),
+    ("thread_extra", "parent_thread_id", "TEXT"),
+    ("thread_pending_request", "run_id", "TEXT"),
+)
+SCHEMA_TABLE = "cubepi_schema"
+
+JOURNAL = "cubepi_tool_journal"
+JOBS = "cubepi_jobs"
+LEASES = "cubepi_leases"
+LIVE_EVENTS = "cubepi_live_events"
+COMMANDS = "cubepi_commands"
+
+_SUPERVISION_TABLES = (
+    f"CREATE TABLE IF NOT EXISTS {JOURNAL} (thread_id TEXT NOT NULL, tool_call_id TEXT NOT NULL,"
+    " tool_name TEXT NOT NULL DEFAULT '', run_id TEXT, started_at REAL, ended_at REAL, job_key TEXT,"
+    " PRIMARY KEY (thread_id, tool_call_id))",
+    f"CREATE TABLE IF NOT EXISTS {JOBS} (thread_id TEXT NOT NULL, key TEXT NOT NULL, status TEXT NOT NULL,"
+    " result_json TEXT, tool_call_id TEXT, started_at REAL, finished_at REAL, attempts INTEGER NOT NULL DEFAULT 1,"
+    " PRIMARY KEY (thread_id, key))",
+    f"CREATE TABLE IF NOT EXISTS {LEASES} (thread_id TEXT PRIMARY KEY, holder_id TEXT NOT NULL, pid INTEGER NOT NULL,"
+    " host TEXT NOT NULL, run_id TEXT, acquired_at REAL NOT NULL, heartbeat_at REAL NOT NULL, expires_at REAL NOT NULL)",
+    # AUTOINCREMENT: a seq is never reused after pruning, so a reader's after_seq stays valid.
+    f"CREATE TABLE IF NOT EXISTS {LIVE_EVENTS} (seq INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL,"
+    " run_id TEXT, data_json TEXT NOT NULL, at REAL NOT NULL)",
+    f"CREATE INDEX IF NOT EXISTS ix_cubepi_live_events_thread ON {LIVE_EVENTS} (thread_id, seq)",
+    f"CREATE TABLE IF NOT EXISTS {COMMANDS} (seq INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL,"
+    " kind TEXT NOT NULL, text TEXT NOT NULL DEFAULT '', status TEXT NOT NULL, created_at REAL NOT NULL,"
+    " updated_at REAL NOT NULL, note TEXT NOT NULL DEFAULT '')",
+    f"CREATE INDEX IF NOT EXISTS ix_cubepi_commands_thread_status ON {COMMANDS} (thread_id, status)",
+)
+
+
+def _v1_cubeloop_tables_and_thread_index(db: sqlite3.Connection) -> None:
+    """cubeloop's tables (created or completed), the thread index, the schema-version table."""
+    for ddl in _CUBELOOP_TABLES:
+        db.execute(ddl)
+    for table, column, kind in _CUBELOOP_LATE_COLUMNS:
+        if column not in columns(db, table):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    # Loads and thread listings walk one thread in id order; cubeloop has no such index.
+    db.execute("CREATE INDEX IF NOT EXISTS ix_messages_thread_id ON messages (thread_id, id)")
+    db.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (version INTEGER NOT NULL)")
+
+
+def _v2_supervision_tables(db: sqlite3.Connection) -> None:
+    """Tool journal, idempotent jobs, leases, the bounded live-event log and the command outbox."""
+    for ddl in _SUPERVISION_TABLES:
+        db.execute(ddl)
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _v1_cubeloop_tables_and_thread_index,
+    _v2_supervision_tables,
+]
+"""Ordered migrations: applying ``MIGRATIONS[i]`` brings a file to schema version ``i + 1``.
+
+Each takes a ``sqlite3.Connection`` inside an open transaction and must be safe to run on
+a cubeloop file (create if missing, never rewrite a row). Append only; never reorder."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What the open file holds: tables and their columns (browse mode tolerates missing ones)."""
+
+    columns: dict[str, frozenset[str]]
+    version: int | None
+
+    def has(self, table: str, column: str | None = None) -> bool:
+        """Whether ``table`` (and, if given, its ``column``) exists in the file."""
+        cols = self.columns.get(table)
+        return cols is not None and (column is None or column in cols)
+
+
+class read_txn:
+    """A read transaction for one call: one snapshot, closed before the call returns."""
+
+    def __init__(self, c: sqlite3.Connection) -> None:
+        self.c = c
+
+    def __enter__(self) -> None:
+        self.c.execute("BEGIN")
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is None:
+            self.c.execute("COMMIT")
+        else:
+            self.c.rollback()
+
+
+class write_txn(read_txn):
+    """``BEGIN IMMEDIATE``: take the write lock first, so a read never has to be upgraded.
+
+    Everything read inside is therefore current until COMMIT: another process cannot
+    write in between, which is what makes read-decide-write calls atomic across processes.
+    """
+
+    def __enter__(self) -> None:
+        self.c.execute("BEGIN IMMEDIATE")
+
+
+def migration(*, durable: bool) -> Callable[[sqlite3.Connection], Layout]:
+    """The upgrade as one function for the connection thread: migrations in one transaction, then WAL."""
+
+    def migrate(c: sqlite3.Connection) -> Layout:
+        steps = MIGRATIONS  # read at call time, so tests can append a step
+        with write_txn(c):
+            version = read_layout(c).version or 0  # re-read under the lock: someone may have upgraded
+            for step in steps[version:]:
+                step(c)
+            if version < len(steps):
+                c.execute(f"DELETE FROM {SCHEMA_TABLE}")
+                c.execute(f"INSERT INTO {SCHEMA_TABLE} (version) VALUES (?)", (len(steps),))
+        # journal_mode cannot change inside a transaction, and switching needs every other
+        # connection gone; if one is busy, the next open retries and the file works meanwhile.
+        try:
+            set_pragmas(c, wal=True, durable=durable)
+        except sqlite3.OperationalError:
+            pass
+        return read_layout(c)
+
+    return migrate
+
+
+def read_layout(c: sqlite3.Connection) -> Layout:
+    """Tables, their columns and our schema version; reading sqlite_master also proves it is SQLite."""
+    names = [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    found = {name: frozenset(columns(c, name)) for name in names}
+    version = None
+    if SCHEMA_TABLE in found:
+        row = c.execute(f"SELECT MAX(version) FROM {SCHEMA_TABLE}").fetchone()
+        version = row[0] if row and row[0] is not None else 0
+    return Layout(found, version)
+
+
+def columns(c: sqlite3.Connection, table: str) -> list[str]:
+    """Column names of ``table`` (empty if it does not exist)."""
+    return [r[1] for r in c.execute(f"PRAGMA table_info({_quote_ident(table)})")]
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def set_pragmas(c: sqlite3.Connection, *, wal: bool, durable: bool) -> None:
+    """WAL (when asked) and the sync level; outside any transaction."""
+    if wal:
+        c.execute("PRAGMA journal_mode=WAL")
+    # NORMAL in WAL survives a killed process (the crash this app supervises) at a fraction
+    # of the cost of an fsync per commit; FULL also survives power loss.
+    c.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
