@@ -1,0 +1,34 @@
+"""Appearance, compared with accepted SVG snapshots (``pytest --snapshot-update`` after looking)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from textual.pilot import Pilot
+
+from tests.tui.conftest import fast_session, wait_for
+from tui.app import make_app
+from tui.screens.thread import ThreadScreen
+
+
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Messages show local clock times; pin the zone so the snapshot is the same everywhere."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_crash_banner_of_a_cubeloop_thread(snap_compare: Any, fixture_copy: Path, utc: None) -> None:
+    app = make_app(fast_session(path=fixture_copy), thread_id="multi-tool-partial")
+
+    async def opened(pilot: Pilot[Any]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=(110, 32), run_before=opened)
