@@ -1,0 +1,117 @@
+"""The agent the subprocess tests run in a child process, paced by gate files.
+
+Used two ways:
+
+* ``python -m core.runner run --db DB --thread T --agent tests.supervise.child:make_agent PROMPT``
+  (the real runner CLI with this agent);
+* ``python -m tests.supervise.child DB THREAD PROMPT HOST TTL HEARTBEAT``: the same through
+  ``run_headless`` with a lease holder claiming to run on ``HOST`` (so a test can watch a
+  lease expire instead of its holder's pid vanish).
+
+Environment (all optional): ``CUBEPI_TEST_GATES`` the gate directory; ``CUBEPI_TEST_TURNS``
+how many replies call the tool before the final one (default 1); ``CUBEPI_TEST_PAUSE=1``
+pauses each reply ``k`` halfway through its text until ``resume-k`` exists;
+``CUBEPI_TEST_STUBBORN=1`` makes the tool ignore an abort until ``honor-abort`` exists.
+
+Reply ``k`` (1-based) streams "Turn k: ..." in 4-character deltas, then calls ``work``
+with ``label="k"``; the tool writes ``started-k``, reports progress every 0.05 s and
+returns once ``release-k`` exists. The final reply quotes every steer it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import AsyncIterator
+
+from core.errors import ToolError
+from core.events import StreamEnd, StreamEvent, TextDelta, ToolCallStart
+from core.leases import LeaseHolder
+from core.messages import AssistantMessage, TextContent, ToolCall, UserMessage
+from core.providers.base import ModelRequest, error_reply
+from core.runner import AgentSpec, run_headless
+from core.tools import ToolContext, tool
+
+FILLER = (
+    "I am working through this carefully, one step at a time, and I report what I do as I go "
+    "so that anyone watching can follow along while the work happens."
+)
+
+
+def _gates() -> Path:
+    return Path(os.environ.get("CUBEPI_TEST_GATES", "."))
+
+
+async def _until(name: str, signal: asyncio.Event | None = None) -> None:
+    path = _gates() / name
+    while not path.exists():
+        if signal is not None and signal.is_set():
+            return
+        await asyncio.sleep(0.02)
+
+
+class GatedProvider:
+    """Streams scripted replies; reply ``k`` may pause halfway until ``resume-k`` exists."""
+
+    name = "gated"
+    model = "gated-1"
+
+    def __init__(self, turns: int, pause: bool) -> None:
+        self.turns = turns
+        self.pause = pause
+
+    async def stream(self, request: ModelRequest, signal: asyncio.Event) -> AsyncIterator[StreamEvent]:
+        k = 1 + sum(1 for m in request.messages if isinstance(m, AssistantMessage) and m.stop_reason == "tool_use")
+        if k <= self.turns:
+            text = f"Turn {k}: {FILLER}"
+            content: list = [TextContent(text=text), ToolCall(id=f"call_work_{k}", name="work", arguments={"label": str(k)})]
+        else:
+            steers = [m.text for m in request.messages if isinstance(m, UserMessage) and m.metadata.get("kind") == "steer"]
+            text = "All done." + (" Steers: " + "; ".join(steers) if steers else "")
+            content = [TextContent(text=text)]
+        half = len(text) // 2
+        for i in range(0, len(text), 4):
+            if self.pause and i >= half and i - 4 < half:
+                await _until(f"resume-{k}", signal)
+            await asyncio.sleep(0.01)
+            if signal.is_set():
+                yield StreamEnd(error_reply(self, "Aborted by the user.", stop_reason="aborted",
+                                            content=[TextContent(text=text[:i])]))
+                return
+            yield TextDelta(0, text[i : i + 4])
+        for index, block in enumerate(content):
+            if isinstance(block, ToolCall):
+                yield ToolCallStart(index, block.id, block.name)
+        reply = AssistantMessage(content=content, stop_reason="tool_use" if len(content) > 1 else "stop",
+                                 provider_id=self.name, model_id=self.model)
+        yield StreamEnd(reply)
+
+
+@tool
+async def work(label: str, ctx: ToolContext) -> str:
+    """Do some work until the test releases it."""
+    (_gates() / f"started-{label}").write_text(ctx.tool_call_id)
+    stubborn = os.environ.get("CUBEPI_TEST_STUBBORN") == "1"
+    step = 0
+    while not (_gates() / f"release-{label}").exists():
+        if ctx.signal.is_set() and (not stubborn or (_gates() / "honor-abort").exists()):
+            raise ToolError("Stopped: the run was aborted.")
+        step += 1
+        ctx.report(progress=min(step / 100, 0.99), text=f"step {step}")
+        await asyncio.sleep(0.05)
+    return f"work {label} done after {step} steps"
+
+
+def make_agent() -> AgentSpec:
+    """The runner's ``--agent`` factory."""
+    turns = int(os.environ.get("CUBEPI_TEST_TURNS", "1"))
+    return AgentSpec(GatedProvider(turns, os.environ.get("CUBEPI_TEST_PAUSE") == "1"), [work])
+
+
+if __name__ == "__main__":
+    db, thread, prompt, host, ttl, heartbeat = sys.argv[1:7]
+    holder = LeaseHolder(host=host)
+    sys.exit(asyncio.run(run_headless(db, thread, prompt, agent=make_agent, holder=holder,
+                                      lease_ttl=float(ttl), heartbeat_interval=float(heartbeat))))

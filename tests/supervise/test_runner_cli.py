@@ -1,0 +1,70 @@
+"""``python -m core.runner``: the demo agent, followed live; bad input in one sentence."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.follow import ThreadFollower
+from core.runner import describe, main, plain
+from core.messages import AssistantMessage, ToolCall, ToolResultMessage, TextContent, user_text
+from core.supervise import LeaseState
+
+from .conftest import ROOT, until
+
+
+async def test_demo_runner_is_followed_live(db: Path, store, spawn) -> None:
+    argv = [sys.executable, "-m", "core.runner", "run", "--db", str(db), "--thread", "t-demo", "--demo", "--speed", "4",
+            "Analyse the sales figures"]
+    runner = spawn(db, "t-demo", argv=argv)
+    async with ThreadFollower(store, "t-demo") as follower:
+        await until(follower, lambda m: m.partial is not None and m.partial.text, "demo text streaming", runner=runner)
+        await until(follower, lambda m: {t.name for t in m.running_tools.values() if t.progress} >= {"fetch_dataset", "train_model"},
+                    "both demo tools reporting progress", runner=runner)
+        assert follower.model.lease_view.state is LeaseState.RUNNING_ELSEWHERE
+        assert await runner.wait() == 0
+        await until(follower, lambda m: not m.lease_view.live and len(m.messages) == 7, "the whole demo run")
+    out, err = runner.output()
+    lines = out.splitlines()
+    assert lines[0] == "user: Analyse the sales figures"
+    assert lines[-1] == "run completed" and err == ""
+    assert sum(line.startswith("tool ") for line in lines) == 3 and len(lines) == 8
+
+
+@pytest.mark.parametrize(
+    "args, sentence",
+    [
+        (["--thread", "t"], "Give either a prompt or --resume"),
+        (["--thread", "t", "--resume", "hello"], "Give either a prompt or --resume"),
+        (["hello"], "The following arguments are required: --thread"),
+        (["--thread", "t", "--demo", "--lease-ttl", "1", "--heartbeat", "2", "hi"], "must be positive and shorter than lease_ttl"),
+        (["--thread", "t", "--demo", "--resume"], "Nothing to resume"),
+        (["--thread", "t", "--agent", "no_such_module:make", "hi"], "Cannot import 'no_such_module'"),
+    ],
+)
+def test_bad_input_exits_2_with_one_sentence(tmp_path: Path, args: list[str], sentence: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "core.runner", "run", "--db", str(tmp_path / "x.sqlite"), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert sentence in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_a_database_that_cannot_be_opened_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--db", str(tmp_path / "missing" / "x.sqlite"), "--thread", "t", "--demo", "--no-create", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_lines_escape_control_characters() -> None:
+    assert plain("a\nb\x1b[31mred\x07") == "a\\nb\\x1b[31mred\\x07"
+    reply = AssistantMessage(content=[TextContent(text="Done\n\x1b]0;title\x07"), ToolCall(id="c1", name="ls", arguments={"p": "/"})])
+    assert describe(reply) == 'assistant: Done\\n\\x1b]0;title\\x07 [calls ls({"p": "/"})]'
+    result = ToolResultMessage(tool_call_id="c1", tool_name="ls", content=[TextContent(text="\x1b[2Jboom")], is_error=True)
+    assert describe(result) == "tool ls failed: \\x1b[2Jboom"
+    assert describe(user_text("Go", kind="follow_up")) == "follow-up: Go"
