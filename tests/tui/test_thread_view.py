@@ -92,3 +92,22 @@ async def test_long_thread_mounts_only_the_tail_and_shows_earlier_on_demand() ->
         assert earlier.display and f"{1200 - WINDOW} earlier message(s) hidden" in str(earlier.label)
         await pilot.press("e")
         await wait_for(pilot, lambda: transcript.shown_count == 2 * WINDOW, what="earlier shown")
+
+
+async def test_hostile_thread_ids_and_links_are_inert() -> None:
+    hostile_id = "[bold red]id[/]\x1b[31m"
+    store = await _store_with(hostile_id, user_text("hi"), _reply(TextContent(text="see [here](https://evil.example/x)")))
+    app = make_app(fast_session(store))
+    async with app.run_test(size=(110, 30)) as pilot:
+        await wait_for_text(pilot, "[bold red]id[/]␛[31m")  # the picker shows the id as characters
+        await pilot.press("enter")
+        await wait_for_text(pilot, "see here")
+        assert "thread [bold red]id[/]␛[31m" in screen_text(app)  # the status bar too
+        opened: list[str] = []
+        app.open_url = lambda url, **_: opened.append(url)  # type: ignore[method-assign]
+        from textual.widgets import Markdown
+
+        markdown = app.screen.query(Markdown).last()
+        markdown.post_message(Markdown.LinkClicked(markdown, "https://evil.example/x"))
+        await wait_for(pilot, lambda: any("Link not opened" in n.message for n in app._notifications), what="notice")
+        assert opened == []

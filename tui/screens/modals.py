@@ -27,9 +27,9 @@ class TextInputModal(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(Text(self._title, style="bold"), classes="title")
+            yield Static(literal(self._title, style="bold"), classes="title")
             if self._hint:
-                yield Static(Text(self._hint), classes="hint")
+                yield Static(literal(self._hint), classes="hint")
             yield Input(placeholder=self._placeholder, id="text")
             with Horizontal(classes="buttons"):
                 yield Button(self._submit_label, variant="primary", id="submit")
@@ -60,13 +60,13 @@ class ConfirmModal(ModalScreen[bool]):
     def __init__(self, title: str, body: Text | str, *, yes: str = "Yes", no: str = "No") -> None:
         super().__init__(classes="modal")
         self._title = title
-        self._body = body if isinstance(body, Text) else Text(body)
+        self._body = body if isinstance(body, Text) else literal(body)
         self._yes = yes
         self._no = no
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(Text(self._title, style="bold"), classes="title")
+            yield Static(literal(self._title, style="bold"), classes="title")
             yield Static(self._body, classes="body")
             with Horizontal(classes="buttons"):
                 yield Button(f"{self._yes} (y)", variant="primary", id="yes")

@@ -40,7 +40,7 @@ from core.recovery import Diagnosis, ThreadState
 from tui.messages import AgentEventReceived, CloseThread, RunFinished, RunStarted, ThreadLoaded
 from tui.screens.modals import ConfirmModal, TextInputModal
 from tui.session import UPGRADE_EXPLANATION, Session
-from tui.text import literal
+from tui.text import clean, literal
 from tui.widgets.crash_banner import CrashBanner, describe
 from tui.widgets.status_bar import StatusBar
 from tui.widgets.transcript import Transcript, merge_rows
@@ -250,7 +250,7 @@ class ThreadScreen(Screen[None]):
         await self._flush()
         self.running = self.session.is_running(self.thread_id)
         if message.error is not None:
-            self.notify(message.error, severity="error", timeout=10)
+            self.notify(clean(message.error), severity="error", timeout=10, markup=False)
         if not self.running:
             self._refresh_diagnosis()
 
@@ -258,7 +258,9 @@ class ThreadScreen(Screen[None]):
     def _worker_failed(self, event: Worker.StateChanged) -> None:
         if event.state is WorkerState.ERROR and event.worker.error is not None:
             error = event.worker.error
-            self.notify(f"Unexpected error: {type(error).__name__}: {error}", severity="error", timeout=15)
+            self.notify(
+                clean(f"Unexpected error: {type(error).__name__}: {error}"), severity="error", timeout=15, markup=False
+            )
             if event.worker is self.run_worker_ref:
                 self.running = self.session.is_running(self.thread_id)
                 self._refresh_diagnosis()
@@ -268,7 +270,7 @@ class ThreadScreen(Screen[None]):
         try:
             _, diagnosis = await self.session.load(self.thread_id, must_exist=False)
         except CubepiError as error:
-            self.notify(str(error), severity="error")
+            self.notify(clean(str(error)), severity="error", markup=False)
             return
         if not self.session.is_running(self.thread_id):
             self.diagnosis = diagnosis
@@ -307,7 +309,7 @@ class ThreadScreen(Screen[None]):
             await self._flush()
             self.status_bar.run_state = event.outcome
             if event.error:
-                self.notify(event.error, severity="error", timeout=10)
+                self.notify(clean(event.error), severity="error", timeout=10, markup=False)
 
     def _request_flush(self) -> None:
         # Timer callbacks run in the timer's own task; drawing must happen in this

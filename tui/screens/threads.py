@@ -121,7 +121,7 @@ class ThreadsScreen(Screen[None]):
     def _show_rows(self, message: ThreadsLoaded) -> None:
         self.loading_rows = False
         if message.error is not None:
-            self.notify(message.error, severity="error", timeout=8)
+            self.notify(clean(message.error), severity="error", timeout=8, markup=False)
             return
         self.query_one("#threads-title", Static).update(self._title())
         selected = self.selected_thread_id

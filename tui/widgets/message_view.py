@@ -173,6 +173,11 @@ class AssistantMessageView(Vertical):
         if footer is not None:
             await self.mount(footer)
 
+    def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
+        event.stop()
+        self.app.copy_to_clipboard(event.href)
+        self.notify(f"Link not opened (copied to the clipboard): {clean(event.href)}", markup=False, timeout=8)
+
     def _stream(self, index: int, view: Markdown) -> MarkdownStream:
         stream = self._streams.get(index)
         if stream is None:
@@ -184,7 +189,8 @@ class AssistantMessageView(Vertical):
             # A live block starts empty and is filled by the stream, so nothing is shown twice.
             initial = "" if self.live else block.text
             self._seen.append(0 if self.live else len(block.text))
-            return Markdown(clean(initial))
+            # Links in model text are untrusted: a click shows the address instead of opening it.
+            return Markdown(clean(initial), open_links=False)
         self._seen.append(0)
         if isinstance(block, ThinkingContent):
             self._seen[-1] = len(block.thinking)
