@@ -1,0 +1,183 @@
+"""Following a thread on the memory store: the live fold, the follower, the thread list."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from core.agent import Agent
+from core.checkpoint.base import Lease, LiveEvent
+from core.checkpoint.memory import MemoryCheckpointer
+from core.follow import ThreadChange, ThreadFollower, watch_threads
+from core.live import LiveFold
+from core.messages import AssistantMessage, user_text
+from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_thinking, faux_tool_call
+from core.supervise import LeaseState, Supervisor, send
+from core.tools import ToolContext, tool
+
+
+def ev(seq: int, **data) -> LiveEvent:  # type: ignore[no-untyped-def]
+    return LiveEvent(seq, "t", "r1", data, 1000.0 + seq)
+
+
+# --- the fold ------------------------------------------------------------------------------------
+
+
+def test_the_fold_rebuilds_the_partial_and_drops_what_is_persisted() -> None:
+    fold = LiveFold()
+    out = fold.apply(
+        [
+            ev(1, type="agent_start", run_id="r1"),
+            ev(2, type="message_end", i=0, role="user"),
+            ev(3, type="message_start", i=1, role="assistant"),
+            ev(4, type="thinking_delta", i=1, b=0, d="Hmm. "),
+            ev(5, type="text_delta", i=1, b=1, d="Hello "),
+            ev(6, type="text_delta", i=1, b=1, d="world"),
+            ev(7, type="tool_call_start", i=1, b=2, id="c1", name="ls"),
+        ],
+        persisted=0,
+        answered=set(),
+    )
+    assert out.reload and out.started == "r1" and out.partial_reset
+    assert fold.partial_index == 1 and fold.partial is not None
+    assert fold.partial.text == "Hello world" and fold.partial.content[0].thinking == "Hmm. "
+    assert fold.partial.tool_calls[0].name == "ls"
+    assert [d.text for d in out.deltas] == ["Hmm. ", "Hello ", "world"]
+
+    # The reply is persisted: once the reader loaded index 1, the partial goes.
+    out = fold.apply([ev(8, type="message_end", i=1, role="assistant")], persisted=1, answered=set())
+    assert out.reload and out.partial_reset and fold.partial is None
+    # Late deltas of a message already loaded are ignored, never shown twice.
+    out = fold.apply([ev(9, type="text_delta", i=1, b=1, d="late")], persisted=2, answered=set())
+    assert fold.partial is None and not out.deltas
+
+
+def test_the_fold_tracks_tools_and_survives_a_pruned_start() -> None:
+    fold = LiveFold()
+    fold.apply([ev(1, type="tool_execution_update", id="c1", name="fetch", progress=0.4, text="shard 2")], 2, set())
+    assert fold.tools["c1"].name == "fetch" and fold.tools["c1"].progress == 0.4 and fold.tools["c1"].text == "shard 2"
+    fold.apply([ev(2, type="tool_execution_start", id="c2", name="train", args={"epochs": 5})], 2, set())
+    assert fold.tools["c2"].args == {"epochs": 5} and fold.tools["c2"].started_at == 1002.0
+    out = fold.settle(3, {"c1"})  # c1's result is persisted
+    assert out.tools and list(fold.tools) == ["c2"]
+    fold.apply([ev(3, type="tool_execution_end", id="c2", name="train", is_error=False)], 3, set())
+    assert fold.tools == {}
+    # A tool whose result is already loaded never comes back from an old start.
+    fold.apply([ev(4, type="tool_execution_start", id="c1", name="fetch", args={})], 3, {"c1"})
+    assert fold.tools == {}
+
+
+def test_a_snapshot_replaces_the_partial_when_its_start_was_pruned() -> None:
+    fold = LiveFold()
+    fold.apply([ev(10, type="text_delta", i=3, b=0, d="tail of a")], 3, set())  # start pruned
+    fold.apply([ev(11, type="message_snapshot", i=3, content=[{"type": "text", "text": "whole text so far"}]),
+                ev(12, type="text_delta", i=3, b=0, d="!")], 3, set())
+    assert fold.partial is not None and fold.partial.text == "whole text so far!"
+
+
+# --- the follower --------------------------------------------------------------------------------
+
+
+async def test_follower_shows_a_run_in_this_process_once_each() -> None:
+    store = MemoryCheckpointer()
+    gate = asyncio.Event()
+
+    @tool
+    async def slow(ctx: ToolContext) -> str:
+        """Wait for the gate."""
+        while not gate.is_set():
+            ctx.report(progress=0.3, text="working")
+            await asyncio.sleep(0.01)
+        return "slow done"
+
+    provider = FauxProvider(
+        [faux_reply(faux_thinking("Plan."), faux_text("Let me work on that for a while."), faux_tool_call("slow", {}, id="s1")),
+         "All finished now."],
+        delay=0.005,
+        chunk_size=3,
+    )
+    agent = Agent(provider, store, "t", tools=[slow])
+    await store.append("t", [user_text("Earlier."), AssistantMessage(content=[faux_text("Earlier answer.")])])
+    follower = ThreadFollower(store, "t", poll=0.01)
+    changes: list[ThreadChange] = []
+    first = await follower.start()
+    assert first.reset and len(first.added) == 2
+    follower.subscribe(changes.append)
+    run = asyncio.create_task(Supervisor(agent).prompt("Do it."))
+    while not follower.model.running_tools:
+        await asyncio.sleep(0.01)
+    assert follower.model.lease_view.state is LeaseState.RUNNING_HERE
+    assert follower.model.running_tools["s1"].text == "working"
+    gate.set()
+    assert await run == "completed"
+    while follower.model.lease_view.live or len(follower.model.messages) < 6:
+        await asyncio.sleep(0.01)
+    await follower.stop()
+
+    shown = list(first.added) + [m for c in changes for m in c.added]
+    assert [m.role for m in shown] == ["user", "assistant", "user", "assistant", "tool_result", "assistant"]
+    assert [m.role for m in shown] == [m.role for m in (await store.load("t")).messages]
+    assert not any(c.reset for c in changes)
+    assert any(c.deltas for c in changes) and any(c.tools for c in changes)
+    assert follower.model.partial is None and follower.model.running_tools == {}
+
+
+async def test_changes_begins_with_the_history() -> None:
+    store = MemoryCheckpointer()
+    await store.append("t", [user_text("One.")])
+    async with ThreadFollower(store, "t", poll=0.01) as follower:
+        stream = follower.changes()
+        first = await anext(stream)
+        assert first.reset and [m.text for m in first.added] == ["One."]
+        await store.append("t", [user_text("Two.")])  # a writer without live events (e.g. cubeloop)
+        second = await asyncio.wait_for(anext(stream), 10)
+        assert not second.reset and [m.text for m in second.added] == ["Two."]
+        await stream.aclose()
+
+
+async def test_command_status_changes_are_reported_once_settled() -> None:
+    store = MemoryCheckpointer()
+    now = time.time()
+    await store.acquire_lease(Lease("t", "h", 1, "other-host", "r1", now, now, now + 30), is_stale=lambda _l: True)
+    async with ThreadFollower(store, "t", poll=0.01) as follower:
+        command = await send(store, "t", "steer", "Left.")
+        seen: list[str] = []
+        follower.subscribe(lambda c: seen.extend(x.status for x in c.commands if x.seq == command.seq))
+        while "pending" not in seen:
+            await asyncio.sleep(0.01)
+        assert [c.seq for c in follower.model.commands] == [command.seq]
+        await store.update_command(command.seq, "applied")
+        while "applied" not in seen:
+            await asyncio.sleep(0.01)
+        assert follower.model.commands == []
+
+
+async def test_a_lease_that_expires_turns_crashed_without_any_write() -> None:
+    store = MemoryCheckpointer()
+    await store.claim_run("t", "r1")
+    now = time.time()
+    await store.acquire_lease(Lease("t", "h", 1, "other-host", "r1", now, now, now + 0.3), is_stale=lambda _l: True)
+    async with ThreadFollower(store, "t") as follower:
+        assert follower.model.lease_view.state is LeaseState.RUNNING_ELSEWHERE
+        token = await store.change_token()
+        while follower.model.lease_view.state is not LeaseState.CRASHED:
+            await asyncio.sleep(0.02)
+        assert time.time() >= now + 0.3 and await store.change_token() == token
+
+
+async def test_watch_threads_lists_again_on_changes_and_on_expiry() -> None:
+    store = MemoryCheckpointer()
+    await store.append("a", [user_text("Hi")])
+    stream = watch_threads(store, min_interval=0.01)
+    first = await anext(stream)
+    assert [t.thread_id for t in first.threads] == ["a"] and first.views["a"].state is LeaseState.NONE
+    await store.claim_run("b", "r1")
+    now = time.time()
+    await store.acquire_lease(Lease("b", "h", 1, "other-host", "r1", now, now, now + 0.4), is_stale=lambda _l: True)
+    await store.append("b", [user_text("Yo")])
+    second = await asyncio.wait_for(anext(stream), 10)
+    while second.views.get("b") is None or second.views["b"].state is not LeaseState.RUNNING_ELSEWHERE:
+        second = await asyncio.wait_for(anext(stream), 10)
+    third = await asyncio.wait_for(anext(stream), 10)  # no write: the lease expired
+    assert third.views["b"].state is LeaseState.CRASHED and time.time() >= now + 0.4
+    await stream.aclose()

@@ -1,0 +1,386 @@
+"""Supervision in one process on the memory store: lease views, commands, the live-event log."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from typing import Any, Sequence
+
+import pytest
+
+from core.agent import Agent
+from core.checkpoint.base import Lease, RunRecord
+from core.checkpoint.memory import MemoryCheckpointer
+from core.errors import RunAlreadyClaimedError
+from core.events import AgentEnd
+from core.leases import LeaseHolder, is_stale
+from core.live import LiveFold
+from core.messages import UserMessage, user_text
+from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_tool_call
+from core.supervise import (
+    RUN_ENDED,
+    STALE_ABORT,
+    CommandError,
+    LeaseState,
+    Supervisor,
+    ThreadCrashedError,
+    ThreadNotRunningError,
+    discard,
+    lease_status,
+    send,
+    undelivered,
+)
+from core.tools import ToolContext, tool
+
+HOST = socket.gethostname()
+NOW = 1_800_000_000.0
+
+
+def _lease(*, host: str = "other-host", pid: int = 4242, run_id: str | None = "r1", heartbeat: float = NOW - 1,
+           expires: float = NOW + 5, thread: str = "t") -> Lease:
+    return Lease(thread, "holder-1", pid, host, run_id, NOW - 60, heartbeat, expires)
+
+
+# --- lease_status ------------------------------------------------------------------------------
+
+
+def test_no_lease_is_not_running() -> None:
+    view = lease_status(None, (), NOW)
+    assert view.state is LeaseState.NONE and not view.live and view.may_resume and view.label == "not running"
+
+
+def test_a_live_lease_of_another_host_runs_elsewhere_until_it_expires() -> None:
+    lease = _lease(heartbeat=NOW - 1.2, expires=NOW + 3)
+    view = lease_status(lease, [RunRecord("r1", NOW - 60)], NOW, alive=lambda pid: False)
+    assert view.state is LeaseState.RUNNING_ELSEWHERE and view.live and not view.may_resume
+    assert view.label == "running elsewhere (pid 4242 on other-host, heartbeat 1 s ago)"
+    assert view.heartbeat_age == pytest.approx(1.2) and view.expires_in == pytest.approx(3)
+    # Past expiry with its run not completed: crashed. Not a moment before.
+    assert lease_status(lease, [RunRecord("r1", NOW - 60)], NOW + 2.99).state is LeaseState.RUNNING_ELSEWHERE
+    crashed = lease_status(lease, [RunRecord("r1", NOW - 60)], NOW + 3)
+    assert crashed.state is LeaseState.CRASHED and crashed.may_resume and not crashed.gone
+    assert crashed.label == "crashed (pid 4242 on other-host; lease expired 0 s ago)"
+    assert lease_status(lease, [], NOW + 183).label.endswith("lease expired 3 min ago)")
+
+
+def test_an_expired_lease_whose_run_completed_has_ended() -> None:
+    view = lease_status(_lease(expires=NOW - 1), [RunRecord("r1", NOW - 60, NOW - 2, 1)], NOW)
+    assert view.state is LeaseState.ENDED and view.may_resume and view.label == "not running"
+
+
+def test_on_this_host_a_gone_process_is_crashed_at_once() -> None:
+    lease = _lease(host=HOST, pid=999_999)
+    assert lease_status(lease, [], NOW, alive=lambda pid: True).state is LeaseState.RUNNING_ELSEWHERE
+    view = lease_status(lease, [], NOW, alive=lambda pid: False)
+    assert view.state is LeaseState.CRASHED and view.gone and view.label == f"crashed (pid 999999 on {HOST}; its process is gone)"
+
+
+def test_this_process_runs_here() -> None:
+    view = lease_status(_lease(host=HOST, pid=os.getpid()), [], NOW)
+    assert view.state is LeaseState.RUNNING_HERE and view.label == "running here" and view.live
+
+
+@pytest.mark.parametrize(
+    "lease",
+    [
+        _lease(host="other-host", expires=NOW + 5),
+        _lease(host="other-host", expires=NOW - 5),
+        _lease(host=HOST, pid=os.getpid(), expires=NOW + 5),
+        _lease(host=HOST, pid=os.getpid(), expires=NOW - 5),
+        _lease(host=HOST, pid=999_999, expires=NOW + 5),
+    ],
+)
+def test_lease_status_agrees_with_the_takeover_rule(lease: Lease) -> None:
+    # What the picker shows as resumable is exactly what a new runner may take over.
+    assert lease_status(lease, [], NOW).may_resume == is_stale(lease, now=NOW, host=HOST)
+
+
+# --- a supervised agent on the memory store --------------------------------------------------
+
+
+class RecordingStore(MemoryCheckpointer):
+    """The memory store, keeping every live-event batch as written (one call = one transaction)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[dict[str, Any]]] = []
+
+    async def append_live_events(self, thread_id: str, run_id: str | None, events: Sequence[dict[str, Any]], *, keep: int = 2000) -> None:
+        self.batches.append([dict(e) for e in events])
+        await super().append_live_events(thread_id, run_id, events, keep=keep)
+
+
+def gated_tool(gate: asyncio.Event, started: asyncio.Event | None = None):
+    @tool
+    async def wait_for_gate(ctx: ToolContext) -> str:
+        """Wait until the test opens the gate (or the run is aborted)."""
+        if started is not None:
+            started.set()
+        while not gate.is_set():
+            if ctx.signal.is_set():
+                return "stopped early"
+            ctx.report(progress=0.5, text="waiting")
+            await asyncio.sleep(0.01)
+        return "gate opened"
+
+    return wait_for_gate
+
+
+def provider_with_tool(final: Any = "Finished.") -> FauxProvider:
+    return FauxProvider([faux_reply(faux_text("Calling the tool."), faux_tool_call("wait_for_gate", {}, id="call_1")), final])
+
+
+async def wait_until(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def status_of(store: MemoryCheckpointer, thread: str, seq: int) -> str:
+    return next(c.status for c in await store.list_commands(thread) if c.seq == seq)
+
+
+async def test_consecutive_text_deltas_are_joined_into_few_batches() -> None:
+    store = RecordingStore()
+    text = "".join(f"word{i} " for i in range(800))
+    agent = Agent(FauxProvider([faux_reply(faux_text(text))], chunk_size=1), store, "t")
+    sup = Supervisor(agent)
+    assert await sup.prompt("Talk.") == "completed"
+    rows = [row for batch in store.batches for row in batch]
+    deltas = [row for row in rows if row["type"] == "text_delta"]
+    assert "".join(row["d"] for row in deltas) == text
+    assert len(deltas) <= len(store.batches) < len(text) // 10  # one joined row per block per batch
+    assert sup.live is not None and sup.live.batches == len(store.batches) and sup.live.rows == len(rows)
+    assert [r["type"] for r in rows if r["type"] != "text_delta"] == [
+        "agent_start", "message_end", "message_start", "message_end", "agent_end"]
+    assert [r["i"] for r in rows if r["type"] in ("message_start", "message_end")] == [0, 1, 1]
+    assert await store.read_live_events("t") == []  # pruned at the end
+
+
+async def test_tool_progress_keeps_the_newest_update_per_batch() -> None:
+    store = RecordingStore()
+
+    @tool
+    async def busy(ctx: ToolContext) -> str:
+        """Report a lot of progress without pausing."""
+        for i in range(1, 501):
+            ctx.report(progress=i / 500, text=f"step {i}")
+        await asyncio.sleep(0.06)
+        return "done"
+
+    agent = Agent(FauxProvider([faux_reply(faux_tool_call("busy", {}, id="b1")), "ok"]), store, "t", tools=[busy])
+    assert await Supervisor(agent).prompt("Go.") == "completed"
+    updates = [row for batch in store.batches for row in batch if row["type"] == "tool_execution_update"]
+    assert 1 <= len(updates) <= 3 and updates[-1]["progress"] == 1.0 and updates[-1]["text"] == "step 500"
+
+
+async def test_a_long_stream_writes_snapshots_so_a_bounded_log_can_rebuild_it() -> None:
+    store = RecordingStore()
+    text = "".join(f"w{i} " for i in range(300))
+    gate = asyncio.Event()
+
+    class Slow(FauxProvider):
+        async def stream(self, request, signal):  # type: ignore[no-untyped-def]
+            async for event in super().stream(request, signal):
+                yield event
+                await asyncio.sleep(0.004)  # many batches, so many rows
+
+    agent = Agent(Slow([faux_reply(faux_text(text))], chunk_size=3), store, "t")
+    sup = Supervisor(agent, keep=10, batch_interval=0.005)
+    seen: list[str] = []
+
+    async def watch() -> None:
+        while not gate.is_set():
+            fold = LiveFold()
+            fold.apply(await store.read_live_events("t"), 1, set())  # only the newest `keep` rows exist
+            if fold.partial is not None and fold.partial.text:
+                seen.append(fold.partial.text)
+            await asyncio.sleep(0.01)
+
+    watcher = asyncio.create_task(watch())
+    assert await sup.prompt("Talk.") == "completed"
+    gate.set()
+    await watcher
+    assert any(row["type"] == "message_snapshot" for batch in store.batches for row in batch)
+    long_ones = [s for s in seen if len(s) > 200]
+    assert long_ones and all(text.startswith(s) for s in long_ones)
+
+
+async def test_abort_steer_and_follow_up_through_the_command_table() -> None:
+    store = MemoryCheckpointer()
+    gate, started = asyncio.Event(), asyncio.Event()
+    provider = FauxProvider(
+        [
+            faux_reply(faux_text("Calling the tool."), faux_tool_call("wait_for_gate", {}, id="call_1")),
+            "Steered reply.",
+            "Follow-up reply.",
+        ]
+    )
+    agent = Agent(provider, store, "t", tools=[gated_tool(gate, started)])
+    sup = Supervisor(agent)
+    run = asyncio.create_task(sup.prompt("Start."))
+    await started.wait()
+    steer = await send(store, "t", "steer", "Go left.")
+    follow = await send(store, "t", "follow_up", "And then?")
+    await wait_until(lambda: _both_delivered(store, steer.seq, follow.seq), "delivery")
+    gate.set()
+    assert await run == "completed"
+    messages = (await store.load("t")).messages
+    assert [(m.role, (m.metadata or {}).get("kind")) for m in messages] == [
+        ("user", "prompt"), ("assistant", None), ("tool_result", None), ("user", "steer"), ("assistant", None),
+        ("user", "follow_up"), ("assistant", None)]
+    assert messages[3].metadata["command_seq"] == steer.seq and messages[5].metadata["command_seq"] == follow.seq
+    assert [c.status for c in await store.list_commands("t")] == ["applied", "applied"]
+
+
+async def _both_delivered(store: MemoryCheckpointer, *seqs: int) -> bool:
+    return all(c.status == "delivered" for c in await store.list_commands("t") if c.seq in seqs)
+
+
+async def test_an_abort_command_stops_the_run() -> None:
+    store = MemoryCheckpointer()
+    gate, started = asyncio.Event(), asyncio.Event()
+    agent = Agent(provider_with_tool(), store, "t", tools=[gated_tool(gate, started)])
+    run = asyncio.create_task(Supervisor(agent).prompt("Start."))
+    await started.wait()
+    command = await send(store, "t", "abort")
+    assert await run == "aborted"
+    assert await status_of(store, "t", command.seq) == "applied"
+
+
+async def test_a_steer_arriving_as_the_run_ends_is_refused_and_wakes_nothing() -> None:
+    store = MemoryCheckpointer()
+    provider = FauxProvider(["Only reply."])
+    agent = Agent(provider, store, "t")
+    late: list[int] = []
+
+    async def sneak_in(event) -> None:  # type: ignore[no-untyped-def]
+        # Another process queues a steer just as the run ends (after the last turn boundary).
+        if isinstance(event, AgentEnd):
+            late.append((await store.send_command("t", "steer", "Too late?")).seq)
+
+    agent.subscribe(sneak_in)
+    assert await Supervisor(agent).prompt("Hello.") == "completed"
+    command = next(c for c in await store.list_commands("t") if c.seq == late[0])
+    assert (command.status, command.note) == ("refused", RUN_ENDED)
+    assert len(provider.requests) == 1 and len((await store.load("t")).messages) == 2
+    assert agent.state.pending_steers == []
+
+
+async def test_an_abort_left_by_an_earlier_run_does_not_abort_the_next_one() -> None:
+    store = MemoryCheckpointer()
+    old = await store.send_command("t", "abort")  # a runner died before reading it
+    agent = Agent(FauxProvider(["Fine."]), store, "t")
+    assert await Supervisor(agent).prompt("Hello.") == "completed"
+    command = (await store.list_commands("t"))[0]
+    assert (command.seq, command.status, command.note) == (old.seq, "refused", STALE_ABORT)
+
+
+async def test_a_run_refused_its_lease_leaves_the_other_runners_commands_alone() -> None:
+    store = MemoryCheckpointer()
+    other = LeaseHolder(host="other-host")
+    now = time.time()
+    await store.acquire_lease(Lease("t", other.holder_id, 1, "other-host", "r0", now, now, now + 60), is_stale=lambda _l: True)
+    await store.append_live_events("t", "r0", [{"type": "agent_start", "run_id": "r0"}])
+    steer = await send(store, "t", "steer", "For the other runner.")
+    with pytest.raises(RunAlreadyClaimedError):
+        await Supervisor(Agent(FauxProvider(["x"]), store, "t")).prompt("Mine?")
+    assert await status_of(store, "t", steer.seq) == "pending"
+    assert len(await store.read_live_events("t")) == 1
+
+
+def test_a_store_without_live_events_is_refused() -> None:
+    class Plain:
+        async def load(self, thread_id: str) -> None: ...
+
+    agent = Agent(FauxProvider(["x"]), MemoryCheckpointer(), "t")
+    with pytest.raises(TypeError, match="keeps no live events or commands"):
+        Supervisor(agent, Plain())
+
+
+# --- send / undelivered / discard -----------------------------------------------------------
+
+
+async def test_send_refuses_a_thread_that_is_not_running() -> None:
+    store = MemoryCheckpointer()
+    with pytest.raises(ThreadNotRunningError, match=r"^Thread 't' is not running \(its last run ended\); send the steer as a new prompt\.$"):
+        await send(store, "t", "steer", "Hi")
+    with pytest.raises(ThreadNotRunningError, match="follow-up as a new prompt"):
+        await send(store, "t", "follow_up", "Hi")
+    with pytest.raises(ThreadNotRunningError, match="nothing to abort"):
+        await send(store, "t", "abort")
+    with pytest.raises(CommandError, match="A steer needs some text"):
+        await send(store, "t", "steer", "  ")
+    with pytest.raises(ValueError):
+        await send(store, "t", "restart")  # type: ignore[arg-type]
+    assert await store.list_commands("t") == []
+
+
+async def test_send_refuses_a_crashed_thread() -> None:
+    store = MemoryCheckpointer()
+    await store.claim_run("t", "r1")
+    old = time.time() - 100
+    await store.acquire_lease(Lease("t", "h", 1, "other-host", "r1", old, old, old + 15), is_stale=lambda _l: True)
+    with pytest.raises(ThreadCrashedError, match="process 1 on other-host stopped without finishing the run; resume the thread first, then send the steer"):
+        await send(store, "t", "steer", "Hi")
+
+
+async def test_send_rechecks_the_lease_after_queueing() -> None:
+    class EndsMeanwhile(MemoryCheckpointer):
+        async def send_command(self, thread_id, kind, text=""):  # type: ignore[no-untyped-def]
+            command = await super().send_command(thread_id, kind, text)
+            await self.release_lease(thread_id, "h")  # the run ends between check and insert
+            return command
+
+    store = EndsMeanwhile()
+    now = time.time()
+    await store.acquire_lease(Lease("t", "h", 1, "other-host", "r1", now, now, now + 15), is_stale=lambda _l: True)
+    with pytest.raises(ThreadNotRunningError, match="as a new prompt"):
+        await send(store, "t", "steer", "Hi")
+    [command] = await store.list_commands("t")
+    assert (command.status, command.note) == ("refused", RUN_ENDED)
+
+
+async def test_undelivered_marks_a_steer_already_in_the_conversation_applied() -> None:
+    store = MemoryCheckpointer()
+    a = await store.send_command("t", "steer", "A")
+    b = await store.send_command("t", "steer", "B")
+    await store.update_command(a.seq, "delivered")
+    await store.update_command(b.seq, "delivered")
+    saved = user_text("A", kind="steer")
+    saved.metadata["command_seq"] = a.seq
+    await store.append("t", [user_text("Go"), saved])  # the runner died before marking A applied
+    assert [c.seq for c in await undelivered(store, "t")] == [b.seq]
+    assert await status_of(store, "t", a.seq) == "applied"
+
+
+async def test_discard_refuses_while_running_and_unknown_commands() -> None:
+    store = MemoryCheckpointer()
+    steer = await store.send_command("t", "steer", "A")
+    now = time.time()
+    await store.acquire_lease(Lease("t", "h", 1, "other-host", "r1", now, now, now + 15), is_stale=lambda _l: True)
+    with pytest.raises(CommandError, match="is running"):
+        await discard(store, "t")
+    await store.release_lease("t", "h")
+    with pytest.raises(KeyError):
+        await discard(store, "t", [steer.seq + 1])
+    assert [c.status for c in await discard(store, "t")] == ["discarded"]
+
+
+async def test_pending_steers_go_with_a_resume_between_turns() -> None:
+    store = MemoryCheckpointer()
+    await store.claim_run("t", "r1")
+    await store.append("t", [UserMessage(content="Start.", metadata={"kind": "prompt"}, run_id="r1")])
+    follow = await store.send_command("t", "follow_up", "Then summarise.")
+    steer = await store.send_command("t", "steer", "Be brief.")
+    provider = FauxProvider(["First answer.", "Summary."])
+    agent = Agent(provider, store, "t")
+    assert await Supervisor(agent).resume(include_pending=True) == "completed"
+    messages = (await store.load("t")).messages
+    assert [(m.role, (m.metadata or {}).get("kind")) for m in messages] == [
+        ("user", "prompt"), ("user", "steer"), ("assistant", None), ("user", "follow_up"), ("assistant", None)]
+    assert [c.status for c in await store.list_commands("t")] == ["applied", "applied"]
+    assert {m.metadata.get("command_seq") for m in messages if m.role == "user"} == {None, follow.seq, steer.seq}
