@@ -32,8 +32,9 @@ class Session:
 
 async def attach(store, session: Session) -> ThreadFollower:
     follower = ThreadFollower(store, "t-attach")
-    follower.subscribe(session)
-    session(await follower.start())
+    follower.subscribe(session)  # start() publishes the first change (the history) too
+    first = await follower.start()
+    assert first.reset and session.ids == follower.model.message_ids
     return follower
 
 
