@@ -30,6 +30,7 @@ list, which is how a reader tells a live partial from a message it already loade
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -195,8 +196,7 @@ class LiveLog:
 
 
 def _jsonable(value: Any) -> Any:
-    import json
-
+    # Tool arguments are JSON already; anything else is shown, not allowed to break the batch.
     try:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError):

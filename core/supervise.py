@@ -43,7 +43,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 from core.agent import Agent
 from core.changes import StoreWatch
 from core.checkpoint.base import Command, CommandKind, Lease, RunRecord
-from core.errors import RunError
+from core.errors import AgentBusyError, RunError
 from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome
 from core.leases import pid_alive
 from core.live import BATCH_INTERVAL, KEEP, LiveLog
@@ -179,8 +179,8 @@ def lease_status(
 
 
 class ThreadNotRunningError(RunError):
-    """Raised by :func:`send` when the thread has no live lease (it finished, never ran, or
-    crashed), and by :func:`discard` while it does; ``view`` is the :class:`LeaseView`."""
+    """Raised by :func:`send` when the thread has no live lease (it finished or never ran;
+    see :class:`ThreadCrashedError` for a crash); ``view`` is the :class:`LeaseView` read."""
 
     def __init__(self, message: str, *, view: LeaseView | None = None) -> None:
         super().__init__(message)
@@ -192,7 +192,8 @@ class ThreadCrashedError(ThreadNotRunningError):
 
 
 class CommandError(RunError):
-    """Raised by :func:`send` for a command that cannot be sent as given (a steer without text)."""
+    """Raised by :func:`send` for a command that cannot be sent as given (a steer without
+    text), and by :func:`discard` while a run holds the thread (its commands are in flight)."""
 
 
 async def send(store: Any, thread_id: str, kind: CommandKind, text: str = "") -> Command:
@@ -279,9 +280,9 @@ async def undelivered(store: Any, thread_id: str) -> list[Command]:
 
 async def discard(store: Any, thread_id: str, seqs: Sequence[int] | None = None) -> list[Command]:
     """Mark undelivered steers and follow-ups (all, or those in ``seqs``) ``discarded`` and
-    return them. Raises :class:`ThreadNotRunningError`'s sibling sentence as a
-    :class:`CommandError` while a run holds a live lease (its commands are in flight),
-    ``KeyError`` for a seq that is not an undelivered command of the thread."""
+    return them, updated. Raises :class:`CommandError` while a run holds the thread's live
+    lease (its commands are in flight), ``KeyError`` for a seq that is not an undelivered
+    steer or follow-up of the thread (nothing is discarded then), and the store's errors."""
     lease = await store.get_lease(thread_id)
     if lease_status(lease, (), time.time()).live:
         raise CommandError(f"Thread {thread_id!r} is running; its steers and follow-ups are on their way and cannot be discarded.")
@@ -304,11 +305,12 @@ class Supervisor:
     ``path_for_watch`` is the database file watched for commands (default: the store's
     ``path``, if any). ``batch_interval`` (seconds) paces live-event writes, ``keep``
     bounds the thread's live-event log, ``command_poll`` (seconds) is the fallback check
-    for commands when the file watch misses one (a store without a file is polled every
-    0.05 s). Raises ``TypeError`` for a store without live events and commands.
+    for commands when the file watch misses one (default 1.0; a store without a file is
+    polled every 0.05 s), ``watch_step_ms`` the watch's quiet period (an abort lands in
+    about twice that). Raises ``TypeError`` for a store without live events and commands.
 
     ``prompt`` and ``resume`` return the run's outcome like the agent's methods and raise
-    the same errors; ``live`` (the :class:`~core.live.LiveLog` of the last run) counts
+    the same errors (``AgentBusyError`` also while this supervisor runs one already); ``live`` (the :class:`~core.live.LiveLog` of the last run) counts
     the batches and rows written.
     """
 
@@ -336,6 +338,7 @@ class Supervisor:
         self.command_poll = command_poll
         self.watch_step_ms = watch_step_ms
         self.live: LiveLog | None = None
+        self._active = False
         self._lock = asyncio.Lock()  # serialises command handling with the end of a run
         self._reset()
 
@@ -347,7 +350,6 @@ class Supervisor:
         self._aborts: list[int] = []
         self._inflight: dict[int, UserMessage] = {}  # command seq -> the queued user message
         self._carry: list[Command] = []
-        self._outcome: RunOutcome | None = None
 
     async def __aenter__(self) -> Supervisor:
         return self
@@ -395,6 +397,15 @@ class Supervisor:
         self.agent.abort()
 
     async def _supervised(self, run: Callable[[], Awaitable[RunOutcome]], include_pending: bool) -> RunOutcome:
+        if self._active:
+            raise AgentBusyError("This supervisor is already running the agent; wait for the run to end or abort it.")
+        self._active = True
+        try:
+            return await self._supervised_run(run, include_pending)
+        finally:
+            self._active = False
+
+    async def _supervised_run(self, run: Callable[[], Awaitable[RunOutcome]], include_pending: bool) -> RunOutcome:
         self._reset()
         existing = await self.store.list_commands(self.thread_id)
         # Commands sent before this run belong to earlier runs: only newer ones are ours.

@@ -384,3 +384,19 @@ async def test_pending_steers_go_with_a_resume_between_turns() -> None:
         ("user", "prompt"), ("user", "steer"), ("assistant", None), ("user", "follow_up"), ("assistant", None)]
     assert [c.status for c in await store.list_commands("t")] == ["applied", "applied"]
     assert {m.metadata.get("command_seq") for m in messages if m.role == "user"} == {None, follow.seq, steer.seq}
+
+
+async def test_one_supervisor_runs_one_run_at_a_time() -> None:
+    from core.errors import AgentBusyError
+
+    store = MemoryCheckpointer()
+    gate, started = asyncio.Event(), asyncio.Event()
+    agent = Agent(provider_with_tool(), store, "t", tools=[gated_tool(gate, started)])
+    sup = Supervisor(agent)
+    run = asyncio.create_task(sup.prompt("Start."))
+    await started.wait()
+    with pytest.raises(AgentBusyError):
+        await sup.prompt("Again.")
+    gate.set()
+    assert await run == "completed"
+    assert [c.status for c in await store.list_commands("t")] == []
