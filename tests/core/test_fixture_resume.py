@@ -1,0 +1,202 @@
+"""Resuming every thread of the cubeloop fixture, after upgrading a copy of it.
+
+For each thread of ``shared/fixtures/cubeloop_crashpoints.sqlite`` (always a private copy):
+open it (browse-only: cubeloop's file), upgrade it, diagnose it as its JSON says, then
+resume it with an agent whose tools carry the fixture's tool names (``read_file``
+idempotent, ``slow_step`` and ``wait_for_abort`` not). A crashed thread must complete with
+each dangling call settled (re-run or recorded as interrupted), no tool call left without
+its result - in the thread and in every request the model received - and no row cubeloop
+wrote changed, in any table, of any thread. A clean thread (completed, aborted) refuses
+to resume and takes a new prompt.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.agent import Agent
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.errors import NothingToResumeError
+from core.messages import AssistantMessage, ToolResultMessage, UserMessage
+from core.providers.base import ModelRequest
+from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
+from core.recovery import ResumeAction, ThreadState, diagnose
+from core.tools import AgentTool, ToolContext, tool
+
+from tests.core.test_fixtures import EXPECTED, THREADS
+
+CUBELOOP_TABLES = ("messages", "runs", "thread_extra", "thread_pending_request", "thread_hitl_answers")
+FINAL = "Checked src/app.py again; nothing else to do."
+
+
+def snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of cubeloop's tables, by rowid, read with plain sqlite3 (never through the store)."""
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return {t: c.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid").fetchall() for t in CUBELOOP_TABLES}
+    finally:
+        c.close()
+
+
+def assert_unchanged(before: dict[str, list[tuple[Any, ...]]], after: dict[str, list[tuple[Any, ...]]]) -> None:
+    for table, rows in before.items():
+        now = {row[0]: row for row in after[table]}
+        for row in rows:
+            assert now.get(row[0]) == row, f"{table} row {row[0]} changed: {row} -> {now.get(row[0])}"
+
+
+def assert_paired(messages: list[Any], where: str) -> None:
+    """Each tool call has exactly one result after it, before the next assistant or user message."""
+    open_calls: dict[str, int] = {}
+    for i, m in enumerate(messages):
+        if isinstance(m, (AssistantMessage, UserMessage)):
+            assert all(open_calls.values()), f"{where}: message {i} follows unanswered calls {open_calls}"
+            open_calls = {c.id: 0 for c in m.tool_calls} if isinstance(m, AssistantMessage) else {}
+        elif isinstance(m, ToolResultMessage):
+            assert open_calls.get(m.tool_call_id) == 0, f"{where}: result {i} for {m.tool_call_id} is stray or a repeat"
+            open_calls[m.tool_call_id] = 1
+    assert all(open_calls.values()), f"{where}: ends with unanswered calls {open_calls}"
+
+
+def fixture_tools(ran: list[str]) -> list[AgentTool]:
+    @tool(idempotent=True)
+    async def read_file(path: str, ctx: ToolContext) -> str:
+        """Read a file."""
+        ran.append(f"read_file {ctx.tool_call_id}")
+        return f"contents of {path}"
+
+    @tool
+    async def slow_step(label: str, ctx: ToolContext) -> str:
+        """A long step, not safe to repeat."""
+        ran.append(f"slow_step {ctx.tool_call_id}")
+        return f"{label} done"
+
+    @tool
+    async def wait_for_abort(label: str, ctx: ToolContext) -> str:
+        """Wait until aborted."""
+        ran.append(f"wait_for_abort {ctx.tool_call_id}")
+        return "stopped"
+
+    return [read_file, slow_step, wait_for_abort]
+
+
+def model(request: ModelRequest) -> AssistantMessage:
+    """After a user message, read a file first; otherwise answer."""
+    if isinstance(request.messages[-1], UserMessage):
+        return faux_reply("Let me look again.", faux_tool_call("read_file", {"path": "src/app.py"}))
+    return faux_reply(FINAL)
+
+
+async def upgraded(db: Path) -> SQLiteCheckpointer:
+    store = await SQLiteCheckpointer.open(db, create=False)
+    assert store.needs_upgrade and store.read_only  # cubeloop's file: browse-only until upgraded
+    await store.upgrade()
+    assert not store.read_only and not store.needs_upgrade
+    return store
+
+
+def _choices(thread: dict[str, Any], rerun_slow: bool) -> dict[str, str]:
+    if not rerun_slow:
+        return {}
+    return {c: "rerun" for c in thread["unanswered_tool_call_ids"] if "slow" in c}
+
+
+CASES = [pytest.param(t, False, id=t["thread_id"]) for t in THREADS] + [
+    pytest.param(t, True, id=f"{t['thread_id']}-rerun-chosen")
+    for t in THREADS
+    if any("slow" in c for c in t["unanswered_tool_call_ids"])
+]
+
+
+@pytest.mark.parametrize(("thread", "rerun_slow"), CASES)
+async def test_resume_each_fixture_thread_after_upgrade(fixture_db: Path, thread: dict[str, Any], rerun_slow: bool) -> None:
+    thread_id = thread["thread_id"]
+    before = snapshot(fixture_db)
+    store = await upgraded(fixture_db)
+    try:
+        assert_unchanged(before, snapshot(fixture_db))  # the upgrade changed no row
+        data = await store.load(thread_id)
+        assert data is not None and not data.problems
+        old = [m.model_dump_json() for m in data.messages]
+        verdict = diagnose(data.messages, data.runs, data.journal)
+        state, point = EXPECTED[thread["crash_point"]]
+        assert (verdict.state, verdict.crash_point) == (state, point)
+        assert [d.call.id for d in verdict.dangling] == thread["unanswered_tool_call_ids"]
+
+        ran: list[str] = []
+        provider = FauxProvider(fallback=model)
+        agent = Agent(provider, store, thread_id, tools=fixture_tools(ran))
+        plan = await agent.plan_resume()
+        assert plan.diagnosis.state is state
+        for call in plan.calls:
+            assert call.known
+            assert call.action == ("rerun" if call.call.name == "read_file" else "interrupt"), call
+            assert call.choices == (() if call.call.name == "read_file" else ("interrupt", "rerun"))
+
+        if state is not ThreadState.CRASHED:
+            assert plan.action is ResumeAction.NONE
+            with pytest.raises(NothingToResumeError):
+                await agent.resume()
+            assert_unchanged(before, snapshot(fixture_db))
+            outcome = await agent.prompt("Please check src/app.py once more.")
+        else:
+            outcome = await agent.resume(_choices(thread, rerun_slow))
+        assert outcome == "completed", agent.state.error
+
+        after = await store.load(thread_id)
+        assert after is not None and not after.problems
+        messages = after.messages
+        assert [m.model_dump_json() for m in messages[: len(old)]] == old
+        assert diagnose(messages, after.runs, after.journal).state is ThreadState.COMPLETED
+        assert isinstance(messages[-1], AssistantMessage) and messages[-1].stop_reason == "stop"
+        assert messages[-1].text == FINAL
+        assert_paired(messages, f"{thread_id} after resume")
+        assert provider.requests
+        for i, request in enumerate(provider.requests):
+            assert_paired(list(request.messages), f"{thread_id}, request {i}")
+
+        settled = {m.tool_call_id: m for m in messages[len(old) :] if isinstance(m, ToolResultMessage)}
+        for call_id in thread["unanswered_tool_call_ids"]:
+            result = settled[call_id]
+            if call_id.startswith("call_read") or (rerun_slow and "slow" in call_id):
+                assert result.metadata.get("settled") == "rerun" and not result.is_error, result
+                assert any(r.endswith(f" {call_id}") for r in ran)
+            else:
+                assert result.metadata.get("settled") == "interrupted" and result.is_error, result
+                assert "interrupted" in result.text
+                assert not any(r.endswith(f" {call_id}") for r in ran)  # never re-run on its own
+        # Every row cubeloop wrote, of every thread, is as it was.
+        assert_unchanged(before, snapshot(fixture_db))
+    finally:
+        await store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: after upgrade() a cubeloop thread's dangling call reads 'never started' "
+    "(the journal table exists but never saw that call), though it may well have started",
+)
+async def test_a_cubeloop_call_still_may_have_started_after_upgrade(fixture_db: Path) -> None:
+    # crash-mid-tool was killed while slow_step slept: the call did start. Browse-only,
+    # the diagnosis rightly says "may have started"; after the upgrade it says "never
+    # started", and a user deciding whether to re-run a non-idempotent call is misled.
+    store = await upgraded(fixture_db)
+    try:
+        data = await store.load("crash-mid-tool")
+        assert data is not None
+        (dangling,) = diagnose(data.messages, data.runs, data.journal).dangling
+        assert dangling.status_words == "may have started"
+    finally:
+        await store.close()
+
+
+async def test_browse_only_diagnosis_says_may_have_started(fixture_db: Path) -> None:
+    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+        data = await store.load("crash-mid-tool")
+        assert data is not None and data.journal is None
+        (dangling,) = diagnose(data.messages, data.runs, data.journal).dangling
+        assert dangling.status_words == "may have started"

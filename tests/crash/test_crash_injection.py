@@ -1,0 +1,498 @@
+"""Crash injection: real children run a multi-tool agent on SQLite and are SIGKILLed at random.
+
+Children are forked by a warm fork server (:mod:`tests.crash.forkserver`), several at a
+time, each running a random scenario (:mod:`tests.crash.scenario`: 2-3 turns of parallel
+or sequential batches mixing idempotent tools with external effects and tools that are
+not idempotent, a faux model that streams with a delay per delta, sometimes a steer)
+on one of two SQLite files shared by two lanes each; some children run two threads at
+once in one database, some are themselves resumers of a crashed thread. Each child is
+killed with SIGKILL after a random delay. After every kill the test checks, from the
+database itself:
+
+a. every message the child reported as persisted is in the database, in order, right
+   after the rows that existed before the child started, and those rows are unchanged;
+b. ``diagnose`` names the crash point the persisted rows imply, computed here
+   independently from roles and tool call ids; a dangling call whose tool body started
+   (per the ledger) has a journal start;
+c. resume (in this process) completes: outcome "completed", a final "stop" reply, one
+   assistant message per scripted turn, diagnosis completed, no earlier row changed;
+d. each idempotent effect happened exactly once per (thread, job key) whose result says
+   success, although its body ran more than once (the ledger dedups on ``ctx.job_key``);
+   a call that is not idempotent never ran twice; a done job is reused, not re-run;
+e. no tool call is ever without its result: in the final thread and in every request
+   the resuming model received.
+
+Seed: ``CUBEPI_CRASH_SEED`` (printed); kills: ``CUBEPI_CRASH_KILLS`` (default 300);
+concurrent children: ``CUBEPI_CRASH_LANES`` (default 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import sqlite3
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.agent import Agent
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.errors import NothingToResumeError
+from core.messages import AssistantMessage, ToolResultMessage
+from core.recovery import CrashPoint, ThreadState, diagnose
+from core.tool_execution import call_job_key
+
+from tests.crash.conftest import REPORT
+from tests.crash.scenario import (
+    IDEMPOTENT_TOOLS,
+    build_tools,
+    create_ledger,
+    estimate_seconds,
+    make_agent,
+    make_scenario,
+    prompt_text,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+KILLS = int(os.environ.get("CUBEPI_CRASH_KILLS") or 300)
+LANES = int(os.environ.get("CUBEPI_CRASH_LANES") or 4)
+SEED = int(os.environ.get("CUBEPI_CRASH_SEED") or random.SystemRandom().randrange(2**32))
+MIN_PER_POINT = 8
+RESUME_SPEED = 0.2
+"""Tools of the resumer in this process sleep this fraction of their scripted time."""
+
+
+# --- the fork server -------------------------------------------------------------------------
+
+
+class ForkServer:
+    """Client of :mod:`tests.crash.forkserver`: spawn a child, kill it by pid, learn how it died."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self._next = 0
+        self._pids: dict[int, asyncio.Future[int]] = {}
+        self._exits: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def start(cls, stderr: Path) -> ForkServer:
+        with stderr.open("ab") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "tests.crash.forkserver",
+                cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+            )
+        assert proc.stdout is not None
+        first = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert b"ready" in first, f"fork server failed to start: {first!r} {stderr.read_text()}"
+        return cls(proc)
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            msg = json.loads(line)
+            if "pid" in msg:
+                self._pids.pop(msg["id"]).set_result(msg["pid"])
+            else:
+                future = self._exit(msg["exit"])
+                if not future.done():
+                    future.set_result(msg)
+        for future in [*self._pids.values(), *self._exits.values()]:
+            if not future.done():
+                future.set_exception(RuntimeError("the fork server died"))
+
+    def _exit(self, pid: int) -> asyncio.Future[dict[str, Any]]:
+        return self._exits.setdefault(pid, asyncio.get_running_loop().create_future())
+
+    async def spawn(self, request: dict[str, Any]) -> int:
+        assert self.proc.stdin is not None
+        self._next += 1
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pids[self._next] = future
+        self.proc.stdin.write((json.dumps({"id": self._next, **request}) + "\n").encode())
+        await self.proc.stdin.drain()
+        return await asyncio.wait_for(future, 30)
+
+    async def kill(self, pid: int) -> dict[str, Any]:
+        """SIGKILL the child ``pid`` (ours: children never exit on their own) and wait until reaped."""
+        future = self._exit(pid)
+        if not future.done():
+            os.kill(pid, signal.SIGKILL)
+        return await asyncio.wait_for(future, 30)
+
+    async def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 30)
+        finally:
+            self._reader.cancel()
+
+
+# --- reading the files directly (independent of the store under test) ------------------------
+
+
+def raw_rows(db: Path, thread_id: str) -> list[tuple[int, str]]:
+    c = sqlite3.connect(db, timeout=30)
+    try:
+        return c.execute("SELECT id, message_json FROM messages WHERE thread_id = ? ORDER BY id", (thread_id,)).fetchall()
+    finally:
+        c.close()
+
+
+def raw_runs(db: Path, thread_id: str) -> dict[str, bool]:
+    c = sqlite3.connect(db, timeout=30)
+    try:
+        rows = c.execute("SELECT run_id, completed_at FROM runs WHERE thread_id = ?", (thread_id,)).fetchall()
+    finally:
+        c.close()
+    return {run_id: completed is not None for run_id, completed in rows}
+
+
+def ledger_rows(ledger: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    c = sqlite3.connect(ledger, timeout=30)
+    try:
+        return c.execute(sql, params).fetchall()
+    finally:
+        c.close()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Where a thread stands, from its rows alone: ``state`` "empty" / "completed" / "crashed"."""
+
+    state: str
+    point: int | None = None
+    why: str = ""
+    missing: tuple[str, ...] = ()
+    answered: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"point {self.point} ({self.why})" if self.point else self.state
+
+
+def expected_verdict(rows: list[tuple[int, str]], runs: dict[str, bool]) -> Verdict:
+    """The crash point the persisted rows imply (DESIGN.md), computed without core.recovery."""
+    messages = [json.loads(text) for _, text in rows]
+    if not messages:
+        return Verdict("empty")
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+    if last is None or messages[-1]["role"] == "user":
+        return Verdict("crashed", 1, "user message unanswered")
+    assistant = messages[last]
+    calls = [b["id"] for b in assistant["content"] if b["type"] == "tool_call"]
+    answered = {m["tool_call_id"] for m in messages[last + 1 :] if m["role"] == "tool_result"}
+    missing = tuple(c for c in calls if c not in answered)
+    if missing:
+        done = tuple(c for c in calls if c in answered)
+        return Verdict("crashed", 3, "batch partly answered" if done else "no result yet", missing, done)
+    if calls:
+        return Verdict("crashed", 2, "next model call unfinished")
+    assert assistant["stop_reason"] == "stop", assistant
+    if runs.get(assistant["run_id"]) is False:
+        return Verdict("crashed", 1, "final reply, run not completed")
+    return Verdict("completed")
+
+
+def assert_paired(messages: list[Any], where: str) -> None:
+    """Every tool call has exactly one result after it, before the next assistant or user message."""
+    open_calls: dict[str, int] = {}
+    for i, m in enumerate(messages):
+        role = m.role if not isinstance(m, dict) else m["role"]
+        if role in ("assistant", "user"):
+            unanswered = [c for c, n in open_calls.items() if n == 0]
+            assert not unanswered, f"{where}: message {i} ({role}) follows tool calls without results: {unanswered}"
+            open_calls = {}
+            if role == "assistant":
+                content = m.content if not isinstance(m, dict) else m["content"]
+                for b in content:
+                    block_type = b["type"] if isinstance(b, dict) else b.type
+                    if block_type == "tool_call":
+                        open_calls[b["id"] if isinstance(b, dict) else b.id] = 0
+        elif role == "tool_result":
+            call_id = m.tool_call_id if not isinstance(m, dict) else m["tool_call_id"]
+            assert call_id in open_calls, f"{where}: result {i} answers {call_id}, not a call of the last assistant message"
+            open_calls[call_id] += 1
+            assert open_calls[call_id] == 1, f"{where}: tool call {call_id} has two results"
+    unanswered = [c for c, n in open_calls.items() if n == 0]
+    assert not unanswered, f"{where}: ends with tool calls without results: {unanswered}"
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Lane:
+    n: int
+    rng: random.Random
+    db: Path
+    ledger: Path
+    store: SQLiteCheckpointer
+    dir: Path
+
+
+@dataclass
+class Run:
+    server: ForkServer
+    kills: int = 0
+    points: Counter[str] = field(default_factory=Counter)
+    kinds: Counter[str] = field(default_factory=Counter)
+    settled: Counter[str] = field(default_factory=Counter)
+    episodes: int = 0
+    body_reruns: int = 0
+    duplicate_effects_prevented: int = 0
+    success_keys: dict[Path, set[tuple[str, str]]] = field(default_factory=dict)
+    final_rows: dict[tuple[Path, str], list[tuple[int, str]]] = field(default_factory=dict)
+
+
+async def kill_once(
+    run: Run, lane: Lane, mode: str, episode: int, threads: dict[str, dict[str, Any]],
+    before: dict[str, list[tuple[int, str]]], delay: float,
+) -> dict[str, tuple[Verdict, list[tuple[int, str]]]]:
+    """Fork a child running ``mode`` on ``threads``, SIGKILL it after ``delay`` s, check a. and b."""
+    notes, log = lane.dir / f"e{episode}-{mode}.jsonl", lane.dir / f"e{episode}-{mode}.log"
+    request = {
+        "mode": mode, "db": str(lane.db), "ledger": str(lane.ledger), "notes": str(notes), "log": str(log),
+        "threads": [{"thread": t, "scenario": s} for t, s in threads.items()],
+    }
+    pid = await run.server.spawn(request)
+    await asyncio.sleep(delay)
+    died = await run.server.kill(pid)
+    lines = [json.loads(x) for x in notes.read_text().splitlines()] if notes.exists() else []
+    errors = [x["error"] for x in lines if "error" in x]
+    assert not errors, f"child of episode {episode} failed:\n{errors[0]}"
+    assert died["signal"] == signal.SIGKILL, (died, log.read_text() if log.exists() else "")
+    finished = [x["finished"] for x in lines if "finished" in x]
+    assert all(o == "completed" for f in finished for o in f), finished
+    run.kills += 1
+    run.kinds[f"{mode}, {len(threads)} thread(s) in one process"] += 1
+    if finished:
+        run.kinds["landed after the run ended"] += 1
+
+    verdicts = {}
+    for thread_id in threads:
+        seen = [x["json"] for x in lines if x.get("seen") == thread_id]
+        verdicts[thread_id] = await check_after_kill(run, lane, thread_id, before[thread_id], seen)
+    return verdicts
+
+
+async def check_after_kill(
+    run: Run, lane: Lane, thread_id: str, before: list[tuple[int, str]], seen: list[str]
+) -> tuple[Verdict, list[tuple[int, str]]]:
+    rows = raw_rows(lane.db, thread_id)
+    # a. nothing persisted earlier changed; what the child saw persisted is there, in order
+    assert rows[: len(before)] == before, f"{thread_id}: rows persisted before the child started changed"
+    new = rows[len(before) :]
+    assert len(seen) <= len(new) <= len(seen) + 1, (thread_id, len(seen), len(new))
+    assert [text for _, text in new[: len(seen)]] == seen, f"{thread_id}: persisted messages lost or reordered"
+
+    # b. the diagnosis names the crash point the rows imply
+    expected = expected_verdict(rows, raw_runs(lane.db, thread_id))
+    data = await lane.store.load(thread_id)
+    assert data is None or not data.problems
+    verdict = diagnose(data.messages, data.runs, data.journal) if data is not None else diagnose([])
+    want_state = {"empty": ThreadState.EMPTY, "completed": ThreadState.COMPLETED}.get(expected.state, ThreadState.CRASHED)
+    assert verdict.state is want_state, (thread_id, expected, verdict)
+    assert verdict.crash_point == (CrashPoint(expected.point) if expected.point else None), (thread_id, expected, verdict)
+    assert tuple(d.call.id for d in verdict.dangling) == expected.missing
+    assert tuple(verdict.answered) == expected.answered
+    for dangling in verdict.dangling:
+        body_started = ledger_rows(
+            lane.ledger, "SELECT COUNT(*) FROM attempts WHERE thread_id = ? AND tool_call_id = ? AND phase = 'start'",
+            thread_id, dangling.call.id,
+        )[0][0]
+        assert dangling.journaled
+        if body_started:
+            assert dangling.started_at is not None, f"{thread_id}: {dangling.call.id} ran but its start was not journaled"
+    run.points[expected.key] += 1
+    return expected, rows
+
+
+async def resume_and_check(run: Run, lane: Lane, thread_id: str, scenario: dict[str, Any], expected: Verdict) -> None:
+    """c., d., e.: resume in this process and check the whole thread and the ledger."""
+    before = raw_rows(lane.db, thread_id)
+    attempts_before = Counter(
+        ledger_rows(lane.ledger, "SELECT tool_call_id, job_key FROM attempts WHERE thread_id = ?", thread_id)
+    )
+    agent = make_agent(lane.store, thread_id, scenario, str(lane.ledger), speed=RESUME_SPEED, delay=0.0, record=True)
+    plan = await agent.plan_resume()
+    tools = agent._config.tools_by_name
+    for call in plan.calls:
+        tool = tools[call.call.name]
+        if tool.idempotent:
+            job = await lane.store.job_get(thread_id, call_job_key(tool, call.call))
+            want = "reuse" if job is not None and job.status == "done" else "rerun"
+        else:
+            want = "interrupt"
+        assert call.action == want, (thread_id, call)
+    assert [c.call.id for c in plan.calls] == list(expected.missing)
+
+    if expected.state in ("empty", "completed"):
+        with pytest.raises(NothingToResumeError):
+            await agent.resume()
+        outcome = await agent.prompt(prompt_text(thread_id)) if expected.state == "empty" else "completed"
+    else:
+        outcome = await agent.resume()
+    assert outcome == "completed", (thread_id, agent.state.error)
+
+    # c. the run completed and nothing earlier changed
+    rows = raw_rows(lane.db, thread_id)
+    assert rows[: len(before)] == before, f"{thread_id}: resume changed rows persisted before it"
+    assert expected_verdict(rows, raw_runs(lane.db, thread_id)).state == "completed"
+    data = await lane.store.load(thread_id)
+    assert data is not None and not data.problems
+    assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED
+    messages = data.messages
+    final = messages[-1]
+    assert isinstance(final, AssistantMessage) and final.stop_reason == "stop" and final.text == scenario["final"]
+    replies = [m for m in messages if isinstance(m, AssistantMessage)]
+    assert [m.text for m in replies] == [t["text"] for t in scenario["turns"]] + [scenario["final"]], thread_id
+
+    # e. no call without its result, in the thread and in every request the model got
+    assert_paired(messages, f"{thread_id} (final thread)")
+    for i, request in enumerate(agent.provider.requests):
+        assert_paired(list(request.messages), f"{thread_id} (request {i} of the resumer)")
+
+    results = {m.tool_call_id: m for m in messages if isinstance(m, ToolResultMessage)}
+    for call in plan.calls:
+        result = results[call.call.id]
+        settled = result.metadata.get("settled")
+        want = {"reuse": "reused", "rerun": "rerun", "interrupt": "interrupted"}[call.action]
+        assert settled == want, (thread_id, call.call.id, result.metadata)
+        run.settled[want] += 1
+        if call.action == "interrupt":
+            assert result.is_error and "interrupted" in result.text
+        if call.action != "rerun":  # neither reused nor interrupted work runs again
+            after = ledger_rows(
+                lane.ledger, "SELECT COUNT(*) FROM attempts WHERE thread_id = ? AND tool_call_id = ?", thread_id, call.call.id
+            )[0][0]
+            assert after == sum(n for (cid, _), n in attempts_before.items() if cid == call.call.id), call
+
+    # d. exactly-once effects of idempotent tools, by dedup on the job key
+    calls = {c.id: c for m in replies for c in m.tool_calls}
+    success_keys: set[str] = set()
+    for call_id, result in results.items():
+        call = calls[call_id]
+        tool = tools[call.name]
+        if tool.idempotent:
+            assert not result.is_error, (thread_id, call_id, result.text)
+            key = call_job_key(tool, call)
+            assert key is not None
+            success_keys.add(key)
+        elif not result.is_error:
+            done = ledger_rows(
+                lane.ledger, "SELECT COUNT(*) FROM attempts WHERE thread_id = ? AND tool_call_id = ? AND phase = 'done'",
+                thread_id, call_id,
+            )[0][0]
+            assert done == 1, (thread_id, call_id)
+    effects = Counter(k for (k,) in ledger_rows(lane.ledger, "SELECT job_key FROM effects WHERE thread_id = ?", thread_id))
+    assert set(effects) == success_keys, (thread_id, set(effects) ^ success_keys)
+    assert all(n == 1 for n in effects.values())
+    starts = Counter(
+        ledger_rows(lane.ledger, "SELECT job_key FROM attempts WHERE thread_id = ? AND phase = 'start' AND job_key IS NOT NULL", thread_id)
+    )
+    tried = Counter(
+        ledger_rows(lane.ledger, "SELECT job_key FROM attempts WHERE thread_id = ? AND phase = 'effect'", thread_id)
+    )
+    for key in success_keys:
+        job = await lane.store.job_get(thread_id, key)
+        assert job is not None and job.status == "done", (thread_id, key, job)
+        assert job.attempts >= starts[(key,)] >= tried[(key,)] >= effects[key] == 1, (key, job, starts, tried)
+        run.body_reruns += starts[(key,)] - 1
+        run.duplicate_effects_prevented += tried[(key,)] - 1
+    run.success_keys.setdefault(lane.ledger, set()).update((thread_id, k) for k in success_keys)
+    once = ledger_rows(
+        lane.ledger,
+        "SELECT tool_call_id, COUNT(*) FROM attempts WHERE thread_id = ? AND job_key IS NULL AND phase = 'start'"
+        " GROUP BY tool_call_id HAVING COUNT(*) > 1",
+        thread_id,
+    )
+    assert not once, f"{thread_id}: a tool that is not idempotent ran twice: {once}"
+    run.final_rows[(lane.db, thread_id)] = rows
+
+
+async def run_lane(run: Run, lane: Lane, deadline: float) -> None:
+    while run.kills < KILLS and time.monotonic() < deadline:
+        run.episodes += 1
+        episode = run.episodes
+        rng = lane.rng
+        tags = ("a", "b") if rng.random() < 0.2 else ("a",)
+        threads = {f"L{lane.n}-e{episode}-{t}": make_scenario(rng, f"{lane.n}.{episode}{t}") for t in tags}
+        before: dict[str, list[tuple[int, str]]] = {t: [] for t in threads}
+        longest = max(estimate_seconds(s) for s in threads.values())
+        verdicts = await kill_once(run, lane, "prompt", episode, threads, before, rng.uniform(0.003, longest * 1.05))
+        if len(threads) == 1 and rng.random() < 0.3:
+            ((thread_id, (verdict, rows)),) = verdicts.items()
+            if verdict.state == "crashed":
+                # Kill the resumer too: a crash during settlement or a later turn.
+                verdicts = await kill_once(
+                    run, lane, "resume", episode, threads, {thread_id: rows}, rng.uniform(0.003, longest * 0.7)
+                )
+        await asyncio.gather(*(resume_and_check(run, lane, t, threads[t], verdicts[t][0]) for t in threads))
+
+
+async def test_random_sigkills_recover_every_crash_point(tmp_path: Path) -> None:
+    started = time.monotonic()
+    REPORT.append(f"crash injection: seed {SEED} (set CUBEPI_CRASH_SEED={SEED} to repeat the same scenarios and kill delays)")
+    server = await ForkServer.start(tmp_path / "forkserver.err")
+    run = Run(server)
+    stores: list[SQLiteCheckpointer] = []
+    lanes: list[Lane] = []
+    try:
+        for n in range(LANES):
+            if n % 2 == 0:  # two lanes (two concurrent children) share each database
+                db, ledger = tmp_path / f"agents{n // 2}.sqlite", tmp_path / f"ledger{n // 2}.sqlite"
+                create_ledger(ledger)
+                stores.append(await SQLiteCheckpointer.open(db, create=True))
+            lane_dir = tmp_path / f"lane{n}"
+            lane_dir.mkdir()
+            lanes.append(Lane(n, random.Random(f"{SEED}-{n}"), db, ledger, stores[-1], lane_dir))
+        await asyncio.gather(*(run_lane(run, lane, started + 140) for lane in lanes))
+
+        # Threads finished earlier were never touched by the children and resumers that followed.
+        for (db, thread_id), rows in run.final_rows.items():
+            assert raw_rows(db, thread_id) == rows, thread_id
+        # Across the whole run: one effect per (thread, job key) whose result says success, no other.
+        effect_rows = 0
+        for ledger, keys in run.success_keys.items():
+            effects = ledger_rows(ledger, "SELECT thread_id, job_key FROM effects")
+            assert len(effects) == len(set(effects)) and set(effects) == keys
+            effect_rows += len(effects)
+    finally:
+        for store in stores:
+            await store.close()
+        await server.close()
+
+    elapsed = time.monotonic() - started
+    by_point = {p: sum(n for k, n in run.points.items() if k.startswith(f"point {p}")) for p in (1, 2, 3)}
+    REPORT.append(
+        f"  {run.kills} SIGKILLs in {run.episodes} episodes, {LANES} concurrent children on 2 databases, {elapsed:.1f} s"
+    )
+    REPORT.append(
+        "  threads found per crash point after a kill: "
+        + ", ".join(f"{p} ({CrashPoint(p).words}) {by_point[p]}" for p in (1, 2, 3))
+    )
+    for key, n in sorted(run.points.items()):
+        REPORT.append(f"    {key}: {n}")
+    for key, n in sorted(run.kinds.items()):
+        REPORT.append(f"  kills of {key}: {n}")
+    REPORT.append(
+        f"  dangling calls settled: {dict(run.settled)}; idempotent bodies re-run {run.body_reruns} times, "
+        f"{run.duplicate_effects_prevented} repeated effects absorbed by the job-key dedup; "
+        f"{effect_rows} effects in the ledgers for {sum(map(len, run.success_keys.values()))} successful (thread, job key) pairs"
+    )
+    assert run.kills >= KILLS, f"only {run.kills} kills before the time limit"
+    assert all(n >= MIN_PER_POINT for n in by_point.values()), by_point
+    assert run.kinds["prompt, 2 thread(s) in one process"] >= 5
+    assert run.kinds["resume, 1 thread(s) in one process"] >= 5
+    assert run.settled["rerun"] and run.settled["interrupted"] and run.settled["reused"]
+    assert run.duplicate_effects_prevented > 0, "no kill fell between an effect and its job's done record"
