@@ -97,13 +97,18 @@ class CubepiApp(App[None]):
 
     @on(StoreChanged)
     def _store_changed(self) -> None:
-        if self.screen is self.threads_screen:
+        if self.top_screen is self.threads_screen:
             self.threads_screen.reload()
 
     async def on_unmount(self) -> None:
         await self.session.close()
 
     # --- navigation ---------------------------------------------------------------------
+
+    @property
+    def top_screen(self) -> Screen[object] | None:
+        """The screen on top, or ``None`` while the app starts or shuts down (no screens)."""
+        return self.screen_stack[-1] if self.screen_stack else None
 
     @on(OpenThread)
     def _open_thread(self, message: OpenThread) -> None:
@@ -113,7 +118,7 @@ class CubepiApp(App[None]):
             self._thread_screens[message.thread_id] = screen
             # Installed, so popping it keeps it (and its run worker) alive.
             self.install_screen(screen, f"thread:{message.thread_id}")
-        if screen is not self.screen:
+        if screen is not self.top_screen:
             self.push_screen(screen)
 
     @on(NewThread)
@@ -131,7 +136,7 @@ class CubepiApp(App[None]):
     @on(CloseThread)
     async def _close_thread(self, message: CloseThread) -> None:
         screen = self._thread_screens.get(message.thread_id)
-        if screen is not None and self.screen is screen:
+        if screen is not None and self.top_screen is screen:
             await self.pop_screen()
         self._forget_if_idle(message.thread_id)
         if message.error is not None:
@@ -184,7 +189,7 @@ class CubepiApp(App[None]):
 
     def action_help(self) -> None:
         """Show the help screen."""
-        if not isinstance(self.screen, HelpScreen):
+        if not isinstance(self.top_screen, HelpScreen):
             self.push_screen(HelpScreen())
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -196,8 +201,9 @@ class CubepiApp(App[None]):
         yield from super().get_system_commands(screen)
 
     def _to_picker(self) -> None:
-        if isinstance(self.screen, ThreadScreen):
-            self.post_message(CloseThread(self.screen.thread_id))
+        top = self.top_screen
+        if isinstance(top, ThreadScreen):
+            self.post_message(CloseThread(top.thread_id))
 
 
 def make_app(session: Session, *, thread_id: str | None = None) -> CubepiApp:

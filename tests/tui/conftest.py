@@ -28,6 +28,39 @@ def fast_session(store: Checkpointer | None = None, path: Path | None = None, *,
     return build_session(path, store=store, demo=True, demo_speed=speed)
 
 
+class Db:
+    """A SQLite file the app under test uses; reads open their own short-lived store."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    async def load(self, thread_id: str):  # type: ignore[no-untyped-def]
+        """The thread as stored (``CheckpointData`` or ``None``)."""
+        from core.checkpoint.sqlite import SQLiteCheckpointer
+
+        store = await SQLiteCheckpointer.open(self.path, create=False)
+        try:
+            return await store.load(thread_id)
+        finally:
+            await store.close()
+
+    async def list_threads(self):  # type: ignore[no-untyped-def]
+        """Every thread's summary."""
+        from core.checkpoint.sqlite import SQLiteCheckpointer
+
+        store = await SQLiteCheckpointer.open(self.path, create=False)
+        try:
+            return await store.list_threads()
+        finally:
+            await store.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Db:
+    """A fresh SQLite database file (created by the app on first open)."""
+    return Db(tmp_path / "threads.sqlite")
+
+
 @pytest.fixture
 def fixture_copy(tmp_path: Path) -> Path:
     """A private copy of the cubeloop fixture database."""

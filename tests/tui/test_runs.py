@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from core.checkpoint.memory import MemoryCheckpointer
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import fast_session, open_from_picker, screen_text, type_text, wait_for, wait_for_text
+from tests.tui.conftest import Db, fast_session, open_from_picker, screen_text, type_text, wait_for, wait_for_text
 from tui.app import CubepiApp, make_app
 from tui.messages import AgentEventReceived, RunFinished
 from tui.screens.modals import ConfirmModal, TextInputModal
@@ -40,10 +39,9 @@ async def _start_thread(pilot, prompt: str) -> ThreadScreen:  # type: ignore[no-
     return _thread_screen(app)
 
 
-async def test_new_thread_runs_to_completion_and_events_arrive_as_messages() -> None:
-    store = MemoryCheckpointer()
+async def test_new_thread_runs_to_completion_and_events_arrive_as_messages(db: Db) -> None:
     seen: list[object] = []
-    app = make_app(fast_session(store))
+    app = make_app(fast_session(path=db.path))
     async with app.run_test(size=(110, 40), message_hook=seen.append) as pilot:
         screen = await _start_thread(pilot, "summarise sales")
         await wait_for(pilot, lambda: not screen.running, timeout=15, what="run finished")
@@ -56,13 +54,12 @@ async def test_new_thread_runs_to_completion_and_events_arrive_as_messages() -> 
     assert "tool_execution_update" in events and "message_update" in events
     finished = [m for m in seen if isinstance(m, RunFinished)]
     assert finished and finished[-1].outcome == "completed"
-    (summary,) = await store.list_threads()
+    (summary,) = await db.list_threads()
     assert diagnose(summary.tail, summary.runs).state is ThreadState.COMPLETED
 
 
-async def test_abort_during_a_live_run() -> None:
-    store = MemoryCheckpointer()
-    app = make_app(fast_session(store, speed=1.0))
+async def test_abort_during_a_live_run(db: Db) -> None:
+    app = make_app(fast_session(path=db.path, speed=1.0))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "train something")
         await wait_for(pilot, lambda: _running_tool(app), timeout=10, what="a tool running")
@@ -73,14 +70,13 @@ async def test_abort_during_a_live_run() -> None:
         assert "aborted" in text.splitlines()[-2]  # the status bar
         assert not screen.check_action("abort", ())  # nothing left to abort: the key is greyed
         thread_id = screen.thread_id
-    data = await store.load(thread_id)
+    data = await db.load(thread_id)
     assert data is not None
     assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
 
 
-async def test_steer_lands_in_the_conversation_and_follow_up_comes_after() -> None:
-    store = MemoryCheckpointer()
-    app = make_app(fast_session(store, speed=3.0))
+async def test_steer_lands_in_the_conversation_and_follow_up_comes_after(db: Db) -> None:
+    app = make_app(fast_session(path=db.path, speed=3.0))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "build a report")
         await wait_for(pilot, lambda: _running_tool(app), timeout=10, what="a tool running")
@@ -96,7 +92,7 @@ async def test_steer_lands_in_the_conversation_and_follow_up_comes_after() -> No
         await wait_for(pilot, lambda: not screen.running, timeout=30, what="run finished")
         await wait_for_text(pilot, "Following up on")
         thread_id = screen.thread_id
-    data = await store.load(thread_id)
+    data = await db.load(thread_id)
     assert data is not None
     kinds = [
         (m.metadata or {}).get("kind") if isinstance(m, UserMessage) else m.role for m in data.messages
@@ -114,9 +110,8 @@ async def test_steer_lands_in_the_conversation_and_follow_up_comes_after() -> No
     assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
 
 
-async def test_steer_when_idle_offers_a_new_prompt() -> None:
-    store = MemoryCheckpointer()
-    app = make_app(fast_session(store))
+async def test_steer_when_idle_offers_a_new_prompt(db: Db) -> None:
+    app = make_app(fast_session(path=db.path))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "first")
         await wait_for(pilot, lambda: not screen.running, timeout=15, what="run finished")
@@ -131,9 +126,8 @@ async def test_steer_when_idle_offers_a_new_prompt() -> None:
         await wait_for(pilot, lambda: not screen.running, timeout=15, what="second run finished")
 
 
-async def test_leaving_the_view_keeps_the_run_going_and_the_picker_says_so() -> None:
-    store = MemoryCheckpointer()
-    app = make_app(fast_session(store, speed=2.0))
+async def test_leaving_the_view_keeps_the_run_going_and_the_picker_says_so(db: Db) -> None:
+    app = make_app(fast_session(path=db.path, speed=2.0))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "long job")
         await pilot.press("q")
@@ -149,9 +143,8 @@ async def test_leaving_the_view_keeps_the_run_going_and_the_picker_says_so() -> 
         assert app.thread_screen(screen.thread_id) is None  # its screen was let go
 
 
-async def test_two_threads_run_at_once() -> None:
-    store = MemoryCheckpointer()
-    app = make_app(fast_session(store, speed=2.0))
+async def test_two_threads_run_at_once(db: Db) -> None:
+    app = make_app(fast_session(path=db.path, speed=2.0))
     async with app.run_test(size=(110, 40)) as pilot:
         first = await _start_thread(pilot, "first job")
         await pilot.press("q")
@@ -172,13 +165,12 @@ async def test_two_threads_run_at_once() -> None:
             what="both done",
         )
     for thread_id in (first.thread_id, second.thread_id):
-        data = await store.load(thread_id)
+        data = await db.load(thread_id)
         assert data is not None and diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
 
 
-async def test_quitting_with_a_live_run_asks_then_aborts_it_cleanly() -> None:
-    store = MemoryCheckpointer()
-    app = make_app(fast_session(store, speed=1.0))
+async def test_quitting_with_a_live_run_asks_then_aborts_it_cleanly(db: Db) -> None:
+    app = make_app(fast_session(path=db.path, speed=1.0))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "slow job")
         await pilot.press("q")  # back to the picker; the run goes on
@@ -188,6 +180,6 @@ async def test_quitting_with_a_live_run_asks_then_aborts_it_cleanly() -> None:
         assert "1 agent(s) are running" in screen_text(app)
         await pilot.press("y")
         await wait_for(pilot, lambda: not app.is_running, timeout=10, what="exit")
-    data = await store.load(screen.thread_id)
+    data = await db.load(screen.thread_id)
     assert data is not None
     assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
