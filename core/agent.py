@@ -53,7 +53,7 @@ from core.leases import HeldLease, LeaseHolder, LeaseStore
 from core.loop import LoopConfig, run_loop
 from core.messages import AnyMessage, AssistantMessage, UserMessage, user_text
 from core.providers.base import Provider
-from core.recovery import CallPlan, Diagnosis, ResumeAction, ResumePlan, SettleChoice, diagnose, plan_call
+from core.recovery import JOURNALED_KEY, CallPlan, Diagnosis, ResumeAction, ResumePlan, SettleChoice, diagnose, plan_call
 from core.tool_execution import call_job_key
 from core.tools import AgentTool, ToolExecutionMode
 
@@ -432,6 +432,11 @@ class Agent:
         elif isinstance(event, MessageEnd):
             if isinstance(event.message, AssistantMessage):
                 state.streaming_message = None
+            if self._journal and isinstance(event.message, AssistantMessage) and event.message.tool_calls:
+                # Marks that this message's calls are covered by our tool journal, so a
+                # call missing from it "never started"; calls written by cubeloop (no
+                # mark), even into an upgraded file, stay "may have started".
+                event.message.metadata[JOURNALED_KEY] = True
             if not self._fenced:
                 try:
                     await self.checkpointer.append(self.thread_id, [event.message])

@@ -148,6 +148,13 @@ class Diagnosis:
         return "Nothing to resume; send a new message to continue."
 
 
+JOURNALED_KEY = "cubepi_journaled"
+"""Assistant-message metadata key: true when the writer journaled its tool calls.
+
+Only such calls can be "never started"; a call from a writer without a journal
+(cubeloop, even in a file we upgraded later) "may have started"."""
+
+
 def diagnose(
     messages: Sequence[AnyMessage],
     runs: Iterable[RunRecord] = (),
@@ -158,7 +165,8 @@ def diagnose(
     ``messages`` may be the whole thread or its tail from the last assistant message on
     (``ThreadSummary.tail``). ``journal`` maps tool call id to its journal entry; pass
     ``None`` for stores without a journal (cubeloop's), so dangling calls "may have
-    started". Returns a :class:`Diagnosis`; never raises.
+    started". The journal is believed only for an assistant message whose metadata
+    carries :data:`JOURNALED_KEY` (its writer journaled its calls). Returns a :class:`Diagnosis`; never raises.
     """
     relevant = [m for m in messages if isinstance(m, (UserMessage, AssistantMessage, ToolResultMessage))]
     if not relevant:
@@ -175,7 +183,8 @@ def diagnose(
     calls = assistant.tool_calls
     missing = [c for c in calls if c.id not in answered]
     if missing:
-        dangling = tuple(_dangling(c, journal) for c in missing)
+        covered = journal if assistant.metadata.get(JOURNALED_KEY) else None
+        dangling = tuple(_dangling(c, covered) for c in missing)
         answered_ids = tuple(c.id for c in calls if c.id in answered)
         partly = f"; {len(answered_ids)} of {len(calls)} calls in the batch have results" if answered_ids else ""
         return Diagnosis(

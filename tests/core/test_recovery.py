@@ -16,7 +16,7 @@ from core.messages import (
     UnknownMessage,
     user_text,
 )
-from core.recovery import CrashPoint, JournalEntry, ResumeAction, ThreadState, dangling_calls, diagnose
+from core.recovery import JOURNALED_KEY, CrashPoint, JournalEntry, ResumeAction, ThreadState, dangling_calls, diagnose
 
 RUN = "r1"
 
@@ -139,13 +139,26 @@ def test_without_a_journal_dangling_calls_may_have_started() -> None:
     assert "tool_c1 (c1)" in diagnosis.resume_plan
 
 
+def journaled(message: AnyMessage) -> AnyMessage:
+    """``message`` as a journaling writer (our agent) persists it."""
+    message.metadata[JOURNALED_KEY] = True
+    return message
+
+
 def test_with_a_journal_dangling_calls_say_whether_they_started() -> None:
     journal = {"c1": JournalEntry("c1", started_at=1_700_000_000.0, job_key="job-1")}
-    diagnosis = diagnose([ask(), call("c1", "c2")], OPEN, journal=journal)
+    diagnosis = diagnose([ask(), journaled(call("c1", "c2"))], OPEN, journal=journal)
     started, never = diagnosis.dangling
     assert started.journaled and started.started_at == 1_700_000_000.0
     assert started.status_words.startswith("started ") and started.status_words.endswith(", never finished")
     assert never.journaled and never.started_at is None and never.status_words == "never started"
+
+
+def test_a_journal_is_not_believed_for_calls_its_writer_did_not_journal() -> None:
+    """A cubeloop call in a file that has our journal table since an upgrade may have started."""
+    journal = {"other": JournalEntry("other", started_at=1_700_000_000.0)}
+    (dangling,) = diagnose([ask(), call("c1")], OPEN, journal=journal).dangling
+    assert not dangling.journaled and dangling.status_words == "may have started"
 
 
 def test_failed_detail_carries_the_provider_error() -> None:

@@ -17,7 +17,7 @@ from core.jobs import job_key
 from core.loop import LoopConfig, run_loop
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage, user_text
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
-from core.recovery import CrashPoint, ResumeAction, ThreadState, diagnose
+from core.recovery import JOURNALED_KEY, CrashPoint, ResumeAction, ThreadState, diagnose
 from core.tool_execution import result_to_json
 from core.tools import AgentToolResult, ToolContext, tool
 from tests.core.test_jobs import PlainStore
@@ -80,7 +80,13 @@ async def crashed(*calls: ToolCall, answered: tuple[str, ...] = (), store: Any =
     await store.claim_run("t", OLD)
     messages: list = [
         user_text("do the things", run_id=OLD),
-        AssistantMessage(content=[TextContent(text="On it."), *calls], stop_reason="tool_use", run_id=OLD),
+        # Written as our agent writes it: the calls are covered by the tool journal.
+        AssistantMessage(
+            content=[TextContent(text="On it."), *calls],
+            stop_reason="tool_use",
+            run_id=OLD,
+            metadata={JOURNALED_KEY: True},
+        ),
     ]
     messages += [
         ToolResultMessage(tool_call_id=c.id, tool_name=c.name, content=[TextContent(text=f"{c.id} done")], run_id=OLD)
