@@ -33,7 +33,10 @@ async def test_crash_banner_names_the_point_the_dangling_call_and_the_plan() -> 
         await wait_for_text(pilot, "Crashed mid-tool (point 3)")
         text = screen_text(app)
         assert "slow_step  call_slow_1" in text and '{"seconds": 30}' in text
-        assert "never started" in text  # the store journals tool starts, and has none for it
+        screen = app.screen
+        assert isinstance(screen, ThreadScreen) and screen.diagnosis is not None
+        (dangling,) = screen.diagnosis.dangling
+        assert f"— {dangling.status_words}" in text  # "may have started" / "never started" / "started ..."
         assert "Resume first records slow_step (call_slow_1) as interrupted" in text
         assert app.screen.query_one(ToolCallView).status == "dangling"
         assert "crashed at point 3 (mid-tool)" in text  # the status bar
