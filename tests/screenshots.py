@@ -49,9 +49,13 @@ async def _open(pilot, app: CubepiApp, thread_id: str) -> None:  # type: ignore[
 async def main() -> None:
     """Write the three SVGs into ``screenshots/``."""
     OUT.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "threads.sqlite"
-        shutil.copyfile(FIXTURE, db)
+    # A fixed place, so the path shown in the picker's title is the same every time.
+    work = Path(tempfile.gettempdir()) / "cubepi-tui-screenshots"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    db = work / "threads.sqlite"
+    shutil.copyfile(FIXTURE, db)
+    try:
         app = make_app(build_session(db, demo=True, demo_speed=1.0))
         async with app.run_test(size=SIZE) as pilot:
             await _open(pilot, app, "crash-mid-tool")
@@ -75,9 +79,12 @@ async def main() -> None:
             app.save_screenshot("thread.svg", str(OUT))
             await pilot.press("q")
             await _until(pilot, lambda: isinstance(app.screen, ThreadsScreen) and any(r.running for r in app.screen.rows))
+            app.screen.query_one(DataTable).move_cursor(row=0)  # the thread running here
             await pilot.pause(0.3)
             app.save_screenshot("picker.svg", str(OUT))
             await app.session.stop_runs()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     print(f"wrote picker.svg, thread.svg, crash.svg to {OUT}")
 
 
