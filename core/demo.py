@@ -1,7 +1,7 @@
 """The demo agent: a scripted model and three slow tools, so everything works without an API key.
 
-It lives in ``core`` so the headless runner (``python -m core.runner run --demo``) can
-use it without importing the app; ``tui.demo`` is the same agent.
+It lives in ``core`` so the headless runner (``python -m core.runner run --demo``) and the
+app (``tui``) use the one same agent.
 
 The model is a :class:`~core.providers.faux.FauxProvider` whose script is one function
 that answers any conversation:
@@ -15,7 +15,9 @@ that answers any conversation:
 
 The tools take several seconds each, report progress about every 0.2 s, stop at once
 when the run is aborted, and are idempotent (same arguments, same result), so resume
-may re-run them. ``speed`` scales every delay (tests use a large value).
+may re-run them. Every call carries ``request``, the number of the prompt or follow-up
+it serves: a new request is new work, while a resume re-runs (or reuses) the job of the
+same request. ``speed`` scales every delay (tests use a large value).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ def respond(request: ModelRequest) -> AssistantMessage:
     steers = [m for m in users if (m.metadata or {}).get("kind") == "steer"]
     ack = "".join(f"Noted your steer: “{_short(m.text)}”. I will take it into account. " for m in steers)
 
+    nth = _request_number(messages)
     if results and last_reply is not None:
         called = {c.name for c in messages[last_reply].tool_calls}  # type: ignore[union-attr]
         if called and called <= _FIRST_TOOLS:
@@ -65,7 +68,7 @@ def respond(request: ModelRequest) -> AssistantMessage:
                     f"{ack}The dataset is loaded and the model is trained. "
                     "Next I will write a short report of the results."
                 ),
-                faux_tool_call("write_report", {"title": _topic(messages), "sections": 3}),
+                faux_tool_call("write_report", {"title": _topic(messages), "sections": 3, "request": nth}),
             )
         return faux_reply(faux_text(ack + _summary(results)))
 
@@ -78,7 +81,7 @@ def respond(request: ModelRequest) -> AssistantMessage:
                 f"{ack}Following up on “{asked}”. I will update the report with that in mind; "
                 "this takes a few seconds."
             ),
-            faux_tool_call("write_report", {"title": asked, "sections": 2}),
+            faux_tool_call("write_report", {"title": asked, "sections": 2, "request": nth}),
         )
     return faux_reply(
         faux_thinking(
@@ -91,8 +94,8 @@ def respond(request: ModelRequest) -> AssistantMessage:
             "Both take a few seconds and report their progress as they go. "
             "When they finish I will write a short report and summarise it here."
         ),
-        faux_tool_call("fetch_dataset", {"name": "demo-sales", "rows": 50_000}),
-        faux_tool_call("train_model", {"model": "baseline", "epochs": 5}),
+        faux_tool_call("fetch_dataset", {"name": "demo-sales", "rows": 50_000, "request": nth}),
+        faux_tool_call("train_model", {"model": "baseline", "epochs": 5, "request": nth}),
     )
 
 
@@ -108,6 +111,13 @@ def _summary(results: Sequence[ToolResultMessage]) -> str:
         else "\n\nEverything finished. Ask a follow-up if you want more detail."
     )
     return "".join(lines)
+
+
+def _request_number(messages: Sequence[AnyMessage]) -> int:
+    """How many prompts and follow-ups the conversation holds (steers refine a request)."""
+    return sum(
+        1 for m in messages if isinstance(m, UserMessage) and (m.metadata or {}).get("kind", "prompt") != "steer"
+    )
 
 
 def _topic(messages: Sequence[AnyMessage]) -> str:
@@ -159,20 +169,20 @@ def demo_tools(speed: float = 1.0) -> list[Any]:
     """``fetch_dataset``, ``train_model`` and ``write_report``, paced by ``speed``."""
 
     @tool(idempotent=True)
-    async def fetch_dataset(name: str, rows: int, ctx: ToolContext) -> str:
+    async def fetch_dataset(name: str, rows: int, ctx: ToolContext, request: int = 1) -> str:
         """Download a dataset by name and return a short description (takes about 4 s)."""
         shards = 8
         await _work(ctx, 4.0, [f"downloading shard {i + 1}/{shards}" for i in range(shards)], speed)
         return f"Fetched {rows:,} rows of {name!r} in {shards} shards; 0.4% had missing values and were dropped."
 
     @tool(idempotent=True)
-    async def train_model(model: str, epochs: int, ctx: ToolContext) -> str:
+    async def train_model(model: str, epochs: int, ctx: ToolContext, request: int = 1) -> str:
         """Train a model for some epochs and return its validation score (takes about 6 s)."""
         await _work(ctx, 6.0, [f"epoch {i + 1}/{epochs}" for i in range(epochs)], speed)
         return f"Trained {model!r} for {epochs} epochs; validation accuracy 0.87, loss 0.31."
 
     @tool(idempotent=True)
-    async def write_report(title: str, sections: int, ctx: ToolContext) -> str:
+    async def write_report(title: str, sections: int, ctx: ToolContext, request: int = 1) -> str:
         """Write a report with some sections and return where it was saved (takes about 3 s)."""
         await _work(ctx, 3.0, [f"writing section {i + 1}/{sections}" for i in range(sections)], speed)
         slug = "-".join(title.lower().split())[:40] or "report"

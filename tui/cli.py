@@ -33,6 +33,12 @@ browse-only; the first run on it asks before adding cubepi-tui's tables.
 Model: with ANTHROPIC_API_KEY set, new turns use Anthropic ({model} unless --model says
 otherwise); without it, or with --demo, the built-in demo agent answers (no key needed):
 it streams text and runs slow tools with progress, so every key can be tried.
+
+Headless runs (no terminal UI; the app, in any process, watches and commands them):
+  cubepi-tui run --db PATH --thread ID "prompt"        start a run on a new or old thread
+  cubepi-tui run --db PATH --thread ID --resume        resume a crashed thread
+  cubepi-tui run --db PATH --thread ID --demo "..."    with the demo agent
+See `cubepi-tui run --help` for every option of the run subcommand.
 """
 
 
@@ -109,7 +115,7 @@ def build_session(
     ``store`` replaces the SQLite file (tests pass a ready store). With ``demo`` or
     without ``ANTHROPIC_API_KEY`` (and no ``model``) the demo agent is used.
     """
-    from tui import demo as demo_agent
+    from core import demo as demo_agent
 
     use_demo = demo or (model is None and not os.environ.get("ANTHROPIC_API_KEY"))
     name = "demo" if use_demo else (model or DEFAULT_MODEL)
@@ -156,10 +162,20 @@ def _watch(path: Path) -> AsyncIterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``cubepi-tui`` console script."""
+    """Entry point of the ``cubepi-tui`` console script.
+
+    ``cubepi-tui run ...`` is the headless runner (:func:`core.runner.main`); it never
+    imports Textual, so it starts fast and runs where no terminal UI could.
+    """
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["run"]:
+        from core.runner import main as run_main
+
+        sys.exit(run_main(arguments))
+
     from tui.app import make_app
 
-    args = parse_args(argv)
+    args = parse_args(arguments)
     session = build_session(
         args.database,
         create=args.create,

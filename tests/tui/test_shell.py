@@ -25,6 +25,71 @@ def test_help_explains_every_option() -> None:
         assert needle in done.stdout, needle
 
 
+def test_help_mentions_the_run_subcommand() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert "cubepi-tui run --db PATH --thread ID" in done.stdout and "--resume" in done.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "run", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    for needle in ("cubepi-tui run", "--db", "--thread", "--resume", "--include-pending", "--demo"):
+        assert needle in done.stdout, needle
+
+
+def test_run_subcommand_never_imports_textual() -> None:
+    code = (
+        "import sys\n"
+        "from tui.cli import main\n"
+        "try:\n"
+        "    main(['run', '--help'])\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code == 0, exit.code\n"
+        "assert 'textual' not in sys.modules and 'rich' not in sys.modules, 'the run subcommand imported the UI'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+async def test_run_subcommand_runs_the_demo_headless_into_the_database(tmp_path: Path) -> None:
+    from core.checkpoint.sqlite import SQLiteCheckpointer
+    from core.recovery import ThreadState, diagnose
+
+    db = tmp_path / "headless.sqlite"
+    argv = [sys.executable, "-m", "tui.cli", "run", "--db", str(db), "--thread", "t-cli", "--demo", "--speed", "25",
+            "Summarise the sales"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "run completed"
+    store = await SQLiteCheckpointer.open(db, create=False)
+    try:
+        data = await store.load("t-cli")
+    finally:
+        await store.close()
+    assert data is not None and data.messages[0].text == "Summarise the sales"
+    assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED
+
+
+async def test_a_second_prompt_in_a_thread_does_the_demo_work_again() -> None:
+    """The demo's tools are idempotent, so identical arguments would reuse the first jobs
+    and return at once; each request's calls carry its number, so new work is done."""
+    from core.agent import Agent
+    from core.demo import SYSTEM_PROMPT, demo_provider, demo_tools
+    from core.messages import AssistantMessage, ToolResultMessage
+
+    store = MemoryCheckpointer()
+    agent = Agent(demo_provider(speed=50), store, "t", tools=demo_tools(speed=50), system_prompt=SYSTEM_PROMPT)
+    assert await agent.prompt("first") == "completed"
+    assert await agent.prompt("second") == "completed"
+    data = await store.load("t")
+    assert data is not None
+    calls = [c for m in data.messages if isinstance(m, AssistantMessage) for c in m.tool_calls]
+    assert sorted({c.arguments["request"] for c in calls}) == [1, 2]
+    results = [m for m in data.messages if isinstance(m, ToolResultMessage)]
+    assert len(results) == 6 and not any((r.metadata or {}).get("job") == "reused" for r in results)
+
+
 def test_provider_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     assert cli.build_session(store=MemoryCheckpointer()).model == "demo"  # no key: the demo agent
