@@ -79,15 +79,14 @@ class SQLiteFile:
         settings = dict(busy_timeout=busy_timeout, retries=retries, durable=durable, on_busy=on_busy)
         if not exists:
             return await cls._create(p, **settings)
-        db = await connect(p, read_only=True, busy_timeout=busy_timeout)
-        try:
-            layout = await call(db, schema.read_layout)
-        except BaseException as exc:
-            await db.close()
-            raise open_error(p, exc) from None
-        if not layout.columns and create:
+        db, layout = await _read_existing(p, busy_timeout)
+        if not layout.columns and create and p.stat().st_size == 0 and writable_place(p):
+            # An empty file is an empty database: ours to create (e.g. made by mktemp).
             await db.close()
             return await cls._create(p, **settings)
+        if not layout.columns:
+            await db.close()
+            raise DatabaseOpenError(f"{p} is a SQLite database but holds no agent threads (it has no tables).")
         if layout.version is None and "messages" not in layout.columns and layout.columns:
             await db.close()
             raise DatabaseOpenError(f"{p} is a SQLite database but holds no agent threads (it has no messages table).")
@@ -224,18 +223,45 @@ class SQLiteFile:
 # --- connection, paths, errors -----------------------------------------------------------------
 
 
-async def connect(path: Path, *, read_only: bool, busy_timeout: float) -> aiosqlite.Connection:
+async def connect(
+    path: Path, *, read_only: bool, busy_timeout: float, immutable: bool = False
+) -> aiosqlite.Connection:
     """An aiosqlite connection in autocommit mode (we issue BEGIN/COMMIT ourselves).
 
     Read-only uses the ``mode=ro`` URI: SQLite then never writes the file, its journal, or
-    creates a -wal beside a rollback-journal database.
+    creates a -wal beside a rollback-journal database. ``immutable`` adds SQLite's
+    ``immutable=1``: no locks and no -shm, the only way to read a WAL file on read-only
+    media (https://www.sqlite.org/uri.html#uriimmutable).
     """
-    target = f"file:{urllib.parse.quote(str(path))}?mode=ro" if read_only else str(path)
+    query = "mode=ro&immutable=1" if immutable else "mode=ro"
+    target = f"file:{urllib.parse.quote(str(path))}?{query}" if read_only else str(path)
     try:
         db = await aiosqlite.connect(target, uri=read_only, isolation_level=None, timeout=busy_timeout)
     except sqlite3.Error as exc:
         raise open_error(path, exc) from None
     return db
+
+
+async def _read_existing(path: Path, busy_timeout: float) -> tuple[aiosqlite.Connection, schema.Layout]:
+    """Open an existing file read-only and read its layout.
+
+    A WAL file in a place we cannot write (a read-only mount) cannot be opened plainly -
+    SQLite would need to create its -shm - so it is read as immutable instead: nobody
+    can be writing it there.
+    """
+    db = await connect(path, read_only=True, busy_timeout=busy_timeout)
+    try:
+        return db, await call(db, schema.read_layout)
+    except BaseException as exc:
+        await db.close()
+        if not (isinstance(exc, sqlite3.OperationalError) and not writable_place(path)):
+            raise open_error(path, exc) from None
+    db = await connect(path, read_only=True, busy_timeout=busy_timeout, immutable=True)
+    try:
+        return db, await call(db, schema.read_layout)
+    except BaseException as exc:
+        await db.close()
+        raise open_error(path, exc) from None
 
 
 async def call(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -298,7 +324,7 @@ def open_error(path: Path, exc: BaseException) -> BaseException:
     if "readonly" in text and has_hot_journal(path):
         return hot_journal_error(path)
     if "unable to open" in text or "readonly" in text:
-        if not path.exists() or not os.access(path.parent, os.W_OK):
+        if not path.exists():
             return DatabaseOpenError(f"Cannot create {path}: the directory {path.parent} is not writable.")
         return DatabaseOpenError(f"{path} cannot be opened: {exc}.")
     return DatabaseOpenError(f"{path} cannot be opened: {exc}.")
