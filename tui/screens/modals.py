@@ -7,13 +7,30 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, ScreenResultType
 from textual.widgets import Button, Input, Static
 
 from tui.text import literal
 
 
-class TextInputModal(ModalScreen[str | None]):
+class OnceModal(ModalScreen[ScreenResultType]):
+    """A modal that answers once.
+
+    Keys typed fast (Enter Enter) can queue a second answer before the modal has closed;
+    dismissing twice would pop the screen beneath it too, so later answers are ignored.
+    """
+
+    _answered = False
+
+    def answer_once(self, result: ScreenResultType) -> None:
+        """Dismiss with ``result`` unless this modal has already answered."""
+        if self._answered:
+            return
+        self._answered = True
+        self.dismiss(result)
+
+
+class TextInputModal(OnceModal[str | None]):
     """Ask for one line of text; dismisses with the text, or ``None`` on Escape."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal.cancel", tooltip="Close without sending")]
@@ -41,15 +58,15 @@ class TextInputModal(ModalScreen[str | None]):
         """Dismiss with the entered text (ignored while empty)."""
         text = self.query_one("#text", Input).value.strip()
         if text:
-            self.dismiss(text)
+            self.answer_once(text)
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
         """Dismiss without text."""
-        self.dismiss(None)
+        self.answer_once(None)
 
 
-class ConfirmModal(ModalScreen[bool]):
+class ConfirmModal(OnceModal[bool]):
     """Ask a yes/no question; ``body`` is shown as given (build it from literal Text)."""
 
     BINDINGS = [
@@ -77,14 +94,14 @@ class ConfirmModal(ModalScreen[bool]):
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
+        self.answer_once(event.button.id == "yes")
 
     def action_answer(self, answer: bool) -> None:
         """Dismiss with ``answer``."""
-        self.dismiss(answer)
+        self.answer_once(answer)
 
 
-class ErrorScreen(ModalScreen[None]):
+class ErrorScreen(OnceModal[None]):
     """One sentence about what went wrong; ``q`` quits, Escape goes back (unless ``fatal``)."""
 
     BINDINGS = [
@@ -112,7 +129,7 @@ class ErrorScreen(ModalScreen[None]):
 
     def action_close(self) -> None:
         """Close the message."""
-        self.dismiss(None)
+        self.answer_once(None)
 
 
 HELP_TEXT = """\
@@ -144,7 +161,7 @@ A browse-only database (cubeloop's) asks before it is upgraded for writing.
 Tool output is shown literally: markup and terminal escapes appear as text."""
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(OnceModal[None]):
     """Keys of every screen and what the crash points mean."""
 
     BINDINGS = [Binding("escape,q,question_mark", "close", "Close", id="help.close", tooltip="Close help")]
@@ -160,4 +177,4 @@ class HelpScreen(ModalScreen[None]):
 
     def action_close(self) -> None:
         """Close the help."""
-        self.dismiss(None)
+        self.answer_once(None)

@@ -1,0 +1,39 @@
+"""Modals answer once: fast repeated keys never pop the screen beneath them."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.widgets import Static
+
+from tui.screens.modals import ConfirmModal, TextInputModal
+
+
+class _Harness(App[None]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: list[object] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("base screen")
+
+
+async def test_enter_twice_in_a_text_input_answers_once() -> None:
+    app = _Harness()
+    async with app.run_test() as pilot:
+        app.push_screen(TextInputModal("Steer"), app.answers.append)
+        await pilot.pause()
+        await pilot.press("h", "i", "enter", "enter", "enter")
+        await pilot.pause()
+        assert app.answers == ["hi"]
+        assert len(app.screen_stack) == 1 and app.screen is app.screen_stack[0]
+
+
+async def test_yes_then_no_quickly_answers_once() -> None:
+    app = _Harness()
+    async with app.run_test() as pilot:
+        app.push_screen(ConfirmModal("Resume?", "plan"), app.answers.append)
+        await pilot.pause()
+        await pilot.press("y", "n", "escape", "y")
+        await pilot.pause()
+        assert app.answers == [True]
+        assert len(app.screen_stack) == 1
