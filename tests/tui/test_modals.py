@@ -20,9 +20,13 @@ class _Harness(App[None]):
 async def test_enter_twice_in_a_text_input_answers_once() -> None:
     app = _Harness()
     async with app.run_test() as pilot:
-        app.push_screen(TextInputModal("Steer"), app.answers.append)
+        modal = TextInputModal("Steer")
+        app.push_screen(modal, app.answers.append)
         await pilot.pause()
-        await pilot.press("h", "i", "enter", "enter", "enter")
+        await pilot.press("h", "i")
+        # Two submits in one tick: what a terminal delivers for a fast "Enter Enter".
+        modal.submit()
+        modal.submit()
         await pilot.pause()
         assert app.answers == ["hi"]
         assert len(app.screen_stack) == 1 and app.screen is app.screen_stack[0]
@@ -31,9 +35,11 @@ async def test_enter_twice_in_a_text_input_answers_once() -> None:
 async def test_yes_then_no_quickly_answers_once() -> None:
     app = _Harness()
     async with app.run_test() as pilot:
-        app.push_screen(ConfirmModal("Resume?", "plan"), app.answers.append)
+        modal = ConfirmModal("Resume?", "plan")
+        app.push_screen(modal, app.answers.append)
         await pilot.pause()
-        await pilot.press("y", "n", "escape", "y")
+        modal.action_answer(True)
+        modal.action_answer(False)
         await pilot.pause()
         assert app.answers == [True]
         assert len(app.screen_stack) == 1
