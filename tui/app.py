@@ -7,6 +7,7 @@ screen alive while its agent runs, so leaving the view never stops a run.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from typing import Iterable
@@ -17,7 +18,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from core.errors import CubepiError
-from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreChanged, StoreOpened
+from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreOpened, ThreadsLoaded
 from tui.screens.modals import ConfirmModal, ErrorScreen, HelpScreen, TextInputModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
@@ -77,8 +78,8 @@ class CubepiApp(App[None]):
             self.push_screen(ErrorScreen(message.error, fatal=True))
             return
         self.threads_screen.reload()
-        if self.session.watch_changes is not None:
-            self._watch_store()
+        if self.session.can_watch:
+            self._watch_threads()
         if self.start_thread_id is not None:
             self._open_thread(OpenThread(self.start_thread_id))
         if self.session.provider_error:
@@ -86,19 +87,19 @@ class CubepiApp(App[None]):
             self.push_screen(ErrorScreen(self.session.provider_error, hint=hint))
 
     @work(exclusive=True, exit_on_error=False, group="watch")
-    async def _watch_store(self) -> None:
-        """Tell the picker when another program (or a run here) changed the database."""
-        assert self.session.watch_changes is not None
-        try:
-            async for _ in self.session.watch_changes():
-                self.post_message(StoreChanged())
-        except OSError:
-            pass  # nothing to watch (e.g. the directory vanished); reloading by hand still works
-
-    @on(StoreChanged)
-    def _store_changed(self) -> None:
-        if self.top_screen is self.threads_screen:
-            self.threads_screen.reload()
+    async def _watch_threads(self) -> None:
+        """Keep the picker current: other programs' threads, runs elsewhere, expired leases."""
+        failures = 0
+        while True:
+            try:
+                async for rows in self.session.watch_rows():
+                    failures = 0
+                    self.threads_screen.post_message(ThreadsLoaded(rows=rows))
+                return
+            except (CubepiError, OSError):
+                # A locked or vanished database: retry slowly; reloading by hand still works.
+                failures += 1
+                await asyncio.sleep(min(0.5 * 2**failures, 10.0))
 
     async def on_unmount(self) -> None:
         await self.session.close()

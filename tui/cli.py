@@ -11,7 +11,7 @@ import gc
 import os
 import sys
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from core.checkpoint.base import Checkpointer
 from core.errors import DatabaseOpenError
@@ -151,14 +151,7 @@ def build_session(
             db_path, create=create or make_parent, make_parent=make_parent, on_busy=session.report_busy
         )
         session.location = str(db_path)
-        session.watch_changes = lambda: _watch(db_path)
     return session
-
-
-def _watch(path: Path) -> AsyncIterator[None]:
-    from core.checkpoint.watch import watch_sqlite
-
-    return watch_sqlite(path)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

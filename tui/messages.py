@@ -15,7 +15,9 @@ from textual.message import Message
 from core.events import AgentEvent, MessageUpdate, ToolExecutionUpdate
 
 if TYPE_CHECKING:
-    from core.checkpoint.base import CheckpointData
+    from core.checkpoint.base import CheckpointData, Command
+    from core.follow import ThreadChange
+    from core.supervise import LeaseView
     from core.recovery import Diagnosis
     from tui.session import ThreadRow
 
@@ -68,6 +70,10 @@ class ThreadsLoaded(Message):
     rows: list[ThreadRow] = field(default_factory=list)
     error: str | None = None
 
+    def can_replace(self, message: Message) -> bool:
+        """A newer thread list supersedes a queued older one (errors are always shown)."""
+        return isinstance(message, ThreadsLoaded) and message.error is None and self.error is None
+
 
 @dataclass
 class ThreadLoaded(Message):
@@ -82,6 +88,30 @@ class ThreadLoaded(Message):
     diagnosis: Diagnosis | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    lease: LeaseView | None = None
+    """Who runs the thread, when it was read by a follower (``None``: read without one)."""
+
+
+@dataclass
+class FollowerChanged(Message):
+    """The follower of ``thread_id`` saw ``change`` (messages, stream, tools, lease, commands).
+
+    Never replaced by a newer one: each change holds messages no other change holds.
+    """
+
+    thread_id: str
+    change: ThreadChange
+
+
+@dataclass
+class CommandSent(Message):
+    """A command for the run of ``thread_id`` in another process was queued (``command``),
+    or could not be (``error``: one sentence)."""
+
+    thread_id: str
+    kind: str
+    command: Command | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -89,15 +119,6 @@ class StoreOpened(Message):
     """The app's worker opened the database, or failed with one sentence (``error``)."""
 
     error: str | None = None
-
-
-@dataclass
-class StoreChanged(Message):
-    """The database changed on disk (a commit by this app or another program)."""
-
-    def can_replace(self, message: Message) -> bool:
-        """One pending change notice is as good as many."""
-        return isinstance(message, StoreChanged)
 
 
 @dataclass

@@ -10,14 +10,18 @@ sentence, ready for the screen.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from core.agent import Agent
-from core.checkpoint.base import CheckpointData, Checkpointer, ThreadSummary
+from core.checkpoint.base import CheckpointData, Checkpointer, Command, CommandKind, ThreadSummary
 from core.errors import CubepiError, ThreadNotFoundError
-from core.recovery import Diagnosis, diagnose
+from core.events import RunOutcome
+from core.follow import ThreadFollower, watch_threads
+from core.recovery import Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose
+from core.supervise import LeaseState, LeaseView, Supervisor, discard, lease_status, send, undelivered
 
 StoreOpener = Callable[[], Awaitable[Checkpointer]]
 """Opens the database; raises ``DatabaseOpenError`` with one sentence when it cannot."""
@@ -61,6 +65,14 @@ class ThreadRow:
     """Undecodable rows in the thread's tail."""
     elsewhere: bool = False
     """Whether another process holds a live lease on it (it runs there)."""
+    lease: LeaseView | None = None
+    """What the thread's lease says (running here / elsewhere / crashed), when it has one."""
+    note: str = ""
+    """A few words after the state: why a crashed runner counts as gone ("its process is gone")."""
+
+
+_SUPERVISED = ("read_live_events", "get_lease", "list_commands", "send_command", "change_token")
+"""What a store needs for following threads and sending them commands (``SupervisedStore``)."""
 
 
 @dataclass
@@ -83,8 +95,10 @@ class Session:
     provider: Any = None
     provider_error: str | None = None
     agents: dict[str, Agent] = field(default_factory=dict)
-    watch_changes: Callable[[], AsyncIterator[None]] | None = None
-    """Yields once per batch of changes to the store on disk (``None``: the store cannot tell)."""
+    supervisors: dict[str, Supervisor] = field(default_factory=dict)
+    """The Supervisor of each thread run here, so other processes can follow and command it."""
+    followers: set[ThreadFollower] = field(default_factory=set)
+    """Followers of threads shown here (stopped before the store closes)."""
     on_busy: Callable[[int], None] | None = None
     """Told the attempt number each time the database was locked and a call is retried."""
 
@@ -125,8 +139,11 @@ class Session:
             await asyncio.sleep(0.05)
 
     async def close(self) -> None:
-        """Stop live runs, then close the store (never under a run that still writes)."""
+        """Stop live runs and followers, then close the store (never under a run that still writes)."""
         await self.stop_runs()
+        for follower in list(self.followers):
+            await follower.stop()
+        self.followers.clear()
         if self.store is not None:
             await self.store.close()
 
@@ -135,19 +152,33 @@ class Session:
     async def rows(self) -> list[ThreadRow]:
         """Every thread in the store, most recently active first, with its state."""
         summaries = await self._store().list_threads()
-        return [self._row(summary) for summary in summaries]
+        now = time.time()
+        return [self._row(summary, lease_status(summary.lease, summary.runs, now)) for summary in summaries]
 
-    def _row(self, summary: ThreadSummary) -> ThreadRow:
+    @property
+    def can_watch(self) -> bool:
+        """Whether the store can be followed and commanded (it keeps leases, live events, commands)."""
+        return self.store is not None and all(callable(getattr(self.store, name, None)) for name in _SUPERVISED)
+
+    async def watch_rows(self) -> AsyncIterator[list[ThreadRow]]:
+        """The thread list now, then again whenever another program (or a run here) changed
+        the store or a lease expired (:func:`core.follow.watch_threads`). Raises the store's errors."""
+        async for snapshot in watch_threads(self._store()):
+            yield [self._row(summary, snapshot.views.get(summary.thread_id)) for summary in snapshot.threads]
+
+    def _row(self, summary: ThreadSummary, view: LeaseView | None) -> ThreadRow:
         diagnosis = diagnose(summary.tail, summary.runs)
-        running = self.is_running(summary.thread_id)
-        lease = summary.lease
-        elsewhere = not running and lease is not None and lease.expires_at > time.time()
+        running = self.is_running(summary.thread_id) or (view is not None and view.state is LeaseState.RUNNING_HERE)
+        elsewhere = not running and view is not None and view.state is LeaseState.RUNNING_ELSEWHERE
+        note = ""
         if running:
             state = "running here"
-        elif elsewhere and lease is not None:
-            state = f"running elsewhere (pid {lease.pid} on {lease.host})"
+        elif elsewhere and view is not None:
+            state = view.label  # "running elsewhere (pid 42 on box, heartbeat 1 s ago)"
         else:
             state = diagnosis.label
+            if view is not None and view.state is LeaseState.CRASHED and diagnosis.state is ThreadState.CRASHED:
+                note = "runner gone" if view.gone else "lease expired"
         return ThreadRow(
             thread_id=summary.thread_id,
             state=state,
@@ -158,7 +189,20 @@ class Session:
             running=running,
             problems=len(summary.problems),
             elsewhere=elsewhere,
+            lease=view if view is not None and view.lease is not None else None,
+            note=note,
         )
+
+    def follower(self, thread_id: str) -> ThreadFollower:
+        """A follower of ``thread_id`` (not started); stopped by :meth:`close` at the latest."""
+        follower = ThreadFollower(self._store(), thread_id)
+        self.followers.add(follower)
+        return follower
+
+    async def release(self, follower: ThreadFollower) -> None:
+        """Stop ``follower`` and forget it."""
+        self.followers.discard(follower)
+        await follower.stop()
 
     async def load(self, thread_id: str, *, must_exist: bool = True) -> tuple[CheckpointData, Diagnosis]:
         """The thread's stored data and its diagnosis.
@@ -214,6 +258,62 @@ class Session:
         await agent.load()
         self.agents[thread_id] = agent
         return agent
+
+    async def supervisor(self, thread_id: str) -> Supervisor | None:
+        """The Supervisor that runs ``thread_id`` here, so other processes can follow and
+        command the run; ``None`` for a store that keeps no live events (the agent runs alone)."""
+        agent = await self.agent(thread_id)
+        sup = self.supervisors.get(thread_id)
+        if sup is None and self.can_watch:
+            try:
+                sup = self.supervisors[thread_id] = Supervisor(agent, self._store())
+            except TypeError:
+                return None
+        return sup
+
+    async def prompt(self, thread_id: str, text: str) -> RunOutcome:
+        """Run ``thread_id`` on the prompt ``text`` (supervised when the store allows); see ``Agent.prompt``."""
+        sup = await self.supervisor(thread_id)
+        if sup is not None:
+            return await sup.prompt(text)
+        return await (await self.agent(thread_id)).prompt(text)
+
+    async def plan_resume(self, thread_id: str) -> tuple[ResumePlan, list[Command]]:
+        """What resuming ``thread_id`` would do, and the steers and follow-ups its crashed
+        runner never delivered (empty while a run holds the thread). Raises ``CubepiError``."""
+        agent = await self.agent(thread_id)
+        plan = await agent.plan_resume()
+        pending = await undelivered(self._store(), thread_id) if self.can_watch else []
+        return plan, pending
+
+    async def resume(
+        self,
+        thread_id: str,
+        choices: Mapping[str, SettleChoice] | None = None,
+        *,
+        send_pending: bool = False,
+        discard_seqs: Sequence[int] = (),
+    ) -> RunOutcome:
+        """Resume the crashed ``thread_id`` with the user's ``choices`` for dangling calls.
+
+        Undelivered steers and follow-ups in ``discard_seqs`` are discarded first; with
+        ``send_pending`` the others are delivered with the resumed run. Raises what
+        ``Agent.resume`` raises (one sentence each).
+        """
+        if discard_seqs:
+            with contextlib.suppress(KeyError):  # already gone: nothing left to discard
+                await discard(self._store(), thread_id, list(discard_seqs))
+        sup = await self.supervisor(thread_id)
+        if sup is not None:
+            return await sup.resume(choices, include_pending=send_pending)
+        return await (await self.agent(thread_id)).resume(choices)
+
+    async def send(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
+        """Queue a command for the run of ``thread_id`` in another process (:func:`core.supervise.send`).
+
+        Raises ``ThreadCrashedError`` / ``ThreadNotRunningError`` / ``CommandError`` (one sentence each).
+        """
+        return await send(self._store(), thread_id, kind, text)
 
     def _store(self) -> Checkpointer:
         if self.store is None:

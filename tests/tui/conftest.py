@@ -87,6 +87,29 @@ def squeezed(text: str) -> str:
     return "".join(re.sub(r"[█▀▄▌▐▏▔▁│]", " ", text).split())
 
 
+def squeezed_lines(text: str) -> str:
+    """``text`` with each line stripped of frames and edge spaces, joined by single spaces
+    (a sentence wrapped inside a dialog reads whole again)."""
+    lines = (" ".join(re.sub(r"[█▀▄▌▐▏▔▁│▊▎▍▋▉]", " ", line).split()) for line in text.splitlines())
+    return " ".join(line for line in lines if line)
+
+
+def widget_text(root: object) -> str:
+    """The text of every Static (and radio button label) under ``root``, in order, on one
+    line with single spaces: what a dialog says, without the screen behind it."""
+    from rich.text import Text
+    from textual.widgets import RadioButton, Static
+
+    parts: list[str] = []
+    for widget in root.query("*"):  # type: ignore[attr-defined]
+        if isinstance(widget, RadioButton):
+            parts.append(("(•) " if widget.value else "( ) ") + str(widget.label))
+        elif isinstance(widget, Static):
+            content = widget.content
+            parts.append(content.plain if isinstance(content, Text) else str(content))
+    return " ".join(" ".join(parts).split())
+
+
 async def wait_for(pilot: Pilot[object], predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
     """Let the app run until ``predicate()`` holds; fail after ``timeout`` seconds."""
     loop = asyncio.get_running_loop()

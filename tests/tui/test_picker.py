@@ -9,9 +9,18 @@ from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, ToolResultMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import FIXTURE, fast_session, open_from_picker, screen_text, squeezed, wait_for, wait_for_text
+from tests.tui.conftest import (
+    FIXTURE,
+    fast_session,
+    open_from_picker,
+    screen_text,
+    squeezed,
+    squeezed_lines,
+    wait_for,
+    wait_for_text,
+)
 from tui.app import make_app
-from tui.screens.modals import ConfirmModal
+from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 
@@ -62,8 +71,10 @@ async def test_resume_a_foreign_crashed_thread_after_agreeing_to_upgrade(fixture
         screen = app.screen
         assert isinstance(screen, ThreadScreen)
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="resume plan")
-        assert "as interrupted" in screen_text(app)
+        await wait_for(pilot, lambda: isinstance(app.screen, ResumeModal), what="resume plan")
+        text = screen_text(app)
+        assert "may have started" in text  # cubeloop keeps no tool journal
+        assert "marked interrupted, not re-run (this agent has no tool named slow_step)" in squeezed_lines(text)
         await pilot.press("y")
         await wait_for(pilot, lambda: "Upgrade this database?" in screen_text(app), what="upgrade question")
         assert "WAL" in screen_text(app) and "cubeloop can still" in screen_text(app)
@@ -91,7 +102,8 @@ async def test_declining_the_upgrade_leaves_the_file_alone(fixture_copy: Path) -
     async with app.run_test(size=(130, 40)) as pilot:
         await open_from_picker(pilot, "crash-after-user")
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="resume plan")
+        await wait_for(pilot, lambda: isinstance(app.screen, ResumeModal), what="resume plan")
+        assert "Resume calls the model again" in screen_text(app)
         await pilot.press("y")
         await wait_for(pilot, lambda: "Upgrade this database?" in screen_text(app), what="upgrade question")
         await pilot.press("n")
@@ -136,4 +148,4 @@ async def test_a_thread_leased_by_another_process_shows_as_running_elsewhere() -
     assert isinstance(session, Session)
     app = make_app(session)
     async with app.run_test(size=(130, 30)) as pilot:
-        await wait_for_text(pilot, "running elsewhere (pid 4242 on build-box)")
+        await wait_for_text(pilot, "running elsewhere (pid 4242 on build-box, heartbeat")

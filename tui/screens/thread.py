@@ -1,7 +1,16 @@
-"""ThreadScreen: one thread, live. Transcript, crash banner, status bar, and the run keys.
+"""ThreadScreen: one thread, live. Transcript, crash banner, commands, status bar, and the run keys.
 
-Runs happen in an exclusive worker of this screen; the agent's listener only posts
-:class:`~tui.messages.AgentEventReceived` and every widget changes in the handlers.
+A thread is shown in one of two ways:
+
+* **run here**: this app's agent runs it, in an exclusive worker of this screen (through
+  a :class:`~core.supervise.Supervisor`, so other processes can follow and command the
+  run too); the agent's listener only posts :class:`~tui.messages.AgentEventReceived`;
+* **followed**: otherwise a :class:`~core.follow.ThreadFollower` reads the thread and
+  whatever another process streams into it; its changes arrive as
+  :class:`~tui.messages.FollowerChanged` and a :class:`~tui.screens.following.Mirror`
+  draws them. ``a``/``s``/``f`` then go to that process as commands
+  (:func:`core.supervise.send`) whose statuses the commands bar shows.
+
 Stream deltas and tool progress are not drawn per event: the handlers note what changed
 and a timer flushes it every :data:`FLUSH_INTERVAL` seconds, so a fast stream costs at
 most one append per block per tick.
@@ -22,8 +31,8 @@ from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
 from core.agent import Agent
-from core.checkpoint.base import CorruptRow
-from core.errors import CubepiError, RunError
+from core.checkpoint.base import CheckpointData, Command, CorruptRow
+from core.errors import CubepiError, RunError, ThreadNotFoundError
 from core.events import (
     AgentEnd,
     AgentEvent,
@@ -35,18 +44,25 @@ from core.events import (
     ToolExecutionStart,
     ToolExecutionUpdate,
 )
+from core.follow import ThreadFollower
 from core.messages import AssistantMessage
-from core.recovery import Diagnosis, ThreadState
-from tui.messages import AgentEventReceived, CloseThread, RunFinished, RunStarted, ThreadLoaded
+from core.recovery import Diagnosis, ResumeAction
+from core.supervise import LeaseState, LeaseView, ThreadCrashedError, ThreadNotRunningError
+from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, RunFinished, RunStarted, ThreadLoaded
+from tui.screens.following import Mirror
 from tui.screens.modals import ConfirmModal, TextInputModal
+from tui.screens.resume import ResumeDecision, ResumeModal
 from tui.session import UPGRADE_EXPLANATION, Session
 from tui.text import clean, literal
-from tui.widgets.crash_banner import CrashBanner, describe
+from tui.widgets.commands import CommandsBar
+from tui.widgets.crash_banner import CrashBanner
 from tui.widgets.status_bar import StatusBar
 from tui.widgets.transcript import Transcript, merge_rows
 
 FLUSH_INTERVAL = 1 / 20
 """Seconds between redraws of streamed text and tool progress (TEXTUAL-FACTS: 20-50 ms)."""
+
+_KIND_WORDS = {"steer": "Steer", "follow_up": "Follow-up", "abort": "Abort"}
 
 
 class _Flush(Message):
@@ -61,10 +77,10 @@ class ThreadScreen(Screen[None]):
 
     | Key | Action |
     | :- | :- |
-    | a | abort the run |
+    | a | abort the run (here, or by command in another process) |
     | s | steer the run |
     | f | queue a follow-up |
-    | r | resume a crashed thread |
+    | r | resume a crashed thread (shows the plan and the choices) |
     | n | new prompt |
     | e | show earlier messages |
     | q | back to the threads |
@@ -74,7 +90,7 @@ class ThreadScreen(Screen[None]):
         Binding("a", "abort", "Abort", id="thread.abort", tooltip="Abort the running agent"),
         Binding("s", "steer", "Steer", id="thread.steer", tooltip="Send a message the agent reads before its next model call"),
         Binding("f", "follow_up", "Follow-up", id="thread.follow_up", tooltip="Queue a message for after the current work"),
-        Binding("r", "resume", "Resume", id="thread.resume", tooltip="Resume the crashed run (asks first)"),
+        Binding("r", "resume", "Resume", id="thread.resume", tooltip="Resume the crashed run (shows the plan first)"),
         Binding("n", "new_prompt", "Prompt", id="thread.prompt", tooltip="Send a new prompt in this thread"),
         Binding("e", "earlier", "Earlier", id="thread.earlier", tooltip="Show earlier messages", show=False),
         Binding("q", "back", "Back", id="thread.back", tooltip="Back to the thread list (runs keep going)"),
@@ -82,6 +98,9 @@ class ThreadScreen(Screen[None]):
 
     running: reactive[bool] = reactive(False, bindings=True)
     """Whether this app's agent is running the thread (enables abort, disables resume)."""
+
+    elsewhere: reactive[LeaseView | None] = reactive(None, bindings=True)
+    """The live lease of another process that runs the thread (``None``: nobody else runs it)."""
 
     diagnosis: reactive[Diagnosis | None] = reactive(None, bindings=True)
     """What the store says of the thread when no run is live; drives the banner and ``r``."""
@@ -99,6 +118,9 @@ class ThreadScreen(Screen[None]):
         self._partial: AssistantMessage | None = None  # the live reply, redrawn on the next flush
         self._progress: dict[str, tuple[float | None, str | None]] = {}
         self._problems: list[CorruptRow] = []
+        self._follower: ThreadFollower | None = None
+        self._mirror: Mirror | None = None
+        self._sent: set[int] = set()  # seqs of the commands sent from this view
         self.run_worker_ref: Worker[None] | None = None
         """The worker of the current run (compared by identity in state changes)."""
 
@@ -106,6 +128,7 @@ class ThreadScreen(Screen[None]):
         yield CrashBanner(id="banner")
         yield Static("", id="thread-problems")
         yield Transcript(id="transcript")
+        yield CommandsBar(id="commands")
         yield StatusBar(id="status")
         yield Footer()
 
@@ -119,6 +142,16 @@ class ThreadScreen(Screen[None]):
         """The one-line status."""
         return self.query_one(StatusBar)
 
+    @property
+    def commands_bar(self) -> CommandsBar:
+        """The commands sent to another process's run, with their statuses."""
+        return self.query_one(CommandsBar)
+
+    @property
+    def following(self) -> bool:
+        """Whether a follower shows the thread now (it is not run here)."""
+        return self._follower is not None
+
     def on_mount(self) -> None:
         self.status_bar.thread_id = self.thread_id
         self.status_bar.model = self.session.model
@@ -127,21 +160,80 @@ class ThreadScreen(Screen[None]):
         self.set_interval(FLUSH_INTERVAL, self._request_flush, name="flush")
         self._load()
 
-    def on_unmount(self) -> None:
+    async def on_unmount(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        await self._stop_following(drop_live=False)
 
     # --- loading ------------------------------------------------------------------------
 
     @work(exclusive=True, exit_on_error=False, group="load")
     async def _load(self) -> None:
+        if self.session.can_watch and not self.session.is_running(self.thread_id):
+            await self._start_following(first=True)
+            return
         try:
             data, diagnosis = await self.session.load(self.thread_id, must_exist=not self._new)
         except CubepiError as error:
             self.post_message(ThreadLoaded(self.thread_id, error=str(error)))
             return
         self.post_message(ThreadLoaded(self.thread_id, data=data, diagnosis=diagnosis))
+
+    async def _start_following(self, *, first: bool = False) -> None:
+        """Follow the thread: its history, then what any process writes into it.
+
+        The first attach posts ``ThreadLoaded``; a later one (after a run here) posts the
+        follower's first change, which shows only the messages the transcript lacks.
+        """
+        if self._follower is not None:
+            return
+        follower = self.session.follower(self.thread_id)
+        try:
+            change = await follower.start()
+        except CubepiError as error:
+            await self.session.release(follower)
+            if first:
+                self.post_message(ThreadLoaded(self.thread_id, error=str(error)))
+            else:
+                self.notify(clean(error), severity="error", markup=False)
+            return
+        model = change.model
+        if first and not self._new and not (model.messages or model.problems or model.runs or model.lease):
+            await self.session.release(follower)
+            where = self.session.location or "this database"
+            error = ThreadNotFoundError(f"There is no thread {self.thread_id!r} in {where}.")
+            self.post_message(ThreadLoaded(self.thread_id, error=str(error)))
+            return
+        # No await from here on: the follower cannot publish before we listen.
+        self._follower = follower
+        thread_id = self.thread_id
+        follower.subscribe(lambda c: self.post_message(FollowerChanged(thread_id, c)))
+        messages = list(change.added)
+        if first:
+            data = CheckpointData(
+                messages=messages,
+                runs=list(model.runs),
+                problems=list(model.problems),
+                message_ids=list(model.message_ids[: len(messages)]),
+                journal=model.journal,
+            )
+            self.post_message(ThreadLoaded(thread_id, data=data, diagnosis=model.diagnosis(), lease=model.lease_view))
+        else:
+            self._mirror = Mirror(self.transcript, model, 0)
+            self.post_message(FollowerChanged(thread_id, change))
+
+    async def _stop_following(self, *, drop_live: bool = True) -> None:
+        """Stop following (a run here starts, or the view closes)."""
+        follower, self._follower, self._mirror = self._follower, None, None
+        if follower is not None:
+            await self.session.release(follower)
+            if drop_live:
+                await self.transcript.drop_live()
+
+    @work(exclusive=True, exit_on_error=False, group="follow")
+    async def _follow_again(self) -> None:
+        await self._start_following()
 
     @on(ThreadLoaded)
     async def _show_thread(self, message: ThreadLoaded) -> None:
@@ -150,9 +242,7 @@ class ThreadScreen(Screen[None]):
             return
         data = message.data
         await self.transcript.show(merge_rows(data.messages, data.message_ids, data.problems))
-        for m in data.messages:
-            if isinstance(m, AssistantMessage):
-                self.status_bar.add_usage(m.usage)
+        self.status_bar.set_usage(data.messages)
         self._problems = list(data.problems)
         if data.problems:
             first = data.problems[0]
@@ -164,12 +254,25 @@ class ThreadScreen(Screen[None]):
         agent = self.session.agents.get(self.thread_id)
         if agent is not None:
             self._subscribe(agent)
+        if self._follower is not None:
+            self._mirror = Mirror(self.transcript, self._follower.model, len(data.messages))
         self.running = self.session.is_running(self.thread_id)
-        self.diagnosis = None if self.running else message.diagnosis
+        if not self.running:
+            self._show_lease(message.lease, message.diagnosis)
         self.loaded = True
         if self._first_prompt is not None:
             prompt, self._first_prompt = self._first_prompt, None
             self.start_run("prompt", prompt)
+
+    def _show_lease(self, view: LeaseView | None, diagnosis: Diagnosis | None) -> None:
+        """Show who runs the thread: another process (its lease), or nobody (the diagnosis)."""
+        if view is not None and view.state is LeaseState.RUNNING_ELSEWHERE:
+            self.elsewhere = view
+            self.diagnosis = None
+            self.status_bar.run_state = view.label
+        else:
+            self.elsewhere = None
+            self.diagnosis = diagnosis
 
     def watch_diagnosis(self, diagnosis: Diagnosis | None) -> None:
         self.query_one(CrashBanner).diagnosis = diagnosis
@@ -181,17 +284,52 @@ class ThreadScreen(Screen[None]):
         if running:
             self.status_bar.run_state = "running"
 
-    # --- running ------------------------------------------------------------------------
+    # --- following another process --------------------------------------------------------
 
-    def start_run(self, kind: str, text: str | None = None, *, confirm: Text | None = None) -> None:
+    @on(FollowerChanged)
+    async def _follower_changed(self, message: FollowerChanged) -> None:
+        change = message.change
+        if self._mirror is None or self._follower is None or change.model is not self._follower.model:
+            return  # from a follower that was detached since
+        await self._mirror.apply(change)
+        if change.reset:
+            self.status_bar.set_usage(change.added)
+        else:
+            for m in change.added:
+                if isinstance(m, AssistantMessage):
+                    self.status_bar.add_usage(m.usage)
+        for command in change.commands:
+            self._command_seen(command)
+        if change.reset or change.lease or change.added or change.runs or change.ended:
+            model = change.model
+            live = model.lease_view.live
+            self._show_lease(model.lease_view, None if live else model.diagnosis())
+
+    def _command_seen(self, command: Command) -> None:
+        if not self.commands_bar.track(command) or command.seq not in self._sent:
+            return
+        words = _KIND_WORDS.get(command.kind, command.kind)
+        if command.status == "refused":
+            note = f": {clean(command.note)}" if command.note else ""
+            self.notify(f"{words} #{command.seq} was refused{note}.", severity="warning", timeout=8, markup=False)
+        elif command.status == "applied":
+            self.notify(f"{words} #{command.seq} applied.", timeout=4, markup=False)
+
+    def _track_sent(self, command: Command) -> None:
+        self._sent.add(command.seq)
+        self.commands_bar.track(command)
+
+    # --- running here ---------------------------------------------------------------------
+
+    def start_run(self, kind: str, text: str | None = None) -> None:
         """Start a ``prompt`` (with ``text``) or a ``resume`` unless one is already running."""
         if self.running or (self.run_worker_ref is not None and self.run_worker_ref.is_running):
             self.notify("The agent is already running on this thread.", severity="warning")
             return
-        self.run_worker_ref = self._run(kind, text, confirm)
+        self.run_worker_ref = self._run(kind, text)
 
     @work(exclusive=True, exit_on_error=False, group="agent")
-    async def _run(self, kind: str, text: str | None, confirm: Text | None) -> None:
+    async def _run(self, kind: str, text: str | None) -> None:
         if self._problems:
             # Refuse before any question: an upgrade would be for nothing.
             first = self._problems[0]
@@ -203,9 +341,12 @@ class ThreadScreen(Screen[None]):
                 )
             )
             return
-        if confirm is not None:
-            if not await self.app.push_screen_wait(ConfirmModal("Resume this thread?", confirm, yes="Resume")):
+        decision = ResumeDecision()
+        if kind == "resume":
+            asked = await self._ask_resume()
+            if asked is None:
                 return
+            decision = asked
         if self.session.needs_upgrade:
             if not await self.app.push_screen_wait(
                 ConfirmModal("Upgrade this database?", UPGRADE_EXPLANATION, yes="Upgrade")
@@ -219,17 +360,33 @@ class ThreadScreen(Screen[None]):
                 return
             self.notify("Database upgraded; cubeloop can still read it.")
         try:
+            await self._stop_following()
             agent = await self.session.agent(self.thread_id)
             self._subscribe(agent)
             self.post_message(RunStarted(self.thread_id))
             if kind == "resume":
-                outcome = await agent.resume()
+                outcome = await self.session.resume(
+                    self.thread_id, decision.choices, send_pending=bool(decision.send), discard_seqs=decision.discard
+                )
             else:
-                outcome = await agent.prompt(text or "")
+                outcome = await self.session.prompt(self.thread_id, text or "")
         except CubepiError as error:
             self.post_message(RunFinished(self.thread_id, error=str(error)))
             return
         self.post_message(RunFinished(self.thread_id, outcome=str(outcome)))
+
+    async def _ask_resume(self) -> ResumeDecision | None:
+        """Plan the resume, show the plan with its choices, and return what the user chose."""
+        try:
+            plan, pending = await self.session.plan_resume(self.thread_id)
+        except CubepiError as error:
+            self.notify(clean(error), severity="error", timeout=10, markup=False)
+            return None
+        if plan.action is ResumeAction.NONE:
+            self.notify(clean(plan.sentence), markup=False)
+            self.diagnosis = plan.diagnosis
+            return None
+        return await self.app.push_screen_wait(ResumeModal(plan, pending))
 
     def _subscribe(self, agent: Agent) -> None:
         if self._unsubscribe is None:
@@ -243,6 +400,7 @@ class ThreadScreen(Screen[None]):
     @on(RunStarted)
     def _run_started(self) -> None:
         self.running = True
+        self.elsewhere = None
         self.diagnosis = None
 
     @on(RunFinished)
@@ -252,7 +410,10 @@ class ThreadScreen(Screen[None]):
         if message.error is not None:
             self.notify(clean(message.error), severity="error", timeout=10, markup=False)
         if not self.running:
-            self._refresh_diagnosis()
+            if self.session.can_watch and self in self.app.screen_stack:
+                self._follow_again()
+            else:
+                self._refresh_diagnosis()
 
     @on(Worker.StateChanged)
     def _worker_failed(self, event: Worker.StateChanged) -> None:
@@ -314,18 +475,22 @@ class ThreadScreen(Screen[None]):
     def _request_flush(self) -> None:
         # Timer callbacks run in the timer's own task; drawing must happen in this
         # screen's message queue, in order with the agent events, so post a message.
-        if self._partial is not None or self._progress:
+        if self._partial is not None or self._progress or (self._mirror is not None and self._mirror.dirty):
             self.post_message(_Flush())
 
     @on(_Flush)
     async def _flush(self) -> None:
         """Draw what the stream and the tools reported since the last flush."""
-        if self._partial is not None and self.is_mounted:
+        if not self.is_mounted:
+            return
+        if self._partial is not None:
             await self.transcript.sync_reply(self._partial)
         if self._progress:
             progress, self._progress = self._progress, {}
             for call_id, (fraction, text) in progress.items():
                 self.transcript.tool_progress(call_id, fraction, text)
+        if self._mirror is not None:
+            await self._mirror.flush()
 
     # --- keys ---------------------------------------------------------------------------
 
@@ -337,20 +502,23 @@ class ThreadScreen(Screen[None]):
         if action in ("abort", "steer", "follow_up", "resume", "new_prompt") and not self.loaded:
             return None
         if action == "abort":
-            return True if self.running else None
+            return True if self.running or self.elsewhere is not None else None
         if action == "resume":
-            resumable = not self.running and self.diagnosis is not None and self.diagnosis.resumable
-            return True if resumable else None
+            # Enabled while another process runs it, to say why it cannot be resumed now.
+            resumable = self.diagnosis is not None and self.diagnosis.resumable
+            return True if not self.running and (resumable or self.elsewhere is not None) else None
         if action == "new_prompt":
             return None if self.running else True
         return True
 
     def action_abort(self) -> None:
-        """Abort the run; tools get their abort signal."""
+        """Abort the run: here directly (tools get their abort signal), elsewhere by a command."""
         agent = self.session.agents.get(self.thread_id)
         if agent is not None and agent.state.is_running:
             agent.abort()
             self.status_bar.run_state = "aborting"
+        elif self.elsewhere is not None:
+            self._send_command("abort")
 
     def action_steer(self) -> None:
         """Ask for a steering message and queue it (offers a new prompt when idle)."""
@@ -361,14 +529,33 @@ class ThreadScreen(Screen[None]):
         self._send_queued("follow_up")
 
     def action_resume(self) -> None:
-        """Show the resume plan, ask, then resume the crashed run."""
-        if self.diagnosis is None:
+        """Show the resume plan with its choices, then resume the crashed run as chosen."""
+        if self.running:
             return
-        plan = describe(self.diagnosis) if self.diagnosis.state is ThreadState.CRASHED else Text(self.diagnosis.resume_plan)
-        self.start_run("resume", confirm=plan)
+        if self.elsewhere is not None:
+            self.notify(
+                f"Thread {clean(self.thread_id)!r} is {self.elsewhere.label}, so it cannot be resumed "
+                "now; abort it with a, or wait until that run ends or its lease expires.",
+                severity="warning",
+                timeout=8,
+                markup=False,
+            )
+            return
+        if self.diagnosis is None or not self.diagnosis.resumable:
+            return
+        self.start_run("resume")
 
     def action_new_prompt(self) -> None:
         """Ask for a prompt and run it in this thread."""
+        if self.elsewhere is not None:
+            self.notify(
+                f"Thread {clean(self.thread_id)!r} is {self.elsewhere.label}; steer it with s, queue a "
+                "follow-up with f, or abort it with a before sending a new prompt.",
+                severity="warning",
+                timeout=8,
+                markup=False,
+            )
+            return
         self._ask_prompt()
 
     def action_earlier(self) -> None:
@@ -385,29 +572,60 @@ class ThreadScreen(Screen[None]):
         if text:
             self.start_run("prompt", text)
 
+    @work(exit_on_error=False, group="command")
+    async def _send_command(self, kind: str, text: str = "") -> Command | None:
+        """Send ``kind`` to the process running the thread; notify in one sentence if refused."""
+        try:
+            command = await self.session.send(self.thread_id, kind, text)  # type: ignore[arg-type]
+        except CubepiError as error:
+            self.notify(clean(error), severity="error", timeout=10, markup=False)
+            return None
+        self._track_sent(command)
+        if kind == "abort":
+            self.status_bar.run_state = "aborting (abort sent)"
+        return command
+
     @work(exclusive=True, exit_on_error=False, group="input")
     async def _send_queued(self, kind: str) -> None:
-        words = "Steer" if kind == "steer" else "Follow-up"
-        hint = (
-            "Read by the agent before its next model call."
-            if kind == "steer"
-            else "Delivered when the agent has finished its current work."
-        )
-        if not self.running:
+        words = _KIND_WORDS[kind]
+        if kind == "steer":
+            hint = "Read by the agent before its next model call."
+        else:
+            hint = "Delivered when the agent has finished its current work."
+        if self.elsewhere is not None:
+            hint += f" It is sent to the run in {self.elsewhere.label.removeprefix('running elsewhere ')}."
+        elif not self.running:
             hint = "The agent is idle: you will be asked to send this as a new prompt."
         text = await self.app.push_screen_wait(TextInputModal(words, hint))
         if not text:
             return
-        agent = self.session.agents.get(self.thread_id)
-        try:
-            if agent is None:
-                raise RunError("The agent is not running.")
-            (agent.steer if kind == "steer" else agent.follow_up)(text)
-        except RunError:
-            question = Text("The agent is not running. Send this as a new prompt?\n\n")
-            question.append_text(literal(text))
-            if await self.app.push_screen_wait(ConfirmModal(f"{words}: agent idle", question, yes="Send")):
-                self.start_run("prompt", text)
-            return
-        self.notify(f"{words} queued.")
-
+        if self.elsewhere is not None and not self.running:
+            try:
+                command = await self.session.send(self.thread_id, kind, text)  # type: ignore[arg-type]
+            except ThreadCrashedError as error:
+                self.notify(clean(error), severity="error", timeout=10, markup=False)
+                return
+            except ThreadNotRunningError:
+                pass  # its run ended meanwhile: offer a new prompt below
+            except CubepiError as error:
+                self.notify(clean(error), severity="error", timeout=10, markup=False)
+                return
+            else:
+                self._track_sent(command)
+                self.notify(f"{words} #{command.seq} sent.", markup=False)
+                return
+        else:
+            agent = self.session.agents.get(self.thread_id)
+            try:
+                if agent is None:
+                    raise RunError("The agent is not running.")
+                (agent.steer if kind == "steer" else agent.follow_up)(text)
+            except RunError:
+                pass
+            else:
+                self.notify(f"{words} queued.")
+                return
+        question = Text("The agent is not running. Send this as a new prompt?\n\n")
+        question.append_text(literal(text))
+        if await self.app.push_screen_wait(ConfirmModal(f"{words}: agent idle", question, yes="Send")):
+            self.start_run("prompt", text)

@@ -34,6 +34,8 @@ def state_text(row: ThreadRow) -> Text:
         return Text(row.state, style="bold magenta")
     text = Text()
     text.append(row.state, style=_STATE_STYLES.get(row.diagnosis.state, ""))
+    if row.note:
+        text.append(f" · {row.note}", style="dim")
     if row.problems:
         text.append(f" · {row.problems} unreadable row(s)", style="red")
     return text
@@ -124,6 +126,8 @@ class ThreadsScreen(Screen[None]):
             self.notify(clean(message.error), severity="error", timeout=8, markup=False)
             return
         self.query_one("#threads-title", Static).update(self._title())
+        if message.rows and message.rows == self.rows and self.query_one(DataTable).row_count == len(self.rows):
+            return  # a snapshot that changed nothing shown (the table keeps its cursor and scroll)
         selected = self.selected_thread_id
         self.rows = message.rows
         self._fill_table(selected)

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from core.recovery import CrashPoint, Diagnosis, ThreadState
+from core.recovery import CrashPoint, Diagnosis, ResumeAction, ThreadState
 from tui.text import clean, literal, short_json
 
 _HEADLINES = {
@@ -39,7 +39,16 @@ def describe(diagnosis: Diagnosis) -> Text:
         text.append(f"  — {dangling.status_words}", style="italic")
     text.append("\n")
     text.append("r: ", style="bold")
-    text.append(diagnosis.resume_plan)
+    if diagnosis.action is ResumeAction.SETTLE_THEN_CALL_MODEL:
+        # What happens to each call depends on the agent's tools and their jobs: the
+        # confirmation shows it call by call (and the choices) before anything runs.
+        text.append(
+            "shows what resume will do with each call and asks first: an idempotent tool is re-run "
+            "(or its done job's result reused), any other call is marked interrupted unless you choose "
+            "to re-run it; then the model is called again."
+        )
+    else:
+        text.append(diagnosis.resume_plan)
     return text
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from core.messages import Usage
+from core.messages import AssistantMessage, Usage
 from tui.text import clean
 
 _STATE_STYLES = {
@@ -15,6 +17,7 @@ _STATE_STYLES = {
     "aborted": "bold $warning",
     "failed": "bold $error",
     "crashed": "bold $error",
+    "running elsewhere": "bold magenta",
 }
 
 
@@ -45,6 +48,13 @@ class StatusBar(Static):
     output_tokens: reactive[int] = reactive(0)
     """Output tokens of every assistant message on the thread."""
 
+    def set_usage(self, messages: Iterable[object]) -> None:
+        """Count the usage of every assistant message in ``messages`` (and nothing else)."""
+        self.input_tokens = self.output_tokens = 0
+        for message in messages:
+            if isinstance(message, AssistantMessage):
+                self.add_usage(message.usage)
+
     def add_usage(self, usage: Usage | None) -> None:
         """Count one assistant message's usage."""
         if usage is not None:
@@ -66,7 +76,10 @@ class StatusBar(Static):
         return text
 
     def _state_style(self) -> str:
-        key = "crashed" if self.run_state.startswith("crashed") else self.run_state
+        key = self.run_state
+        for prefix in ("crashed", "running elsewhere", "aborting"):
+            if key.startswith(prefix):
+                key = prefix
         style = _STATE_STYLES.get(key, "bold")
         # Theme variables are resolved against the app's theme so colours follow it.
         if "$" in style:

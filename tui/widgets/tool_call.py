@@ -27,6 +27,26 @@ def settled_as(result: ToolResultMessage) -> str | None:
     return settled if settled in ("interrupted", "aborted") else None
 
 
+SETTLED_NOTES = {
+    "rerun": "↻ re-run by resume: the crashed run left it without a result",
+    "reused": "♻ reused by resume: its job was already done, so the stored result was used (not run again)",
+    "not_run": "not run: the run was aborted before this tool started",
+    "job-reused": "♻ reused: an identical call's job was already done, so its stored result was used",
+}
+"""The note under a call whose result says how it was settled (``metadata["settled"]`` or ``{"job": "reused"}``)."""
+
+
+def settled_note(result: ToolResultMessage) -> str | None:
+    """What :data:`SETTLED_NOTES` says of ``result``, or ``None`` for an ordinary result."""
+    metadata = result.metadata or {}
+    settled = metadata.get("settled")
+    if settled in SETTLED_NOTES:
+        return SETTLED_NOTES[settled]
+    if metadata.get("job") == "reused":
+        return SETTLED_NOTES["job-reused"]
+    return None
+
+
 class ToolCallView(Widget):
     """A tool call: name, id and arguments; a progress bar while it runs; its result after.
 
@@ -43,6 +63,8 @@ class ToolCallView(Widget):
         padding: 0 1;
         border-left: outer $accent 50%;
         &.-ok { border-left: outer $success 60%; }
+        &.-rerun { border-left: outer $secondary; }
+        &.-reused { border-left: outer $success 30%; }
         &.-error, &.-interrupted, &.-aborted { border-left: outer $error; }
         &.-dangling { border-left: outer $warning; }
         #tool-header { height: auto; }
@@ -65,6 +87,10 @@ class ToolCallView(Widget):
 
     status_text: reactive[str] = reactive("")
     """The tool's last short status text (untrusted, shown literally)."""
+
+    settled: reactive[str] = reactive("")
+    """How the result came about when it is not an ordinary run: ``rerun`` or ``reused`` (by
+    resume), ``interrupted`` / ``aborted`` (see ``status``), ``not_run``, ``job-reused``; else ""."""
 
     def __init__(self, call: ToolCall, *, status: str = "pending", note: str = "") -> None:
         super().__init__(id=None)
@@ -114,13 +140,15 @@ class ToolCallView(Widget):
     def finish(self, result: ToolResultMessage) -> None:
         """Show ``result`` and mark the call settled (ok, error or interrupted)."""
         self._result = result
+        metadata = result.metadata or {}
+        self.settled = str(metadata.get("settled") or ("job-reused" if metadata.get("job") == "reused" else ""))
         settled = settled_as(result)
         if settled is not None:
             self.status = settled
         else:
             self.status = "error" if result.is_error else "ok"
         if self._ready:
-            self._render_result()
+            self._apply_status()
 
     def mark_dangling(self, note: str) -> None:
         """Mark a call of a crashed run that has no result; ``note`` says whether it started."""
@@ -149,11 +177,16 @@ class ToolCallView(Widget):
     def watch_status_text(self) -> None:
         self._update_status_line()
 
+    def watch_settled(self) -> None:
+        self._apply_status()
+
     def _apply_status(self) -> None:
         if not self._ready:
             return
         for name in ("streaming", "pending", "unanswered", "running", "ok", "error", "interrupted", "aborted", "dangling"):
             self.set_class(self.status == name, f"-{name}")
+        for name in ("rerun", "reused"):
+            self.set_class(self.settled == name, f"-{name}")
         if self.status == "running" and self.progress is None:
             self.query_one("#tool-progress", ProgressBar).update(total=None)
         self._update_status_line()
@@ -176,6 +209,10 @@ class ToolCallView(Widget):
         }[self.status]
         line = Text()
         line.append(words, style="italic")
+        note = self._result and settled_note(self._result)
+        if note and self.status not in ("interrupted", "aborted"):
+            line.append(" — ")
+            line.append(note, style="bold italic")
         if self.status == "running" and self.status_text:
             line.append(" — ")
             line.append_text(literal(self.status_text))

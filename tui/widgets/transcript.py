@@ -34,6 +34,17 @@ class _Hidden:
     count: int
 
 
+def _same(a: Entry, b: Entry) -> bool:
+    """Whether two entries are the same stored row (cheap: role, ids and text, not every field)."""
+    if isinstance(a, CorruptRow) or isinstance(b, CorruptRow):
+        return isinstance(a, CorruptRow) and isinstance(b, CorruptRow) and a.row_id == b.row_id
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, ToolResultMessage):
+        return a.tool_call_id == b.tool_call_id  # type: ignore[union-attr]
+    return getattr(a, "text", None) == getattr(b, "text", None) and a.timestamp == b.timestamp
+
+
 def merge_rows(messages: Sequence[AnyMessage], ids: Sequence[Any], problems: Iterable[CorruptRow]) -> list[Entry]:
     """Messages and undecodable rows in store order (by row id when ids are comparable)."""
     problems = list(problems)
@@ -157,7 +168,7 @@ class Transcript(VerticalScroll, can_focus=True):
     # --- live updates -------------------------------------------------------------------
 
     async def append_message(self, message: AnyMessage) -> None:
-        """Show a message that was just persisted (user message, tool result, unknown role)."""
+        """Show a message that was just persisted (any role; a streamed reply ends with :meth:`end_reply`)."""
         await self._drop_empty_note()
         self._entries.append(message)
         if isinstance(message, ToolResultMessage):
@@ -166,7 +177,36 @@ class Transcript(VerticalScroll, can_focus=True):
             if view is not None:
                 view.finish(message)
                 return
-        await self.mount(view_for_message(message))
+        view = view_for_message(message)
+        if isinstance(view, AssistantMessageView):
+            self._adopt(view, message)  # type: ignore[arg-type]
+        await self.mount(view)
+
+    async def sync_history(self, entries: list[Entry]) -> int:
+        """Show ``entries`` (the whole thread, store order), keeping what is shown when it is a
+        prefix of them: only the rest is appended. Otherwise everything is shown afresh.
+        Returns how many entries were appended (all of them after a fresh show)."""
+        shown = len(self._entries)
+        if self.live is None and shown <= len(entries) and all(
+            _same(a, b) for a, b in zip(self._entries[-3:], entries[max(shown - 3, 0) : shown])
+        ):
+            for entry in entries[shown:]:
+                if isinstance(entry, CorruptRow):
+                    self._entries.append(entry)
+                    await self.mount(RawView(f"row {entry.row_id} could not be read: {entry.reason}", entry.raw))
+                else:
+                    await self.append_message(entry)
+            return len(entries) - shown
+        await self.show(entries)
+        return len(entries)
+
+    async def drop_live(self) -> None:
+        """Remove the streamed reply that will never be persisted (its runner is gone)."""
+        if self.live is not None:
+            live, self.live = self.live, None
+            for call_id in live.tool_views:
+                self.tool_views.pop(call_id, None)
+            await live.remove()
 
     async def begin_reply(self, partial: AssistantMessage) -> AssistantMessageView:
         """Start showing a streamed reply."""
