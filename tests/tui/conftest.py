@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -150,3 +151,78 @@ async def open_from_picker(pilot: Pilot[object], thread_id: str) -> None:
         lambda: isinstance(app.screen, ThreadScreen) and app.screen.thread_id == thread_id and app.screen.loaded,
         what=f"thread {thread_id} open",
     )
+
+
+# --- runners in other processes ---------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Child:
+    """A runner in a child process on a shared SQLite file; ``gate(name)`` releases the gated
+    test agent (``tests.supervise.child``), which waits for files in ``gates``."""
+
+    def __init__(self, argv: list[str], gates: Path) -> None:
+        import os
+        import subprocess
+
+        self.gates = gates
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env={**os.environ, "CUBEPI_TEST_GATES": str(gates)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def gate(self, name: str) -> None:
+        (self.gates / name).write_text("")
+
+    def kill(self) -> None:
+        """SIGKILL the child and reap it, so its pid is gone."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=60)
+
+    async def exit_code(self, timeout: float = 60.0) -> int:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.proc.poll() is None:
+            assert loop.time() < deadline, "the runner did not exit"
+            await asyncio.sleep(0.05)
+        return self.proc.returncode
+
+
+@pytest.fixture
+def children(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """``children(argv)`` starts a runner child; every child still alive at the end is killed."""
+    started: list[Child] = []
+    gates = tmp_path / "gates"
+    gates.mkdir()
+
+    def start(*argv: str) -> Child:
+        child = Child([sys.executable, *argv], gates)
+        started.append(child)
+        return child
+
+    yield start
+    for child in started:
+        child.kill()
+        if child.proc.stderr is not None:
+            child.proc.stderr.close()
+
+
+@pytest.fixture
+async def shared_db(tmp_path: Path) -> Path:
+    """A database file created before any process uses it (so none races to create it)."""
+    from core.checkpoint.sqlite import SQLiteCheckpointer
+
+    path = tmp_path / "shared.sqlite"
+    store = await SQLiteCheckpointer.open(path, create=True)
+    await store.close()
+    return path

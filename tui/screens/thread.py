@@ -592,8 +592,9 @@ class ThreadScreen(Screen[None]):
             hint = "Read by the agent before its next model call."
         else:
             hint = "Delivered when the agent has finished its current work."
-        if self.elsewhere is not None:
-            hint += f" It is sent to the run in {self.elsewhere.label.removeprefix('running elsewhere ')}."
+        if self.elsewhere is not None and self.elsewhere.lease is not None:
+            lease = self.elsewhere.lease
+            hint += f" It goes to process {lease.pid} on {clean(lease.host)}, which runs the thread."
         elif not self.running:
             hint = "The agent is idle: you will be asked to send this as a new prompt."
         text = await self.app.push_screen_wait(TextInputModal(words, hint))

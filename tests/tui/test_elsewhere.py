@@ -1,0 +1,206 @@
+"""Threads run by other processes: the picker says where they run and when they crashed; a
+thread view follows them live and commands them (abort, steer) through the database."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.messages import AssistantMessage, UserMessage
+from core.recovery import ThreadState, diagnose
+from tests.tui.conftest import (
+    fast_session,
+    open_from_picker,
+    screen_text,
+    squeezed_lines,
+    type_text,
+    wait_for,
+    wait_for_text,
+    widget_text,
+)
+from tui.app import make_app
+from tui.messages import ThreadsLoaded
+from tui.screens.modals import TextInputModal
+from tui.screens.resume import ResumeModal
+from tui.screens.thread import ThreadScreen
+from tui.screens.threads import ThreadsScreen
+from tui.widgets.message_view import AssistantMessageView
+from tui.widgets.tool_call import ToolCallView
+
+TIMEOUT = 60.0
+"""Seconds any wait on another process may take (generous: a loaded 2-core machine)."""
+
+GATED = ["-m", "core.runner", "run", "--agent", "tests.supervise.child:make_agent"]
+"""The runner CLI with the gated test agent: its ``work`` tool runs until ``release-1`` exists."""
+
+
+def _row(app, thread_id: str):  # type: ignore[no-untyped-def]
+    return next((r for r in app.threads_screen.rows if r.thread_id == thread_id), None)
+
+
+async def _load(path: Path, thread_id: str):  # type: ignore[no-untyped-def]
+    store = await SQLiteCheckpointer.open(path, create=False)
+    try:
+        return await store.load(thread_id), await store.list_commands(thread_id), await store.get_lease(thread_id)
+    finally:
+        await store.close()
+
+
+def _thread_screen(app) -> ThreadScreen:  # type: ignore[no-untyped-def]
+    assert isinstance(app.screen, ThreadScreen), type(app.screen)
+    return app.screen
+
+
+def _tool_running(screen: ThreadScreen) -> bool:
+    return any(v.status == "running" and (v.progress or 0) > 0 and v.status_text for v in screen.query(ToolCallView))
+
+
+async def test_picker_shows_a_demo_runner_elsewhere_then_crashed_once_its_process_is_killed(
+    shared_db: Path, children
+) -> None:
+    child = children("-m", "core.runner", "run", "--db", str(shared_db), "--thread", "t-away", "--demo",
+                     "--speed", "0.3", "Forecast next quarter")
+    app = make_app(fast_session(path=shared_db))
+    async with app.run_test(size=(150, 30)) as pilot:
+        where = f"running elsewhere (pid {child.pid} on {socket.gethostname()}, heartbeat"
+        await wait_for_text(pilot, where, timeout=TIMEOUT)
+        row = _row(app, "t-away")
+        assert row is not None and row.elsewhere and not row.running
+        child.kill()
+        # Same host, process gone: the lease is stale at once (no need to wait for its expiry).
+        await wait_for(
+            pilot, lambda: (r := _row(app, "t-away")) is not None and r.state.startswith("crashed"),
+            timeout=TIMEOUT, what="the row to turn crashed",
+        )
+        row = _row(app, "t-away")
+        assert row is not None and row.note == "runner gone" and not row.elsewhere
+        line = next(line for line in screen_text(app).splitlines() if "t-away" in line)
+        assert "crashed at point" in line and "runner gone" in line and "running elsewhere" not in line
+
+
+async def test_picker_waits_for_the_lease_of_a_runner_on_another_host_to_expire(
+    shared_db: Path, children
+) -> None:
+    # The child claims to run on another machine, so its pid cannot be checked from here:
+    # only the lease's expiry (3 s without a heartbeat) may turn the thread crashed.
+    child = children("-m", "tests.supervise.child", str(shared_db), "t-remote", "Do the work.", "far-box", "3", "0.5")
+    seen: list[tuple[float, str]] = []
+
+    def hook(message: object) -> None:
+        if isinstance(message, ThreadsLoaded):
+            for row in message.rows:
+                if row.thread_id == "t-remote":
+                    seen.append((time.time(), row.state))
+
+    app = make_app(fast_session(path=shared_db))
+    async with app.run_test(size=(150, 30), message_hook=hook) as pilot:
+        await wait_for_text(pilot, f"running elsewhere (pid {child.pid} on far-box, heartbeat", timeout=TIMEOUT)
+        await wait_for(pilot, lambda: (child.gates / "started-1").exists(), timeout=TIMEOUT, what="the tool to start")
+        child.kill()
+        killed_at = time.time()
+        await wait_for(
+            pilot, lambda: (r := _row(app, "t-remote")) is not None and r.state.startswith("crashed"),
+            timeout=TIMEOUT, what="the row to turn crashed",
+        )
+        row = _row(app, "t-remote")
+        assert row is not None and row.state == "crashed at point 3 (mid-tool)" and row.note == "lease expired"
+    _, _, lease = await _load(shared_db, "t-remote")
+    assert lease is not None and lease.host == "far-box"
+    crashed_at = [at for at, state in seen if state.startswith("crashed")]
+    elsewhere_at = [at for at, state in seen if state.startswith("running elsewhere")]
+    assert elsewhere_at and crashed_at
+    assert min(crashed_at) >= lease.expires_at  # never shown crashed before the lease expired
+    assert lease.expires_at > killed_at - 1.0  # ...which it did after the kill, not long before
+
+
+async def test_a_thread_view_follows_a_run_elsewhere_and_aborts_it(shared_db: Path, children) -> None:
+    child = children(*GATED, "--db", str(shared_db), "--thread", "t-live", "Do the work.")
+    app = make_app(fast_session(path=shared_db))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for_text(pilot, "running elsewhere", timeout=TIMEOUT)
+        await open_from_picker(pilot, "t-live")
+        screen = _thread_screen(app)
+        assert screen.following
+        # Streamed text and tool progress from the other process, before its run ends.
+        await wait_for_text(pilot, "Turn 1: I am working", timeout=TIMEOUT)
+        await wait_for(pilot, lambda: _tool_running(screen), timeout=TIMEOUT, what="tool progress")
+        assert child.proc.poll() is None and screen.elsewhere is not None
+        assert "running elsewhere (pid" in screen_text(app).splitlines()[-2]  # the status bar
+        assert "step" in screen_text(app)  # the tool's own status text
+
+        # `r` is refused while the other process holds a live lease.
+        await pilot.press("r")
+        await wait_for(
+            pilot, lambda: any("cannot be resumed now" in n.message for n in app._notifications), what="refusal"
+        )
+        assert not isinstance(app.screen, ResumeModal)
+
+        # Leave and come back: a new follower, every message still shown exactly once.
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
+        await open_from_picker(pilot, "t-live")
+        screen = _thread_screen(app)
+        await wait_for(pilot, lambda: _tool_running(screen), timeout=TIMEOUT, what="tool progress again")
+        assert len(screen.query(AssistantMessageView)) == 1
+        assert len(screen.query(ToolCallView)) == 1
+
+        await pilot.press("a")
+        await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "applied", timeout=TIMEOUT, what="applied")
+        assert await child.exit_code() == 130
+        await wait_for(
+            pilot, lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.ABORTED,
+            timeout=TIMEOUT, what="an aborted thread",
+        )
+        text = screen_text(app)
+        assert "abort #1: pending" in text and "applied" in text  # the commands bar
+        assert "aborted" in text.splitlines()[-2]  # the status bar
+        assert screen.elsewhere is None and not screen.check_action("abort", ())
+        data, commands, _ = await _load(shared_db, "t-live")
+        assert data is not None
+        shown = [v.message for v in screen.query(AssistantMessageView)]
+        assert len(shown) == sum(isinstance(m, AssistantMessage) for m in data.messages)
+        assert len(screen.transcript._entries) == len(data.messages)
+    assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.ABORTED
+    assert [(c.kind, c.status) for c in commands] == [("abort", "applied")]
+
+
+async def test_a_steer_sent_to_a_runner_that_then_crashed_is_sent_with_the_resume(shared_db: Path, children) -> None:
+    child = children(*GATED, "--db", str(shared_db), "--thread", "t-steer", "Do the work.")
+    app = make_app(fast_session(path=shared_db))
+    async with app.run_test(size=(130, 44)) as pilot:
+        await wait_for_text(pilot, "running elsewhere", timeout=TIMEOUT)
+        await open_from_picker(pilot, "t-steer")
+        screen = _thread_screen(app)
+        await wait_for(pilot, lambda: _tool_running(screen), timeout=TIMEOUT, what="tool progress")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="steer modal")
+        assert "It goes to process" in screen_text(app)
+        await type_text(pilot, "focus on europe")
+        await pilot.press("enter")
+        # The runner reads it (delivered) but its tool never reaches a turn boundary.
+        await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "delivered", timeout=TIMEOUT, what="delivered")
+        assert "steer #1 “focus on europe”: pending → delivered" in squeezed_lines(screen_text(app))
+        child.kill()
+        await wait_for_text(pilot, "Crashed mid-tool (point 3)", timeout=TIMEOUT)
+        assert screen.elsewhere is None
+
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ResumeModal), what="resume confirmation")
+        modal = app.screen
+        text = widget_text(modal)
+        assert "marked interrupted, not re-run (this agent has no tool named work)" in text
+        assert "steer #1 “focus on europe” (•) send with the resume ( ) discard" in text
+        await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="back")
+        await wait_for_text(pilot, "Noted your steer: “focus on europe”", timeout=TIMEOUT)
+        await wait_for(
+            pilot, lambda: not screen.running and screen.diagnosis is not None, timeout=TIMEOUT, what="run over"
+        )
+    data, commands, _ = await _load(shared_db, "t-steer")
+    assert data is not None
+    steers = [m for m in data.messages if isinstance(m, UserMessage) and m.metadata.get("kind") == "steer"]
+    assert [(m.text, m.metadata.get("command_seq")) for m in steers] == [("focus on europe", 1)]
+    assert [(c.kind, c.status) for c in commands] == [("steer", "applied")]
+    assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED
