@@ -19,11 +19,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Button, RadioButton, RadioSet, Static
 
 from core.checkpoint.base import Command
 from core.recovery import CallPlan, ResumeAction, ResumePlan, SettleChoice
+from tui.screens.modals import OnceModal
 from tui.text import clean, literal, one_line, short_json
 from tui.widgets.crash_banner import crash_headline
 
@@ -61,7 +61,7 @@ class ResumeDecision:
     discard: tuple[int, ...] = ()
 
 
-class ResumeModal(ModalScreen[ResumeDecision | None]):
+class ResumeModal(OnceModal[ResumeDecision | None]):
     """The resume confirmation: every dangling call with its planned outcome, and the choices.
 
     | Key | Action |
@@ -185,9 +185,9 @@ class ResumeModal(ModalScreen[ResumeDecision | None]):
     @on(Button.Pressed, "#resume")
     def action_confirm(self) -> None:
         """Resume with the choices shown."""
-        self.dismiss(self.decision())
+        self.answer_once(self.decision())
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
         """Close without resuming."""
-        self.dismiss(None)
+        self.answer_once(None)

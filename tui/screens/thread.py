@@ -1,78 +1,37 @@
-"""ThreadScreen: one thread, live. Transcript, crash banner, commands, status bar, and the run keys.
+"""ThreadScreen: one thread, live, and what its keys do.
 
-A thread is shown in one of two ways:
-
-* **run here**: this app's agent runs it, in an exclusive worker of this screen (through
-  a :class:`~core.supervise.Supervisor`, so other processes can follow and command the
-  run too); the agent's listener only posts :class:`~tui.messages.AgentEventReceived`;
-* **followed**: otherwise a :class:`~core.follow.ThreadFollower` reads the thread and
-  whatever another process streams into it; its changes arrive as
-  :class:`~tui.messages.FollowerChanged` and a :class:`~tui.screens.following.Mirror`
-  draws them. ``a``/``s``/``f`` then go to that process as commands
-  (:func:`core.supervise.send`) whose statuses the commands bar shows.
-
-Stream deltas and tool progress are not drawn per event: the handlers note what changed
-and a timer flushes it every :data:`FLUSH_INTERVAL` seconds, so a fast stream costs at
-most one append per block per tick.
+What is shown (run here or followed) is :class:`~tui.screens.thread_view.ThreadView`'s
+part; this class adds the keys and the runs. A run happens in an exclusive worker of this
+screen, through the session's :class:`~core.supervise.Supervisor`, so other processes can
+follow and command it. For a thread another process runs, ``a``/``s``/``f`` become
+commands to that process (:func:`core.supervise.send`) and ``r`` is refused until that
+run ends or its lease expires. ``r`` on a crashed thread first shows the
+:class:`~tui.screens.resume.ResumeModal`: every dangling call with its planned outcome,
+and the user's choices.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 from rich.text import Text
 from textual import on, work
-from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.message import Message
-from textual.reactive import reactive
-from textual.screen import Screen
-from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
-from core.agent import Agent
-from core.checkpoint.base import CheckpointData, Command, CorruptRow
-from core.errors import CubepiError, RunError, ThreadNotFoundError
-from core.events import (
-    AgentEnd,
-    AgentEvent,
-    AgentStart,
-    MessageEnd,
-    MessageStart,
-    MessageUpdate,
-    ToolExecutionEnd,
-    ToolExecutionStart,
-    ToolExecutionUpdate,
-)
-from core.follow import ThreadFollower
-from core.messages import AssistantMessage
-from core.recovery import Diagnosis, ResumeAction
-from core.supervise import LeaseState, LeaseView, ThreadCrashedError, ThreadNotRunningError
-from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, RunFinished, RunStarted, ThreadLoaded
-from tui.screens.following import Mirror
+from core.checkpoint.base import Command
+from core.errors import CubepiError, RunError
+from core.recovery import ResumeAction
+from core.supervise import ThreadCrashedError, ThreadNotRunningError
+from tui.messages import CloseThread, RunFinished, RunStarted
 from tui.screens.modals import ConfirmModal, TextInputModal
 from tui.screens.resume import ResumeDecision, ResumeModal
-from tui.session import UPGRADE_EXPLANATION, Session
+from tui.screens.thread_view import KIND_WORDS, ThreadView
+from tui.session import UPGRADE_EXPLANATION
 from tui.text import clean, literal
-from tui.widgets.commands import CommandsBar
-from tui.widgets.crash_banner import CrashBanner
-from tui.widgets.status_bar import StatusBar
-from tui.widgets.transcript import Transcript, merge_rows
 
-FLUSH_INTERVAL = 1 / 20
-"""Seconds between redraws of streamed text and tool progress (TEXTUAL-FACTS: 20-50 ms)."""
-
-_KIND_WORDS = {"steer": "Steer", "follow_up": "Follow-up", "abort": "Abort"}
+__all__ = ["ThreadScreen"]
 
 
-class _Flush(Message):
-    """Time to draw the buffered stream text and tool progress (posted by the flush timer)."""
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, _Flush)
-
-
-class ThreadScreen(Screen[None]):
+class ThreadScreen(ThreadView):
     """The live view of one thread.
 
     | Key | Action |
@@ -95,229 +54,6 @@ class ThreadScreen(Screen[None]):
         Binding("e", "earlier", "Earlier", id="thread.earlier", tooltip="Show earlier messages", show=False),
         Binding("q", "back", "Back", id="thread.back", tooltip="Back to the thread list (runs keep going)"),
     ]
-
-    running: reactive[bool] = reactive(False, bindings=True)
-    """Whether this app's agent is running the thread (enables abort, disables resume)."""
-
-    elsewhere: reactive[LeaseView | None] = reactive(None, bindings=True)
-    """The live lease of another process that runs the thread (``None``: nobody else runs it)."""
-
-    diagnosis: reactive[Diagnosis | None] = reactive(None, bindings=True)
-    """What the store says of the thread when no run is live; drives the banner and ``r``."""
-
-    loaded: reactive[bool] = reactive(False, bindings=True)
-    """Whether the thread was read; no key acts before."""
-
-    def __init__(self, session: Session, thread_id: str, *, prompt: str | None = None, new: bool = False) -> None:
-        super().__init__()
-        self.session = session
-        self.thread_id = thread_id
-        self._first_prompt = prompt
-        self._new = new
-        self._unsubscribe: Callable[[], None] | None = None
-        self._partial: AssistantMessage | None = None  # the live reply, redrawn on the next flush
-        self._progress: dict[str, tuple[float | None, str | None]] = {}
-        self._problems: list[CorruptRow] = []
-        self._follower: ThreadFollower | None = None
-        self._mirror: Mirror | None = None
-        self._sent: set[int] = set()  # seqs of the commands sent from this view
-        self.run_worker_ref: Worker[None] | None = None
-        """The worker of the current run (compared by identity in state changes)."""
-
-    def compose(self) -> ComposeResult:
-        yield CrashBanner(id="banner")
-        yield Static("", id="thread-problems")
-        yield Transcript(id="transcript")
-        yield CommandsBar(id="commands")
-        yield StatusBar(id="status")
-        yield Footer()
-
-    @property
-    def transcript(self) -> Transcript:
-        """The message list."""
-        return self.query_one(Transcript)
-
-    @property
-    def status_bar(self) -> StatusBar:
-        """The one-line status."""
-        return self.query_one(StatusBar)
-
-    @property
-    def commands_bar(self) -> CommandsBar:
-        """The commands sent to another process's run, with their statuses."""
-        return self.query_one(CommandsBar)
-
-    @property
-    def following(self) -> bool:
-        """Whether a follower shows the thread now (it is not run here)."""
-        return self._follower is not None
-
-    def on_mount(self) -> None:
-        self.status_bar.thread_id = self.thread_id
-        self.status_bar.model = self.session.model
-        self.status_bar.run_state = "loading"
-        self.query_one("#thread-problems").display = False
-        self.set_interval(FLUSH_INTERVAL, self._request_flush, name="flush")
-        self._load()
-
-    async def on_unmount(self) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        await self._stop_following(drop_live=False)
-
-    # --- loading ------------------------------------------------------------------------
-
-    @work(exclusive=True, exit_on_error=False, group="load")
-    async def _load(self) -> None:
-        if self.session.can_watch and not self.session.is_running(self.thread_id):
-            await self._start_following(first=True)
-            return
-        try:
-            data, diagnosis = await self.session.load(self.thread_id, must_exist=not self._new)
-        except CubepiError as error:
-            self.post_message(ThreadLoaded(self.thread_id, error=str(error)))
-            return
-        self.post_message(ThreadLoaded(self.thread_id, data=data, diagnosis=diagnosis))
-
-    async def _start_following(self, *, first: bool = False) -> None:
-        """Follow the thread: its history, then what any process writes into it.
-
-        The first attach posts ``ThreadLoaded``; a later one (after a run here) posts the
-        follower's first change, which shows only the messages the transcript lacks.
-        """
-        if self._follower is not None:
-            return
-        follower = self.session.follower(self.thread_id)
-        try:
-            change = await follower.start()
-        except CubepiError as error:
-            await self.session.release(follower)
-            if first:
-                self.post_message(ThreadLoaded(self.thread_id, error=str(error)))
-            else:
-                self.notify(clean(error), severity="error", markup=False)
-            return
-        model = change.model
-        if first and not self._new and not (model.messages or model.problems or model.runs or model.lease):
-            await self.session.release(follower)
-            where = self.session.location or "this database"
-            error = ThreadNotFoundError(f"There is no thread {self.thread_id!r} in {where}.")
-            self.post_message(ThreadLoaded(self.thread_id, error=str(error)))
-            return
-        # No await from here on: the follower cannot publish before we listen.
-        self._follower = follower
-        thread_id = self.thread_id
-        follower.subscribe(lambda c: self.post_message(FollowerChanged(thread_id, c)))
-        messages = list(change.added)
-        if first:
-            data = CheckpointData(
-                messages=messages,
-                runs=list(model.runs),
-                problems=list(model.problems),
-                message_ids=list(model.message_ids[: len(messages)]),
-                journal=model.journal,
-            )
-            self.post_message(ThreadLoaded(thread_id, data=data, diagnosis=model.diagnosis(), lease=model.lease_view))
-        else:
-            self._mirror = Mirror(self.transcript, model, 0)
-            self.post_message(FollowerChanged(thread_id, change))
-
-    async def _stop_following(self, *, drop_live: bool = True) -> None:
-        """Stop following (a run here starts, or the view closes)."""
-        follower, self._follower, self._mirror = self._follower, None, None
-        if follower is not None:
-            await self.session.release(follower)
-            if drop_live:
-                await self.transcript.drop_live()
-
-    @work(exclusive=True, exit_on_error=False, group="follow")
-    async def _follow_again(self) -> None:
-        await self._start_following()
-
-    @on(ThreadLoaded)
-    async def _show_thread(self, message: ThreadLoaded) -> None:
-        if message.error is not None or message.data is None:
-            self.post_message(CloseThread(self.thread_id, error=message.error or "The thread could not be read."))
-            return
-        data = message.data
-        await self.transcript.show(merge_rows(data.messages, data.message_ids, data.problems))
-        self.status_bar.set_usage(data.messages)
-        self._problems = list(data.problems)
-        if data.problems:
-            first = data.problems[0]
-            more = f" ({len(data.problems) - 1} more)" if len(data.problems) > 1 else ""
-            line = literal(f"⚠ Row {first.row_id} could not be read: {first.reason}{more}")
-            problems = self.query_one("#thread-problems", Static)
-            problems.update(line)
-            problems.display = True
-        agent = self.session.agents.get(self.thread_id)
-        if agent is not None:
-            self._subscribe(agent)
-        if self._follower is not None:
-            self._mirror = Mirror(self.transcript, self._follower.model, len(data.messages))
-        self.running = self.session.is_running(self.thread_id)
-        if not self.running:
-            self._show_lease(message.lease, message.diagnosis)
-        self.loaded = True
-        if self._first_prompt is not None:
-            prompt, self._first_prompt = self._first_prompt, None
-            self.start_run("prompt", prompt)
-
-    def _show_lease(self, view: LeaseView | None, diagnosis: Diagnosis | None) -> None:
-        """Show who runs the thread: another process (its lease), or nobody (the diagnosis)."""
-        if view is not None and view.state is LeaseState.RUNNING_ELSEWHERE:
-            self.elsewhere = view
-            self.diagnosis = None
-            self.status_bar.run_state = view.label
-        else:
-            self.elsewhere = None
-            self.diagnosis = diagnosis
-
-    def watch_diagnosis(self, diagnosis: Diagnosis | None) -> None:
-        self.query_one(CrashBanner).diagnosis = diagnosis
-        if diagnosis is not None:
-            self.status_bar.run_state = diagnosis.label
-            self.transcript.mark_dangling(diagnosis)
-
-    def watch_running(self, running: bool) -> None:
-        if running:
-            self.status_bar.run_state = "running"
-
-    # --- following another process --------------------------------------------------------
-
-    @on(FollowerChanged)
-    async def _follower_changed(self, message: FollowerChanged) -> None:
-        change = message.change
-        if self._mirror is None or self._follower is None or change.model is not self._follower.model:
-            return  # from a follower that was detached since
-        await self._mirror.apply(change)
-        if change.reset:
-            self.status_bar.set_usage(change.added)
-        else:
-            for m in change.added:
-                if isinstance(m, AssistantMessage):
-                    self.status_bar.add_usage(m.usage)
-        for command in change.commands:
-            self._command_seen(command)
-        if change.reset or change.lease or change.added or change.runs or change.ended:
-            model = change.model
-            live = model.lease_view.live
-            self._show_lease(model.lease_view, None if live else model.diagnosis())
-
-    def _command_seen(self, command: Command) -> None:
-        if not self.commands_bar.track(command) or command.seq not in self._sent:
-            return
-        words = _KIND_WORDS.get(command.kind, command.kind)
-        if command.status == "refused":
-            note = f": {clean(command.note)}" if command.note else ""
-            self.notify(f"{words} #{command.seq} was refused{note}.", severity="warning", timeout=8, markup=False)
-        elif command.status == "applied":
-            self.notify(f"{words} #{command.seq} applied.", timeout=4, markup=False)
-
-    def _track_sent(self, command: Command) -> None:
-        self._sent.add(command.seq)
-        self.commands_bar.track(command)
 
     # --- running here ---------------------------------------------------------------------
 
@@ -388,15 +124,6 @@ class ThreadScreen(Screen[None]):
             return None
         return await self.app.push_screen_wait(ResumeModal(plan, pending))
 
-    def _subscribe(self, agent: Agent) -> None:
-        if self._unsubscribe is None:
-            thread_id = self.thread_id
-
-            def listener(event: AgentEvent) -> None:
-                self.post_message(AgentEventReceived(thread_id, event))
-
-            self._unsubscribe = agent.subscribe(listener)
-
     @on(RunStarted)
     def _run_started(self) -> None:
         self.running = True
@@ -426,71 +153,6 @@ class ThreadScreen(Screen[None]):
                 self.running = self.session.is_running(self.thread_id)
                 self._refresh_diagnosis()
 
-    @work(exclusive=True, exit_on_error=False, group="load")
-    async def _refresh_diagnosis(self) -> None:
-        try:
-            _, diagnosis = await self.session.load(self.thread_id, must_exist=False)
-        except CubepiError as error:
-            self.notify(clean(str(error)), severity="error", markup=False)
-            return
-        if not self.session.is_running(self.thread_id):
-            self.diagnosis = diagnosis
-
-    # --- agent events -------------------------------------------------------------------
-
-    @on(AgentEventReceived)
-    async def _agent_event(self, message: AgentEventReceived) -> None:
-        event = message.event
-        transcript = self.transcript
-        if isinstance(event, MessageUpdate):
-            self._partial = event.message
-        elif isinstance(event, ToolExecutionUpdate):
-            self._progress[event.tool_call_id] = (event.progress, event.text)
-        elif isinstance(event, MessageStart):
-            if isinstance(event.message, AssistantMessage):
-                self._partial = event.message
-        elif isinstance(event, MessageEnd):
-            await self._flush()
-            if isinstance(event.message, AssistantMessage):
-                self._partial = None
-                await transcript.end_reply(event.message)
-                self.status_bar.add_usage(event.message.usage)
-            else:
-                await transcript.append_message(event.message)
-        elif isinstance(event, ToolExecutionStart):
-            await self._flush()
-            transcript.tool_started(event.tool_call_id)
-        elif isinstance(event, ToolExecutionEnd):
-            self._progress.pop(event.tool_call_id, None)
-            transcript.tool_finished(event.result)
-        elif isinstance(event, AgentStart):
-            self.running = True
-            self.diagnosis = None
-        elif isinstance(event, AgentEnd):
-            await self._flush()
-            self.status_bar.run_state = event.outcome
-            if event.error:
-                self.notify(clean(event.error), severity="error", timeout=10, markup=False)
-
-    def _request_flush(self) -> None:
-        # Timer callbacks run in the timer's own task; drawing must happen in this
-        # screen's message queue, in order with the agent events, so post a message.
-        if self._partial is not None or self._progress or (self._mirror is not None and self._mirror.dirty):
-            self.post_message(_Flush())
-
-    @on(_Flush)
-    async def _flush(self) -> None:
-        """Draw what the stream and the tools reported since the last flush."""
-        if not self.is_mounted:
-            return
-        if self._partial is not None:
-            await self.transcript.sync_reply(self._partial)
-        if self._progress:
-            progress, self._progress = self._progress, {}
-            for call_id, (fraction, text) in progress.items():
-                self.transcript.tool_progress(call_id, fraction, text)
-        if self._mirror is not None:
-            await self._mirror.flush()
 
     # --- keys ---------------------------------------------------------------------------
 
@@ -587,7 +249,7 @@ class ThreadScreen(Screen[None]):
 
     @work(exclusive=True, exit_on_error=False, group="input")
     async def _send_queued(self, kind: str) -> None:
-        words = _KIND_WORDS[kind]
+        words = KIND_WORDS[kind]
         if kind == "steer":
             hint = "Read by the agent before its next model call."
         else:
@@ -630,3 +292,4 @@ class ThreadScreen(Screen[None]):
         question.append_text(literal(text))
         if await self.app.push_screen_wait(ConfirmModal(f"{words}: agent idle", question, yes="Send")):
             self.start_run("prompt", text)
+
