@@ -204,3 +204,42 @@ async def test_a_steer_sent_to_a_runner_that_then_crashed_is_sent_with_the_resum
     assert [(m.text, m.metadata.get("command_seq")) for m in steers] == [("focus on europe", 1)]
     assert [(c.kind, c.status) for c in commands] == [("steer", "applied")]
     assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED
+
+
+async def test_a_run_in_the_app_can_be_followed_and_aborted_from_another_connection(shared_db: Path) -> None:
+    """In-app runs go through a Supervisor: another process (here: another connection, as a
+    second app window would hold) sees them stream and can abort them by command."""
+    from core.follow import ThreadFollower
+    from core.supervise import send
+
+    app = make_app(fast_session(path=shared_db, speed=1.0))
+    async with app.run_test(size=(130, 40)) as pilot:
+        await wait_for(pilot, lambda: app.session.store is not None, what="store open")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
+        await type_text(pilot, "a long job")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.running, what="run here")
+        screen = _thread_screen(app)
+        other = await SQLiteCheckpointer.open(shared_db, create=False)
+        try:
+            follower = ThreadFollower(other, screen.thread_id)
+            await follower.start()
+            try:
+                await wait_for(
+                    pilot, lambda: follower.model.partial is not None or follower.model.running_tools,
+                    timeout=TIMEOUT, what="the other connection to see the run live",
+                )
+                assert follower.model.lease_view.live
+                command = await send(other, screen.thread_id, "abort")
+                await wait_for(pilot, lambda: not screen.running, timeout=TIMEOUT, what="the run to stop")
+                statuses = {c.seq: c.status for c in await other.list_commands(screen.thread_id)}
+                assert statuses[command.seq] == "applied"
+            finally:
+                await follower.stop()
+        finally:
+            await other.close()
+        await wait_for(
+            pilot, lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.ABORTED,
+            timeout=TIMEOUT, what="aborted",
+        )
