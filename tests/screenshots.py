@@ -1,35 +1,53 @@
 """Regenerate the README screenshots: ``python -m tests.screenshots`` (not collected by pytest).
 
 Drives the real app (``make_app``) headlessly on a copy of cubeloop's crash-point
-database with the demo agent, and saves:
+database with the demo agent, plus a headless runner (``cubepi-tui run --demo``) in a
+child process, and saves:
 
-* ``screenshots/picker.svg``: the thread list, one thread "running here";
-* ``screenshots/thread.svg``: a live demo run, tools reporting progress;
-* ``screenshots/crash.svg``: the crash banner of a thread that crashed mid-tool.
+* ``screenshots/crash.svg``: the crash banner of a cubeloop thread that crashed mid-tool;
+* ``screenshots/thread.svg``: a live demo run in the app, tools reporting progress;
+* ``screenshots/picker.svg``: the thread list, one thread "running here", one "running elsewhere";
+* ``screenshots/elsewhere.svg``: the thread the child process runs, followed live, with a
+  steer sent to it (the commands bar shows how far it got);
+* ``screenshots/resume.svg``: the resume confirmation of a thread killed with three tool
+  calls in flight (one re-run, one reused, one to choose for).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from textual.widgets import DataTable, Input
 
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.demo import demo_tools
+from core.messages import AssistantMessage, TextContent, ToolCall, user_text
+from core.recovery import JOURNALED_KEY
+from core.tool_execution import call_job_key, result_to_json
+from core.tools import AgentToolResult, tool
 from tui.app import CubepiApp, make_app
 from tui.cli import build_session
 from tui.screens.modals import ConfirmModal, TextInputModal
+from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 from tui.widgets.tool_call import ToolCallView
 
 FIXTURE = Path("/work/shared/fixtures/cubeloop_crashpoints.sqlite")
 OUT = Path(__file__).resolve().parent.parent / "screenshots"
+ROOT = Path(__file__).resolve().parent.parent
 SIZE = (120, 36)
 
 
-async def _until(pilot, predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+async def _until(pilot, predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not predicate():
@@ -39,15 +57,52 @@ async def _until(pilot, predicate, timeout: float = 20.0) -> None:  # type: igno
 
 
 async def _open(pilot, app: CubepiApp, thread_id: str) -> None:  # type: ignore[no-untyped-def]
-    await _until(pilot, lambda: isinstance(app.screen, ThreadsScreen) and bool(app.screen.rows))
+    await _until(pilot, lambda: isinstance(app.screen, ThreadsScreen) and thread_id in {r.thread_id for r in app.screen.rows})
     table = app.screen.query_one(DataTable)
     table.move_cursor(row=table.get_row_index(thread_id))
     await pilot.press("enter")
     await _until(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded)
 
 
+@tool
+async def notify_team(message: str) -> str:
+    """Post a message to the team channel (not idempotent: each call posts again)."""
+    return f"Posted {message!r} to the team."
+
+
+async def _write_killed_run(db: Path) -> None:
+    """A thread whose runner was killed with three calls in flight (as our agent writes it)."""
+    tools = {t.name: t for t in demo_tools()}
+    fetch = ToolCall(id="call_fetch", name="fetch_dataset", arguments={"name": "demo-sales", "rows": 50_000, "request": 1})
+    train = ToolCall(id="call_train", name="train_model", arguments={"model": "baseline", "epochs": 5, "request": 1})
+    post = ToolCall(id="call_post", name="notify_team", arguments={"message": "baseline trained"})
+    store = await SQLiteCheckpointer.open(db, create=False)
+    try:
+        await store.claim_run("killed-mid-tool", "run-1")
+        reply = AssistantMessage(
+            content=[TextContent(text="Fetching and training in parallel; I will tell the team when done."), fetch, train, post],
+            stop_reason="tool_use",
+            run_id="run-1",
+            model_id="demo",
+            metadata={JOURNALED_KEY: True},
+        )
+        await store.append("killed-mid-tool", [user_text("Train a baseline and tell the team", run_id="run-1"), reply])
+        for call in (fetch, train):
+            key = call_job_key(tools[call.name], call)
+            assert key is not None
+            await store.record_tool_event("killed-mid-tool", call.id, "start", tool_name=call.name, run_id="run-1",
+                                          job_key=key, at=time.time() - 120)
+            await store.job_begin("killed-mid-tool", key, call.id)
+        train_key = call_job_key(tools["train_model"], train)
+        assert train_key is not None
+        result = AgentToolResult("Trained 'baseline' for 5 epochs; validation accuracy 0.87, loss 0.31.")
+        await store.job_finish("killed-mid-tool", train_key, "done", result_to_json(result))
+    finally:
+        await store.close()
+
+
 async def main() -> None:
-    """Write the three SVGs into ``screenshots/``."""
+    """Write the five SVGs into ``screenshots/``."""
     OUT.mkdir(exist_ok=True)
     # A fixed place, so the path shown in the picker's title is the same every time.
     work = Path(tempfile.gettempdir()) / "cubepi-tui-screenshots"
@@ -55,8 +110,11 @@ async def main() -> None:
     work.mkdir()
     db = work / "threads.sqlite"
     shutil.copyfile(FIXTURE, db)
+    runner: subprocess.Popen[bytes] | None = None
     try:
-        app = make_app(build_session(db, demo=True, demo_speed=1.0))
+        session = build_session(db, demo=True, demo_speed=1.0)
+        session.tools = [*session.tools, notify_team]
+        app = make_app(session)
         async with app.run_test(size=SIZE) as pilot:
             await _open(pilot, app, "crash-mid-tool")
             await pilot.pause(0.3)
@@ -78,14 +136,49 @@ async def main() -> None:
             )
             app.save_screenshot("thread.svg", str(OUT))
             await pilot.press("q")
-            await _until(pilot, lambda: isinstance(app.screen, ThreadsScreen) and any(r.running for r in app.screen.rows))
-            app.screen.query_one(DataTable).move_cursor(row=0)  # the thread running here
+
+            # A headless runner in another process, on the same (now upgraded) file.
+            runner = subprocess.Popen(
+                [sys.executable, "-m", "tui.cli", "run", "--db", str(db), "--thread", "nightly-report", "--demo",
+                 "--speed", "0.5", "Write the nightly sales report"],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            await _until(pilot, lambda: isinstance(app.screen, ThreadsScreen)
+                         and any(r.elsewhere for r in app.screen.rows) and any(r.running for r in app.screen.rows))
+            app.screen.query_one(DataTable).move_cursor(row=0)
             await pilot.pause(0.3)
             app.save_screenshot("picker.svg", str(OUT))
+
+            await _open(pilot, app, "nightly-report")
+            screen = app.screen
+            assert isinstance(screen, ThreadScreen)
+            await _until(pilot, lambda: any(v.status == "running" and (v.progress or 0) > 0.2
+                                            for v in screen.query(ToolCallView)), timeout=60)
+            await pilot.press("s")
+            await _until(pilot, lambda: isinstance(app.screen, TextInputModal))
+            app.screen.query_one(Input).value = "Compare with the same night last year"
+            await pilot.press("enter")
+            await _until(pilot, lambda: screen.commands_bar.status_of(1) == "delivered")
+            await pilot.pause(0.5)
+            app.save_screenshot("elsewhere.svg", str(OUT))
+            await pilot.press("a")  # abort the other process's run
+            await _until(pilot, lambda: runner is not None and runner.poll() is not None, timeout=30)
+            await pilot.press("q")
+
+            await _write_killed_run(db)
+            await _open(pilot, app, "killed-mid-tool")
+            await pilot.press("r")
+            await _until(pilot, lambda: isinstance(app.screen, ResumeModal))
+            await pilot.pause(0.3)
+            app.save_screenshot("resume.svg", str(OUT))
+            await pilot.press("n")
             await app.session.stop_runs()
     finally:
+        if runner is not None and runner.poll() is None:
+            os.kill(runner.pid, signal.SIGKILL)
+            runner.wait()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"wrote picker.svg, thread.svg, crash.svg to {OUT}")
+    print(f"wrote crash.svg, thread.svg, picker.svg, elsewhere.svg, resume.svg to {OUT}")
 
 
 if __name__ == "__main__":

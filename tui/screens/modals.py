@@ -140,10 +140,10 @@ Threads (the picker)
   q       quit
 
 Thread view
-  a       abort the running agent (tools get their abort signal)
+  a       abort the run (another process's run: sent to it as a command)
   s       steer: a message the agent reads before its next model call
   f       follow-up: a message delivered when the agent would otherwise stop
-  r       resume a crashed thread (shows the plan and asks first)
+  r       resume a crashed thread (shows what happens to each call and asks first)
   n       send a new prompt in this thread
   e       show earlier messages
   q       back to the threads (a running agent keeps running)
@@ -155,8 +155,18 @@ Everywhere
 Crash points (what the picker and the banner report)
   1  between turns     the last user message was never answered: resume calls the model
   2  after tool result  every call has its result, the next model call never finished
-  3  mid-tool          a tool call has no result: resume records it as interrupted, then
-                       calls the model (the call "may have started": check its effects)
+  3  mid-tool          a tool call has no result: resume settles each call first - an
+                       idempotent tool is re-run (or its done job's stored result reused),
+                       any other call is marked interrupted unless you choose to re-run it
+                       - then calls the model
+
+Running elsewhere
+  A thread another process runs (another window, or `cubepi-tui run`) shows as
+  "running elsewhere (pid, host, heartbeat)". Open it to follow it live; a, s and f
+  are sent to that process and the commands bar shows pending -> delivered ->
+  applied, or refused with the reason. It cannot be resumed until that run ends or
+  its lease expires; then it shows as crashed.
+
 A browse-only database (cubeloop's) asks before it is upgraded for writing.
 Tool output is shown literally: markup and terminal escapes appear as text."""
 
