@@ -300,9 +300,9 @@ class Session:
         ``send_pending`` the others are delivered with the resumed run. Raises what
         ``Agent.resume`` raises (one sentence each).
         """
-        if discard_seqs:
-            with contextlib.suppress(KeyError):  # already gone: nothing left to discard
-                await discard(self._store(), thread_id, list(discard_seqs))
+        for seq in discard_seqs:
+            with contextlib.suppress(KeyError):  # delivered or discarded meanwhile: nothing to do
+                await discard(self._store(), thread_id, [seq])
         sup = await self.supervisor(thread_id)
         if sup is not None:
             return await sup.resume(choices, include_pending=send_pending)

@@ -183,3 +183,30 @@ async def test_quitting_with_a_live_run_asks_then_aborts_it_cleanly(db: Db) -> N
     data = await db.load(screen.thread_id)
     assert data is not None
     assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
+
+
+async def test_after_a_run_here_the_view_follows_the_thread_again_showing_each_message_once(db: Db) -> None:
+    from core.checkpoint.sqlite import SQLiteCheckpointer
+    from core.messages import user_text
+    from tui.widgets.message_view import AssistantMessageView
+
+    app = make_app(fast_session(path=db.path))
+    async with app.run_test(size=(110, 40)) as pilot:
+        screen = await _start_thread(pilot, "first job")
+        await wait_for(pilot, lambda: not screen.running, timeout=15, what="run finished")
+        await wait_for(pilot, lambda: screen.following, what="following again")
+        data = await db.load(screen.thread_id)
+        assert data is not None
+        assert len(screen.transcript._entries) == len(data.messages)
+        assert len(screen.query(AssistantMessageView)) == sum(isinstance(m, AssistantMessage) for m in data.messages)
+        # Another program writes to the idle thread: it shows up, once.
+        other = await SQLiteCheckpointer.open(db.path, create=False)
+        try:
+            await other.append(screen.thread_id, [user_text("a note from another program")])
+        finally:
+            await other.close()
+        await wait_for_text(pilot, "a note from another program", timeout=10)
+        assert len(screen.transcript._entries) == len(data.messages) + 1
+        await wait_for(pilot, lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.CRASHED,
+                       what="an unanswered message")
+        assert screen_text(app).count("a note from another program") == 1

@@ -96,6 +96,7 @@ class ThreadScreen(ThreadView):
                 return
             self.notify("Database upgraded; cubeloop can still read it.")
         try:
+            self.workers.cancel_group(self, "follow")
             await self._stop_following()
             agent = await self.session.agent(self.thread_id)
             self._subscribe(agent)

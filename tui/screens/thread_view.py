@@ -175,6 +175,9 @@ class ThreadView(Screen[None]):
                 self.notify(clean(error), severity="error", markup=False)
             return
         model = change.model
+        if not first and (self.running or self.session.is_running(self.thread_id)):
+            await self.session.release(follower)  # a run here started meanwhile: its events show it
+            return
         if first and not self._new and not (model.messages or model.problems or model.runs or model.lease):
             await self.session.release(follower)
             where = self.session.location or "this database"
