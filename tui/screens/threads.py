@@ -129,8 +129,12 @@ class ThreadsScreen(Screen[None]):
         if message.rows and message.rows == self.rows and self.query_one(DataTable).row_count == len(self.rows):
             return  # a snapshot that changed nothing shown (the table keeps its cursor and scroll)
         selected = self.selected_thread_id
-        self.rows = message.rows
-        self._fill_table(selected)
+        old, self.rows = self.rows, message.rows
+        table = self.query_one(DataTable)
+        if [r.thread_id for r in old] == [r.thread_id for r in self.rows] and table.row_count == len(self.rows):
+            self._update_cells(old)  # same threads in the same order: the cursor and scroll stay put
+        else:
+            self._fill_table(selected)
         empty = self.query_one("#threads-empty", Static)
         empty.display = not message.rows
         empty.update("No threads yet. Press n to start one." if not message.rows else "")
@@ -155,6 +159,19 @@ class ThreadsScreen(Screen[None]):
             )
         if selected is not None and selected in {r.thread_id for r in self.rows}:
             table.move_cursor(row=table.get_row_index(selected))
+
+    def _update_cells(self, old: list[ThreadRow]) -> None:
+        """Redraw the cells of rows that changed (a heartbeat, a new message)."""
+        table = self.query_one(DataTable)
+        width = self._prompt_width()
+        for before, row in zip(old, self.rows):
+            if before == row:
+                continue
+            key = row.thread_id
+            table.update_cell(key, "state", state_text(row), update_width=True)
+            table.update_cell(key, "msgs", Text(str(row.message_count), justify="right"))
+            table.update_cell(key, "last", Text(relative_time(row.last_activity)))
+            table.update_cell(key, "prompt", Text(one_line(row.first_prompt, width)))
 
     def _prompt_width(self) -> int:
         """What is left of the screen's width for the first prompt (at least 16 characters)."""
