@@ -8,7 +8,9 @@ screen alive while its agent runs, so leaving the view never stops a run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+import signal
 import time
 from typing import Iterable
 
@@ -23,6 +25,9 @@ from tui.screens.modals import ConfirmModal, ErrorScreen, HelpScreen, TextInputM
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 from tui.session import Session
+
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end the app the way quitting does (runs aborted and saved)."""
 
 
 def new_thread_id() -> str:
@@ -55,6 +60,20 @@ class CubepiApp(App[None]):
         self.session.on_busy = self._database_busy
         self.push_screen(self.threads_screen)
         self._open_store()
+        # A terminal closed (SIGHUP) or a `kill` (SIGTERM) should end like quitting: runs
+        # aborted and saved, the terminal restored - not a thread left "crashed".
+        loop = asyncio.get_running_loop()
+        for sig in _ENDING_SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self._end_on_signal)
+
+    def _end_on_signal(self) -> None:
+        self._abort_and_exit()
+
+    @work(exclusive=True, exit_on_error=False, group="quit")
+    async def _abort_and_exit(self) -> None:
+        await self.session.stop_runs()
+        self.exit(return_code=0)
 
     def _database_busy(self, attempt: int) -> None:
         self.notify(
@@ -102,6 +121,10 @@ class CubepiApp(App[None]):
                 await asyncio.sleep(min(0.5 * 2**failures, 10.0))
 
     async def on_unmount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in _ENDING_SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
         await self.session.close()
 
     # --- navigation ---------------------------------------------------------------------

@@ -210,3 +210,22 @@ async def test_after_a_run_here_the_view_follows_the_thread_again_showing_each_m
         await wait_for(pilot, lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.CRASHED,
                        what="an unanswered message")
         assert screen_text(app).count("a note from another program") == 1
+
+
+async def test_sigterm_aborts_the_runs_and_exits_cleanly(db: Db) -> None:
+    """`kill PID` (or a closed terminal) leaves the thread aborted, not crashed."""
+    import os
+    import signal
+
+    app = make_app(fast_session(path=db.path, speed=1.0))
+    async with app.run_test(size=(110, 40)) as pilot:
+        screen = await _start_thread(pilot, "train something")
+        await wait_for(pilot, lambda: _running_tool(app), timeout=10, what="a tool running")
+        thread_id = screen.thread_id
+        os.kill(os.getpid(), signal.SIGTERM)
+        await wait_for(pilot, lambda: not screen.running, timeout=10, what="run stopped")
+        await wait_for(pilot, lambda: app._exit, timeout=10, what="app exiting")
+    assert app.return_code == 0
+    data = await db.load(thread_id)
+    assert data is not None
+    assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
