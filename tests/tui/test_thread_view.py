@@ -111,3 +111,19 @@ async def test_hostile_thread_ids_and_links_are_inert() -> None:
         markdown.post_message(Markdown.LinkClicked(markdown, "https://evil.example/x"))
         await wait_for(pilot, lambda: any("Link not opened" in n.message for n in app._notifications), what="notice")
         assert opened == []
+
+
+async def test_a_thread_screen_closed_before_it_mounted_does_not_crash(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Enter then q faster than screens switch: the screen is gone before its first mount."""
+    from tests.tui.conftest import fast_session
+    from tui.app import make_app
+    from tui.screens.thread import ThreadScreen
+
+    app = make_app(fast_session(path=tmp_path / "t.sqlite"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        screen = ThreadScreen(app.session, "t-fast")
+        app.push_screen(screen)
+        app.pop_screen()  # same tick: nothing of the screen has run yet
+        await pilot.pause(0.3)
+        assert app.is_running and not isinstance(app.screen, ThreadScreen)

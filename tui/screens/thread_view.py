@@ -129,6 +129,9 @@ class ThreadView(Screen[None]):
         return self._follower is not None
 
     def on_mount(self) -> None:
+        if not self.query(StatusBar):
+            # Closed again before its first mount ran (keys typed faster than screens switch).
+            return
         self.status_bar.thread_id = self.thread_id
         self.status_bar.model = self.session.model
         self.status_bar.run_state = "loading"

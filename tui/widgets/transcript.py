@@ -155,7 +155,10 @@ class Transcript(VerticalScroll, can_focus=True):
                 tool_view.finish(result)
 
     def _update_earlier(self) -> None:
-        button = self.query_one("#earlier", Button)
+        found = self.query("#earlier").results(Button)
+        button = next(found, None)
+        if button is None:  # the screen closed before this widget's children mounted
+            return
         hidden = self._first_shown
         button.display = hidden > 0
         button.label = Text(f"▲ {hidden} earlier message(s) hidden: click or press e to show {min(hidden, WINDOW)} more")
