@@ -212,17 +212,7 @@ async def _settle_dangling(messages: list[AnyMessage], config: LoopConfig, emit:
     for result in await settle_interrupted([c for c in calls if c.id not in rerun_ids], config.run_id):
         await publish(result, emit)
     if rerun:
-        await execute_tool_calls(
-            rerun,
-            config.tools_by_name,
-            emit,
-            signal,
-            mode=config.tool_execution,
-            abort_grace=config.abort_grace,
-            run_id=config.run_id,
-            jobs=config.jobs,
-            settling=True,
-        )
+        await _execute(rerun, config, emit, signal, settling=True)
 
 
 async def _stream_reply(
@@ -250,6 +240,12 @@ async def _run_tools(
     calls = reply.tool_calls
     if not calls:
         return []
+    return await _execute(calls, config, emit, signal)
+
+
+async def _execute(
+    calls: Sequence[ToolCall], config: LoopConfig, emit: Emit, signal: asyncio.Event, *, settling: bool = False
+) -> list[ToolResultMessage]:
     return await execute_tool_calls(
         calls,
         config.tools_by_name,
@@ -259,6 +255,7 @@ async def _run_tools(
         abort_grace=config.abort_grace,
         run_id=config.run_id,
         jobs=config.jobs,
+        settling=settling,
     )
 
 
