@@ -167,6 +167,7 @@ class ThreadFollower:
         self._fold = LiveFold()
         self._after = 0
         self._answered: set[str] = set()
+        self._command_top = 0  # the highest command seq seen
         self._loaded = False
         self._last_reload = 0.0
         self._reload_due = False
@@ -247,13 +248,21 @@ class ThreadFollower:
         events = await store.read_live_events(tid, self._after)
         lease = await store.get_lease(tid)
         commands = await store.list_commands(tid, ["pending", "delivered"])
+        # Also every command newer than the last look, whatever its status: one sent and
+        # settled between two looks never shows up as pending or delivered.
+        newer = await store.list_commands(tid, after=self._command_top)
+        first = not self._loaded
         if events:
             self._after = events[-1].seq
         fold = self._fold.apply(events, len(model.messages), self._answered)
 
         old_lease, old_commands = model.lease, model.commands
         moved = _holder(lease) != _holder(old_lease)
-        explained = bool(events) or lease != old_lease or _statuses(commands) != _statuses(old_commands)
+        unseen = [] if first else [c for c in newer if c.status not in ("pending", "delivered")]
+        if newer:
+            self._command_top = newer[-1].seq
+        explained = (bool(events) or bool(unseen) or lease != old_lease
+                     or _statuses(commands) != _statuses(old_commands))
         now_m = time.monotonic()
         if changed:
             self._dirty = True
@@ -278,7 +287,7 @@ class ThreadFollower:
         lease_changed = lease != old_lease or view.state is not model.lease_view.state
         model.lease, model.lease_view = lease, view
 
-        changed_commands = await self._command_changes(commands, old_commands)
+        changed_commands = await self._command_changes(commands, old_commands, unseen)
         model.commands = commands
         model.partial, model.partial_index = self._fold.partial, self._fold.partial_index
         model.running_tools = self._fold.tools
@@ -330,17 +339,21 @@ class ThreadFollower:
         self._answered = answered_ids(messages)
         return True, tuple(messages), runs_changed
 
-    async def _command_changes(self, commands: list[Command], old: list[Command]) -> tuple[Command, ...]:
+    async def _command_changes(
+        self, commands: list[Command], old: list[Command], unseen: list[Command]
+    ) -> tuple[Command, ...]:
+        """Commands to report: unsettled ones that are new or changed, ones settled since the
+        last look, and ``unseen`` ones (sent and settled between two looks)."""
         before = {c.seq: c for c in old}
-        out = [c for c in commands if before.get(c.seq) != c]
+        out = [c for c in commands if before.get(c.seq) != c] + unseen
         now = {c.seq for c in commands}
         gone = [seq for seq in before if seq not in now]
         if gone:
             # Settled since the last look: report their final status once.
-            settled = {c.seq: c for c in await self.store.list_commands(self.thread_id)}
+            later = await self.store.list_commands(self.thread_id, after=min(gone) - 1)
+            settled = {c.seq: c for c in later}
             out.extend(settled[seq] for seq in gone if seq in settled)
-            out.sort(key=lambda c: c.seq)
-        return tuple(out)
+        return tuple(sorted(out, key=lambda c: c.seq))
 
     async def _publish(self, change: ThreadChange) -> None:
         for callback in self._subscribers:

@@ -319,8 +319,12 @@ class SupervisedStore(Protocol):
         """Move a command to ``status``. Raises ``KeyError`` for an unknown ``seq``."""
         ...
 
-    async def list_commands(self, thread_id: str, statuses: Sequence[CommandStatus] | None = None) -> list[Command]:
-        """The thread's commands in ``seq`` order, optionally only those in ``statuses``."""
+    async def list_commands(
+        self, thread_id: str, statuses: Sequence[CommandStatus] | None = None, *, after: int = 0
+    ) -> list[Command]:
+        """The thread's commands in ``seq`` order, optionally only those in ``statuses``;
+        only those with ``seq > after`` (a follower's high-water mark, so a command sent and
+        settled between two looks is still seen)."""
         ...
 
     async def change_token(self) -> Any:

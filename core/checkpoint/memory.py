@@ -332,13 +332,15 @@ class MemoryCheckpointer:
             self._changes += 1
             return new
 
-    async def list_commands(self, thread_id: str, statuses: Sequence[CommandStatus] | None = None) -> list[Command]:
+    async def list_commands(
+        self, thread_id: str, statuses: Sequence[CommandStatus] | None = None, *, after: int = 0
+    ) -> list[Command]:
         """See ``SupervisedStore.list_commands``."""
         wanted = None if statuses is None else set(statuses)
         async with self._lock:
             return [
                 c for c in self._commands.values()
-                if c.thread_id == thread_id and (wanted is None or c.status in wanted)
+                if c.thread_id == thread_id and c.seq > after and (wanted is None or c.status in wanted)
             ]
 
     async def change_token(self) -> int:

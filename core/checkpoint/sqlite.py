@@ -233,11 +233,13 @@ class SQLiteCheckpointer(SQLiteFile):
         self._check_writable()
         return await self._run(lambda c: supervised.update_command(c, seq, status, note), "command update")
 
-    async def list_commands(self, thread_id: str, statuses: Sequence[CommandStatus] | None = None) -> list[Command]:
+    async def list_commands(
+        self, thread_id: str, statuses: Sequence[CommandStatus] | None = None, *, after: int = 0
+    ) -> list[Command]:
         """See ``SupervisedStore.list_commands``."""
         layout = self._layout
         wanted = None if statuses is None else list(statuses)
-        return await self._run(lambda c: supervised.list_commands(c, layout, thread_id, wanted), "command read")
+        return await self._run(lambda c: supervised.list_commands(c, layout, thread_id, wanted, after), "command read")
 
     async def change_token(self) -> tuple[int, int]:
         """See ``SupervisedStore.change_token``: ``(PRAGMA data_version, total_changes)`` of our connection.

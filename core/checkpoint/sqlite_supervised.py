@@ -279,11 +279,14 @@ def update_command(c: sqlite3.Connection, seq: int, status: str, note: str) -> C
     return Command(*row)
 
 
-def list_commands(c: sqlite3.Connection, layout: Layout, thread_id: str, statuses: Sequence[str] | None) -> list[Command]:
-    """The thread's commands in seq order, optionally only those in ``statuses`` (index on thread, status)."""
+def list_commands(
+    c: sqlite3.Connection, layout: Layout, thread_id: str, statuses: Sequence[str] | None, after: int = 0
+) -> list[Command]:
+    """The thread's commands with ``seq > after`` in seq order, optionally only those in
+    ``statuses`` (index on thread, status)."""
     if not layout.has(COMMANDS):
         return []
-    sql, args = f"SELECT {_COMMAND_COLUMNS} FROM {COMMANDS} WHERE thread_id = ?", [thread_id]
+    sql, args = f"SELECT {_COMMAND_COLUMNS} FROM {COMMANDS} WHERE thread_id = ? AND seq > ?", [thread_id, after]
     if statuses is not None:
         sql += f" AND status IN ({','.join('?' * len(statuses))})" if statuses else " AND 0"
         args += list(statuses)

@@ -152,6 +152,24 @@ async def test_command_status_changes_are_reported_once_settled() -> None:
         assert follower.model.commands == []
 
 
+async def test_a_command_sent_and_settled_between_two_looks_is_still_reported() -> None:
+    # Seen in CI: a fast runner delivered and applied an abort before the app's follower
+    # looked again, so the app showed "pending" for good. Look by hand to force that order.
+    store = MemoryCheckpointer()
+    old = await store.send_command("t", "abort")
+    await store.update_command(old.seq, "refused", "too late")
+    follower = ThreadFollower(store, "t")
+    first = await follower.refresh(force=True)
+    assert first is not None and first.commands == ()  # history's settled commands are not news
+    command = await store.send_command("t", "abort")
+    await store.update_command(command.seq, "delivered")
+    await store.update_command(command.seq, "applied")
+    change = await follower.refresh()
+    assert change is not None and [(c.seq, c.status) for c in change.commands] == [(command.seq, "applied")]
+    assert follower.model.commands == []
+    assert await follower.refresh() is None  # reported once
+
+
 async def test_a_lease_that_expires_turns_crashed_without_any_write() -> None:
     store = MemoryCheckpointer()
     await store.claim_run("t", "r1")

@@ -513,6 +513,9 @@ async def test_commands_lifecycle(store: Any) -> None:
     assert await store.list_commands("u", statuses=["pending"]) == [other]
     applied = await store.update_command(steer.seq, "applied")
     assert await store.list_commands("t") == [applied, refused]
+    assert await store.list_commands("t", after=steer.seq) == [refused]
+    assert await store.list_commands("t", ["applied"], after=steer.seq - 1) == [applied]
+    assert await store.list_commands("t", after=abort.seq) == []
     assert await store.list_commands("nobody") == []
 
 
