@@ -38,11 +38,12 @@ as interrupted and lets the user decide.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Protocol, TypeVar
 
 from core.checkpoint.base import JobRecord
@@ -132,10 +133,16 @@ Work = Callable[[], Awaitable[tuple[Any, bool]]]
 
 @dataclass(frozen=True, slots=True)
 class Jobs:
-    """One thread's jobs in ``store``: runs work at most once per key (see the module docstring)."""
+    """One thread's jobs in ``store``: runs work at most once per key (see the module docstring).
+
+    Calls under one key that overlap in time (two identical calls in one parallel batch)
+    run one after the other: the second waits for the first, then finds its job done and
+    reuses the result, or runs the work itself if the first did not succeed.
+    """
 
     store: JobStore
     thread_id: str
+    _running: dict[str, asyncio.Future[None]] = field(default_factory=dict, compare=False, repr=False)
 
     async def get(self, key: str) -> JobRecord | None:
         """The job under ``key``, or ``None``; the store's errors propagate."""
@@ -151,16 +158,26 @@ class Jobs:
         is logged, not raised: the caller still gets the value, and the job stays
         ``started``, so a later call runs the (idempotent) work again.
         """
-        record = await self.store.job_begin(self.thread_id, key, tool_call_id)
-        if record.status == "done":
-            return JobOutcome(record.result, reused=True)
+        while (sibling := self._running.get(key)) is not None:
+            # The job store only knows "started"; it cannot tell a job running now in this
+            # process from one a crash left behind, so wait here for the live one to end.
+            await asyncio.shield(sibling)
+        finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._running[key] = finished
         try:
-            value, succeeded = await work()
-        except Exception as exc:
-            await self._finish(key, "failed", str(exc) or type(exc).__name__)
-            raise
-        await self._finish(key, "done" if succeeded else "failed", value)
-        return JobOutcome(value, reused=False)
+            record = await self.store.job_begin(self.thread_id, key, tool_call_id)
+            if record.status == "done":
+                return JobOutcome(record.result, reused=True)
+            try:
+                value, succeeded = await work()
+            except Exception as exc:
+                await self._finish(key, "failed", str(exc) or type(exc).__name__)
+                raise
+            await self._finish(key, "done" if succeeded else "failed", value)
+            return JobOutcome(value, reused=False)
+        finally:
+            del self._running[key]
+            finished.set_result(None)
 
     async def fail(self, key: str, reason: str) -> None:
         """Record the job under ``key`` as failed with ``reason`` (logged, never raised)."""

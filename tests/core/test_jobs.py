@@ -141,6 +141,46 @@ async def test_an_idempotent_tool_does_its_work_once_per_key_in_a_thread():
     assert_every_call_answered(provider.requests)
 
 
+async def test_identical_calls_in_one_parallel_batch_do_the_work_once():
+    counter = Counter()
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    @tool(idempotent=True)
+    async def charge(order: int) -> str:
+        """Charge an order (a side effect we count); slow, so the two calls overlap."""
+        counter.done.append(order)
+        started.set()
+        await release.wait()
+        return f"charged order {order}"
+
+    store = MemoryCheckpointer()
+    batch = faux_reply(faux_tool_call("charge", {"order": 7}), faux_tool_call("charge", {"order": 7}))
+    agent = Agent(FauxProvider([batch, "ok"]), store, "t", tools=[charge], tool_execution="parallel")
+    run = asyncio.create_task(agent.prompt("go"))
+    await asyncio.wait_for(started.wait(), WAIT)
+    await asyncio.sleep(0.05)  # the sibling is waiting now, not working
+    assert counter.done == [7]
+    release.set()
+    assert await asyncio.wait_for(run, WAIT) == "completed"
+    assert counter.done == [7]
+    first, second = results((await store.load("t")).messages)
+    assert first.text == second.text == "charged order 7" and first.tool_call_id != second.tool_call_id
+    assert sorted([first.metadata, second.metadata], key=len) == [{}, {"job": "reused"}]
+
+
+async def test_a_sibling_runs_the_work_itself_when_the_first_call_fails():
+    counter = Counter()
+    counter.fail_next = 1
+    store = MemoryCheckpointer()
+    batch = faux_reply(faux_tool_call("fetch", {"url": "a"}), faux_tool_call("fetch", {"url": "a"}))
+    agent = Agent(FauxProvider([batch, "ok"]), store, "t", tools=[fetch_tool(counter)], tool_execution="parallel")
+    assert await asyncio.wait_for(agent.prompt("go"), WAIT) == "completed"
+    first, second = results((await store.load("t")).messages)
+    assert [first.is_error, second.is_error] == [True, False] or [first.is_error, second.is_error] == [False, True]
+    assert counter.done == [("a", 1)] and len(counter.keys) == 2
+
+
 async def test_the_start_event_and_journal_carry_the_job_key():
     counter = Counter()
     store = MemoryCheckpointer()
