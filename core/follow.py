@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Union
 
 from core.changes import StoreWatch
-from core.checkpoint.base import Command, CorruptRow, JournalEntry, Lease, RunRecord, ThreadSummary
+from core.checkpoint.base import CheckpointData, Command, CorruptRow, JournalEntry, Lease, RunRecord, ThreadSummary
 from core.live import LiveFold, LiveTool, PartialDelta, answered_ids
 from core.messages import AnyMessage, AssistantMessage
 from core.recovery import Diagnosis, diagnose
@@ -168,6 +168,7 @@ class ThreadFollower:
         self._after = 0
         self._answered: set[str] = set()
         self._command_top = 0  # the highest command seq seen
+        self._row_ids = False  # whether message_ids are the store's row ids (incremental reads)
         self._loaded = False
         self._last_reload = 0.0
         self._reload_due = False
@@ -276,7 +277,7 @@ class ThreadFollower:
 
         reset, added, runs_changed = False, (), False
         if reload:
-            reset, added, runs_changed = await self._reload()
+            reset, added, runs_changed = await self._reload(full=force or not self._loaded)
             self._last_reload, self._reload_due, self._dirty = now_m, False, False
         fold.merge(self._fold.settle(len(model.messages), self._answered))
 
@@ -314,12 +315,17 @@ class ThreadFollower:
         model.version += 1
         return change
 
-    async def _reload(self) -> tuple[bool, tuple[AnyMessage, ...], bool]:
-        """Load the thread; return (reset, added, runs changed)."""
+    async def _reload(self, *, full: bool) -> tuple[bool, tuple[AnyMessage, ...], bool]:
+        """Load the thread (only its new rows, when the store can and ``full`` is false);
+        return (reset, added, runs changed)."""
         model = self.model
+        last = self._last_row_id()
+        if not full and last is not None and hasattr(self.store, "load_after"):
+            return self._extend(await self.store.load_after(self.thread_id, last))
         data = await self.store.load(self.thread_id)
         messages = data.messages if data else []
-        ids = data.message_ids if data and len(data.message_ids) == len(messages) else list(range(len(messages)))
+        self._row_ids = bool(data) and len(data.message_ids) == len(messages)
+        ids = data.message_ids if self._row_ids else list(range(len(messages)))
         runs = data.runs if data else []
         runs_changed = runs != model.runs
         model.runs = runs
@@ -338,6 +344,28 @@ class ThreadFollower:
         model.messages, model.message_ids = list(messages), list(ids)
         self._answered = answered_ids(messages)
         return True, tuple(messages), runs_changed
+
+    def _last_row_id(self) -> int | None:
+        """The highest row id read so far (a message or an undecodable row); ``None`` when
+        nothing was read or the store's ids are not row ids."""
+        ids = self.model.message_ids[-1:] + [p.row_id for p in self.model.problems if isinstance(p.row_id, int)]
+        if not ids or not self._row_ids or not all(isinstance(i, int) for i in ids):
+            return None
+        return max(ids)
+
+    def _extend(self, data: CheckpointData) -> tuple[bool, tuple[AnyMessage, ...], bool]:
+        """Fold an incremental read (rows after the last one read) into the model."""
+        model = self.model
+        runs_changed = data.runs != model.runs
+        model.runs = data.runs
+        # Undecodable message rows are kept; the extra's problem (not a row) is read afresh.
+        kept = [p for p in model.problems if isinstance(p.row_id, int)]
+        model.problems = kept + list(data.problems)
+        model.journal = data.journal
+        model.messages.extend(data.messages)
+        model.message_ids.extend(data.message_ids)
+        self._answered |= answered_ids(data.messages)
+        return False, tuple(data.messages), runs_changed
 
     async def _command_changes(
         self, commands: list[Command], old: list[Command], unseen: list[Command]

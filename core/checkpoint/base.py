@@ -257,6 +257,15 @@ class SupervisedStore(Protocol):
         """Map tool call id -> entry; ``None`` when the store keeps no journal (a cubeloop file)."""
         ...
 
+    # incremental reads (a follower reads only what is new)
+    async def load_after(self, thread_id: str, after_id: Any) -> CheckpointData:
+        """Like ``load``, but ``messages``, ``message_ids`` and the undecodable rows in
+        ``problems`` hold only rows whose id is greater than ``after_id`` (a value from
+        ``message_ids`` or a ``CorruptRow.row_id``); ``extra``, ``runs`` and ``journal`` are
+        whole. Never ``None``: an unknown thread gives empty data. Costs what the new rows
+        cost, not the whole thread (a 10,000-message thread is not decoded again)."""
+        ...
+
     # jobs (idempotency keys)
     async def job_begin(self, thread_id: str, key: str, tool_call_id: str | None = None) -> JobRecord:
         """Atomically look up ``key``: if done, return it unchanged (the caller reuses the result);

@@ -8,6 +8,7 @@ tests and by programs that need no persistence.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import time
 from dataclasses import dataclass, field, replace
@@ -76,6 +77,21 @@ class MemoryCheckpointer:
                 extra=_json_copy(t.extra),
                 runs=list(t.runs.values()),
                 message_ids=list(t.ids),
+                journal=dict(self._journal.get(thread_id, {})),
+            )
+
+    async def load_after(self, thread_id: str, after_id: Any) -> CheckpointData:
+        """See ``SupervisedStore.load_after``."""
+        async with self._lock:
+            t = self._threads.get(thread_id)
+            if t is None:
+                return CheckpointData(journal={})
+            start = bisect.bisect_right(t.ids, after_id)
+            return CheckpointData(
+                messages=[copy_message(m) for m in t.messages[start:]],
+                extra=_json_copy(t.extra),
+                runs=list(t.runs.values()),
+                message_ids=t.ids[start:],
                 journal=dict(self._journal.get(thread_id, {})),
             )
 

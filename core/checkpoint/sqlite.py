@@ -70,6 +70,12 @@ class SQLiteCheckpointer(SQLiteFile):
         layout = self._layout
         return await self._run(lambda c: queries.load(c, layout, thread_id), "load")
 
+    async def load_after(self, thread_id: str, after_id: Any) -> CheckpointData:
+        """See ``SupervisedStore.load_after``: rows with ``id > after_id`` (the row id index)."""
+        layout = self._layout
+        data = await self._run(lambda c: queries.load(c, layout, thread_id, after_id), "load")
+        return data if data is not None else CheckpointData()  # never: an after_id read returns data
+
     async def append(self, thread_id: str, messages: Sequence[AnyMessage]) -> None:
         """See ``Checkpointer.append``: one transaction; ``created_at`` is the insert time."""
         if not messages:

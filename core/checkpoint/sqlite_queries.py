@@ -35,12 +35,13 @@ def julianday_to_unix(jd: float | None) -> float | None:
 # --- the Checkpointer calls ------------------------------------------------------------------
 
 
-def load(c: sqlite3.Connection, layout: Layout, thread_id: str) -> CheckpointData | None:
-    """Messages in row-id order, extra, runs and the tool journal, from one read snapshot."""
+def load(c: sqlite3.Connection, layout: Layout, thread_id: str, after_id: int | None = None) -> CheckpointData | None:
+    """Messages in row-id order (only ids above ``after_id`` when given), extra, runs and
+    the tool journal, from one read snapshot."""
     with read_txn(c):
         rows = c.execute(
-            "SELECT id, CAST(message_json AS BLOB) FROM messages WHERE thread_id = ? ORDER BY id",
-            (thread_id,),
+            "SELECT id, CAST(message_json AS BLOB) FROM messages WHERE thread_id = ? AND id > ? ORDER BY id",
+            (thread_id, -1 if after_id is None else after_id),
         ).fetchall() if layout.has("messages") else []
         extra_row = None
         if layout.has("thread_extra"):
@@ -50,8 +51,8 @@ def load(c: sqlite3.Connection, layout: Layout, thread_id: str) -> CheckpointDat
             ).fetchone()
         runs = [run for _, run in runs_of(c, layout, thread_id)]
         journal = read_journal(c, layout, thread_id)
-    if not rows and extra_row is None and not runs:
-        return None
+    if after_id is None and not rows and extra_row is None and not runs:
+        return None  # an unknown thread (an incremental read answers with empty data instead)
     data = CheckpointData(runs=runs, journal=journal)
     data.messages, data.message_ids, data.problems = decode_rows(rows, thread_id)
     if extra_row is not None:

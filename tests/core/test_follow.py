@@ -170,6 +170,59 @@ async def test_a_command_sent_and_settled_between_two_looks_is_still_reported() 
     assert await follower.refresh() is None  # reported once
 
 
+class CountingStore(MemoryCheckpointer):
+    """A memory store that counts whole loads and incremental reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads = 0
+        self.reads_after: list[object] = []
+
+    async def load(self, thread_id: str):  # type: ignore[no-untyped-def]
+        self.loads += 1
+        return await super().load(thread_id)
+
+    async def load_after(self, thread_id: str, after_id: object):  # type: ignore[no-untyped-def]
+        self.reads_after.append(after_id)
+        return await super().load_after(thread_id, after_id)
+
+
+async def test_the_follower_reads_only_new_rows_after_the_first_load() -> None:
+    store = CountingStore()
+    await store.append("t", [user_text(f"m{i}") for i in range(50)])
+    follower = ThreadFollower(store, "t", reload_interval=0)
+    await follower.refresh(force=True)
+    for i in range(50, 55):
+        await store.append("t", [user_text(f"m{i}")])
+        change = await follower.refresh(force=False)
+        assert change is not None and [m.text for m in change.added] == [f"m{i}"]
+    await follower.refresh(force=False)  # nothing new: an empty read, no change
+    assert store.loads == 1 and store.reads_after == [50, 51, 52, 53, 54, 55]  # ids start at 1
+    assert [m.text for m in follower.model.messages] == [f"m{i}" for i in range(55)]
+
+
+async def test_undecodable_rows_are_kept_once_across_incremental_reads(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import sqlite3
+
+    from core.checkpoint.sqlite import SQLiteCheckpointer
+
+    path = tmp_path / "t.sqlite"
+    async with await SQLiteCheckpointer.open(path) as store:
+        await store.append("t", [user_text("one")])
+        follower = ThreadFollower(store, "t", reload_interval=0)
+        await follower.refresh(force=True)
+        with sqlite3.connect(path) as db:
+            db.execute("INSERT INTO messages (thread_id, message_json) VALUES ('t', 'not json at all')")
+        db.close()
+        await follower.refresh(force=False)
+        await store.append("t", [user_text("three")])
+        change = await follower.refresh(force=False)
+        assert change is not None and [m.text for m in change.added] == ["three"]
+        await follower.refresh(force=False)
+    assert [p.row_id for p in follower.model.problems] == [2]
+    assert [m.text for m in follower.model.messages] == ["one", "three"] and follower.model.message_ids == [1, 3]
+
+
 async def test_a_lease_that_expires_turns_crashed_without_any_write() -> None:
     store = MemoryCheckpointer()
     await store.claim_run("t", "r1")

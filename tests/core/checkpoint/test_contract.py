@@ -493,6 +493,28 @@ async def test_live_event_times_are_unix_seconds(store: Any) -> None:
     assert before - 1 <= event.at <= time.time() + 1
 
 
+async def test_load_after_reads_only_newer_rows_and_the_whole_rest(store: Any) -> None:
+    first = [user_text("one"), reply("two", calls=("c1",))]
+    await store.append("t", first)
+    await store.claim_run("t", "r1")
+    await store.save_extra("t", {"title": "x"})
+    await store.record_tool_event("t", "c1", "start", tool_name="read")
+    ids = (await store.load("t")).message_ids
+    await store.append("t", [result("c1"), reply("three")])
+    whole = await store.load("t")
+    newer = await store.load_after("t", ids[-1])
+    assert dumps(newer.messages) == dumps(whole.messages[2:]) and newer.message_ids == whole.message_ids[2:]
+    assert newer.runs == whole.runs and newer.extra == {"title": "x"} and newer.journal == whole.journal
+    assert dumps((await store.load_after("t", ids[0])).messages) == dumps(whole.messages[1:])
+    nothing = await store.load_after("t", whole.message_ids[-1])
+    assert nothing.messages == [] and nothing.message_ids == [] and nothing.runs == whole.runs
+    unknown = await store.load_after("nobody", 0)
+    assert unknown is not None and unknown.messages == [] and unknown.runs == []
+    # copies out: changing what was read changes nothing stored
+    newer.messages[0].content[0].text = "changed"
+    assert dumps((await store.load("t")).messages) == dumps(whole.messages)
+
+
 async def test_commands_lifecycle(store: Any) -> None:
     before = time.time()
     steer = await store.send_command("t", "steer", "look at tests first")

@@ -474,6 +474,24 @@ async def test_invalid_message_and_corrupt_tail_rows(sqlite_path: Path) -> None:
     assert [p.row_id for p in summary.problems] == [3, 4]
 
 
+async def test_load_after_reports_only_the_newer_undecodable_rows(sqlite_path: Path) -> None:
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        await store.append("t", [user_text("one")])
+        with plain(sqlite_path) as db:
+            db.execute("INSERT INTO messages (thread_id, message_json) VALUES ('t', 'not json at all')")
+        await store.append("t", [user_text("three")])
+        with plain(sqlite_path) as db:
+            db.execute("INSERT INTO messages (thread_id, message_json) VALUES ('t', '{\"role\": \"tool_result\"}')")
+        after_one = await store.load_after("t", 1)
+        after_two = await store.load_after("t", 2)
+        after_four = await store.load_after("t", 4)
+    assert [m.text for m in after_one.messages] == ["three"] and after_one.message_ids == [3]
+    assert [p.row_id for p in after_one.problems] == [2, 4]
+    assert [p.row_id for p in after_two.problems] == [4] and after_two.message_ids == [3]
+    assert after_four.messages == [] and after_four.problems == []
+
+
 async def test_rows_that_would_join_into_valid_json_are_kept_apart(sqlite_path: Path) -> None:
     # Each row alone is malformed; joined with a comma (as a batch decode does) they would
     # read as one valid message. The batch must not swallow or shift them.
