@@ -44,6 +44,8 @@ from core.recovery import Diagnosis, diagnose
 from core.supervise import LeaseState, LeaseView, lease_status
 
 _log = logging.getLogger(__name__)
+_OPEN = ("pending", "delivered")
+"""Command statuses that may still change (see ``core.checkpoint.base.Command``)."""
 
 __all__ = ["LiveTool", "PartialDelta", "ThreadChange", "ThreadFollower", "ThreadModel", "ThreadsSnapshot", "watch_threads"]
 
@@ -248,22 +250,20 @@ class ThreadFollower:
         store, tid, model = self.store, self.thread_id, self.model
         events = await store.read_live_events(tid, self._after)
         lease = await store.get_lease(tid)
-        commands = await store.list_commands(tid, ["pending", "delivered"])
-        # Also every command newer than the last look, whatever its status: one sent and
-        # settled between two looks never shows up as pending or delivered.
-        newer = await store.list_commands(tid, after=self._command_top)
-        first = not self._loaded
+        # One read, one snapshot: the open commands we know and every newer one, whatever
+        # its status (one sent and settled between two looks is never pending when we look).
+        old_lease, old_commands = model.lease, model.commands
+        rows = await store.list_commands(tid, after=min([c.seq - 1 for c in old_commands] + [self._command_top]))
+        commands = [c for c in rows if c.status in _OPEN]
+        changed_commands = self._command_changes(rows, old_commands, first=not self._loaded)
+        if rows:
+            self._command_top = max(self._command_top, rows[-1].seq)
         if events:
             self._after = events[-1].seq
         fold = self._fold.apply(events, len(model.messages), self._answered)
 
-        old_lease, old_commands = model.lease, model.commands
         moved = _holder(lease) != _holder(old_lease)
-        unseen = [] if first else [c for c in newer if c.status not in ("pending", "delivered")]
-        if newer:
-            self._command_top = newer[-1].seq
-        explained = (bool(events) or bool(unseen) or lease != old_lease
-                     or _statuses(commands) != _statuses(old_commands))
+        explained = bool(events) or bool(changed_commands) or lease != old_lease
         now_m = time.monotonic()
         if changed:
             self._dirty = True
@@ -288,7 +288,6 @@ class ThreadFollower:
         lease_changed = lease != old_lease or view.state is not model.lease_view.state
         model.lease, model.lease_view = lease, view
 
-        changed_commands = await self._command_changes(commands, old_commands, unseen)
         model.commands = commands
         model.partial, model.partial_index = self._fold.partial, self._fold.partial_index
         model.running_tools = self._fold.tools
@@ -367,21 +366,19 @@ class ThreadFollower:
         self._answered |= answered_ids(data.messages)
         return False, tuple(data.messages), runs_changed
 
-    async def _command_changes(
-        self, commands: list[Command], old: list[Command], unseen: list[Command]
-    ) -> tuple[Command, ...]:
-        """Commands to report: unsettled ones that are new or changed, ones settled since the
-        last look, and ``unseen`` ones (sent and settled between two looks)."""
+    def _command_changes(self, rows: list[Command], old: list[Command], *, first: bool) -> tuple[Command, ...]:
+        """Commands to report from one read (``rows``: every command above the lowest open
+        one known): known open ones whose state changed, and new ones (above the highest
+        seq seen), settled or not, except settled history at the first look."""
         before = {c.seq: c for c in old}
-        out = [c for c in commands if before.get(c.seq) != c] + unseen
-        now = {c.seq for c in commands}
-        gone = [seq for seq in before if seq not in now]
-        if gone:
-            # Settled since the last look: report their final status once.
-            later = await self.store.list_commands(self.thread_id, after=min(gone) - 1)
-            settled = {c.seq: c for c in later}
-            out.extend(settled[seq] for seq in gone if seq in settled)
-        return tuple(sorted(out, key=lambda c: c.seq))
+        out = []
+        for c in rows:
+            if c.seq in before:
+                if before[c.seq] != c:
+                    out.append(c)
+            elif c.seq > self._command_top and (not first or c.status in _OPEN):
+                out.append(c)
+        return tuple(out)
 
     async def _publish(self, change: ThreadChange) -> None:
         for callback in self._subscribers:
@@ -427,10 +424,6 @@ class ThreadFollower:
 
 def _holder(lease: Lease | None) -> tuple[str, str | None] | None:
     return None if lease is None else (lease.holder_id, lease.run_id)
-
-
-def _statuses(commands: list[Command]) -> list[tuple[int, str]]:
-    return [(c.seq, c.status) for c in commands]
 
 
 # --- the thread list ---------------------------------------------------------------------------

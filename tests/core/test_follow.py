@@ -170,6 +170,37 @@ async def test_a_command_sent_and_settled_between_two_looks_is_still_reported() 
     assert await follower.refresh() is None  # reported once
 
 
+class SneakyStore(MemoryCheckpointer):
+    """Sends a command right after the follower's command read, once armed: the write lands
+    in the middle of the follower's refresh, as another window's would."""
+
+    armed = False
+    sent = None
+
+    async def list_commands(self, thread_id, statuses=None, *, after=0):  # type: ignore[no-untyped-def]
+        out = await super().list_commands(thread_id, statuses, after=after)
+        if self.armed:
+            self.armed = False
+            self.sent = await self.send_command(thread_id, "abort")
+        return out
+
+
+async def test_a_command_sent_during_a_refresh_and_settled_before_the_next_is_reported() -> None:
+    store = SneakyStore()
+    await store.append("t", [user_text("hi")])
+    follower = ThreadFollower(store, "t")
+    reported: list[tuple[int, str]] = []
+    follower.subscribe(lambda c: reported.extend((x.seq, x.status) for x in c.commands))
+    await follower.refresh(force=True)
+    store.armed = True
+    await follower.refresh()
+    assert store.sent is not None
+    await store.update_command(store.sent.seq, "applied")
+    await follower.refresh()
+    await follower.refresh()
+    assert reported == [(store.sent.seq, "applied")]
+
+
 class CountingStore(MemoryCheckpointer):
     """A memory store that counts whole loads and incremental reads."""
 
