@@ -118,10 +118,17 @@ class read_txn:
         self.c.execute("BEGIN")
 
     def __exit__(self, exc_type: object, *_: object) -> None:
-        if exc_type is None:
-            self.c.execute("COMMIT")
-        else:
+        if exc_type is not None:
             self.c.rollback()
+            return
+        try:
+            self.c.execute("COMMIT")
+        except BaseException:
+            # A COMMIT that fails (busy on a rollback-journal file, disk full) leaves the
+            # transaction open, and every later BEGIN on this connection would fail; the
+            # caller's busy retry runs the whole call again from a clean connection.
+            self.c.rollback()
+            raise
 
 
 class write_txn(read_txn):
