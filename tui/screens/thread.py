@@ -197,7 +197,7 @@ class ThreadScreen(ThreadView):
             return
         if self.elsewhere is not None:
             self.notify(
-                f"Thread {clean(self.thread_id)!r} is {self.elsewhere.label}, so it cannot be resumed "
+                f"Thread {clean(self.thread_id)!r} is {clean(self.elsewhere.label)}, so it cannot be resumed "
                 "now; abort it with a, or wait until that run ends or its lease expires.",
                 severity="warning",
                 timeout=8,
@@ -212,7 +212,7 @@ class ThreadScreen(ThreadView):
         """Ask for a prompt and run it in this thread."""
         if self.elsewhere is not None:
             self.notify(
-                f"Thread {clean(self.thread_id)!r} is {self.elsewhere.label}; steer it with s, queue a "
+                f"Thread {clean(self.thread_id)!r} is {clean(self.elsewhere.label)}; steer it with s, queue a "
                 "follow-up with f, or abort it with a before sending a new prompt.",
                 severity="warning",
                 timeout=8,

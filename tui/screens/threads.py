@@ -15,7 +15,7 @@ from core.errors import CubepiError
 from core.recovery import ThreadState
 from tui.messages import NewThread, OpenThread, ThreadsLoaded
 from tui.session import Session, ThreadRow
-from tui.text import clean, one_line, relative_time
+from tui.text import clean, literal, one_line, relative_time
 
 _STATE_STYLES = {
     ThreadState.COMPLETED: "green",
@@ -31,7 +31,7 @@ def state_text(row: ThreadRow) -> Text:
     if row.running:
         return Text(row.state, style="bold cyan")
     if row.elsewhere:
-        return Text(row.state, style="bold magenta")
+        return literal(row.state, style="bold magenta")  # names the lease holder's host, untrusted
     text = Text()
     text.append(row.state, style=_STATE_STYLES.get(row.diagnosis.state, ""))
     if row.note:

@@ -67,7 +67,7 @@ class StatusBar(Static):
         text.append(clean(self.thread_id), style="bold")
         text.append("  ·  ")
         state_style = self._state_style()
-        text.append(self.run_state, style=state_style)
+        text.append(clean(self.run_state), style=state_style)  # may hold a lease's host
         if self.model:
             text.append("  ·  model ", style="dim")
             text.append(clean(self.model))
