@@ -243,6 +243,11 @@ def describe(message: Any) -> str | None:
     return None
 
 
+# Line separators, and the bidi overrides and isolates that can visually reorder text
+# (the "Trojan Source" characters, CVE-2021-42574).
+_UNSAFE_FORMAT = frozenset("\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def plain(text: str) -> str:
     """``text`` on one line with every control character escaped (``\\n``, ``\\x1b``, ...), so
     model or tool output can never drive the terminal."""
@@ -253,7 +258,7 @@ def plain(text: str) -> str:
             out.append("\\n")
         elif ch == "\t":
             out.append("\\t")
-        elif code < 0x20 or 0x7F <= code < 0xA0 or ch in "\u2028\u2029":
+        elif code < 0x20 or 0x7F <= code < 0xA0 or ch in _UNSAFE_FORMAT:
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
         else:
             out.append(ch)
