@@ -240,6 +240,8 @@ class FoldResult:
     ended: dict[str, Any] | None = None
 
     def merge(self, other: FoldResult) -> None:
+        """Fold ``other`` (a later result) into this one in place: flags OR-ed, deltas
+        appended in order, the later run start or end wins."""
         self.reload |= other.reload
         self.partial_reset |= other.partial_reset
         self.deltas.extend(other.deltas)

@@ -275,6 +275,9 @@ async def call(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) 
 
 
 def is_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's "locked"/"busy" error (SQLITE_BUSY, SQLITE_LOCKED), which
+    the store retries. Matched on the message, the one part every path to it keeps (this
+    Python's ``sqlite3.Error`` has no ``sqlite_errorcode``). Never raises."""
     text = str(exc).lower()
     return "database is locked" in text or "database is busy" in text or "database table is locked" in text
 
@@ -306,6 +309,7 @@ def _check_path_parts(path: Path, *, create: bool) -> bool:
 
 
 def writable_place(path: Path) -> bool:
+    """Whether this process may write ``path`` and create files beside it. Never raises."""
     # WAL needs to create -wal and -shm beside the file, so the directory must be writable too.
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
 
@@ -331,10 +335,13 @@ def open_error(path: Path, exc: BaseException) -> BaseException:
 
 
 def has_hot_journal(path: Path) -> bool:
+    """Whether a rollback journal (``<path>-journal``) sits beside ``path``: a writer in
+    rollback-journal mode stopped mid-transaction (or is writing now). Never raises."""
     return Path(f"{path}-journal").exists()
 
 
 def hot_journal_error(path: Path) -> DatabaseOpenError:
+    """The one-sentence error (returned, not raised) for browsing a file with a hot journal."""
     # A writer died mid-transaction: reading needs SQLite to roll its journal back, which
     # changes the file, and browsing never changes a file; a read-write open does it.
     return DatabaseOpenError(
