@@ -48,7 +48,7 @@ from core.messages import (
 )
 from core.jobs import Jobs
 from core.providers.base import ModelRequest, Provider, error_reply
-from core.recovery import SettleChoice
+from core.recovery import SettleChoice, unanswered_calls
 from core.tool_execution import execute_tool_calls, publish
 from core.tools import AgentTool, Emit, ToolExecutionMode
 
@@ -185,21 +185,6 @@ def _poll(get: Callable[[], list[UserMessage]], signal: asyncio.Event) -> list[U
     # After an abort, queued messages stay queued with the agent rather than being
     # taken and dropped.
     return [] if signal.is_set() else list(get())
-
-
-def unanswered_calls(messages: Sequence[AnyMessage]) -> list[ToolCall]:
-    """Tool calls of the last assistant message with no result after it.
-
-    Scans back from the end only as far as that message, so the cost does not grow
-    with the history.
-    """
-    answered: set[str] = set()
-    for message in reversed(messages):
-        if isinstance(message, ToolResultMessage):
-            answered.add(message.tool_call_id)
-        elif isinstance(message, AssistantMessage):
-            return [c for c in message.tool_calls if c.id not in answered]
-    return []
 
 
 async def _settle_dangling(messages: list[AnyMessage], config: LoopConfig, emit: Emit, signal: asyncio.Event) -> None:

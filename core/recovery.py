@@ -10,7 +10,8 @@ Only finished messages are persisted, so the last persisted messages tell the st
    assistant reply whose run never completed;
 2. **after tool result**: every tool call of the last assistant message has its result,
    but the next model call never finished;
-3. **mid-tool**: the last assistant message has tool calls without results.
+3. **mid-tool**: the last assistant message has tool calls without results, whatever
+   follows it (a user message after unanswered calls does not hide them).
 
 For mid-tool, :func:`plan_call` decides each dangling call's settlement from facts the
 agent gathers (is the tool known, idempotent, is its job done) and :class:`ResumePlan`
@@ -167,34 +168,27 @@ def diagnose(
     ``None`` for stores without a journal (cubeloop's), so dangling calls "may have
     started". The journal is believed only for an assistant message whose metadata
     carries :data:`JOURNALED_KEY` (its writer journaled its calls). Returns a :class:`Diagnosis`; never raises.
+
+    Calls of the last assistant message without results make the thread mid-tool (point
+    3) even when user messages follow them, e.g. ``[user, assistant(c1), user]`` from a
+    cubeloop or hand-edited thread, or a steer saved by a writer that did not settle
+    first. DESIGN.md defines point 3 by exactly that condition and requires dangling
+    calls to be settled before any model call, while point 1 is a user message the
+    model can be sent as it is; this one cannot until c1 has a result. Reporting
+    point 3 also keeps the diagnosis equal to what the loop does (it settles
+    :func:`unanswered_calls` before every model call), and puts the calls in the
+    resume plan so the user can choose how each is settled.
     """
     relevant = [m for m in messages if isinstance(m, (UserMessage, AssistantMessage, ToolResultMessage))]
     if not relevant:
         return Diagnosis(ThreadState.EMPTY, detail="The thread has no messages yet.")
-    run_list = list(runs)
-    last_assistant_at = _last_index(relevant, AssistantMessage)
-    if last_assistant_at is None or isinstance(relevant[-1], UserMessage):
-        return _crashed(CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL, "The last user message was never answered.")
-
-    assistant = relevant[last_assistant_at]
-    assert isinstance(assistant, AssistantMessage)
-    after = relevant[last_assistant_at + 1 :]
-    answered = {m.tool_call_id for m in after if isinstance(m, ToolResultMessage)}
-    calls = assistant.tool_calls
+    at, assistant, answered = _last_batch(relevant)
+    calls = assistant.tool_calls if assistant is not None else []
     missing = [c for c in calls if c.id not in answered]
-    if missing:
-        covered = journal if assistant.metadata.get(JOURNALED_KEY) else None
-        dangling = tuple(_dangling(c, covered) for c in missing)
-        answered_ids = tuple(c.id for c in calls if c.id in answered)
-        partly = f"; {len(answered_ids)} of {len(calls)} calls in the batch have results" if answered_ids else ""
-        return Diagnosis(
-            ThreadState.CRASHED,
-            CrashPoint.MID_TOOL,
-            dangling=dangling,
-            answered=answered_ids,
-            action=ResumeAction.SETTLE_THEN_CALL_MODEL,
-            detail=f"{len(missing)} tool call(s) have no result{partly}.",
-        )
+    if assistant is not None and missing:
+        return _mid_tool(assistant, missing, answered, relevant[at + 1 :], journal)
+    if assistant is None or isinstance(relevant[-1], UserMessage):
+        return _crashed(CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL, "The last user message was never answered.")
     if calls:
         return _crashed(
             CrashPoint.AFTER_TOOL_RESULT,
@@ -207,7 +201,7 @@ def diagnose(
         reason = assistant.error_message or "unknown provider error"
         return Diagnosis(ThreadState.FAILED, detail=f"The model call failed: {reason}")
     run_id = assistant.run_id
-    run = next((r for r in run_list if r.run_id == run_id), None) if run_id else None
+    run = next((r for r in runs if r.run_id == run_id), None) if run_id else None
     if run is not None and not run.completed:
         return _crashed(
             CrashPoint.BETWEEN_TURNS,
@@ -215,6 +209,30 @@ def diagnose(
             "The final reply was saved but its run never completed.",
         )
     return Diagnosis(ThreadState.COMPLETED, detail="The run completed.")
+
+
+def _mid_tool(
+    assistant: AssistantMessage,
+    missing: Sequence[ToolCall],
+    answered: set[str],
+    after: Sequence[AnyMessage],
+    journal: Mapping[str, JournalEntry] | None,
+) -> Diagnosis:
+    covered = journal if assistant.metadata.get(JOURNALED_KEY) else None
+    dangling = tuple(_dangling(c, covered) for c in missing)
+    calls = assistant.tool_calls
+    answered_ids = tuple(c.id for c in calls if c.id in answered)
+    partly = f"; {len(answered_ids)} of {len(calls)} calls in the batch have results" if answered_ids else ""
+    users = sum(isinstance(m, UserMessage) for m in after)
+    waiting = f"; {users} user message(s) after them wait until they are settled" if users else ""
+    return Diagnosis(
+        ThreadState.CRASHED,
+        CrashPoint.MID_TOOL,
+        dangling=dangling,
+        answered=answered_ids,
+        action=ResumeAction.SETTLE_THEN_CALL_MODEL,
+        detail=f"{len(missing)} tool call(s) have no result{partly}{waiting}.",
+    )
 
 
 def _crashed(point: CrashPoint, action: ResumeAction, detail: str) -> Diagnosis:
@@ -230,17 +248,37 @@ def _dangling(call: ToolCall, journal: Mapping[str, JournalEntry] | None) -> Dan
     return DanglingCall(call, journaled=True, started_at=entry.started_at, ended_at=entry.ended_at)
 
 
-def _last_index(messages: Sequence[AnyMessage], kind: type) -> int | None:
+def _last_batch(messages: Sequence[AnyMessage]) -> tuple[int, AssistantMessage | None, set[str]]:
+    # (index of the last assistant message, that message, ids of the results after it).
+    # Scans back only that far, so the loop's per-call check costs the same at any
+    # history length.
+    answered: set[str] = set()
     for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], kind):
-            return i
-    return None
+        message = messages[i]
+        if isinstance(message, ToolResultMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AssistantMessage):
+            return i, message, answered
+    return -1, None, answered
+
+
+def unanswered_calls(messages: Sequence[AnyMessage]) -> list[ToolCall]:
+    """The tool calls of the last assistant message with no result after it, in call order.
+
+    User messages after that assistant message do not matter: their calls are still
+    unanswered (see :func:`diagnose`). This is the one definition both ``diagnose``
+    and the loop's settlement use. Cost grows with the messages after the last
+    assistant message, not with the history. Never raises.
+    """
+    _, assistant, answered = _last_batch(messages)
+    if assistant is None:
+        return []
+    return [c for c in assistant.tool_calls if c.id not in answered]
 
 
 def dangling_calls(messages: Sequence[AnyMessage]) -> list[ToolCall]:
-    """The tool calls of the last assistant message that have no result after it."""
-    diagnosis = diagnose(messages)
-    return [d.call for d in diagnosis.dangling]
+    """The calls :func:`diagnose` reports as dangling; the same as :func:`unanswered_calls`."""
+    return unanswered_calls(messages)
 
 
 # --- resume planning ------------------------------------------------------------------------

@@ -134,12 +134,20 @@ def to_api_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
 
 
 def to_api_messages(messages: Sequence[AnyMessage]) -> list[dict[str, Any]]:
-    """The transcript in the API's shape.
+    """The transcript in the API's shape: a list of ``{"role", "content": [block, ...]}``.
 
     Tool results become ``tool_result`` blocks of a user message, consecutive ones (and
-    any user message right after them) merged into one message, as the API requires.
+    any user message right before or after them) merged into one message, as the API
+    requires. In every user message the ``tool_result`` blocks come first, in their
+    original order, then the other blocks in theirs: Anthropic's "Handle tool calls"
+    page (https://platform.claude.com/docs/en/agents-and-tools/tool-use/handle-tool-calls)
+    says tool results must immediately follow their tool use and that in the user
+    message containing them "the tool_result blocks must come FIRST in the content
+    array"; otherwise the request is refused with a 400. A persisted thread can hold a
+    user message between a call and its result (one written by cubeloop or by hand,
+    settled by resume later), so the blocks are moved here; nothing is dropped.
     Unknown messages, empty text, and thinking without a signature (which the API
-    cannot verify) are left out; a message left empty is dropped.
+    cannot verify) are left out; a message left empty is dropped. Never raises.
     """
     out: list[dict[str, Any]] = []
     for message in messages:
@@ -158,7 +166,15 @@ def to_api_messages(messages: Sequence[AnyMessage]) -> list[dict[str, Any]]:
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": role, "content": blocks})
+    for turn in out:
+        if turn["role"] == "user":
+            turn["content"] = _tool_results_first(turn["content"])
     return out
+
+
+def _tool_results_first(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # sorted() is stable: results keep their order, and so does the text after them.
+    return sorted(blocks, key=lambda b: b["type"] != "tool_result")
 
 
 def _plain_blocks(content: Sequence[ContentBlock]) -> list[dict[str, Any]]:

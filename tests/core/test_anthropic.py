@@ -23,7 +23,7 @@ from core.messages import (
     UserMessage,
     user_text,
 )
-from core.providers.anthropic import AnthropicProvider
+from core.providers.anthropic import AnthropicProvider, to_api_messages
 from core.providers.base import ModelRequest, Provider
 from core.tools import tool
 
@@ -257,6 +257,34 @@ async def test_request_body_maps_the_transcript_and_tools():
         },
     ]
     assert "thinking" not in body
+
+
+def test_tool_results_open_the_user_turn_even_when_user_text_was_saved_before_them():
+    # A thread from another writer may hold a user message between a call and its
+    # result; the API refuses text before the tool_result blocks (400).
+    transcript = [
+        user_text("deploy it"),
+        AssistantMessage(
+            content=[
+                TextContent(text="Deploying."),
+                ToolCall(id="c1", name="deploy", arguments={}),
+                ToolCall(id="c2", name="notify", arguments={}),
+            ],
+            stop_reason="tool_use",
+        ),
+        ToolResultMessage(tool_call_id="c2", content=[TextContent(text="notified")]),
+        user_text("are you done?"),
+        UserMessage(content=[ImageContent(data="aGk=", mime_type="image/png")]),
+        ToolResultMessage(tool_call_id="c1", content=[TextContent(text="interrupted")], is_error=True),
+    ]
+    api = to_api_messages(transcript)
+    assert [m["role"] for m in api] == ["user", "assistant", "user"]
+    assert api[2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "c2", "content": [{"type": "text", "text": "notified"}]},
+        {"type": "tool_result", "tool_use_id": "c1", "content": [{"type": "text", "text": "interrupted"}], "is_error": True},
+        {"type": "text", "text": "are you done?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "aGk="}},
+    ]
 
 
 async def test_thinking_budget_and_redacted_thinking_round_trip():

@@ -18,6 +18,7 @@ from core.messages import (
     UserMessage,
     user_text,
 )
+from core.providers.anthropic import to_api_messages
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_tool_call
 from core.recovery import ThreadState, diagnose
@@ -27,17 +28,66 @@ WAIT = 10.0  # seconds; reached only by a failing test
 
 
 def assert_every_call_answered(requests: Sequence[ModelRequest]) -> None:
-    """No request holds a tool call without its result, or a user message between a call and its result."""
+    """Every request answers every tool call, in an order our writers and the API accept.
+
+    Transcript (DESIGN.md): no call is left without a result, and no user message lands
+    between a call and its result - unless it was written by an earlier run than the
+    result (another writer left the call dangling; the append-only log cannot move the
+    message, so the settling run's result follows it). A user message of the result's
+    own run there means the loop delivered it before settling.
+    API (Anthropic's "Handle tool calls" page): in ``to_api_messages`` form every
+    ``tool_use`` is answered by a ``tool_result`` in the very next message, and those
+    ``tool_result`` blocks come before any other block of it.
+    """
     for n, req in enumerate(requests):
         open_calls: set[str] = set()
+        waiting: list[UserMessage] = []
         for message in req.messages:
             if isinstance(message, ToolResultMessage):
+                early = [m.text for m in waiting if m.run_id == message.run_id]
+                assert not early, f"request {n}: user message(s) {early} delivered before the result of {message.tool_call_id}"
                 open_calls.discard(message.tool_call_id)
                 continue
+            if open_calls and isinstance(message, UserMessage):
+                waiting.append(message)
+                continue
             assert not open_calls, f"request {n}: {message.role} message before results of {open_calls}"
+            waiting = []
             if isinstance(message, AssistantMessage):
                 open_calls = {c.id for c in message.tool_calls}
         assert not open_calls, f"request {n} ends with unanswered calls {open_calls}"
+        assert_valid_api_order(to_api_messages(req.messages), f"request {n}")
+
+
+def assert_valid_api_order(api: Sequence[dict], where: str = "request") -> None:
+    """Each assistant turn's ``tool_use`` ids are answered by exactly the ``tool_result``
+    blocks that open the next (user) turn; no ``tool_result`` appears anywhere else.
+    Rules from https://platform.claude.com/docs/en/agents-and-tools/tool-use/handle-tool-calls."""
+    asked: set[str] = set()
+    for i, turn in enumerate(api):
+        types = [b["type"] for b in turn["content"]]
+        lead = next((k for k, t in enumerate(types) if t != "tool_result"), len(types))
+        answers = {b["tool_use_id"] for b in turn["content"][:lead]} if turn["role"] == "user" else set()
+        assert answers == asked, f"{where}, message {i}: answers {answers or 'nothing'} to tool_use {asked or 'none'}"
+        assert "tool_result" not in types[lead:], f"{where}, message {i}: a tool_result after other blocks: {types}"
+        asked = {b["id"] for b in turn["content"] if b["type"] == "tool_use"}
+    assert not asked, f"{where} ends with unanswered tool_use {asked}"
+
+
+def test_the_request_check_refuses_a_user_message_of_the_settling_run_and_text_before_results():
+    call = AssistantMessage(content=[ToolCall(id="c1", name="t")], stop_reason="tool_use", run_id="old")
+    result = ToolResultMessage(tool_call_id="c1", run_id="new")
+    foreign = [user_text("go", run_id="old"), call, user_text("done?", run_id="old"), result]
+    assert_every_call_answered([ModelRequest("", foreign, ())])
+    early = [user_text("go", run_id="old"), call, user_text("done?", run_id="new"), result]
+    with pytest.raises(AssertionError, match="delivered before the result of c1"):
+        assert_every_call_answered([ModelRequest("", early, ())])
+    text_first = [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c1"}]},
+        {"role": "user", "content": [{"type": "text", "text": "done?"}, {"type": "tool_result", "tool_use_id": "c1"}]},
+    ]
+    with pytest.raises(AssertionError, match="answers nothing to tool_use"):
+        assert_valid_api_order(text_first)
 
 
 @tool

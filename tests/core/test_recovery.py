@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from core.checkpoint.base import RunRecord
+from core.loop import unanswered_calls
 from core.messages import (
     AnyMessage,
     AssistantMessage,
@@ -99,6 +100,15 @@ CASES = {
         [ask(), call("c1"), answer("c1"), call("c1b")], OPEN, ThreadState.CRASHED, CrashPoint.MID_TOOL,
         ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c1b",),
     ),
+    "mid-tool: a user message after the unanswered call": Case(
+        [ask(), call("c1"), ask("are you done?", kind="steer")], OPEN, ThreadState.CRASHED, CrashPoint.MID_TOOL,
+        ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c1",),
+    ),
+    "mid-tool: a user message inside a partly answered batch": Case(
+        [ask(), call("c1", "c2"), answer("c1"), ask("hurry up", kind="steer"), ask("please")], OPEN,
+        ThreadState.CRASHED, CrashPoint.MID_TOOL, ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c2",),
+        answered=("c1",),
+    ),
     "mid-tool: unknown rows after the call are ignored": Case(
         [ask(), call("c1"), UnknownMessage(role="note")], OPEN, ThreadState.CRASHED, CrashPoint.MID_TOOL,
         ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c1",),
@@ -130,6 +140,18 @@ def test_the_tail_alone_gives_the_same_diagnosis(name: str) -> None:
     case = CASES[name]
     last = max((i for i, m in enumerate(case.messages) if isinstance(m, AssistantMessage)), default=0)
     assert diagnose(case.messages[last:], case.runs) == diagnose(case.messages, case.runs)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_loop_settles_exactly_the_calls_diagnose_reports(name: str) -> None:
+    case = CASES[name]
+    assert tuple(c.id for c in unanswered_calls(case.messages)) == case.dangling
+
+
+def test_user_messages_after_dangling_calls_are_said_to_wait() -> None:
+    diagnosis = diagnose([ask(), call("c1"), ask("are you done?", kind="steer")], OPEN)
+    assert diagnosis.detail == "1 tool call(s) have no result; 1 user message(s) after them wait until they are settled."
+    assert "tool_c1 (c1)" in diagnosis.resume_plan
 
 
 def test_without_a_journal_dangling_calls_may_have_started() -> None:

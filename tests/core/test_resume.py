@@ -16,6 +16,7 @@ from core.errors import NothingToResumeError, ResumeChoiceError
 from core.jobs import job_key
 from core.loop import LoopConfig, run_loop
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage, user_text
+from core.providers.anthropic import to_api_messages
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import JOURNALED_KEY, CrashPoint, ResumeAction, ThreadState, diagnose
 from core.tool_execution import result_to_json
@@ -302,6 +303,46 @@ async def test_a_steer_is_delivered_only_after_the_dangling_calls_are_settled():
     assert await asyncio.wait_for(run_loop(messages, config, emit, asyncio.Event()), WAIT) == "completed"
     assert [m.role for m in model.requests[0].messages] == ["user", "assistant", "tool_result", "tool_result", "user"]
     assert isinstance(model.requests[0].messages[-1], UserMessage)
+
+
+async def test_a_user_message_saved_after_dangling_calls_does_not_hide_them():
+    # As cubeloop, a hand edit or a crash-era writer may leave it: a user message after
+    # calls that never got results. The plan lists the calls; resume answers them, and
+    # the request puts their results before the user's text (asserted for every request
+    # by the ``_answered`` fixture too).
+    store = MemoryCheckpointer()
+    await store.claim_run("t", OLD)
+    await store.append(
+        "t",
+        [
+            user_text("do the things", run_id=OLD),
+            AssistantMessage(content=[TextContent(text="On it."), FETCH, EMAIL], stop_reason="tool_use", run_id=OLD),
+            user_text("are you done?", kind="steer", run_id=OLD),
+        ],
+    )
+    data = await store.load("t")
+    diagnosis = diagnose(data.messages, data.runs)
+    assert (diagnosis.crash_point, diagnosis.action) == (CrashPoint.MID_TOOL, ResumeAction.SETTLE_THEN_CALL_MODEL)
+    assert [d.call.id for d in diagnosis.dangling] == ["c_fetch", "c_email"]
+
+    world = World()
+    model = provider("Both done.")
+    agent = Agent(model, store, "t", tools=tools_for(world))
+    plan = await agent.plan_resume()
+    assert [(c.call.id, c.action, c.choices) for c in plan.calls] == [
+        ("c_fetch", "rerun", ()),
+        ("c_email", "interrupt", ("interrupt", "rerun")),
+    ]
+    assert await agent.resume({"c_email": "rerun"}) == "completed"
+    assert world.effects == {"fetch": ["a"], "send_email": ["bob"]}
+
+    sent = model.requests[0].messages
+    assert [m.role for m in sent] == ["user", "assistant", "user", "tool_result", "tool_result"]
+    turn = to_api_messages(sent)[2]["content"]
+    assert [b["type"] for b in turn] == ["tool_result", "tool_result", "text"]
+    assert {b["tool_use_id"] for b in turn[:2]} == {"c_fetch", "c_email"} and turn[2]["text"] == "are you done?"
+    data = await store.load("t")
+    assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
 
 
 async def test_resume_between_turns_and_after_tool_results_calls_the_model():
