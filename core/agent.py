@@ -31,6 +31,7 @@ from core.checkpoint.base import Checkpointer, CorruptRow, JournalEntry, RunReco
 from core.errors import (
     AgentBusyError,
     CubepiError,
+    LeaseLostError,
     NothingToResumeError,
     RunError,
     UnreadableThreadError,
@@ -116,8 +117,11 @@ class Agent:
     this agent is to other processes (default: a new :class:`~core.leases.LeaseHolder`,
     so each agent is its own holder); ``lease_ttl`` is how many seconds the lease stays
     valid without a heartbeat, ``heartbeat_interval`` how many seconds pass between
-    heartbeats. Stores without that protocol (cubeloop-compatible ones) run without
-    lease, journal or job store.
+    heartbeats. Every write of a leased run is fenced by ``holder`` (the store refuses it
+    once another holder has the thread or the lease expired, see
+    ``core.checkpoint.base``); a run whose lease is lost, seen by the heartbeat or by
+    such a refusal, stops and ends ``"failed"`` saying so. Stores without that protocol
+    (cubeloop-compatible ones) run without lease, journal or job store.
 
     Raises ``ToolDefinitionError`` if two tools share a name, ``ValueError`` unless
     ``0 < heartbeat_interval < lease_ttl``.
@@ -149,7 +153,11 @@ class Agent:
         self.heartbeat_interval = heartbeat_interval
         self._leases: LeaseStore | None = checkpointer if _has(checkpointer, _LEASE_METHODS) else None  # type: ignore[assignment]
         self._journal = _has(checkpointer, ("record_tool_event",))
-        self._jobs = Jobs(checkpointer, thread_id) if _has(checkpointer, _JOB_METHODS) else None  # type: ignore[arg-type]
+        self._jobs = (
+            Jobs(checkpointer, thread_id, self.holder.holder_id if self._leases else None)  # type: ignore[arg-type]
+            if _has(checkpointer, _JOB_METHODS)
+            else None
+        )
         self._lease: HeldLease | None = None
         self._config = LoopConfig(
             provider,
@@ -204,9 +212,10 @@ class Agent:
         loop; any dangling tool call of a crashed run is settled first (idempotent tools
         re-run, others recorded as interrupted). Raises ``AgentBusyError`` if this agent
         is running, ``RunAlreadyClaimedError`` if another holder runs the thread,
-        ``UnreadableThreadError`` if the thread has undecodable rows, and the
-        checkpointer's errors from loading or claiming. Failures during the run do not
-        raise: they end the run ``"failed"`` with ``state.error`` set.
+        ``UnreadableThreadError`` if the thread has undecodable rows, ``LeaseLostError``
+        if the lease was lost before the run was claimed, and the checkpointer's errors
+        from loading or claiming. Failures during the run do not raise: they end the run
+        ``"failed"`` with ``state.error`` set.
         """
         async with self._exclusive(), self._leased() as run_id:
             await self._load_runnable()
@@ -329,6 +338,27 @@ class Agent:
         # more would interleave two runs' messages, so nothing more is saved.
         return self._lease is not None and self._lease.lost is not None
 
+    def _fence(self) -> dict[str, str]:
+        """The keyword that fences a write by this run's lease (none when no lease is held)."""
+        return {} if self._lease is None else {"holder_id": self.holder.holder_id}
+
+    def _note_lost(self, exc: Exception) -> bool:
+        """If ``exc`` says a fenced write found the lease gone, record the loss (which
+        aborts the run, as when the heartbeat notices) and return True."""
+        if not isinstance(exc, LeaseLostError) or self._lease is None:
+            return False
+        why = exc.why or "it expired or another process took the thread over"
+        self._lease.lose(
+            f"This run lost its lease on thread {self.thread_id!r} ({why}), so it stopped without saving more."
+        )
+        return True
+
+    def _stopped_by(self, what: str, exc: Exception) -> _PersistFailed:
+        """The error that ends the run after the write ``what`` failed with ``exc``."""
+        if self._note_lost(exc) and self._lease is not None and self._lease.lost:
+            return _PersistFailed(self._lease.lost)
+        return _PersistFailed(f"{what}: {_sentence(exc)}")
+
     async def _load(self) -> None:
         data = await self.checkpointer.load(self.thread_id)
         state = self._state
@@ -367,12 +397,12 @@ class Agent:
 
     async def _claim(self, run_id: str) -> None:
         # cubeloop's run claim, kept beside the lease so cubeloop sees our runs too.
-        await self.checkpointer.claim_run(self.thread_id, run_id)
+        await self.checkpointer.claim_run(self.thread_id, run_id, **self._fence())
         self._state.runs.append(RunRecord(run_id, time.time()))
         self._state.run_id = run_id
 
     async def _mark_complete(self, run_id: str) -> None:
-        await self.checkpointer.mark_run_complete(self.thread_id, run_id)
+        await self.checkpointer.mark_run_complete(self.thread_id, run_id, **self._fence())
         runs = self._state.runs
         for i, run in enumerate(runs):
             if run.run_id == run_id and not run.completed:
@@ -423,7 +453,8 @@ class Agent:
         """Fold ``event`` into state, persist what must be persisted, then tell listeners.
 
         Raises ``_PersistFailed`` when a message could not be saved (after the listeners
-        ran) or a tool start could not be journaled (before: that tool never runs).
+        ran) or a tool start could not be journaled (before: that tool never runs); a
+        write refused because the lease is gone also records the loss.
         """
         failure: Exception | None = None
         state = self._state
@@ -439,7 +470,7 @@ class Agent:
                 event.message.metadata[JOURNALED_KEY] = True
             if not self._fenced:
                 try:
-                    await self.checkpointer.append(self.thread_id, [event.message])
+                    await self.checkpointer.append(self.thread_id, [event.message], **self._fence())
                 except Exception as exc:
                     failure = exc
         elif isinstance(event, MessageStart):
@@ -459,9 +490,10 @@ class Agent:
             # cannot be written the tool must not run: listeners never hear of it.
             error = await self._journal_event(event.tool_call_id, "start", event.tool_name, event.job_key, now)
             if error is not None:
-                raise _PersistFailed(
+                raise self._stopped_by(
                     f"Could not journal the start of tool call {event.tool_name} ({event.tool_call_id}), so it did "
-                    f"not run and the run stopped: {_sentence(error)}"
+                    "not run and the run stopped",
+                    error,
                 ) from error
             state.running_tools[event.tool_call_id] = RunningTool(event.tool_call_id, event.tool_name, event.args, now)
         elif isinstance(event, ToolExecutionEnd):
@@ -478,7 +510,7 @@ class Agent:
             return
         await self._deliver(event)
         if failure is not None:
-            raise _PersistFailed(f"Could not save a message, so the run stopped: {_sentence(failure)}") from failure
+            raise self._stopped_by("Could not save a message, so the run stopped", failure) from failure
 
     async def _journal_event(
         self, tool_call_id: str, phase: str, tool_name: str, job_key: str | None, at: float
@@ -496,9 +528,12 @@ class Agent:
             return None
         try:
             await self.checkpointer.record_tool_event(  # type: ignore[attr-defined]
-                self.thread_id, tool_call_id, phase, tool_name=tool_name, run_id=self._state.run_id, job_key=job_key, at=at
+                self.thread_id, tool_call_id, phase, tool_name=tool_name, run_id=self._state.run_id, job_key=job_key,
+                at=at, **self._fence(),
             )
         except Exception as exc:
+            # Even a lost end stops the run once the lease is gone (nothing more may be saved).
+            self._note_lost(exc)
             return exc
         return None
 
@@ -512,7 +547,7 @@ class Agent:
         try:
             await self._mark_complete(event.run_id)
         except Exception as exc:
-            return AgentEnd(event.run_id, "failed", f"Could not mark the run complete: {_sentence(exc)}")
+            return AgentEnd(event.run_id, "failed", str(self._stopped_by("Could not mark the run complete", exc)))
         return event
 
     async def _publish(self, end: AgentEnd) -> None:

@@ -95,6 +95,16 @@ class RunAlreadyCompletedError(RunError):
     """Raised when a message is appended to, or a claim is made for, a run that already completed."""
 
 
+class LeaseLostError(RunError):
+    """Raised by a fenced write (one given ``holder_id=``) when the thread's lease is not
+    held by that holder or has expired; nothing was written. ``why`` says which, in a
+    few words ("it expired without a heartbeat", ...)."""
+
+    def __init__(self, message: str, *, why: str = "") -> None:
+        super().__init__(message)
+        self.why = why
+
+
 class RunNotClaimedError(RunError):
     """Raised by ``mark_run_complete`` for a run id that was never claimed."""
 

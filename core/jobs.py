@@ -112,9 +112,13 @@ def key_for(tool_name: str, args: Mapping[str, Any], key_from: KeyFunction | Non
 class JobStore(Protocol):
     """The part of ``SupervisedStore`` jobs use (see ``core.checkpoint.base``)."""
 
-    async def job_begin(self, thread_id: str, key: str, tool_call_id: str | None = None) -> JobRecord: ...
+    async def job_begin(
+        self, thread_id: str, key: str, tool_call_id: str | None = None, *, holder_id: str | None = None
+    ) -> JobRecord: ...
 
-    async def job_finish(self, thread_id: str, key: str, status: Any, result: Any = None) -> None: ...
+    async def job_finish(
+        self, thread_id: str, key: str, status: Any, result: Any = None, *, holder_id: str | None = None
+    ) -> None: ...
 
     async def job_get(self, thread_id: str, key: str) -> JobRecord | None: ...
 
@@ -135,6 +139,9 @@ Work = Callable[[], Awaitable[tuple[Any, bool]]]
 class Jobs:
     """One thread's jobs in ``store``: runs work at most once per key (see the module docstring).
 
+    ``holder_id``: the lease holder whose run the jobs belong to; when given, every job
+    write is fenced by it (``LeaseLostError`` once that holder lost the thread's lease).
+
     Calls under one key that overlap in time (two identical calls in one parallel batch)
     run one after the other: the second waits for the first, then finds its job done and
     reuses the result, or runs the work itself if the first did not succeed.
@@ -142,6 +149,7 @@ class Jobs:
 
     store: JobStore
     thread_id: str
+    holder_id: str | None = None
     _running: dict[str, asyncio.Future[None]] = field(default_factory=dict, compare=False, repr=False)
 
     async def get(self, key: str) -> JobRecord | None:
@@ -154,9 +162,9 @@ class Jobs:
         ``work`` returns ``(value, succeeded)``: a success is stored as ``done`` with
         ``value`` (one transaction), anything else as ``failed``. An exception from
         ``work`` is recorded as ``failed`` with its text and re-raised. Errors of
-        ``job_begin`` propagate (the work did not run). An error recording the outcome
-        is logged, not raised: the caller still gets the value, and the job stays
-        ``started``, so a later call runs the (idempotent) work again.
+        ``job_begin`` propagate (the work did not run; ``LeaseLostError`` among them). An
+        error recording the outcome is logged, not raised: the caller still gets the
+        value, and the job stays ``started``, so a later call runs the (idempotent) work again.
         """
         while (sibling := self._running.get(key)) is not None:
             # The job store only knows "started"; it cannot tell a job running now in this
@@ -165,7 +173,7 @@ class Jobs:
         finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._running[key] = finished
         try:
-            record = await self.store.job_begin(self.thread_id, key, tool_call_id)
+            record = await self.store.job_begin(self.thread_id, key, tool_call_id, **self._fence())
             if record.status == "done":
                 return JobOutcome(record.result, reused=True)
             try:
@@ -183,8 +191,12 @@ class Jobs:
         """Record the job under ``key`` as failed with ``reason`` (logged, never raised)."""
         await self._finish(key, "failed", reason)
 
+    def _fence(self) -> dict[str, str]:
+        # Unfenced calls pass no keyword, so a store that keeps no leases still works.
+        return {} if self.holder_id is None else {"holder_id": self.holder_id}
+
     async def _finish(self, key: str, status: str, value: Any) -> None:
         try:
-            await self.store.job_finish(self.thread_id, key, status, value)
+            await self.store.job_finish(self.thread_id, key, status, value, **self._fence())
         except Exception:
             _log.warning("could not record job %s of thread %s as %s", key, self.thread_id, status, exc_info=True)

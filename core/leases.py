@@ -95,7 +95,10 @@ class HeldLease:
     """A lease taken for one run: heartbeats in the background until :meth:`release`.
 
     ``lost`` is ``None`` while the lease is held, else the sentence saying why it was
-    lost; ``on_lost()`` is called once, from the heartbeat task, when that happens.
+    lost; ``on_lost()`` is called once when that happens: from the heartbeat task, or
+    from :meth:`lose` when a fenced write found the lease gone first. The heartbeat gives
+    up (the lease is lost) when renewals keep failing and the next attempt would come
+    after the lease expires, so a run stops before another holder may take the thread.
     """
 
     def __init__(
@@ -145,32 +148,39 @@ class HeldLease:
 
     async def _beat(self) -> None:
         lease = self.lease
-        last_renewed = time.time()
-        while True:
+        expires_at = lease.expires_at
+        while self.lost is None:
             await asyncio.sleep(self.interval)
+            if self.lost is not None:
+                return
             now = time.time()
             try:
                 held = await self.store.renew_lease(lease.thread_id, lease.holder_id, now, now + self.ttl)
             except Exception as exc:
                 # A store that is briefly busy costs nothing while the lease is still
-                # ours; once it may have expired, someone else may be running the thread.
+                # ours; but if the next attempt would come after it expired, another
+                # holder could take the thread while this run still writes.
                 _log.warning("lease heartbeat of thread %s failed", lease.thread_id, exc_info=True)
-                if time.time() - last_renewed < self.ttl:
+                if time.time() + self.interval < expires_at:
                     continue
-                self._lose(
-                    f"This run could not renew its lease on thread {lease.thread_id!r} for {self.ttl:g} s "
-                    f"({type(exc).__name__}), so it stopped; another process may be running the thread."
+                self.lose(
+                    f"This run could not renew its lease on thread {lease.thread_id!r} before it expired "
+                    f"({type(exc).__name__}), so it stopped; another process may take the thread over."
                 )
                 return
             if not held:
-                self._lose(
+                self.lose(
                     f"This run lost its lease on thread {lease.thread_id!r} (another process took the thread "
                     "over or the lease was removed), so it stopped without saving more."
                 )
                 return
-            last_renewed = now
+            expires_at = now + self.ttl
 
-    def _lose(self, sentence: str) -> None:
+    def lose(self, sentence: str) -> None:
+        """Record that the lease is lost, saying why in ``sentence``, and call ``on_lost()``;
+        only the first call counts. Heartbeats stop at their next turn."""
+        if self.lost is not None:
+            return
         self.lost = sentence
         try:
             self._on_lost()

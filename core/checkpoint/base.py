@@ -13,6 +13,17 @@ Invariants every backend keeps:
   processes);
 * a row that cannot be decoded is never dropped or changed: ``load`` reports it in
   ``CheckpointData.problems`` and the rest of the thread still loads.
+
+Fenced writes. Every write a run makes (``append``, ``claim_run``,
+``mark_run_complete``, ``record_tool_event``, ``job_begin``, ``job_finish``) takes an
+optional keyword ``holder_id``. Given, the store checks inside the write's own
+transaction (SQLite: the same ``BEGIN IMMEDIATE``; memory: under its lock) that the
+thread's lease is held by that holder and has not expired (:func:`check_lease_holder`);
+otherwise it raises ``LeaseLostError`` and writes nothing. So a runner that lost its
+lease - its event loop blocked past the lease's expiry, say, while another process took
+the thread over - can never write after the new holder. Without ``holder_id`` the write
+is unfenced (cubeloop's ``append(thread_id, messages)``); a store that keeps no leases
+(cubeloop's) is never given one.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
+from core.errors import LeaseLostError
 from core.messages import AnyMessage
 
 
@@ -105,10 +117,12 @@ class Checkpointer(Protocol):
         """Return the thread's data, or ``None`` if it has no messages, extra or runs."""
         ...
 
-    async def append(self, thread_id: str, messages: Sequence[AnyMessage]) -> None:
+    async def append(self, thread_id: str, messages: Sequence[AnyMessage], *, holder_id: str | None = None) -> None:
         """Append ``messages`` in order, in one transaction, each tagged with its ``run_id``.
 
-        Raises ``RunAlreadyCompletedError`` if a message names a run already completed.
+        Raises ``RunAlreadyCompletedError`` if a message names a run already completed,
+        and ``LeaseLostError`` when ``holder_id`` is given and does not hold the thread's
+        live lease (see "Fenced writes" above; nothing is appended then).
         """
         ...
 
@@ -120,18 +134,20 @@ class Checkpointer(Protocol):
         """Every thread in the store, most recently active first."""
         ...
 
-    async def claim_run(self, thread_id: str, run_id: str) -> None:
+    async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """Record that ``run_id`` started on ``thread_id``.
 
         Raises ``RunAlreadyClaimedError`` if that run id is already claimed and not
-        completed, ``RunAlreadyCompletedError`` if it completed.
+        completed, ``RunAlreadyCompletedError`` if it completed, ``LeaseLostError`` as
+        for ``append`` when fenced by ``holder_id``.
         """
         ...
 
-    async def mark_run_complete(self, thread_id: str, run_id: str) -> None:
+    async def mark_run_complete(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """Mark ``run_id`` completed and give it the next ``completion_seq``; idempotent.
 
-        Raises ``RunNotClaimedError`` if the run was never claimed.
+        Raises ``RunNotClaimedError`` if the run was never claimed, ``LeaseLostError`` as
+        for ``append`` when fenced by ``holder_id``.
         """
         ...
 
@@ -243,14 +259,19 @@ class SupervisedStore(Protocol):
 
     Implemented by the memory and SQLite backends (and every later one); tested by the
     same contract suite. Errors as for :class:`Checkpointer`, plus those named below.
+    A store that implements this protocol fences the writes of :class:`Checkpointer`
+    too (``holder_id=``, see the module docstring).
     """
 
     # tool journal
     async def record_tool_event(
         self, thread_id: str, tool_call_id: str, phase: Literal["start", "end"], *,
         tool_name: str = "", run_id: str | None = None, job_key: str | None = None, at: float | None = None,
+        holder_id: str | None = None,
     ) -> None:
-        """Journal the start or end of a tool call (``at`` defaults to now, unix seconds)."""
+        """Journal the start or end of a tool call (``at`` defaults to now, unix seconds).
+
+        Raises ``LeaseLostError`` when fenced by ``holder_id`` and the lease is not its (nothing written)."""
         ...
 
     async def load_journal(self, thread_id: str) -> dict[str, JournalEntry] | None:
@@ -267,13 +288,20 @@ class SupervisedStore(Protocol):
         ...
 
     # jobs (idempotency keys)
-    async def job_begin(self, thread_id: str, key: str, tool_call_id: str | None = None) -> JobRecord:
+    async def job_begin(
+        self, thread_id: str, key: str, tool_call_id: str | None = None, *, holder_id: str | None = None
+    ) -> JobRecord:
         """Atomically look up ``key``: if done, return it unchanged (the caller reuses the result);
-        otherwise record it as started (insert, or bump ``attempts``) and return that record."""
+        otherwise record it as started (insert, or bump ``attempts``) and return that record.
+        Raises ``LeaseLostError`` when fenced by ``holder_id`` and the lease is not its (nothing written)."""
         ...
 
-    async def job_finish(self, thread_id: str, key: str, status: Literal["done", "failed"], result: Any = None) -> None:
-        """Record the outcome and JSON ``result`` in one transaction. Raises ``KeyError`` if never begun."""
+    async def job_finish(
+        self, thread_id: str, key: str, status: Literal["done", "failed"], result: Any = None, *,
+        holder_id: str | None = None,
+    ) -> None:
+        """Record the outcome and JSON ``result`` in one transaction. Raises ``KeyError`` if never
+        begun, ``LeaseLostError`` when fenced by ``holder_id`` and the lease is not its (nothing written)."""
         ...
 
     async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
@@ -339,3 +367,20 @@ class SupervisedStore(Protocol):
     async def change_token(self) -> Any:
         """A cheap value that changes whenever any thread's data changes (poll fallback for watchers)."""
         ...
+
+
+def check_lease_holder(lease: Lease | None, thread_id: str, holder_id: str, now: float) -> None:
+    """The fence of every fenced write: raise ``LeaseLostError`` unless ``lease`` (the
+    thread's lease record, or ``None``) is held by ``holder_id`` and still valid at
+    ``now`` (unix seconds). Each backend calls it inside the write's own transaction."""
+    if lease is not None and lease.holder_id == holder_id and lease.expires_at > now:
+        return
+    if lease is None:
+        why = "nobody holds it now"
+    elif lease.holder_id != holder_id:
+        why = f"process {lease.pid} on {lease.host} took the thread over"
+    else:
+        why = "it expired without a heartbeat"
+    raise LeaseLostError(
+        f"This run no longer holds the lease on thread {thread_id!r} ({why}), so nothing was written.", why=why
+    )

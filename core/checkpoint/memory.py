@@ -25,6 +25,7 @@ from core.checkpoint.base import (
     LiveEvent,
     RunRecord,
     ThreadSummary,
+    check_lease_holder,
 )
 from core.checkpoint.codec import copy_message
 from core.errors import RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
@@ -95,11 +96,12 @@ class MemoryCheckpointer:
                 journal=dict(self._journal.get(thread_id, {})),
             )
 
-    async def append(self, thread_id: str, messages: Sequence[AnyMessage]) -> None:
-        """See ``Checkpointer.append``."""
+    async def append(self, thread_id: str, messages: Sequence[AnyMessage], *, holder_id: str | None = None) -> None:
+        """See ``Checkpointer.append`` (fenced by ``holder_id`` under the lock)."""
         if not messages:
             return
         async with self._lock:
+            self._fence(thread_id, holder_id)
             t = self._threads.setdefault(thread_id, _Thread())
             for m in messages:
                 run = t.runs.get(m.run_id) if m.run_id else None
@@ -139,9 +141,10 @@ class MemoryCheckpointer:
         out.sort(key=lambda s: s.last_activity or 0.0, reverse=True)
         return out
 
-    async def claim_run(self, thread_id: str, run_id: str) -> None:
+    async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.claim_run``."""
         async with self._lock:
+            self._fence(thread_id, holder_id)
             t = self._threads.setdefault(thread_id, _Thread())
             existing = t.runs.get(run_id)
             if existing is not None:
@@ -152,9 +155,10 @@ class MemoryCheckpointer:
             t.touched = time.time()
             self._changes += 1
 
-    async def mark_run_complete(self, thread_id: str, run_id: str) -> None:
+    async def mark_run_complete(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.mark_run_complete``."""
         async with self._lock:
+            self._fence(thread_id, holder_id)
             t = self._threads.get(thread_id)
             run = t.runs.get(run_id) if t else None
             if t is None or run is None:
@@ -168,11 +172,17 @@ class MemoryCheckpointer:
     async def close(self) -> None:
         """Nothing to release."""
 
+    def _fence(self, thread_id: str, holder_id: str | None) -> None:
+        """Raise ``LeaseLostError`` unless an unfenced write or ``holder_id`` holds the live lease (lock held)."""
+        if holder_id is not None:
+            check_lease_holder(self._leases.get(thread_id), thread_id, holder_id, time.time())
+
     # --- tool journal ------------------------------------------------------------------------
 
     async def record_tool_event(
         self, thread_id: str, tool_call_id: str, phase: Literal["start", "end"], *,
         tool_name: str = "", run_id: str | None = None, job_key: str | None = None, at: float | None = None,
+        holder_id: str | None = None,
     ) -> None:
         """See ``SupervisedStore.record_tool_event``.
 
@@ -185,6 +195,7 @@ class MemoryCheckpointer:
             raise ValueError(f"A tool event's phase is 'start' or 'end', not {phase!r}.")
         when = time.time() if at is None else at
         async with self._lock:
+            self._fence(thread_id, holder_id)
             entries = self._journal.setdefault(thread_id, {})
             old = entries.get(tool_call_id) or JournalEntry(tool_call_id)
             new = replace(
@@ -204,7 +215,9 @@ class MemoryCheckpointer:
 
     # --- jobs --------------------------------------------------------------------------------
 
-    async def job_begin(self, thread_id: str, key: str, tool_call_id: str | None = None) -> JobRecord:
+    async def job_begin(
+        self, thread_id: str, key: str, tool_call_id: str | None = None, *, holder_id: str | None = None
+    ) -> JobRecord:
         """See ``SupervisedStore.job_begin``.
 
         ``done``: returned unchanged. Absent: inserted as ``started`` with ``attempts=1``.
@@ -213,6 +226,7 @@ class MemoryCheckpointer:
         beginning the same key, exactly one sees ``attempts == 1``.
         """
         async with self._lock:
+            self._fence(thread_id, holder_id)
             old = self._jobs.get((thread_id, key))
             if old is not None and old.status == "done":
                 return _copy_job(old)
@@ -227,7 +241,10 @@ class MemoryCheckpointer:
             self._changes += 1
             return record
 
-    async def job_finish(self, thread_id: str, key: str, status: Literal["done", "failed"], result: Any = None) -> None:
+    async def job_finish(
+        self, thread_id: str, key: str, status: Literal["done", "failed"], result: Any = None, *,
+        holder_id: str | None = None,
+    ) -> None:
         """See ``SupervisedStore.job_finish``.
 
         A job already ``done`` stays as it is (the first result wins: callers may already
@@ -238,6 +255,7 @@ class MemoryCheckpointer:
             raise ValueError(f"A job can finish as 'done' or 'failed', not {status!r}.")
         stored = _json_result(result, key)
         async with self._lock:
+            self._fence(thread_id, holder_id)
             old = self._jobs.get((thread_id, key))
             if old is None:
                 raise KeyError(f"Job {key!r} of thread {thread_id!r} was never begun.")

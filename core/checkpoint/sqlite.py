@@ -76,13 +76,13 @@ class SQLiteCheckpointer(SQLiteFile):
         data = await self._run(lambda c: queries.load(c, layout, thread_id, after_id), "load")
         return data if data is not None else CheckpointData()  # never: an after_id read returns data
 
-    async def append(self, thread_id: str, messages: Sequence[AnyMessage]) -> None:
-        """See ``Checkpointer.append``: one transaction; ``created_at`` is the insert time."""
+    async def append(self, thread_id: str, messages: Sequence[AnyMessage], *, holder_id: str | None = None) -> None:
+        """See ``Checkpointer.append``: one transaction (the lease fence included); ``created_at`` is the insert time."""
         if not messages:
             return
         self._check_writable()
         rows = [(thread_id, codec.encode(m), getattr(m, "run_id", None)) for m in messages]
-        await self._run(lambda c: queries.append(c, thread_id, rows), "append")
+        await self._run(lambda c: queries.append(c, thread_id, rows, holder_id), "append")
 
     async def save_extra(self, thread_id: str, extra: dict[str, Any]) -> None:
         """See ``Checkpointer.save_extra``: read, merge and write inside one ``BEGIN IMMEDIATE``.
@@ -94,15 +94,15 @@ class SQLiteCheckpointer(SQLiteFile):
         patch = json.loads(codec.encode_extra(extra))  # the copy in; fails early on bad values
         await self._run(lambda c: queries.save_extra(c, thread_id, patch), "save")
 
-    async def claim_run(self, thread_id: str, run_id: str) -> None:
+    async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.claim_run``; ``claimed_at`` is stored as ``julianday('now')``."""
         self._check_writable()
-        await self._run(lambda c: queries.claim_run(c, thread_id, run_id), "claim")
+        await self._run(lambda c: queries.claim_run(c, thread_id, run_id, holder_id), "claim")
 
-    async def mark_run_complete(self, thread_id: str, run_id: str) -> None:
+    async def mark_run_complete(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.mark_run_complete``: ``completion_seq`` is the thread's next number."""
         self._check_writable()
-        await self._run(lambda c: queries.mark_run_complete(c, thread_id, run_id), "completion")
+        await self._run(lambda c: queries.mark_run_complete(c, thread_id, run_id, holder_id), "completion")
 
     async def list_threads(self) -> list[ThreadSummary]:
         """See ``Checkpointer.list_threads``: a handful of queries, whatever the number of threads.
@@ -118,8 +118,9 @@ class SQLiteCheckpointer(SQLiteFile):
     async def record_tool_event(
         self, thread_id: str, tool_call_id: str, phase: Literal["start", "end"], *,
         tool_name: str = "", run_id: str | None = None, job_key: str | None = None, at: float | None = None,
+        holder_id: str | None = None,
     ) -> None:
-        """See ``SupervisedStore.record_tool_event``: one upsert.
+        """See ``SupervisedStore.record_tool_event``: one upsert (after the lease fence, in one transaction).
 
         ``tool_name``, ``run_id`` and ``job_key`` overwrite the entry's only when given, so
         an ``end`` keeps what ``start`` wrote; a ``start`` clears an earlier end (a resume
@@ -129,14 +130,16 @@ class SQLiteCheckpointer(SQLiteFile):
         self._check_writable()
         when = time.time() if at is None else at
         await self._run(lambda c: supervised.record_tool_event(
-            c, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when), "journal write")
+            c, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when, holder_id), "journal write")
 
     async def load_journal(self, thread_id: str) -> dict[str, JournalEntry] | None:
         """See ``SupervisedStore.load_journal``: ``None`` for a file without the journal table."""
         layout = self._layout
         return await self._run(lambda c: supervised.read_journal(c, layout, thread_id), "journal read")
 
-    async def job_begin(self, thread_id: str, key: str, tool_call_id: str | None = None) -> JobRecord:
+    async def job_begin(
+        self, thread_id: str, key: str, tool_call_id: str | None = None, *, holder_id: str | None = None
+    ) -> JobRecord:
         """See ``SupervisedStore.job_begin``: one ``BEGIN IMMEDIATE``, atomic across processes.
 
         ``done``: returned unchanged. Absent: inserted as ``started``, ``attempts=1``.
@@ -147,9 +150,12 @@ class SQLiteCheckpointer(SQLiteFile):
         runners off one thread, so that is normally a crashed start).
         """
         self._check_writable()
-        return await self._run(lambda c: supervised.job_begin(c, thread_id, key, tool_call_id), "job start")
+        return await self._run(lambda c: supervised.job_begin(c, thread_id, key, tool_call_id, holder_id), "job start")
 
-    async def job_finish(self, thread_id: str, key: str, status: Literal["done", "failed"], result: Any = None) -> None:
+    async def job_finish(
+        self, thread_id: str, key: str, status: Literal["done", "failed"], result: Any = None, *,
+        holder_id: str | None = None,
+    ) -> None:
         """See ``SupervisedStore.job_finish``: status, JSON result and ``finished_at`` in one transaction.
 
         A job already ``done`` stays as it is (the first result wins: callers may have
@@ -158,7 +164,7 @@ class SQLiteCheckpointer(SQLiteFile):
         """
         text = supervised.encode_result(key, status, result)
         self._check_writable()
-        await self._run(lambda c: supervised.job_finish(c, thread_id, key, status, text), "job finish")
+        await self._run(lambda c: supervised.job_finish(c, thread_id, key, status, text, holder_id), "job finish")
 
     async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
         """See ``SupervisedStore.job_get``; ``None`` also for a file without the jobs table."""

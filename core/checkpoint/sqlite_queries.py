@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 from core.checkpoint import codec
 from core.checkpoint.base import CheckpointData, CorruptRow, RunRecord, ThreadSummary
 from core.checkpoint.sqlite_schema import Layout, read_txn, write_txn
-from core.checkpoint.sqlite_supervised import all_leases, read_journal
+from core.checkpoint.sqlite_supervised import all_leases, fence, read_journal
 from core.errors import CorruptRecordError, RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import AnyMessage, AssistantMessage, UserMessage
 
@@ -63,10 +63,13 @@ def load(c: sqlite3.Connection, layout: Layout, thread_id: str, after_id: int | 
     return data
 
 
-def append(c: sqlite3.Connection, thread_id: str, rows: Sequence[tuple[str, str, str | None]]) -> None:
-    """Insert ``(thread_id, json, run_id)`` rows in one transaction, unless a run named is completed."""
+def append(c: sqlite3.Connection, thread_id: str, rows: Sequence[tuple[str, str, str | None]],
+           holder_id: str | None = None) -> None:
+    """Insert ``(thread_id, json, run_id)`` rows in one transaction, unless a run named is
+    completed or ``holder_id`` (when given) no longer holds the thread's live lease."""
     run_ids = sorted({r[2] for r in rows if r[2] is not None})
     with write_txn(c):
+        fence(c, thread_id, holder_id)
         if run_ids:
             marks = ",".join("?" * len(run_ids))
             done = c.execute(
@@ -106,9 +109,10 @@ def save_extra(c: sqlite3.Connection, thread_id: str, patch: dict[str, Any]) -> 
         )
 
 
-def claim_run(c: sqlite3.Connection, thread_id: str, run_id: str) -> None:
-    """Insert the run (``claimed_at = julianday('now')``) unless it exists."""
+def claim_run(c: sqlite3.Connection, thread_id: str, run_id: str, holder_id: str | None = None) -> None:
+    """Insert the run (``claimed_at = julianday('now')``) unless it exists; fenced by ``holder_id``."""
     with write_txn(c):
+        fence(c, thread_id, holder_id)
         row = c.execute(
             "SELECT completed_at FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id)
         ).fetchone()
@@ -119,9 +123,10 @@ def claim_run(c: sqlite3.Connection, thread_id: str, run_id: str) -> None:
         c.execute("INSERT INTO runs (thread_id, run_id) VALUES (?, ?)", (thread_id, run_id))
 
 
-def mark_run_complete(c: sqlite3.Connection, thread_id: str, run_id: str) -> None:
-    """Complete the run with the thread's next ``completion_seq``; idempotent."""
+def mark_run_complete(c: sqlite3.Connection, thread_id: str, run_id: str, holder_id: str | None = None) -> None:
+    """Complete the run with the thread's next ``completion_seq``; idempotent; fenced by ``holder_id``."""
     with write_txn(c):
+        fence(c, thread_id, holder_id)
         row = c.execute(
             "SELECT completed_at FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id)
         ).fetchone()

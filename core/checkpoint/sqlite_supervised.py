@@ -16,7 +16,14 @@ import sqlite3
 import time
 from typing import Any, Callable, Sequence
 
-from core.checkpoint.base import Command, JobRecord, JournalEntry, Lease, LiveEvent
+from core.checkpoint.base import (
+    Command,
+    JobRecord,
+    JournalEntry,
+    Lease,
+    LiveEvent,
+    check_lease_holder,
+)
 from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, Layout, write_txn
 from core.errors import RunAlreadyClaimedError
 
@@ -64,15 +71,17 @@ _JOURNAL_UPSERT = (
 
 
 def record_tool_event(c: sqlite3.Connection, thread_id: str, tool_call_id: str, phase: str, tool_name: str,
-                      run_id: str | None, job_key: str | None, at: float) -> None:
-    """Upsert the journal entry for one phase; one statement."""
+                      run_id: str | None, job_key: str | None, at: float, holder_id: str | None = None) -> None:
+    """Upsert the journal entry for one phase, fenced by ``holder_id``, in one transaction."""
     if phase == "start":
         sql = _JOURNAL_UPSERT + " started_at = excluded.started_at, ended_at = NULL"
         times = (at, None)
     else:
         sql = _JOURNAL_UPSERT + " ended_at = excluded.ended_at"
         times = (None, at)
-    c.execute(sql, (thread_id, tool_call_id, tool_name, run_id, *times, job_key))
+    with write_txn(c):
+        fence(c, thread_id, holder_id)
+        c.execute(sql, (thread_id, tool_call_id, tool_name, run_id, *times, job_key))
 
 
 def read_journal(c: sqlite3.Connection, layout: Layout, thread_id: str) -> dict[str, JournalEntry] | None:
@@ -88,9 +97,11 @@ def read_journal(c: sqlite3.Connection, layout: Layout, thread_id: str) -> dict[
 _JOB_COLUMNS = "key, status, result_json, tool_call_id, started_at, finished_at, attempts"
 
 
-def job_begin(c: sqlite3.Connection, thread_id: str, key: str, tool_call_id: str | None) -> JobRecord:
+def job_begin(c: sqlite3.Connection, thread_id: str, key: str, tool_call_id: str | None,
+              holder_id: str | None = None) -> JobRecord:
     """Look up and start ``key`` inside one ``BEGIN IMMEDIATE`` (see ``SQLiteCheckpointer.job_begin``)."""
     with write_txn(c):
+        fence(c, thread_id, holder_id)
         old = _job(c, thread_id, key)
         if old is not None and old.status == "done":
             return old
@@ -112,9 +123,11 @@ def job_begin(c: sqlite3.Connection, thread_id: str, key: str, tool_call_id: str
     return record
 
 
-def job_finish(c: sqlite3.Connection, thread_id: str, key: str, status: str, result_json: str) -> None:
+def job_finish(c: sqlite3.Connection, thread_id: str, key: str, status: str, result_json: str,
+               holder_id: str | None = None) -> None:
     """Record the outcome in one transaction; a ``done`` job stays as it is. ``KeyError`` if never begun."""
     with write_txn(c):
+        fence(c, thread_id, holder_id)
         row = c.execute(f"SELECT status FROM {JOBS} WHERE thread_id = ? AND key = ?", (thread_id, key)).fetchone()
         if row is None:
             raise KeyError(f"Job {key!r} of thread {thread_id!r} was never begun.")
@@ -157,6 +170,13 @@ def acquire_lease(c: sqlite3.Connection, lease: Lease, is_stale: Callable[[Lease
             raise RunAlreadyClaimedError(lease_refusal(current), lease=current)
         c.execute(f"INSERT OR REPLACE INTO {LEASES} ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _lease_row(lease))
     return lease
+
+
+def fence(c: sqlite3.Connection, thread_id: str, holder_id: str | None) -> None:
+    """Inside a write transaction: raise ``LeaseLostError`` unless the write is unfenced
+    (``holder_id`` is ``None``) or ``holder_id`` holds the thread's live lease."""
+    if holder_id is not None:
+        check_lease_holder(_lease(c, thread_id), thread_id, holder_id, time.time())
 
 
 def renew_lease(c: sqlite3.Connection, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:

@@ -380,10 +380,10 @@ async def test_failed_run_is_not_marked_complete():
 class BrokenStore(MemoryCheckpointer):
     """A store whose disk fills up when the first tool result is written."""
 
-    async def append(self, thread_id, messages):
+    async def append(self, thread_id, messages, **fence):
         if any(isinstance(m, ToolResultMessage) for m in messages):
             raise OSError("No space left on device")
-        await super().append(thread_id, messages)
+        await super().append(thread_id, messages, **fence)
 
 
 async def test_persist_failure_fails_the_run_but_still_delivers_the_event():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import subprocess
@@ -16,10 +17,10 @@ from core.checkpoint.base import Lease
 from core.checkpoint.memory import MemoryCheckpointer
 from core.errors import NothingToResumeError, RunAlreadyClaimedError
 from core.events import ToolExecutionUpdate
-from core.leases import LeaseHolder, is_stale, pid_alive
+from core.leases import HeldLease, LeaseHolder, is_stale, pid_alive
 from core.messages import ToolResultMessage
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
-from core.recovery import ThreadState
+from core.recovery import ThreadState, diagnose
 from core.tools import ToolContext, tool
 from tests.core.test_loop import assert_every_call_answered
 
@@ -226,6 +227,81 @@ async def test_heartbeats_that_keep_failing_past_the_ttl_stop_the_run():
     task, _ = await running(agent)
     assert await asyncio.wait_for(task, WAIT) == "failed"
     assert agent.state.error == (
-        "This run could not renew its lease on thread 't' for 0.3 s (OSError), so it stopped; "
-        "another process may be running the thread."
+        "This run could not renew its lease on thread 't' before it expired (OSError), so it stopped; "
+        "another process may take the thread over."
     )
+
+
+async def test_failing_heartbeats_give_up_before_the_lease_can_expire():
+    lost_at: list[float] = []
+    gave_up = asyncio.Event()
+
+    def on_lost() -> None:
+        lost_at.append(time.time())
+        gave_up.set()
+
+    held = await HeldLease.acquire(RenewFails(), "t", LeaseHolder(), "r1", ttl=1.0, interval=0.2, on_lost=on_lost)
+    try:
+        await asyncio.wait_for(gave_up.wait(), WAIT)
+    finally:
+        await held.release()
+    # The run is told while the lease is still its own, so no other holder can have
+    # taken the thread before it stops.
+    assert lost_at[0] < held.lease.expires_at
+    assert held.lost.startswith("This run could not renew its lease on thread 't' before it expired")
+
+
+# --- write-time fencing: the reviewer's scenario ----------------------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def two_connections(request, tmp_path):
+    """The store runner A writes through, and the one runner B (another process) uses."""
+    if request.param == "memory":
+        store = MemoryCheckpointer()
+        yield store, store
+        return
+    from core.checkpoint.sqlite import SQLiteCheckpointer
+
+    path = tmp_path / "threads.sqlite"
+    a = await SQLiteCheckpointer.open(path, create=True)
+    b = await SQLiteCheckpointer.open(path, create=False)
+    try:
+        yield a, b
+    finally:
+        await b.close()
+        await a.close()
+
+
+async def test_a_runner_whose_lease_expired_mid_tool_never_writes_after_the_next_holder(two_connections):
+    # As when A's tool blocks its event loop past the lease's ttl (no heartbeat runs): the
+    # lease expires, B resumes the thread, settles A's call as interrupted and finishes;
+    # then A's tool returns. Its result must not land after B's final reply.
+    store_a, store_b = two_connections
+    resumed: list[str] = []
+
+    @tool
+    async def deploy(ctx: ToolContext) -> str:
+        """Deploy (not idempotent, so a resume interrupts it)."""
+        lease = await store_a.get_lease("t")
+        # Time passed for A without a heartbeat: its lease is past its expiry.
+        await store_a.acquire_lease(dataclasses.replace(lease, expires_at=time.time() - 1), is_stale=lambda _: True)
+        b = Agent(FauxProvider(["B resumed and finished."]), store_b, "t", tools=[deploy])
+        resumed.append(await b.resume())
+        return "A's deploy finished"
+
+    a = Agent(FauxProvider([faux_reply(faux_tool_call("deploy", id="c1")), "A's final reply"]), store_a, "t",
+              tools=[deploy], lease_ttl=30.0, heartbeat_interval=10.0)
+    assert await asyncio.wait_for(a.prompt("go"), WAIT) == "failed"
+    assert resumed == ["completed"]
+    assert a.state.error == (
+        "This run lost its lease on thread 't' (nobody holds it now), so it stopped without saving more."
+    )
+
+    data = await store_b.load("t")
+    assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert data.messages[2].metadata["settled"] == "interrupted"
+    assert data.messages[3].text == "B resumed and finished."
+    assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED
+    assert data.journal["c1"].ended_at is None, "A's journal end was refused too"
+    assert [m.model_dump() for m in a.state.messages] == [m.model_dump() for m in data.messages]

@@ -392,10 +392,10 @@ async def test_a_crash_while_an_idempotent_tool_ran_resumes_without_doing_the_wo
     class DiesBeforeTheResult(MemoryCheckpointer):
         dead = True
 
-        async def append(self, thread_id, messages):
+        async def append(self, thread_id, messages, **fence):
             if self.dead and any(isinstance(m, ToolResultMessage) for m in messages):
                 raise OSError("killed")
-            await super().append(thread_id, messages)
+            await super().append(thread_id, messages, **fence)
 
     store = DiesBeforeTheResult()
     first = Agent(provider(faux_reply(faux_tool_call("build", {"target": "app"}, id="c_build")), "never"), store, "t", tools=[build])

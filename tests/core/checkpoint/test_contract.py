@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 
 from core.checkpoint.base import Checkpointer, Command, JobRecord, JournalEntry, Lease, LiveEvent
-from core.errors import RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
+from core.errors import (
+    LeaseLostError,
+    RunAlreadyClaimedError,
+    RunAlreadyCompletedError,
+    RunNotClaimedError,
+)
 from core.messages import (
     AssistantMessage,
     TextContent,
@@ -580,3 +585,74 @@ async def test_change_token_changes_after_every_kind_of_write(store: Any) -> Non
     await store.load("t")
     await store.list_threads()
     assert await store.change_token() == tokens[-1]
+
+
+# --- fenced writes: a run writes only while it holds the thread's live lease -----------------
+
+
+def fenced_writes(store: Any, holder: str) -> dict[str, Any]:
+    """Each write a run makes, fenced by ``holder``, as a call to make (run r1 claimed, job k begun)."""
+    return {
+        "append": lambda: store.append("t", [reply("late", run_id="r1")], holder_id=holder),
+        "claim_run": lambda: store.claim_run("t", "r2", holder_id=holder),
+        "mark_run_complete": lambda: store.mark_run_complete("t", "r1", holder_id=holder),
+        "record_tool_event": lambda: store.record_tool_event("t", "c1", "end", holder_id=holder),
+        "job_begin": lambda: store.job_begin("t", "k2", holder_id=holder),
+        "job_finish": lambda: store.job_finish("t", "k", "done", "late", holder_id=holder),
+    }
+
+
+async def snapshot(store: Any) -> tuple[Any, ...]:
+    data = await store.load("t")
+    jobs = (await store.job_get("t", "k"), await store.job_get("t", "k2"))
+    return dumps(data.messages), data.runs, data.journal, jobs
+
+
+@pytest.mark.parametrize(
+    "lease, why",
+    [
+        (None, "nobody holds it now"),
+        ("another holder", "process 1003 on box took the thread over"),
+        ("expired", "it expired without a heartbeat"),
+    ],
+)
+async def test_fenced_writes_without_the_live_lease_raise_and_write_nothing(store: Any, lease: str | None, why: str) -> None:
+    await store.claim_run("t", "r1")
+    await store.append("t", [user_text("go", run_id="r1")])
+    await store.record_tool_event("t", "c1", "start", tool_name="read", run_id="r1", at=1.0)
+    await store.job_begin("t", "k")
+    if lease == "another holder":
+        await store.acquire_lease(lease_for("you"), is_stale=never_stale)
+    elif lease == "expired":
+        await store.acquire_lease(lease_for("me", now=time.time() - 100, ttl=10), is_stale=never_stale)
+    before = await snapshot(store)
+    for name, write in fenced_writes(store, "me").items():
+        with pytest.raises(LeaseLostError) as error:
+            await write()
+        assert str(error.value) == (
+            f"This run no longer holds the lease on thread 't' ({why}), so nothing was written."
+        ), name
+        assert error.value.why == why
+    assert await snapshot(store) == before
+
+
+async def test_fenced_writes_of_the_live_holder_and_unfenced_writes_go_through(store: Any) -> None:
+    await store.acquire_lease(lease_for("me"), is_stale=never_stale)
+    await store.claim_run("t", "r1", holder_id="me")
+    await store.append("t", [user_text("go", run_id="r1"), reply("on it", run_id="r1", calls=("c1",))], holder_id="me")
+    await store.record_tool_event("t", "c1", "start", tool_name="read", at=1.0, holder_id="me")
+    await store.job_begin("t", "k", "c1", holder_id="me")
+    await store.job_finish("t", "k", "done", {"ok": 1}, holder_id="me")
+    await store.record_tool_event("t", "c1", "end", at=2.0, holder_id="me")
+    await store.append("t", [result("c1", run_id="r1"), reply("done", run_id="r1")], holder_id="me")
+    await store.mark_run_complete("t", "r1", holder_id="me")
+    # Another holder takes the thread: writes without a holder id (cubeloop's) are not fenced.
+    await store.acquire_lease(lease_for("you"), is_stale=lambda _: True)
+    await store.append("t", [user_text("from cubeloop")])
+    await store.claim_run("t", "r2")
+    data = await store.load("t")
+    assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant", "user"]
+    assert [(r.run_id, r.completed) for r in data.runs] == [("r1", True), ("r2", False)]
+    assert data.journal["c1"] == JournalEntry("c1", "read", None, 1.0, 2.0, None)
+    assert (await store.job_get("t", "k")).result == {"ok": 1}
+
