@@ -452,9 +452,10 @@ class Agent:
     async def _on_event(self, event: AgentEvent) -> None:
         """Fold ``event`` into state, persist what must be persisted, then tell listeners.
 
-        Raises ``_PersistFailed`` when a message could not be saved (after the listeners
-        ran) or a tool start could not be journaled (before: that tool never runs); a
-        write refused because the lease is gone also records the loss.
+        Listeners get a ``MessageEnd`` with ``persisted=False`` when its message was not
+        saved. Raises ``_PersistFailed`` when a message could not be saved (after the
+        listeners ran) or a tool start could not be journaled (before: that tool never
+        runs); a write refused because the lease is gone also records the loss.
         """
         failure: Exception | None = None
         state = self._state
@@ -468,11 +469,15 @@ class Agent:
                 # call missing from it "never started"; calls written by cubeloop (no
                 # mark), even into an upgraded file, stay "may have started".
                 event.message.metadata[JOURNALED_KEY] = True
+            saved = False
             if not self._fenced:
                 try:
                     await self.checkpointer.append(self.thread_id, [event.message], **self._fence())
+                    saved = True
                 except Exception as exc:
                     failure = exc
+            if not saved:
+                event = dataclasses.replace(event, persisted=False)
         elif isinstance(event, MessageStart):
             if isinstance(event.message, AssistantMessage):
                 state.streaming_message = event.message

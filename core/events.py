@@ -134,9 +134,15 @@ class MessageUpdate:
 
 @dataclass(frozen=True, slots=True)
 class MessageEnd:
-    """A message is finished; the agent persists it when this event is emitted."""
+    """A message is finished; the agent persists it when this event is emitted.
+
+    ``persisted`` is what an agent's listeners learn of that: false when the message
+    could not be saved (the run then ends failed) or was not written because the run
+    lost its lease. Whoever emits the event (the loop) leaves it true.
+    """
 
     message: AnyMessage
+    persisted: bool = True
     type: Literal["message_end"] = "message_end"
 
 

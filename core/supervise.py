@@ -17,6 +17,8 @@ heartbeats it, see :mod:`core.leases`):
   ``pending`` -> ``delivered`` (read and handed to the agent) -> ``applied`` (abort: the
   run stopped; steer/follow-up: its user message was persisted), or ``refused`` with a
   note (a steer that arrives after the run ended: "run ended; send it as a new prompt").
+  A steer or follow-up whose message could not be saved stays ``delivered``: after the
+  run :func:`undelivered` lists it again.
 
 App side - :func:`send` queues a command for a thread running elsewhere and refuses in
 one sentence when no live lease exists; :func:`lease_status` says whether a thread runs
@@ -456,12 +458,17 @@ class Supervisor:
         if isinstance(event, MessageStart):
             live.add(event, len(messages))
         elif isinstance(event, MessageEnd):
-            # The loop appended the message before emitting this, and the agent saved it.
+            # The loop appended the message to the state before emitting this.
             live.add(event, len(messages) - 1)
             seq = event.message.metadata.get("command_seq") if isinstance(event.message, UserMessage) else None
             if seq in self._inflight:
                 del self._inflight[seq]
-                await self._update(seq, "applied")
+                if event.persisted:
+                    await self._update(seq, "applied")
+                else:
+                    # Not saved (the run fails or lost its lease): it stays delivered, so
+                    # `undelivered` offers it again once the run is over.
+                    _log.warning("the message of command %s was not saved; it stays undelivered", seq)
         elif isinstance(event, AgentEnd):
             live.add(event, len(messages))
             await live.flush()

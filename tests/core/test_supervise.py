@@ -400,3 +400,70 @@ async def test_one_supervisor_runs_one_run_at_a_time() -> None:
     gate.set()
     assert await run == "completed"
     assert [c.status for c in await store.list_commands("t")] == []
+
+
+# --- "applied" only once the message is saved; settled commands stay settled --------------------
+
+
+class SavesNoSteer(MemoryCheckpointer):
+    """A store that cannot save a steer's message (``fail`` raises), and says when a command is delivered."""
+
+    def __init__(self, fail) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.fail = fail
+        self.delivered = asyncio.Event()
+
+    async def append(self, thread_id, messages, **fence):  # type: ignore[no-untyped-def]
+        if any(isinstance(m, UserMessage) and m.metadata.get("kind") == "steer" for m in messages):
+            await self.fail(self)
+        await super().append(thread_id, messages, **fence)
+
+    async def update_command(self, seq, status, note=""):  # type: ignore[no-untyped-def]
+        command = await super().update_command(seq, status, note)
+        if status == "delivered":
+            self.delivered.set()
+        return command
+
+
+async def disk_full(_store: MemoryCheckpointer) -> None:
+    raise OSError("disk full")
+
+
+async def taken_over(store: MemoryCheckpointer) -> None:
+    # Another process takes the thread just before the steer is written: the fence refuses it.
+    now = time.time()
+    await store.acquire_lease(Lease("t", "thief", 1, "other-host", "r9", now, now, now + 60), is_stale=lambda _l: True)
+
+
+async def steered_run(store: SavesNoSteer) -> tuple[Agent, int]:
+    """Run a prompt whose tool waits until a steer has been delivered; return the agent and the steer's seq."""
+    gate, started = asyncio.Event(), asyncio.Event()
+    agent = Agent(provider_with_tool("Steered."), store, "t", tools=[gated_tool(gate, started)])
+    run = asyncio.create_task(Supervisor(agent).prompt("Start."))
+    await asyncio.wait_for(started.wait(), 30)
+    steer = await send(store, "t", "steer", "Go left.")
+    await asyncio.wait_for(store.delivered.wait(), 30)
+    gate.set()
+    assert await asyncio.wait_for(run, 30) == "failed"
+    return agent, steer.seq
+
+
+async def test_a_steer_whose_message_could_not_be_saved_stays_undelivered() -> None:
+    store = SavesNoSteer(disk_full)
+    agent, seq = await steered_run(store)
+    assert agent.state.error == "Could not save a message, so the run stopped: OSError: disk full"
+    assert [m.role for m in (await store.load("t")).messages] == ["user", "assistant", "tool_result"]
+    assert await status_of(store, "t", seq) == "delivered"
+    assert [c.seq for c in await undelivered(store, "t")] == [seq], "offered again, never dropped"
+
+
+async def test_a_steer_refused_by_the_lease_fence_stays_undelivered() -> None:
+    store = SavesNoSteer(taken_over)
+    agent, seq = await steered_run(store)
+    assert agent.state.error.startswith("This run lost its lease on thread 't' (process 1 on other-host took the thread over)")
+    assert [m.role for m in (await store.load("t")).messages] == ["user", "assistant", "tool_result"]
+    assert await status_of(store, "t", seq) == "delivered"
+    assert await undelivered(store, "t") == [], "in flight while the new holder runs"
+    await store.release_lease("t", "thief")
+    assert [c.seq for c in await undelivered(store, "t")] == [seq]
+
