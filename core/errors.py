@@ -75,6 +75,16 @@ class ReadOnlyStoreError(CheckpointError):
     """A write was attempted on a store opened for browsing only."""
 
 
+class CommandTransitionError(CheckpointError):
+    """Raised by ``update_command`` when the command's current status does not allow the
+    move (it was settled meanwhile, e.g. discarded from another window); nothing changed,
+    and ``command`` is the command as stored."""
+
+    def __init__(self, message: str, *, command: object = None) -> None:
+        super().__init__(message)
+        self.command = command
+
+
 # --- runs -------------------------------------------------------------------------------------
 
 

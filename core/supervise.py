@@ -18,7 +18,8 @@ heartbeats it, see :mod:`core.leases`):
   run stopped; steer/follow-up: its user message was persisted), or ``refused`` with a
   note (a steer that arrives after the run ended: "run ended; send it as a new prompt").
   A steer or follow-up whose message could not be saved stays ``delivered``: after the
-  run :func:`undelivered` lists it again.
+  run :func:`undelivered` lists it again. A command settled meanwhile by someone else
+  (discarded from another window, say) is left as it is and never handed over.
 
 App side - :func:`send` queues a command for a thread running elsewhere and refuses in
 one sentence when no live lease exists; :func:`lease_status` says whether a thread runs
@@ -45,7 +46,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 from core.agent import Agent
 from core.changes import StoreWatch
 from core.checkpoint.base import Command, CommandKind, Lease, RunRecord
-from core.errors import AgentBusyError, RunError
+from core.errors import AgentBusyError, CommandTransitionError, RunError
 from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome
 from core.leases import pid_alive
 from core.live import BATCH_INTERVAL, KEEP, LiveLog
@@ -224,7 +225,7 @@ async def send(store: Any, thread_id: str, kind: CommandKind, text: str = "") ->
         error = await _refusal(store, thread_id, kind, lease)
         # Only if the runner did not take it meanwhile (a runner never delivers after its run ended).
         if any(c.seq == command.seq for c in await store.list_commands(thread_id, ["pending"])):
-            await store.update_command(command.seq, "refused", RUN_ENDED if kind != "abort" else ABORT_TOO_LATE)
+            await _settle(store, command.seq, "refused", RUN_ENDED if kind != "abort" else ABORT_TOO_LATE)
         raise error
     return command
 
@@ -274,7 +275,7 @@ async def undelivered(store: Any, thread_id: str) -> list[Command]:
     out = []
     for c in commands:
         if c.seq in persisted:
-            await store.update_command(c.seq, "applied", "found in the conversation after its runner stopped")
+            await _settle(store, c.seq, "applied", "found in the conversation after its runner stopped")
         else:
             out.append(c)
     return out
@@ -282,9 +283,11 @@ async def undelivered(store: Any, thread_id: str) -> list[Command]:
 
 async def discard(store: Any, thread_id: str, seqs: Sequence[int] | None = None) -> list[Command]:
     """Mark undelivered steers and follow-ups (all, or those in ``seqs``) ``discarded`` and
-    return them, updated. Raises :class:`CommandError` while a run holds the thread's live
-    lease (its commands are in flight), ``KeyError`` for a seq that is not an undelivered
-    steer or follow-up of the thread (nothing is discarded then), and the store's errors."""
+    return those this call discarded, updated (one settled meanwhile by someone else -
+    delivered with a resume, discarded from another window - is left out). Raises
+    :class:`CommandError` while a run holds the thread's live lease (its commands are in
+    flight), ``KeyError`` for a seq that is not an undelivered steer or follow-up of the
+    thread (nothing is discarded then), and the store's errors."""
     lease = await store.get_lease(thread_id)
     if lease_status(lease, (), time.time()).live:
         raise CommandError(f"Thread {thread_id!r} is running; its steers and follow-ups are on their way and cannot be discarded.")
@@ -293,7 +296,18 @@ async def discard(store: Any, thread_id: str, seqs: Sequence[int] | None = None)
     for seq in wanted:
         if seq not in pending:
             raise KeyError(f"Command {seq} is not an undelivered steer or follow-up of thread {thread_id!r}.")
-    return [await store.update_command(seq, "discarded", "discarded by the user") for seq in wanted]
+    done = [await _settle(store, seq, "discarded", "discarded by the user") for seq in wanted]
+    return [c for c in done if c is not None]
+
+
+async def _settle(store: Any, seq: int, status: str, note: str) -> Command | None:
+    """Move command ``seq`` to ``status``; ``None`` when it was settled meanwhile (the store
+    refused the move, nothing changed). The store's other errors propagate."""
+    try:
+        return await store.update_command(seq, status, note)
+    except CommandTransitionError as exc:
+        _log.info("command %s was not marked %s: %s", seq, status, exc)
+        return None
 
 
 # --- the runner side ----------------------------------------------------------------------------
@@ -437,7 +451,7 @@ class Supervisor:
                 # slipped in before is answered here rather than left pending.
                 for c in await self.store.list_commands(self.thread_id, ["pending"]):
                     if c.seq > self._baseline and c.seq not in self._seen:
-                        await self.store.update_command(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
+                        await self._update(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
             await self.store.prune_live_events(self.thread_id)
         except Exception:
             _log.warning("could not tidy up after the run of thread %s", self.thread_id, exc_info=True)
@@ -532,11 +546,13 @@ class Supervisor:
 
     async def _hand_over(self, c: Command) -> None:
         """Give one command to the agent (lock held). Delivered is written before the agent
-        sees it, so "applied" (written when its message is saved) always comes later."""
+        sees it, so "applied" (written when its message is saved) always comes later; a
+        command settled meanwhile (discarded from another window) is not handed over."""
         if self._ending or not self.agent.state.is_running:
             await self._update(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
             return
-        await self._update(c.seq, "delivered")
+        if not await self._update(c.seq, "delivered"):
+            return
         if self._ending:  # the run ended while the update was written
             await self._update(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
             return
@@ -558,9 +574,12 @@ class Supervisor:
         message.metadata["command_seq"] = c.seq
         self._inflight[c.seq] = message
 
-    async def _update(self, seq: int, status: str, note: str = "") -> None:
+    async def _update(self, seq: int, status: str, note: str = "") -> bool:
+        """Move a command to ``status``; False only when it was settled meanwhile (the
+        store refused the move). Other store errors are logged: the run goes on."""
         try:
-            await self.store.update_command(seq, status, note)  # type: ignore[arg-type]
+            return await _settle(self.store, seq, status, note) is not None
         except Exception:
             _log.warning("could not mark command %s %s", seq, status, exc_info=True)
+            return True
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
-from core.errors import LeaseLostError
+from core.errors import CommandTransitionError, LeaseLostError
 from core.messages import AnyMessage
 
 
@@ -219,6 +219,39 @@ class Lease:
 CommandKind = Literal["abort", "steer", "follow_up"]
 CommandStatus = Literal["pending", "delivered", "applied", "refused", "discarded"]
 
+COMMAND_TRANSITIONS: dict[str, frozenset[str]] = {
+    "pending": frozenset({"delivered", "applied", "refused", "discarded"}),
+    "delivered": frozenset({"delivered", "applied", "refused", "discarded"}),
+    "applied": frozenset(),
+    "refused": frozenset(),
+    "discarded": frozenset(),
+}
+"""Current status -> the statuses ``update_command`` may move a command to.
+
+How ``core.supervise`` uses them: a runner marks a command ``delivered`` when it hands
+it to its agent (again, ``delivered`` -> ``delivered``, when a resumed run takes over
+what a crashed runner had delivered), ``applied`` once it took effect (an abort stopped
+the run; a steer's message was persisted - also found after a crash, and possible
+straight from ``pending`` when writing ``delivered`` failed), ``refused`` when it came
+too late; the user ``discarded`` an undelivered one. ``applied``, ``refused`` and
+``discarded`` are final, and nothing returns to ``pending``: so a discard from one
+window is never overwritten by a runner in another.
+"""
+
+
+def command_sources(status: str) -> tuple[str, ...]:
+    """The statuses a command may move to ``status`` from (see :data:`COMMAND_TRANSITIONS`), sorted."""
+    return tuple(sorted(old for old, targets in COMMAND_TRANSITIONS.items() if status in targets))
+
+
+def check_command_move(current: "Command", status: str) -> None:
+    """Raise ``CommandTransitionError`` (``command=current``) unless ``current`` may move to
+    ``status`` (see :data:`COMMAND_TRANSITIONS`); each backend calls it in the update's transaction."""
+    if status not in COMMAND_TRANSITIONS.get(current.status, frozenset()):
+        raise CommandTransitionError(
+            f"Command {current.seq} is already {current.status}, so it was not marked {status}.", command=current
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Command:
@@ -226,7 +259,7 @@ class Command:
 
     ``seq`` orders commands in the store; ``status`` moves pending -> delivered (the runner
     read it) -> applied (it took effect), or to refused (with ``note``) or discarded (the
-    user dropped it). Times are unix seconds.
+    user dropped it); see :data:`COMMAND_TRANSITIONS`. Times are unix seconds.
     """
 
     seq: int
@@ -353,7 +386,11 @@ class SupervisedStore(Protocol):
         ...
 
     async def update_command(self, seq: int, status: CommandStatus, note: str = "") -> Command:
-        """Move a command to ``status``. Raises ``KeyError`` for an unknown ``seq``."""
+        """Move a command to ``status`` (with ``note``) and return it, checked and written in
+        one transaction (a conditional UPDATE): only the moves in :data:`COMMAND_TRANSITIONS`
+        are made. Raises ``CommandTransitionError`` (``command``: the command as stored,
+        unchanged) when its current status does not allow the move, e.g. it was discarded
+        meanwhile; ``KeyError`` for an unknown ``seq``; ``ValueError`` for an unknown ``status``."""
         ...
 
     async def list_commands(

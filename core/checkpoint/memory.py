@@ -25,6 +25,7 @@ from core.checkpoint.base import (
     LiveEvent,
     RunRecord,
     ThreadSummary,
+    check_command_move,
     check_lease_holder,
 )
 from core.checkpoint.codec import copy_message
@@ -355,12 +356,13 @@ class MemoryCheckpointer:
             return command
 
     async def update_command(self, seq: int, status: CommandStatus, note: str = "") -> Command:
-        """See ``SupervisedStore.update_command``; raises ``ValueError`` for an unknown ``status``."""
+        """See ``SupervisedStore.update_command``: only the moves of ``COMMAND_TRANSITIONS``."""
         _check_command_status(status)
         async with self._lock:
             old = self._commands.get(seq)
             if old is None:
                 raise KeyError(f"There is no command {seq}.")
+            check_command_move(old, status)
             new = replace(old, status=status, note=note, updated_at=time.time())
             self._commands[seq] = new
             self._changes += 1

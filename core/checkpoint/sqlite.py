@@ -240,7 +240,8 @@ class SQLiteCheckpointer(SQLiteFile):
         return await self._run(lambda c: supervised.send_command(c, thread_id, kind, text), "command")
 
     async def update_command(self, seq: int, status: CommandStatus, note: str = "") -> Command:
-        """See ``SupervisedStore.update_command``; raises ``ValueError`` for an unknown ``status``."""
+        """See ``SupervisedStore.update_command``: a conditional UPDATE, so only the moves of
+        ``COMMAND_TRANSITIONS`` happen, even between processes; ``ValueError`` for an unknown ``status``."""
         supervised.check_command(status=status)
         self._check_writable()
         return await self._run(lambda c: supervised.update_command(c, seq, status, note), "command update")

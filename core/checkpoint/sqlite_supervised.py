@@ -22,7 +22,9 @@ from core.checkpoint.base import (
     JournalEntry,
     Lease,
     LiveEvent,
+    check_command_move,
     check_lease_holder,
+    command_sources,
 )
 from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, Layout, write_txn
 from core.errors import RunAlreadyClaimedError
@@ -290,13 +292,23 @@ def send_command(c: sqlite3.Connection, thread_id: str, kind: str, text: str) ->
 
 
 def update_command(c: sqlite3.Connection, seq: int, status: str, note: str) -> Command:
-    """Set status, note and ``updated_at`` and return the row, in one transaction; ``KeyError`` if unknown."""
+    """Set status, note and ``updated_at`` and return the row, in one transaction, only from
+    a status that allows it (the UPDATE's own condition); ``KeyError`` if unknown,
+    ``CommandTransitionError`` if its status does not allow the move."""
+    sources = command_sources(status)
     with write_txn(c):
-        c.execute(f"UPDATE {COMMANDS} SET status = ?, note = ?, updated_at = ? WHERE seq = ?", (status, note, time.time(), seq))
+        moved = c.execute(
+            f"UPDATE {COMMANDS} SET status = ?, note = ?, updated_at = ? WHERE seq = ?"
+            f" AND status IN ({','.join('?' * len(sources))})",
+            (status, note, time.time(), seq, *sources),
+        ).rowcount
         row = c.execute(f"SELECT {_COMMAND_COLUMNS} FROM {COMMANDS} WHERE seq = ?", (seq,)).fetchone()
         if row is None:
             raise KeyError(f"There is no command {seq}.")
-    return Command(*row)
+    command = Command(*row)
+    if not moved:
+        check_command_move(command, status)
+    return command
 
 
 def list_commands(

@@ -467,3 +467,34 @@ async def test_a_steer_refused_by_the_lease_fence_stays_undelivered() -> None:
     await store.release_lease("t", "thief")
     assert [c.seq for c in await undelivered(store, "t")] == [seq]
 
+
+async def test_a_steer_discarded_while_a_resume_starts_is_not_sent() -> None:
+    class DiscardedFromAnotherWindow(MemoryCheckpointer):
+        async def acquire_lease(self, lease, *, is_stale):  # type: ignore[no-untyped-def]
+            # The resume has read its undelivered steers; the other window discards them first.
+            await discard(self, "t")
+            return await super().acquire_lease(lease, is_stale=is_stale)
+
+    store = DiscardedFromAnotherWindow()
+    await store.claim_run("t", "r1")
+    await store.append("t", [UserMessage(content="Start.", metadata={"kind": "prompt"}, run_id="r1")])
+    steer = await store.send_command("t", "steer", "Be brief.")
+    provider = FauxProvider(["First answer."])
+    assert await Supervisor(Agent(provider, store, "t")).resume(include_pending=True) == "completed"
+    assert [m.role for m in provider.requests[0].messages] == ["user"], "the steer was not sent"
+    [command] = await store.list_commands("t")
+    assert (command.seq, command.status, command.note) == (steer.seq, "discarded", "discarded by the user")
+
+
+async def test_discard_leaves_out_a_command_settled_meanwhile() -> None:
+    class OtherWindowFirst(MemoryCheckpointer):
+        async def update_command(self, seq, status, note=""):  # type: ignore[no-untyped-def]
+            if status == "discarded" and note != "by the other window":
+                await super().update_command(seq, "discarded", "by the other window")
+            return await super().update_command(seq, status, note)
+
+    store = OtherWindowFirst()
+    steer = await store.send_command("t", "steer", "A")
+    assert await discard(store, "t") == []
+    [command] = await store.list_commands("t")
+    assert (command.seq, command.status, command.note) == (steer.seq, "discarded", "by the other window")

@@ -16,6 +16,7 @@ import pytest
 
 from core.checkpoint.base import Checkpointer, Command, JobRecord, JournalEntry, Lease, LiveEvent
 from core.errors import (
+    CommandTransitionError,
     LeaseLostError,
     RunAlreadyClaimedError,
     RunAlreadyCompletedError,
@@ -656,3 +657,39 @@ async def test_fenced_writes_of_the_live_holder_and_unfenced_writes_go_through(s
     assert data.journal["c1"] == JournalEntry("c1", "read", None, 1.0, 2.0, None)
     assert (await store.job_get("t", "k")).result == {"ok": 1}
 
+
+# --- command status transitions ----------------------------------------------------------------
+
+STATUSES = ("pending", "delivered", "applied", "refused", "discarded")
+ALLOWED_MOVES = {
+    ("pending", "delivered"), ("pending", "applied"), ("pending", "refused"), ("pending", "discarded"),
+    ("delivered", "delivered"), ("delivered", "applied"), ("delivered", "refused"), ("delivered", "discarded"),
+}
+"""Written out, not derived from ``COMMAND_TRANSITIONS``: applied, refused and discarded are
+final, and nothing goes back to pending."""
+
+
+@pytest.mark.parametrize("old", STATUSES)
+async def test_command_status_moves_only_as_allowed(store: Any, old: str) -> None:
+    for new in STATUSES:
+        command = await store.send_command("t", "steer", f"{old} -> {new}")
+        if old != "pending":
+            command = await store.update_command(command.seq, old, "before")
+        if (old, new) in ALLOWED_MOVES:
+            moved = await store.update_command(command.seq, new, "after")
+            assert (moved.status, moved.note) == (new, "after")
+            continue
+        with pytest.raises(CommandTransitionError) as error:
+            await store.update_command(command.seq, new, "after")
+        assert str(error.value) == f"Command {command.seq} is already {old}, so it was not marked {new}."
+        assert error.value.command == command
+        assert [c for c in await store.list_commands("t") if c.seq == command.seq] == [command], "nothing changed"
+
+
+async def test_a_discarded_command_is_never_delivered_by_a_later_update(store: Any) -> None:
+    steer = await store.send_command("t", "steer", "Go left.")
+    discarded = await store.update_command(steer.seq, "discarded", "discarded by the user")
+    # A runner that read the command before the discard now tries to hand it over.
+    with pytest.raises(CommandTransitionError):
+        await store.update_command(steer.seq, "delivered")
+    assert await store.list_commands("t") == [discarded]
