@@ -103,8 +103,12 @@ class StoreWatch:
         while True:
             step = self.poll if deadline is None else min(self.poll, deadline - time.monotonic())
             if step > 0:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._kick.wait(), step)
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that arrives while
+                # the kick is being set (it returns the finished inner wait instead), and a
+                # follower's stop() then waits forever for a task that keeps following.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(step):
+                        await self._kick.wait()
             self._kick.clear()
             token = await self.store.change_token()
             if token != self._token:

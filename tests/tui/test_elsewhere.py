@@ -3,9 +3,12 @@ thread view follows them live and commands them (abort, steer) through the datab
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import time
 from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, TypeVar
 
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, UserMessage
@@ -34,6 +37,37 @@ TIMEOUT = 60.0
 
 GATED = ["-m", "core.runner", "run", "--agent", "tests.supervise.child:make_agent"]
 """The runner CLI with the gated test agent: its ``work`` tool runs until ``release-1`` exists."""
+
+T = TypeVar("T")
+
+
+async def _within(awaitable: Awaitable[T], what: str) -> T:
+    """``await awaitable``, failing with ``what`` after TIMEOUT seconds instead of hanging."""
+    try:
+        return await asyncio.wait_for(awaitable, TIMEOUT)
+    except asyncio.TimeoutError as exc:
+        raise AssertionError(f"stuck for {TIMEOUT:.0f} s: {what}") from exc
+
+
+@contextlib.asynccontextmanager
+async def _app_running(app: Any, size: tuple[int, int]) -> AsyncIterator[Any]:
+    """``app.run_test(size=size)`` whose start and shutdown (runs stopped, followers stopped,
+    store closed) fail the test after TIMEOUT seconds instead of hanging it. Both run in this
+    task (``asyncio.timeout``, not ``wait_for``'s new task): Textual's context must stay one."""
+    stack = contextlib.AsyncExitStack()
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            pilot = await stack.enter_async_context(app.run_test(size=size))
+    except TimeoutError as exc:
+        raise AssertionError(f"stuck for {TIMEOUT:.0f} s: the app starting") from exc
+    try:
+        yield pilot
+    finally:
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                await stack.aclose()
+        except TimeoutError as exc:
+            raise AssertionError(f"stuck for {TIMEOUT:.0f} s: the app shutting down") from exc
 
 
 def _row(app, thread_id: str):  # type: ignore[no-untyped-def]
@@ -213,7 +247,7 @@ async def test_a_run_in_the_app_can_be_followed_and_aborted_from_another_connect
     from core.supervise import send
 
     app = make_app(fast_session(path=shared_db, speed=1.0))
-    async with app.run_test(size=(130, 40)) as pilot:
+    async with _app_running(app, (130, 40)) as pilot:
         await wait_for(pilot, lambda: app.session.store is not None, what="store open")
         await pilot.press("n")
         await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
@@ -221,24 +255,29 @@ async def test_a_run_in_the_app_can_be_followed_and_aborted_from_another_connect
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.running, what="run here")
         screen = _thread_screen(app)
-        other = await SQLiteCheckpointer.open(shared_db, create=False)
+        other = await _within(SQLiteCheckpointer.open(shared_db, create=False), "opening another connection")
         try:
             follower = ThreadFollower(other, screen.thread_id)
-            await follower.start()
+            # What the follower showed, change by change (a streaming reply or a running tool
+            # may come and go between two looks of the test; a change never goes unseen).
+            live: list[bool] = []
+            follower.subscribe(
+                lambda c: live.append(c.model.lease_view.live)
+                if c.model.partial is not None or c.model.running_tools else None
+            )
+            await _within(follower.start(), "the follower starting")
             try:
-                await wait_for(
-                    pilot, lambda: follower.model.partial is not None or follower.model.running_tools,
-                    timeout=TIMEOUT, what="the other connection to see the run live",
-                )
-                assert follower.model.lease_view.live
-                command = await send(other, screen.thread_id, "abort")
+                await wait_for(pilot, lambda: bool(live), timeout=TIMEOUT, what="the other connection to see the run live")
+                assert live[0]  # ...under the app's live lease
+                command = await _within(send(other, screen.thread_id, "abort"), "sending the abort")
                 await wait_for(pilot, lambda: not screen.running, timeout=TIMEOUT, what="the run to stop")
-                statuses = {c.seq: c.status for c in await other.list_commands(screen.thread_id)}
+                listed = await _within(other.list_commands(screen.thread_id), "listing the commands")
+                statuses = {c.seq: c.status for c in listed}
                 assert statuses[command.seq] == "applied"
             finally:
-                await follower.stop()
+                await _within(follower.stop(), "the follower stopping")
         finally:
-            await other.close()
+            await _within(other.close(), "closing the other connection")
         await wait_for(
             pilot, lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.ABORTED,
             timeout=TIMEOUT, what="aborted",
