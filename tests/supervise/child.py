@@ -10,10 +10,13 @@ Used two ways:
 
 Environment (all optional): ``CUBEPI_TEST_GATES`` the gate directory; ``CUBEPI_TEST_TURNS``
 how many replies call the tool before the final one (default 1); ``CUBEPI_TEST_PAUSE=1``
-pauses each reply ``k`` halfway through its text until ``resume-k`` exists;
+pauses each reply ``k`` halfway through its text until ``resume-k`` exists, and
+``CUBEPI_TEST_PAUSE=n`` pauses it ``n`` times, at 1/(n+1), 2/(n+1), ... of its text, until
+``resume-k``, ``resume-k-2``, ..., ``resume-k-n`` exist (:func:`pause_points`, :func:`pause_gate`:
+a test knows exactly which text a follower must show at each pause);
 ``CUBEPI_TEST_STUBBORN=1`` makes the tool ignore an abort until ``honor-abort`` exists.
 
-Reply ``k`` (1-based) streams "Turn k: ..." in 4-character deltas, then calls ``work``
+Reply ``k`` (1-based) streams :func:`reply_text` in 4-character deltas, then calls ``work``
 with ``label="k"``; the tool writes ``started-k``, reports progress every 0.05 s and
 returns once ``release-k`` exists. The final reply quotes every steer it saw.
 """
@@ -44,6 +47,30 @@ def _gates() -> Path:
     return Path(os.environ.get("CUBEPI_TEST_GATES", "."))
 
 
+DELTA = 4
+"""Characters per streamed delta."""
+
+
+def reply_text(k: int) -> str:
+    """The text of reply ``k`` when it calls the tool."""
+    return f"Turn {k}: {FILLER}"
+
+
+def pause_points(text: str, pauses: int) -> list[int]:
+    """Where a reply of ``text`` pauses when ``CUBEPI_TEST_PAUSE=pauses``: before the delta
+    at each returned offset; pause ``j`` (1-based) has streamed exactly ``text[:offset]``."""
+    points = []
+    for j in range(1, pauses + 1):
+        cut = len(text) * j // (pauses + 1)
+        points.append(-(-cut // DELTA) * DELTA)  # the first delta starting at or after it
+    return points
+
+
+def pause_gate(k: int, j: int) -> str:
+    """The gate file that ends pause ``j`` (1-based) of reply ``k``."""
+    return f"resume-{k}" if j == 1 else f"resume-{k}-{j}"
+
+
 async def _until(name: str, signal: asyncio.Event | None = None) -> None:
     path = _gates() / name
     while not path.exists():
@@ -53,34 +80,36 @@ async def _until(name: str, signal: asyncio.Event | None = None) -> None:
 
 
 class GatedProvider:
-    """Streams scripted replies; reply ``k`` may pause halfway until ``resume-k`` exists."""
+    """Streams scripted replies; reply ``k`` may pause ``pause`` times (``True``: once,
+    halfway) until its gates exist (see the module docstring)."""
 
     name = "gated"
     model = "gated-1"
 
-    def __init__(self, turns: int, pause: bool) -> None:
+    def __init__(self, turns: int, pause: bool | int) -> None:
         self.turns = turns
-        self.pause = pause
+        self.pauses = int(pause)  # False/True: no pause / one pause halfway
 
     async def stream(self, request: ModelRequest, signal: asyncio.Event) -> AsyncIterator[StreamEvent]:
         k = 1 + sum(1 for m in request.messages if isinstance(m, AssistantMessage) and m.stop_reason == "tool_use")
         if k <= self.turns:
-            text = f"Turn {k}: {FILLER}"
+            text = reply_text(k)
             content: list = [TextContent(text=text), ToolCall(id=f"call_work_{k}", name="work", arguments={"label": str(k)})]
         else:
             steers = [m.text for m in request.messages if isinstance(m, UserMessage) and m.metadata.get("kind") == "steer"]
             text = "All done." + (" Steers: " + "; ".join(steers) if steers else "")
             content = [TextContent(text=text)]
-        half = len(text) // 2
-        for i in range(0, len(text), 4):
-            if self.pause and i >= half and i - 4 < half:
-                await _until(f"resume-{k}", signal)
+        points = pause_points(text, self.pauses)
+        for i in range(0, len(text), DELTA):
+            for j, point in enumerate(points, 1):
+                if point == i:
+                    await _until(pause_gate(k, j), signal)
             await asyncio.sleep(0.01)
             if signal.is_set():
                 yield StreamEnd(error_reply(self, "Aborted by the user.", stop_reason="aborted",
                                             content=[TextContent(text=text[:i])]))
                 return
-            yield TextDelta(0, text[i : i + 4])
+            yield TextDelta(0, text[i : i + DELTA])
         for index, block in enumerate(content):
             if isinstance(block, ToolCall):
                 yield ToolCallStart(index, block.id, block.name)
@@ -107,7 +136,7 @@ async def work(label: str, ctx: ToolContext) -> str:
 def make_agent() -> AgentSpec:
     """The runner's ``--agent`` factory."""
     turns = int(os.environ.get("CUBEPI_TEST_TURNS", "1"))
-    return AgentSpec(GatedProvider(turns, os.environ.get("CUBEPI_TEST_PAUSE") == "1"), [work])
+    return AgentSpec(GatedProvider(turns, int(os.environ.get("CUBEPI_TEST_PAUSE") or 0)), [work])
 
 
 if __name__ == "__main__":

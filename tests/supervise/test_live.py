@@ -11,25 +11,49 @@ from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState
 from core.supervise import LeaseState, ThreadNotRunningError, send
 
+from .child import pause_gate, pause_points, reply_text
 from .conftest import until, until_status
 
 
 async def test_deltas_and_tool_progress_arrive_before_the_run_ends(db: Path, store, spawn) -> None:
-    runner = spawn(db, "t-live", "Do the work.")
+    # Reply 1 pauses at 1/5, 2/5, 3/5 and 4/5 of its text until we let it go on, so the
+    # follower must show each of those prefixes while the reply is unfinished, and what
+    # streams between two pauses must reach it as deltas (text appended to the partial).
+    pauses = 4
+    runner = spawn(db, "t-live", "Do the work.", env={"CUBEPI_TEST_PAUSE": str(pauses)})
+    text = reply_text(1)
+    points = pause_points(text, pauses)
     follower = ThreadFollower(store, "t-live")
     changes = []
     partials: list[str] = []
+    shown: list[str | None] = []  # the partial text of reply 1 after each change
 
     def record(change) -> None:
         changes.append(change)
         model = change.model
         if model.partial is not None and model.partial_index == 1:
             partials.append(model.partial.text)
+        shown.append(model.partial.text if model.partial is not None and model.partial_index == 1 else None)
 
     follower.subscribe(record)
     async with follower:
-        await until(follower, lambda m: m.partial is not None and m.partial.text.startswith("Turn 1"), "streamed text", runner=runner)
-        await until(follower, lambda m: len([c for c in changes if c.deltas]) >= 3, "several delta changes", runner=runner)
+        reached: list[int] = []  # the change at which each pause's prefix was shown
+        for j, point in enumerate(points, 1):
+            await until(
+                follower,
+                lambda m, prefix=text[:point]: m.partial is not None and m.partial_index == 1 and m.partial.text == prefix,
+                f"reply 1 streamed up to pause {j} ({point} characters)", runner=runner,
+            )
+            assert [m.role for m in follower.model.messages] == ["user"]  # nothing persisted yet
+            reached.append(shown.index(text[:point]))
+            runner.gate(pause_gate(1, j))
+        # Between two pauses the text came as deltas on the partial already shown, never as a
+        # fresh partial: at least one delta change per stretch, each stretch exactly its text.
+        for j in range(1, pauses):
+            stretch = changes[reached[j - 1] + 1 : reached[j] + 1]
+            assert not any(c.partial_reset for c in stretch), f"the partial was replaced between pauses {j} and {j + 1}"
+            assert "".join(d.text for c in stretch for d in c.deltas) == text[points[j - 1] : points[j]]
+        assert len([c for c in changes if c.deltas]) >= pauses - 1
         await until(
             follower,
             lambda m: any(t.progress and t.progress > 0 and t.text for t in m.running_tools.values()),
@@ -42,6 +66,8 @@ async def test_deltas_and_tool_progress_arrive_before_the_run_ends(db: Path, sto
         tool = next(iter(follower.model.running_tools.values()))
         assert tool.name == "work" and tool.args == {"label": "1"}
 
+        for j in range(1, pauses + 1):
+            runner.gate(pause_gate(2, j))  # the final reply streams without stopping
         runner.gate("release-1")
         assert await runner.wait() == 0
         await until(follower, lambda m: not m.lease_view.live and m.partial is None and not m.running_tools, "the end")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.follow import ThreadFollower
+from core.follow import ThreadChange, ThreadFollower
 from core.runner import describe, main, plain
 from core.messages import AssistantMessage, ToolCall, ToolResultMessage, TextContent, user_text
 from core.supervise import LeaseState
@@ -17,14 +17,29 @@ from .conftest import ROOT, until
 
 
 async def test_demo_runner_is_followed_live(db: Path, store, spawn) -> None:
-    argv = [sys.executable, "-m", "core.runner", "run", "--db", str(db), "--thread", "t-demo", "--demo", "--speed", "4",
+    # The demo cannot be paused, and what the test looks for is fleeting: its first reply
+    # streams for about a second, its two first tools overlap for about two. So every change
+    # the follower published is looked at (not just the model whenever the test looks),
+    # and what each showed is kept with the lease state of that moment.
+    argv = [sys.executable, "-m", "core.runner", "run", "--db", str(db), "--thread", "t-demo", "--demo", "--speed", "2",
             "Analyse the sales figures"]
     runner = spawn(db, "t-demo", argv=argv)
-    async with ThreadFollower(store, "t-demo") as follower:
-        await until(follower, lambda m: m.partial is not None and m.partial.text, "demo text streaming", runner=runner)
-        await until(follower, lambda m: {t.name for t in m.running_tools.values() if t.progress} >= {"fetch_dataset", "train_model"},
-                    "both demo tools reporting progress", runner=runner)
-        assert follower.model.lease_view.state is LeaseState.RUNNING_ELSEWHERE
+    streaming: list[LeaseState] = []  # a change that showed the first reply's text streaming
+    both: list[LeaseState] = []  # a change that showed both first tools running with progress
+
+    def record(change: ThreadChange) -> None:
+        m = change.model
+        if m.partial is not None and m.partial.text and len(m.messages) == 1:
+            streaming.append(m.lease_view.state)
+        if {t.name for t in m.running_tools.values() if t.progress} >= {"fetch_dataset", "train_model"}:
+            both.append(m.lease_view.state)
+
+    follower = ThreadFollower(store, "t-demo")
+    follower.subscribe(record)  # start() publishes its first change too
+    async with follower:
+        await until(follower, lambda m: streaming, "demo text streaming", runner=runner)
+        await until(follower, lambda m: both, "both demo tools reporting progress", runner=runner)
+        assert set(streaming) == set(both) == {LeaseState.RUNNING_ELSEWHERE}  # all while it ran there
         assert await runner.wait() == 0
         await until(follower, lambda m: not m.lease_view.live and len(m.messages) == 7, "the whole demo run")
     out, err = runner.output()
