@@ -12,7 +12,7 @@ import contextlib
 import secrets
 import signal
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 from textual import on, work
 from textual.app import App, SystemCommand
@@ -20,14 +20,16 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from core.errors import CubepiError
+from tui import hangup
 from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreOpened, ThreadsLoaded
 from tui.screens.modals import ConfirmModal, ErrorScreen, HelpScreen, TextInputModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 from tui.session import Session
 
-_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-"""Signals that end the app the way quitting does (runs aborted and saved)."""
+_ENDING_SIGNALS = (signal.SIGTERM,)
+"""Signals that end the app the way quitting does (runs aborted and saved); SIGHUP does
+too, through :mod:`tui.hangup`, as the terminal is gone by then."""
 
 
 def new_thread_id() -> str:
@@ -55,6 +57,7 @@ class CubepiApp(App[None]):
         self.threads_screen = ThreadsScreen(session)
         """The picker, always at the bottom of the screen stack."""
         self._thread_screens: dict[str, ThreadScreen] = {}
+        self._restore_hangup: Callable[[], None] | None = None
 
     def on_mount(self) -> None:
         self.session.on_busy = self._database_busy
@@ -66,6 +69,8 @@ class CubepiApp(App[None]):
         for sig in _ENDING_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self._end_on_signal)
+        with contextlib.suppress(ValueError, OSError):
+            self._restore_hangup = hangup.on_hangup(lambda: loop.call_soon_threadsafe(self._end_on_signal))
 
     def _end_on_signal(self) -> None:
         self._abort_and_exit()
@@ -125,6 +130,9 @@ class CubepiApp(App[None]):
         for sig in _ENDING_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(sig)
+        if self._restore_hangup is not None:
+            self._restore_hangup()
+            self._restore_hangup = None
         await self.session.close()
 
     # --- navigation ---------------------------------------------------------------------
