@@ -11,13 +11,20 @@ The faux model answers a request by counting the assistant messages already in i
 stopped, whatever was persisted.
 
 Tools and their side effects live in a *ledger*: a separate SQLite file, outside the
-agent's store. ``attempts`` gets a row each time a tool body starts (phase ``start``),
-each time an idempotent tool makes its effect (phase ``effect``) and each time a
-non-idempotent one finishes (``done``); ``effects`` holds the idempotent effects
-themselves, ``INSERT OR IGNORE`` under ``(thread_id, ctx.job_key)`` - the idempotency key
-the external system dedups on, as ``core.jobs`` tells tool authors to do. The ``effect``
-attempt row and the effect commit in one transaction, so "effect attempts" counts how
-often the effect was really tried.
+agent's store. ``attempts`` gets a row each time a tool body starts (phase ``start``) and
+each time a non-idempotent one finishes (``done``). Each time an idempotent tool makes its
+effect, one transaction writes two rows:
+
+* ``effect_attempts``: every attempt, never deduplicated, with the thread, job key, call,
+  the process that made it (``pid`` and ``process``, a label unique per child or
+  resumer, as pids may be reused) and ``at`` (unix seconds, just before the effect);
+* ``effects``: the external system's own record, ``INSERT OR IGNORE`` under
+  ``(thread_id, ctx.job_key)`` - the idempotency key it dedups on, as ``core.jobs`` tells
+  tool authors to do. It holds one row per key *by construction*; it shows what the
+  outside world keeps, not how often the work was tried.
+
+What ``core.jobs`` promises is checked on ``effect_attempts`` against the job records
+(see ``tests/crash/test_crash_injection.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import json
 import os
 import random
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,6 +55,10 @@ LEDGER_SCHEMA = """
 CREATE TABLE IF NOT EXISTS effects (
   thread_id TEXT NOT NULL, job_key TEXT NOT NULL, tool_call_id TEXT NOT NULL, pid INTEGER NOT NULL,
   PRIMARY KEY (thread_id, job_key));
+CREATE TABLE IF NOT EXISTS effect_attempts (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, tool TEXT NOT NULL, job_key TEXT NOT NULL,
+  tool_call_id TEXT NOT NULL, pid INTEGER NOT NULL, process TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS effect_attempts_by_key ON effect_attempts (thread_id, job_key);
 CREATE TABLE IF NOT EXISTS attempts (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, tool TEXT NOT NULL,
   tool_call_id TEXT NOT NULL, job_key TEXT, phase TEXT NOT NULL, pid INTEGER NOT NULL);
@@ -75,9 +87,11 @@ def _ledger_write(path: str, statements: list[tuple[str, tuple[Any, ...]]]) -> N
         c.close()
 
 
-def build_tools(thread_id: str, ledger: str, speed: float = 1.0) -> list[AgentTool]:
-    """The four tools of one thread; ``speed`` scales their sleeps (resumers run faster)."""
+def build_tools(thread_id: str, ledger: str, speed: float = 1.0, process: str = "") -> list[AgentTool]:
+    """The four tools of one thread; ``speed`` scales their sleeps (resumers run faster);
+    ``process`` labels this process's effect attempts (default: its pid)."""
     pid = os.getpid()
+    process = process or f"pid {pid}"
 
     async def attempt(name: str, ctx: ToolContext, phase: str) -> None:
         sql = "INSERT INTO attempts (thread_id, tool, tool_call_id, job_key, phase, pid) VALUES (?, ?, ?, ?, ?, ?)"
@@ -90,8 +104,9 @@ def build_tools(thread_id: str, ledger: str, speed: float = 1.0) -> list[AgentTo
             ledger,
             [
                 (
-                    "INSERT INTO attempts (thread_id, tool, tool_call_id, job_key, phase, pid) VALUES (?, ?, ?, ?, 'effect', ?)",
-                    (thread_id, name, ctx.tool_call_id, ctx.job_key, pid),
+                    "INSERT INTO effect_attempts (thread_id, tool, job_key, tool_call_id, pid, process, at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (thread_id, name, ctx.job_key, ctx.tool_call_id, pid, process, time.time()),
                 ),
                 (
                     "INSERT OR IGNORE INTO effects (thread_id, job_key, tool_call_id, pid) VALUES (?, ?, ?, ?)",
@@ -223,12 +238,13 @@ def make_agent(
     speed: float = 1.0,
     delay: float | None = None,
     record: bool = False,
+    process: str = "",
 ) -> Agent:
     provider = FauxProvider(
         fallback=replier(scenario), delay=scenario["delay"] if delay is None else delay, record=record
     )
     return Agent(
-        provider, store, thread_id, tools=build_tools(thread_id, ledger, speed), tool_execution=scenario["mode"]
+        provider, store, thread_id, tools=build_tools(thread_id, ledger, speed, process), tool_execution=scenario["mode"]
     )
 
 
@@ -251,7 +267,7 @@ async def child_main(req: dict[str, Any]) -> None:
     runs = []
     for job in req["threads"]:
         thread_id, scenario = job["thread"], job["scenario"]
-        agent = make_agent(store, thread_id, scenario, req["ledger"])
+        agent = make_agent(store, thread_id, scenario, req["ledger"], process=req["process"])
 
         async def seen(event: Any, thread_id: str = thread_id, linger: float = scenario["linger"]) -> None:
             if isinstance(event, MessageEnd):

@@ -16,9 +16,16 @@ b. ``diagnose`` names the crash point the persisted rows imply, computed here
    (per the ledger) has a journal start;
 c. resume (in this process) completes: outcome "completed", a final "stop" reply, one
    assistant message per scripted turn, diagnosis completed, no earlier row changed;
-d. each idempotent effect happened exactly once per (thread, job key) whose result says
-   success, although its body ran more than once (the ledger dedups on ``ctx.job_key``);
-   a call that is not idempotent never ran twice; a done job is reused, not re-run;
+d. what ``core.jobs`` promises, checked on every attempt of an idempotent effect (the
+   ledger's ``effect_attempts``, never deduplicated, with the attempting process and the
+   time): each (thread, job key) was attempted by distinct processes; every attempt but
+   the last was made by a child that was SIGKILLed (and reaped) before the key's job was
+   recorded ``done`` - the documented crash window, the job still ``started`` - and the
+   last one by the process that recorded it ``done``, before it did; no attempt ever came
+   after ``done``. The external ledger that dedups on ``ctx.job_key`` then holds one effect
+   per key (by its primary key: that count is what the outside world keeps, not a check of
+   the job store). A call that is not idempotent never ran twice; a done job is reused,
+   not re-run;
 e. no tool call is ever without its result: in the final thread and in every request
    the resuming model received.
 
@@ -165,6 +172,13 @@ def ledger_rows(ledger: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         c.close()
 
 
+def tool_rows(ledger: Path, thread_id: str) -> Counter[str]:
+    """Ledger rows per tool call id: body starts and ends plus effect attempts."""
+    rows = ledger_rows(ledger, "SELECT tool_call_id FROM attempts WHERE thread_id = ?", thread_id)
+    rows += ledger_rows(ledger, "SELECT tool_call_id FROM effect_attempts WHERE thread_id = ?", thread_id)
+    return Counter(call_id for (call_id,) in rows)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Where a thread stands, from its rows alone: ``state`` "empty" / "completed" / "crashed"."""
@@ -249,7 +263,18 @@ class Run:
     settled: Counter[str] = field(default_factory=Counter)
     episodes: int = 0
     body_reruns: int = 0
-    duplicate_effects_prevented: int = 0
+    effect_attempts: int = 0
+    """Attempts of idempotent effects (every one, no dedup) in the checked threads."""
+    repeated_keys: int = 0
+    """(thread, job key) pairs whose effect was attempted more than once."""
+    repeats_by_point: Counter[str] = field(default_factory=Counter)
+    """Repeated effect attempts, by the crash point the kill of the earlier attempt's process left."""
+    killed: dict[str, float] = field(default_factory=dict)
+    """Process label -> unix time by which it was SIGKILLed and reaped."""
+    kill_points: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(process label, thread) -> the crash point (Verdict.key) its kill left the thread in."""
+    attempts_checked: dict[tuple[Path, str], int] = field(default_factory=dict)
+    """(ledger, thread) -> effect attempts counted when the thread was checked."""
     success_keys: dict[Path, set[tuple[str, str]]] = field(default_factory=dict)
     final_rows: dict[tuple[Path, str], list[tuple[int, str]]] = field(default_factory=dict)
 
@@ -260,13 +285,15 @@ async def kill_once(
 ) -> dict[str, tuple[Verdict, list[tuple[int, str]]]]:
     """Fork a child running ``mode`` on ``threads``, SIGKILL it after ``delay`` s, check a. and b."""
     notes, log = lane.dir / f"e{episode}-{mode}.jsonl", lane.dir / f"e{episode}-{mode}.log"
+    process = f"child e{episode}-{mode} of lane {lane.n}"
     request = {
         "mode": mode, "db": str(lane.db), "ledger": str(lane.ledger), "notes": str(notes), "log": str(log),
-        "threads": [{"thread": t, "scenario": s} for t, s in threads.items()],
+        "process": process, "threads": [{"thread": t, "scenario": s} for t, s in threads.items()],
     }
     pid = await run.server.spawn(request)
     await asyncio.sleep(delay)
     died = await run.server.kill(pid)
+    run.killed[process] = time.time()  # reaped: nothing it does can come later than this
     lines = [json.loads(x) for x in notes.read_text().splitlines()] if notes.exists() else []
     errors = [x["error"] for x in lines if "error" in x]
     assert not errors, f"child of episode {episode} failed:\n{errors[0]}"
@@ -282,6 +309,7 @@ async def kill_once(
     for thread_id in threads:
         seen = [x["json"] for x in lines if x.get("seen") == thread_id]
         verdicts[thread_id] = await check_after_kill(run, lane, thread_id, before[thread_id], seen)
+        run.kill_points[(process, thread_id)] = verdicts[thread_id][0].key
     return verdicts
 
 
@@ -320,10 +348,9 @@ async def check_after_kill(
 async def resume_and_check(run: Run, lane: Lane, thread_id: str, scenario: dict[str, Any], expected: Verdict) -> None:
     """c., d., e.: resume in this process and check the whole thread and the ledger."""
     before = raw_rows(lane.db, thread_id)
-    attempts_before = Counter(
-        ledger_rows(lane.ledger, "SELECT tool_call_id, job_key FROM attempts WHERE thread_id = ?", thread_id)
-    )
-    agent = make_agent(lane.store, thread_id, scenario, str(lane.ledger), speed=RESUME_SPEED, delay=0.0, record=True)
+    attempts_before = tool_rows(lane.ledger, thread_id)
+    agent = make_agent(lane.store, thread_id, scenario, str(lane.ledger), speed=RESUME_SPEED, delay=0.0, record=True,
+                       process=f"resumer of {thread_id} in the test process")
     plan = await agent.plan_resume()
     tools = agent._config.tools_by_name
     for call in plan.calls:
@@ -371,13 +398,10 @@ async def resume_and_check(run: Run, lane: Lane, thread_id: str, scenario: dict[
         run.settled[want] += 1
         if call.action == "interrupt":
             assert result.is_error and "interrupted" in result.text
-        if call.action != "rerun":  # neither reused nor interrupted work runs again
-            after = ledger_rows(
-                lane.ledger, "SELECT COUNT(*) FROM attempts WHERE thread_id = ? AND tool_call_id = ?", thread_id, call.call.id
-            )[0][0]
-            assert after == sum(n for (cid, _), n in attempts_before.items() if cid == call.call.id), call
+        if call.action != "rerun":  # neither reused nor interrupted work runs again (body or effect)
+            assert tool_rows(lane.ledger, thread_id)[call.call.id] == attempts_before[call.call.id], call
 
-    # d. exactly-once effects of idempotent tools, by dedup on the job key
+    # d. what the job store promises for idempotent effects, checked on every attempt
     calls = {c.id: c for m in replies for c in m.tool_calls}
     success_keys: set[str] = set()
     for call_id, result in results.items():
@@ -394,21 +418,45 @@ async def resume_and_check(run: Run, lane: Lane, thread_id: str, scenario: dict[
                 thread_id, call_id,
             )[0][0]
             assert done == 1, (thread_id, call_id)
-    effects = Counter(k for (k,) in ledger_rows(lane.ledger, "SELECT job_key FROM effects WHERE thread_id = ?", thread_id))
-    assert set(effects) == success_keys, (thread_id, set(effects) ^ success_keys)
-    assert all(n == 1 for n in effects.values())
+    tries: dict[str, list[tuple[str, float]]] = {}
+    for key, process, at in ledger_rows(
+        lane.ledger, "SELECT job_key, process, at FROM effect_attempts WHERE thread_id = ? ORDER BY seq", thread_id
+    ):
+        tries.setdefault(key, []).append((process, at))
+    assert set(tries) == success_keys, (thread_id, set(tries) ^ success_keys)
     starts = Counter(
-        ledger_rows(lane.ledger, "SELECT job_key FROM attempts WHERE thread_id = ? AND phase = 'start' AND job_key IS NOT NULL", thread_id)
-    )
-    tried = Counter(
-        ledger_rows(lane.ledger, "SELECT job_key FROM attempts WHERE thread_id = ? AND phase = 'effect'", thread_id)
+        k for (k,) in ledger_rows(
+            lane.ledger, "SELECT job_key FROM attempts WHERE thread_id = ? AND phase = 'start' AND job_key IS NOT NULL",
+            thread_id,
+        )
     )
     for key in success_keys:
         job = await lane.store.job_get(thread_id, key)
-        assert job is not None and job.status == "done", (thread_id, key, job)
-        assert job.attempts >= starts[(key,)] >= tried[(key,)] >= effects[key] == 1, (key, job, starts, tried)
-        run.body_reruns += starts[(key,)] - 1
-        run.duplicate_effects_prevented += tried[(key,)] - 1
+        assert job is not None and job.status == "done" and job.finished_at is not None, (thread_id, key, job)
+        done_at = job.finished_at  # a done job is never begun or finished again: this is when it became done
+        history = f"{thread_id} {key}: attempts {tries[key]}, job done at {done_at}"
+        *earlier, (last, _) = tries[key]
+        # Never an attempt after the job was recorded done (reuse must answer instead).
+        assert all(at < done_at for _, at in tries[key]), f"an effect attempt after its job was done: {history}"
+        # The last attempt is the one the done record is for: its process lived until then.
+        assert run.killed.get(last, float("inf")) > done_at, f"the job became done after its last attempter died: {history}"
+        # Any earlier attempt lies in the crash window: its process (each a different one)
+        # was killed while the job was still started, i.e. before it became done.
+        assert len({process for process, _ in tries[key]}) == len(tries[key]), f"one process attempted twice: {history}"
+        for process, _ in earlier:
+            killed_at = run.killed.get(process)
+            assert killed_at is not None, f"attempted again although {process} was never killed: {history}"
+            assert killed_at < done_at, f"attempted again although {process} was killed after the job was done: {history}"
+            run.repeats_by_point[run.kill_points[(process, thread_id)]] += 1
+        assert job.attempts >= starts[key] >= len(tries[key]), (history, job, starts[key])
+        run.body_reruns += starts[key] - 1
+        run.repeated_keys += bool(earlier)
+        run.effect_attempts += len(tries[key])
+    run.attempts_checked[(lane.ledger, thread_id)] = sum(map(len, tries.values()))
+    # The external system's own record: one effect per key, by its primary key (a count of
+    # what the outside world keeps, which holds by construction: not a check of the job store).
+    effects = {k for (k,) in ledger_rows(lane.ledger, "SELECT job_key FROM effects WHERE thread_id = ?", thread_id)}
+    assert effects == success_keys, (thread_id, effects ^ success_keys)
     run.success_keys.setdefault(lane.ledger, set()).update((thread_id, k) for k in success_keys)
     once = ledger_rows(
         lane.ledger,
@@ -461,12 +509,15 @@ async def test_random_sigkills_recover_every_crash_point(tmp_path: Path) -> None
         # Threads finished earlier were never touched by the children and resumers that followed.
         for (db, thread_id), rows in run.final_rows.items():
             assert raw_rows(db, thread_id) == rows, thread_id
-        # Across the whole run: one effect per (thread, job key) whose result says success, no other.
+        # Across the whole run: effects only under (thread, job key) pairs whose result says
+        # success, and no effect attempted on a thread after it was checked.
         effect_rows = 0
         for ledger, keys in run.success_keys.items():
             effects = ledger_rows(ledger, "SELECT thread_id, job_key FROM effects")
-            assert len(effects) == len(set(effects)) and set(effects) == keys
+            assert set(effects) == keys
             effect_rows += len(effects)
+            attempted = dict(ledger_rows(ledger, "SELECT thread_id, COUNT(*) FROM effect_attempts GROUP BY thread_id"))
+            assert attempted == {t: n for (lg, t), n in run.attempts_checked.items() if lg == ledger and n}
     finally:
         for store in stores:
             await store.close()
@@ -485,14 +536,26 @@ async def test_random_sigkills_recover_every_crash_point(tmp_path: Path) -> None
         REPORT.append(f"    {key}: {n}")
     for key, n in sorted(run.kinds.items()):
         REPORT.append(f"  kills of {key}: {n}")
+    pairs = sum(map(len, run.success_keys.values()))
+    repeats = sum(run.repeats_by_point.values())
+    REPORT.append(f"  dangling calls settled: {dict(run.settled)}")
     REPORT.append(
-        f"  dangling calls settled: {dict(run.settled)}; idempotent bodies re-run {run.body_reruns} times, "
-        f"{run.duplicate_effects_prevented} repeated effects absorbed by the job-key dedup; "
-        f"{effect_rows} effects in the ledgers for {sum(map(len, run.success_keys.values()))} successful (thread, job key) pairs"
+        f"  idempotent effects: {run.effect_attempts} attempts (every one recorded) for {pairs} successful "
+        f"(thread, job key) pairs; {run.repeated_keys} pairs attempted more than once ({repeats} repeats), every "
+        f"repeat after the earlier attempt's process was killed while the job was started, none after a job was "
+        f"done; bodies re-run {run.body_reruns} times"
+    )
+    REPORT.append(
+        "  repeated effect attempts by the crash point the interrupting kill left: "
+        + (", ".join(f"{key}: {n}" for key, n in sorted(run.repeats_by_point.items())) or "none")
+    )
+    REPORT.append(
+        f"  the external ledger, deduplicating on the job key, keeps {effect_rows} effects for those {pairs} pairs "
+        f"(one per key by its primary key; {repeats} repeated attempts absorbed there)"
     )
     assert run.kills >= KILLS, f"only {run.kills} kills before the time limit"
     assert all(n >= MIN_PER_POINT for n in by_point.values()), by_point
     assert run.kinds["prompt, 2 thread(s) in one process"] >= 5
     assert run.kinds["resume, 1 thread(s) in one process"] >= 5
     assert run.settled["rerun"] and run.settled["interrupted"] and run.settled["reused"]
-    assert run.duplicate_effects_prevented > 0, "no kill fell between an effect and its job's done record"
+    assert repeats > 0, "no kill fell between an effect and its job's done record: the crash window was never exercised"
