@@ -21,6 +21,7 @@ from textual.screen import Screen
 
 from core.errors import CubepiError
 from tui import hangup
+from tui.palette import CommandPalette
 from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreOpened, ThreadsLoaded
 from tui.screens.modals import ConfirmModal, ErrorScreen, HelpScreen, TextInputModal
 from tui.screens.thread import ThreadScreen
@@ -218,6 +219,11 @@ class CubepiApp(App[None]):
             self.exit()
 
     # --- commands -----------------------------------------------------------------------
+
+    def action_command_palette(self) -> None:
+        """Open the command palette (ours: see :mod:`tui.palette`)."""
+        if self.use_command_palette and not CommandPalette.is_open(self):
+            self.push_screen(CommandPalette(id="--command-palette"))
 
     def action_help(self) -> None:
         """Show the help screen."""
