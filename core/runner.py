@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import math
 import os
 import signal
 import sys
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TextIO
 
 from core.agent import Agent
-from core.errors import CubepiError
+from core.errors import CubepiError, ThreadNotFoundError
 from core.events import AgentEnd, AgentEvent, MessageEnd, RunOutcome
 from core.leases import LeaseHolder
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
@@ -117,6 +118,8 @@ async def run_headless(
                     "cubepi-tui's tables (existing rows are kept) before running."
                 )
             await store.upgrade()
+        if resume and await store.load(thread_id) is None:
+            raise ThreadNotFoundError(f"There is no thread {thread_id!r} in {store.path}, so there is nothing to resume.")
         try:
             runner = Agent(
                 spec.provider,
@@ -129,7 +132,7 @@ async def run_headless(
                 heartbeat_interval=heartbeat_interval,
             )
         except ValueError as exc:
-            raise BadInput(str(exc)) from None
+            raise BadInput(_flag_names(str(exc))) from None
         runner.subscribe(_printer(out))
         sup = Supervisor(runner, store)
         restore = _abort_on_signals(sup) if handle_signals else (lambda: None)
@@ -297,6 +300,23 @@ def _sentence(exc: BaseException) -> str:
 # --- the command line ----------------------------------------------------------------------
 
 
+def positive_number(text: str) -> float:
+    """An argparse ``type``: ``text`` as a finite number above zero, else one sentence
+    (``argparse.ArgumentTypeError``). A pace or a duration of zero would never end."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number above zero, not {text!r}")
+    return value
+
+
+def _flag_names(sentence: str) -> str:
+    """The Agent's own argument names in ``sentence`` replaced by this command's flags."""
+    return sentence.replace("heartbeat_interval", "--heartbeat").replace("lease_ttl", "--lease-ttl")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one sentence, no usage dump
         raise BadInput(f"{message[:1].upper()}{message[1:]} (see --help).")
@@ -316,12 +336,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--include-pending", action="store_true",
                    help="send steers and follow-ups a crashed runner never delivered with this run")
     p.add_argument("--demo", action="store_true", help="use the built-in demo agent (no API key needed)")
-    p.add_argument("--speed", type=float, default=1.0, metavar="X", help="demo pace multiplier (default 1)")
+    p.add_argument("--speed", type=positive_number, default=1.0, metavar="X", help="demo pace multiplier (default 1)")
     p.add_argument("--model", metavar="NAME", help=f"Anthropic model (default {DEFAULT_MODEL}; needs ANTHROPIC_API_KEY)")
     p.add_argument("--agent", metavar="MODULE:FUNCTION", help="a function returning a core.runner.AgentSpec")
-    p.add_argument("--lease-ttl", type=float, default=15.0, metavar="S",
+    p.add_argument("--lease-ttl", type=positive_number, default=15.0, metavar="S",
                    help="seconds the thread's lease stays valid without a heartbeat (default 15)")
-    p.add_argument("--heartbeat", type=float, default=2.0, metavar="S", help="seconds between heartbeats (default 2)")
+    p.add_argument("--heartbeat", type=positive_number, default=2.0, metavar="S", help="seconds between heartbeats (default 2)")
     p.add_argument("--no-create", dest="create", action="store_false", help="fail if the database does not exist")
     p.add_argument("--upgrade", action="store_true",
                    help="add cubepi-tui's tables to a cubeloop (or older) database before running")
@@ -351,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.prompt,
                 args.resume,
                 args.demo,
-                speed=max(args.speed, 0.01),
+                speed=args.speed,
                 model=args.model,
                 agent=args.agent,
                 include_pending=args.include_pending,

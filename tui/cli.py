@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 from core.checkpoint.base import Checkpointer
 from core.errors import DatabaseOpenError
+from core.runner import positive_number
 from tui.session import Session
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -66,7 +67,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--demo", action="store_true", help="use the built-in demo agent even if an API key is set")
     parser.add_argument(
         "--demo-speed",
-        type=float,
+        type=positive_number,
         default=1.0,
         metavar="X",
         help="demo pace multiplier: 2 runs the demo twice as fast (default 1)",
@@ -174,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         create=args.create,
         demo=args.demo,
         model=args.model,
-        demo_speed=max(args.demo_speed, 0.01),
+        demo_speed=args.demo_speed,
     )
     app = make_app(session, thread_id=args.thread)
     # While text streams, Textual allocates many short-lived objects; with the default

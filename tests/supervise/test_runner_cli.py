@@ -55,8 +55,8 @@ async def test_demo_runner_is_followed_live(db: Path, store, spawn) -> None:
         (["--thread", "t"], "Give either a prompt or --resume"),
         (["--thread", "t", "--resume", "hello"], "Give either a prompt or --resume"),
         (["hello"], "The following arguments are required: --thread"),
-        (["--thread", "t", "--demo", "--lease-ttl", "1", "--heartbeat", "2", "hi"], "must be positive and shorter than lease_ttl"),
-        (["--thread", "t", "--demo", "--resume"], "Nothing to resume"),
+        (["--thread", "t", "--demo", "--lease-ttl", "1", "--heartbeat", "2", "hi"], "must be positive and shorter than --lease-ttl"),
+        (["--thread", "t", "--demo", "--resume"], "There is no thread 't'"),
         (["--thread", "t", "--agent", "no_such_module:make", "hi"], "Cannot import 'no_such_module'"),
     ],
 )
