@@ -89,9 +89,12 @@ class Transcript(VerticalScroll, can_focus=True):
         self._update_earlier()
 
     def watch_virtual_size(self) -> None:
+        self._pin_when_tall()
+
+    def _pin_when_tall(self) -> None:
         # Follow the tail only once there is more than a screenful: an anchored widget
         # bottom-aligns short content, which would leave a short thread hanging low.
-        if not self.is_anchored and self.virtual_size.height > self.scrollable_content_region.height:
+        if self.is_mounted and not self.is_anchored and self.virtual_size.height > self.scrollable_content_region.height:
             self.anchor()
 
     # --- loading ------------------------------------------------------------------------
@@ -110,8 +113,12 @@ class Transcript(VerticalScroll, can_focus=True):
             views = [Static("No messages yet. Press n to send the first prompt.", classes="empty")]
         await self.mount_all(views)
         self._update_earlier()
+        # Open on the newest messages. The scroll home must happen now: a deferred one
+        # (scroll_home's default) lands after the tail was pinned and leaves the view at
+        # the top. Once laid out, a tall transcript is pinned to its end.
         self.anchor(False)
-        self.scroll_home(animate=False)
+        self.scroll_home(animate=False, immediate=True)
+        self.call_after_refresh(self._pin_when_tall)
 
     async def show_earlier(self) -> None:
         """Mount up to :data:`WINDOW` more of the older entries above the shown ones."""
