@@ -158,7 +158,13 @@ class AssistantMessageView(Vertical):
                 view.set_arguments(block.arguments)
 
     async def finish(self, final: AssistantMessage) -> None:
-        """Show the persisted reply: remaining text, final arguments, stop reason and usage."""
+        """Show the persisted reply: remaining text, final arguments, stop reason and usage.
+
+        The persisted reply may hold fewer blocks than were streamed (an aborted or failed
+        reply drops the tool calls that will never run): their views are removed, so what
+        is shown matches what was saved.
+        """
+        await self._match_blocks(final)
         await self.sync(final)
         for stream in self._streams.values():
             await stream.stop()
@@ -172,6 +178,41 @@ class AssistantMessageView(Vertical):
         footer = self._footer(final)
         if footer is not None:
             await self.mount(footer)
+
+    async def _match_blocks(self, final: AssistantMessage) -> None:
+        """Remove the views of streamed blocks ``final`` does not have.
+
+        When ``final``'s blocks are the shown ones with some left out (the usual case: tool
+        calls dropped), only those views go; otherwise every block view is rebuilt from
+        ``final``.
+        """
+        keep: list[int] = []
+        index = 0
+        for block in final.content:
+            while index < len(self._views) and not _shows(self._views[index], block):
+                index += 1
+            if index == len(self._views):
+                keep = []
+                break
+            keep.append(index)
+            index += 1
+        if len(keep) != len(final.content):
+            keep = []  # not a subsequence: rebuild every block from final
+        if keep == list(range(len(self._views))):
+            return
+        kept = set(keep)
+        for index, view in enumerate(self._views):
+            if index in kept:
+                continue
+            stream = self._streams.pop(index, None)
+            if stream is not None:
+                await stream.stop()
+            if isinstance(view, ToolCallView):
+                self.tool_views.pop(view.call_id, None)
+            await view.remove()
+        self._streams = {new: self._streams[old] for new, old in enumerate(keep) if old in self._streams}
+        self._views = [self._views[i] for i in keep]
+        self._seen = [self._seen[i] for i in keep]
 
     def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
         event.stop()
@@ -269,6 +310,17 @@ class RawView(Static):
         text.append("\n")
         text.append_text(literal(raw[:4000]))
         super().__init__(text)
+
+
+def _shows(view: Widget, block: Any) -> bool:
+    """Whether ``view`` is the view :meth:`AssistantMessageView._view_for` made for ``block``."""
+    if isinstance(block, TextContent):
+        return isinstance(view, Markdown)
+    if isinstance(block, ThinkingContent):
+        return isinstance(view, ThinkingView)
+    if isinstance(block, ToolCall):
+        return isinstance(view, ToolCallView) and view.call_id == block.id
+    return isinstance(view, Static)
 
 
 def view_for_message(message: AnyMessage) -> Widget:

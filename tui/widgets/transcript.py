@@ -238,7 +238,10 @@ class Transcript(VerticalScroll, can_focus=True):
         if self.live is None:
             await self.begin_reply(final)
         assert self.live is not None
+        streamed = set(self.live.tool_views)
         await self.live.finish(final)
+        for call_id in streamed - set(self.live.tool_views):
+            self.tool_views.pop(call_id, None)  # a call the saved reply does not have
         self.tool_views.update(self.live.tool_views)
         self._entries.append(final)
         self.live = None
