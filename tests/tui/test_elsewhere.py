@@ -82,6 +82,11 @@ async def _load(path: Path, thread_id: str):  # type: ignore[no-untyped-def]
         await store.close()
 
 
+def _line(app, thread_id: str) -> str:  # type: ignore[no-untyped-def]
+    """The picker's line of ``thread_id`` as drawn ("" when it is not on screen)."""
+    return next((line for line in screen_text(app).splitlines() if thread_id in line), "")
+
+
 def _thread_screen(app) -> ThreadScreen:  # type: ignore[no-untyped-def]
     assert isinstance(app.screen, ThreadScreen), type(app.screen)
     return app.screen
@@ -110,7 +115,9 @@ async def test_picker_shows_a_demo_runner_elsewhere_then_crashed_once_its_proces
         )
         row = _row(app, "t-away")
         assert row is not None and row.note == "runner gone" and not row.elsewhere
-        line = next(line for line in screen_text(app).splitlines() if "t-away" in line)
+        # The row changes before the table is redrawn: wait for the drawing too.
+        await wait_for(pilot, lambda: "runner gone" in _line(app, "t-away"), what="the row drawn crashed")
+        line = _line(app, "t-away")
         assert "crashed at point" in line and "runner gone" in line and "running elsewhere" not in line
 
 
@@ -161,8 +168,9 @@ async def test_a_thread_view_follows_a_run_elsewhere_and_aborts_it(shared_db: Pa
         await wait_for_text(pilot, "Turn 1: I am working", timeout=TIMEOUT)
         await wait_for(pilot, lambda: _tool_running(screen), timeout=TIMEOUT, what="tool progress")
         assert child.proc.poll() is None and screen.elsewhere is not None
-        assert "running elsewhere (pid" in screen_text(app).splitlines()[-2]  # the status bar
-        assert "step" in screen_text(app)  # the tool's own status text
+        # Drawn a moment after the widgets changed: the status bar, and the tool's own status text.
+        await wait_for(pilot, lambda: "running elsewhere (pid" in screen_text(app).splitlines()[-2], what="the status bar")
+        await wait_for_text(pilot, "step")
 
         # `r` is refused while the other process holds a live lease.
         await pilot.press("r")
@@ -187,9 +195,13 @@ async def test_a_thread_view_follows_a_run_elsewhere_and_aborts_it(shared_db: Pa
             pilot, lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.ABORTED,
             timeout=TIMEOUT, what="an aborted thread",
         )
-        text = screen_text(app)
-        assert "abort #1: pending" in text and "applied" in text  # the commands bar
-        assert "aborted" in text.splitlines()[-2]  # the status bar
+        # Drawn a moment after the screen's state changed: the commands bar and the status bar.
+        await wait_for(
+            pilot,
+            lambda: "abort #1: pending" in (text := screen_text(app)) and "applied" in text
+            and "aborted" in text.splitlines()[-2],
+            what="the commands bar and the status bar drawn",
+        )
         assert screen.elsewhere is None and not screen.check_action("abort", ())
         data, commands, _ = await _load(shared_db, "t-live")
         assert data is not None
@@ -210,12 +222,15 @@ async def test_a_steer_sent_to_a_runner_that_then_crashed_is_sent_with_the_resum
         await wait_for(pilot, lambda: _tool_running(screen), timeout=TIMEOUT, what="tool progress")
         await pilot.press("s")
         await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="steer modal")
-        assert "It goes to process" in screen_text(app)
+        await wait_for_text(pilot, "It goes to process")  # drawn after the push
         await type_text(pilot, "focus on europe")
         await pilot.press("enter")
         # The runner reads it (delivered) but its tool never reaches a turn boundary.
         await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "delivered", timeout=TIMEOUT, what="delivered")
-        assert "steer #1 “focus on europe”: pending → delivered" in squeezed_lines(screen_text(app))
+        await wait_for(
+            pilot, lambda: "steer #1 “focus on europe”: pending → delivered" in squeezed_lines(screen_text(app)),
+            what="the commands bar drawn",
+        )
         child.kill()
         await wait_for_text(pilot, "Crashed mid-tool (point 3)", timeout=TIMEOUT)
         assert screen.elsewhere is None

@@ -33,7 +33,8 @@ def _error_sentence(app) -> str:  # type: ignore[no-untyped-def]
 async def _expect_error(app, fragment: str) -> str:  # type: ignore[no-untyped-def]
     async with app.run_test(size=(110, 30)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="error screen")
-        await pilot.pause()
+        # The screen is pushed before it is drawn: wait for its sentence on screen, not one pause.
+        await wait_for(pilot, lambda: squeezed(_error_sentence(app)) in squeezed(screen_text(app)), what="the sentence drawn")
         sentence = _error_sentence(app)
         text = screen_text(app)
         assert fragment in sentence
@@ -102,7 +103,7 @@ async def test_unknown_thread_id() -> None:
     async with app.run_test(size=(110, 30)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="error screen")
         assert "There is no thread 'no-such-thread'" in _error_sentence(app)
-        assert "There is no thread 'no-such-thread'" in screen_text(app)
+        await wait_for_text(pilot, "There is no thread 'no-such-thread'")  # drawn after the push
         await pilot.press("escape")  # back to the picker, still running
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
 
@@ -114,7 +115,7 @@ async def test_missing_api_key_when_a_model_is_asked_for(monkeypatch: pytest.Mon
     async with app.run_test(size=(110, 30)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="error screen")
         assert "ANTHROPIC_API_KEY" in _error_sentence(app)
-        assert "ANTHROPIC_API_KEY" in screen_text(app)
+        await wait_for_text(pilot, "ANTHROPIC_API_KEY")  # drawn after the push
         await pilot.press("escape")  # browsing still works
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await pilot.press("n")

@@ -103,7 +103,7 @@ async def test_declining_the_upgrade_leaves_the_file_alone(fixture_copy: Path) -
         await open_from_picker(pilot, "crash-after-user")
         await pilot.press("r")
         await wait_for(pilot, lambda: isinstance(app.screen, ResumeModal), what="resume plan")
-        assert "Resume calls the model again" in screen_text(app)
+        await wait_for_text(pilot, "Resume calls the model again")  # drawn after the push
         await pilot.press("y")
         await wait_for(pilot, lambda: "Upgrade this database?" in screen_text(app), what="upgrade question")
         await pilot.press("n")

@@ -120,7 +120,7 @@ async def test_steer_when_idle_offers_a_new_prompt(db: Db) -> None:
         await type_text(pilot, "second")
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="offer")
-        assert "Send this as a new prompt?" in screen_text(app)
+        await wait_for_text(pilot, "Send this as a new prompt?")  # drawn after the push
         await pilot.press("y")
         await wait_for_text(pilot, "You asked: “second”", timeout=15)
         await wait_for(pilot, lambda: not screen.running, timeout=15, what="second run finished")
@@ -157,7 +157,8 @@ async def test_two_threads_run_at_once(db: Db) -> None:
             lambda: sum(r.running for r in app.threads_screen.rows) == 2,
             what="both running here",
         )
-        assert screen_text(app).count("running here") == 2
+        # The rows change before the table is redrawn: wait for the drawing too.
+        await wait_for(pilot, lambda: screen_text(app).count("running here") == 2, what="both rows drawn running here")
         await wait_for(
             pilot,
             lambda: not app.session.is_running(first.thread_id) and not app.session.is_running(second.thread_id),
@@ -177,7 +178,7 @@ async def test_quitting_with_a_live_run_asks_then_aborts_it_cleanly(db: Db) -> N
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await pilot.press("q")  # quit
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="quit question")
-        assert "1 agent(s) are running" in screen_text(app)
+        await wait_for_text(pilot, "1 agent(s) are running")  # drawn after the push
         await pilot.press("y")
         await wait_for(pilot, lambda: not app.is_running, timeout=10, what="exit")
     data = await db.load(screen.thread_id)

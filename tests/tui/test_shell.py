@@ -117,7 +117,7 @@ async def test_help_screen_and_palette_commands() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
-        assert "Crash points" in screen_text(app) and "steer" in screen_text(app)
+        await wait_for(pilot, lambda: "Crash points" in screen_text(app) and "steer" in screen_text(app), what="help drawn")
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="closed")
         titles = [c.title for c in app.get_system_commands(app.screen)]
