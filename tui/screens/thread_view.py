@@ -47,7 +47,7 @@ from core.recovery import Diagnosis
 from core.supervise import LeaseState, LeaseView
 from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, ThreadLoaded
 from tui.screens.following import Mirror
-from tui.session import Session
+from tui.session import Session, aged
 from tui.text import clean, literal
 from tui.widgets.commands import CommandsBar
 from tui.widgets.crash_banner import CrashBanner
@@ -137,6 +137,8 @@ class ThreadView(Screen[None]):
         self.status_bar.run_state = "loading"
         self.query_one("#thread-problems").display = False
         self.set_interval(FLUSH_INTERVAL, self._request_flush, name="flush")
+        # A run elsewhere whose host died writes nothing more: age its heartbeat here.
+        self.set_interval(1, self._age_lease, name="lease age")
         self._load()
 
     async def on_unmount(self) -> None:
@@ -255,6 +257,17 @@ class ThreadView(Screen[None]):
         else:
             self.elsewhere = None
             self.diagnosis = diagnosis
+
+    def _age_lease(self) -> None:
+        """Redraw the heartbeat age of the run elsewhere while the status bar shows it."""
+        before = self.elsewhere
+        if before is None:
+            return
+        view = aged(before)
+        # Without watchers: the state is unchanged, so the keys are too.
+        self.set_reactive(ThreadView.elsewhere, view)
+        if self.status_bar.run_state == before.label:  # not replaced by "aborting (abort sent)"
+            self.status_bar.run_state = view.label
 
     def watch_diagnosis(self, diagnosis: Diagnosis | None) -> None:
         self.query_one(CrashBanner).diagnosis = diagnosis

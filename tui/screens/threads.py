@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -14,7 +16,7 @@ from textual.worker import Worker
 from core.errors import CubepiError
 from core.recovery import ThreadState
 from tui.messages import NewThread, OpenThread, ThreadsLoaded
-from tui.session import Session, ThreadRow
+from tui.session import Session, ThreadRow, aged
 from tui.text import clean, literal, one_line, relative_time
 
 _STATE_STYLES = {
@@ -85,6 +87,8 @@ class ThreadsScreen(Screen[None]):
         table.add_column("first prompt", key="prompt")
         # Relative times age while the screen is open; redraw them without reloading.
         self.set_interval(30, self._refresh_times)
+        # So does a run elsewhere's heartbeat: no write comes when its host died.
+        self.set_interval(1, self._age_leases)
 
     def on_screen_resume(self) -> None:
         self.reload()
@@ -189,6 +193,18 @@ class ThreadsScreen(Screen[None]):
         table = self.query_one(DataTable)
         for row in self.rows:
             table.update_cell(row.thread_id, "last", Text(relative_time(row.last_activity)))
+
+    def _age_leases(self) -> None:
+        """Redraw the heartbeat age of each thread running elsewhere (see :func:`aged`)."""
+        table = self.query_one(DataTable)
+        for index, row in enumerate(self.rows):
+            if not row.elsewhere or row.lease is None:
+                continue
+            view = aged(row.lease)
+            if view.label == row.state:
+                continue
+            self.rows[index] = row = replace(row, state=view.label, lease=view)
+            table.update_cell(row.thread_id, "state", state_text(row), update_width=True)
 
     @property
     def selected_thread_id(self) -> str | None:
