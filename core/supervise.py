@@ -445,6 +445,11 @@ class Supervisor:
 
     async def _after_run(self) -> None:
         try:
+            lease = await self.store.get_lease(self.thread_id)
+            if lease is not None and lease.holder_id != self.agent.holder.holder_id and lease_status(lease, (), time.time()).live:
+                # This run lost its lease and another runner holds the thread now: the
+                # pending commands and the live log are that runner's, not ours to settle.
+                return
             async with self._lock:
                 self._ending = True
                 # The lease is released by now, so `send` refuses anything newer; what

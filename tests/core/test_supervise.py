@@ -498,3 +498,22 @@ async def test_discard_leaves_out_a_command_settled_meanwhile() -> None:
     assert await discard(store, "t") == []
     [command] = await store.list_commands("t")
     assert (command.seq, command.status, command.note) == (steer.seq, "discarded", "by the other window")
+
+
+async def test_a_run_that_lost_its_lease_leaves_the_new_holders_commands_and_live_log_alone() -> None:
+    store = MemoryCheckpointer()
+    supervisor = Supervisor(Agent(FauxProvider(["ok"]), store, "t"), store)
+    supervisor._started.set()  # as after a run that started and then lost its lease
+    now = time.time()
+    await store.acquire_lease(Lease("t", "new-holder", 1, "other-host", "r2", now, now, now + 30), is_stale=lambda _l: True)
+    await store.append_live_events("t", "r2", [{"type": "agent_start", "run_id": "r2"}])
+    steer = await store.send_command("t", "steer", "for the new run")
+    await supervisor._after_run()
+    assert [c.status for c in await store.list_commands("t")] == ["pending"]
+    assert len(await store.read_live_events("t")) == 1
+    assert steer.status == "pending"
+
+    await store.release_lease("t", "new-holder")  # once nobody holds it, tidying is ours again
+    await supervisor._after_run()
+    assert [c.status for c in await store.list_commands("t")] == ["refused"]
+    assert await store.read_live_events("t") == []
