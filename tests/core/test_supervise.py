@@ -507,11 +507,10 @@ async def test_a_run_that_lost_its_lease_leaves_the_new_holders_commands_and_liv
     now = time.time()
     await store.acquire_lease(Lease("t", "new-holder", 1, "other-host", "r2", now, now, now + 30), is_stale=lambda _l: True)
     await store.append_live_events("t", "r2", [{"type": "agent_start", "run_id": "r2"}])
-    steer = await store.send_command("t", "steer", "for the new run")
+    await store.send_command("t", "steer", "for the new run")
     await supervisor._after_run()
     assert [c.status for c in await store.list_commands("t")] == ["pending"]
     assert len(await store.read_live_events("t")) == 1
-    assert steer.status == "pending"
 
     await store.release_lease("t", "new-holder")  # once nobody holds it, tidying is ours again
     await supervisor._after_run()
