@@ -30,11 +30,11 @@ from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 from core.checkpoint.base import Checkpointer, CorruptRow, JournalEntry, RunRecord
 from core.errors import (
     AgentBusyError,
-    CubepiError,
     LeaseLostError,
     NothingToResumeError,
     RunError,
     UnreadableThreadError,
+    error_sentence,
 )
 from core.events import (
     AgentEnd,
@@ -357,7 +357,7 @@ class Agent:
         """The error that ends the run after the write ``what`` failed with ``exc``."""
         if self._note_lost(exc) and self._lease is not None and self._lease.lost:
             return _PersistFailed(self._lease.lost)
-        return _PersistFailed(f"{what}: {_sentence(exc)}")
+        return _PersistFailed(f"{what}: {error_sentence(exc)}")
 
     async def _load(self) -> None:
         data = await self.checkpointer.load(self.thread_id)
@@ -422,7 +422,7 @@ class Agent:
             raise
         except Exception as exc:
             _log.exception("run %s of thread %s failed", run_id, self.thread_id)
-            await self._publish(AgentEnd(run_id, "failed", f"Internal error: {_sentence(exc)}"))
+            await self._publish(AgentEnd(run_id, "failed", f"Internal error: {error_sentence(exc)}"))
         if self._fenced:
             # Show what the store holds, not the messages this run could no longer save.
             with contextlib.suppress(Exception):
@@ -578,9 +578,3 @@ def _has(store: object, methods: Sequence[str]) -> bool:
     return all(callable(getattr(store, name, None)) for name in methods)
 
 
-def _sentence(exc: BaseException) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    if isinstance(exc, CubepiError) and first:
-        return first
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -135,3 +135,14 @@ class ResumeChoiceError(RunError):
 
 class UnreadableThreadError(RunError):
     """Raised when a run is asked of a thread whose stored rows cannot all be decoded."""
+
+
+def error_sentence(exc: BaseException) -> str:
+    """One line saying what went wrong: the first line of ``exc``'s text, which for our own
+    errors is already the sentence for the user; other exceptions are prefixed with their
+    type name (``"OSError: ..."``), and an exception without text gives its type name."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(exc, CubepiError) and first:
+        return first
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TextIO
 
 from core.agent import Agent
-from core.errors import CubepiError, ThreadNotFoundError
+from core.errors import CubepiError, ThreadNotFoundError, error_sentence
 from core.events import AgentEnd, AgentEvent, MessageEnd, RunOutcome
 from core.leases import LeaseHolder
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
@@ -149,10 +149,10 @@ async def run_headless(
         _say(err, "The run was cancelled.")
         return EXIT_CODES["aborted"]
     except CubepiError as exc:
-        _say(err, _sentence(exc))
+        _say(err, error_sentence(exc))
         return BAD_INPUT
     except Exception as exc:  # an internal error still ends with one sentence, not a traceback
-        _say(err, f"Internal error: {_sentence(exc)}")
+        _say(err, f"Internal error: {error_sentence(exc)}")
         return 1
     finally:
         if store is not None:
@@ -289,12 +289,6 @@ def _say(stream: TextIO, line: str) -> None:
         pass  # a closed pipe must not stop the run
 
 
-def _sentence(exc: BaseException) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    if isinstance(exc, CubepiError) and first:
-        return first
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 # --- the command line ----------------------------------------------------------------------
