@@ -114,13 +114,21 @@ class JobStore(Protocol):
 
     async def job_begin(
         self, thread_id: str, key: str, tool_call_id: str | None = None, *, holder_id: str | None = None
-    ) -> JobRecord: ...
+    ) -> JobRecord:
+        """Atomically return the done job under ``key`` unchanged, or mark it ``started``
+        (attempts + 1) and return that; see ``SupervisedStore.job_begin`` for the errors."""
+        ...
 
     async def job_finish(
         self, thread_id: str, key: str, status: Any, result: Any = None, *, holder_id: str | None = None
-    ) -> None: ...
+    ) -> None:
+        """Record the job's final ``status`` (done or failed) and JSON ``result`` in one
+        transaction; see ``SupervisedStore.job_finish`` for the errors."""
+        ...
 
-    async def job_get(self, thread_id: str, key: str) -> JobRecord | None: ...
+    async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
+        """The job under ``key``, or ``None`` if it never began."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

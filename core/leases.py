@@ -84,11 +84,20 @@ def claimed_sentence(thread_id: str, lease: Lease | None) -> str:
 class LeaseStore(Protocol):
     """The part of ``SupervisedStore`` leases use (see ``core.checkpoint.base``)."""
 
-    async def acquire_lease(self, lease: Lease, *, is_stale: Callable[[Lease], bool]) -> Lease: ...
+    async def acquire_lease(self, lease: Lease, *, is_stale: Callable[[Lease], bool]) -> Lease:
+        """Take the thread's lease in one transaction when it is free, ours, or
+        ``is_stale(current)``; return the lease now held. Raises ``RunAlreadyClaimedError``
+        when another holder's lease is live (see ``SupervisedStore.acquire_lease``)."""
+        ...
 
-    async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool: ...
+    async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
+        """Move the heartbeat and expiry (unix seconds) of ``holder_id``'s lease; ``False``
+        when that holder no longer has it (nothing changed)."""
+        ...
 
-    async def release_lease(self, thread_id: str, holder_id: str) -> None: ...
+    async def release_lease(self, thread_id: str, holder_id: str) -> None:
+        """Drop the lease if ``holder_id`` holds it; a no-op otherwise."""
+        ...
 
 
 class HeldLease:

@@ -184,6 +184,8 @@ def _gc_paused() -> Iterator[None]:
 
 
 def parse_extra(text: str | None, thread_id: str) -> tuple[dict[str, Any], CorruptRow | None]:
+    """A thread's ``extra_json`` as ``(object, None)``; text that is not a JSON object gives
+    ``({}, CorruptRow("thread_extra", reason, raw))`` instead of raising."""
     try:
         value = json.loads(text) if text else {}
     except ValueError:
