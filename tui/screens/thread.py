@@ -13,13 +13,13 @@ and the user's choices.
 from __future__ import annotations
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
 from core.checkpoint.base import Command
 from core.errors import CubepiError, RunError
-from core.recovery import ResumeAction
+from core.recovery import ResumeAction, ThreadState
 from core.supervise import ThreadCrashedError, ThreadNotRunningError
 from tui.messages import CloseThread, RunFinished, RunStarted
 from tui.screens.modals import ConfirmModal, TextInputModal
@@ -157,6 +157,46 @@ class ThreadScreen(ThreadView):
 
     # --- keys ---------------------------------------------------------------------------
 
+    def on_key(self, event: events.Key) -> None:
+        """A greyed-out key says in one sentence why it does nothing now."""
+        action = next((b.action for b in self.BINDINGS if isinstance(b, Binding) and b.key == event.key), None)
+        if action is None or self.check_action(action, ()):
+            return
+        reason = self._why_not(action)
+        if reason is not None:
+            # Stopped here, the key never reaches the bindings, which would ignore it silently.
+            event.stop()
+            event.prevent_default()
+            self.notify(reason, timeout=6, markup=False)
+
+    def _why_not(self, action: str) -> str | None:
+        """Why ``action`` does nothing now, in one sentence (``None``: it does something)."""
+        if not self.loaded:
+            return "The thread is still loading."
+        if action == "abort" and not (self.running or self.elsewhere is not None):
+            return "Nothing to abort: the agent is not running on this thread."
+        if action == "new_prompt" and self.running:
+            return "The agent is running: steer it with s, queue a follow-up with f, or abort it with a."
+        if action != "resume":
+            return None
+        if self.running:
+            return "Nothing to resume: the agent is running this thread now."
+        if self.elsewhere is not None:
+            return None  # enabled: action_resume says who runs it
+        diagnosis = self.diagnosis
+        if diagnosis is not None and diagnosis.resumable:
+            return None
+        state = diagnosis.state if diagnosis is not None else None
+        if state is ThreadState.COMPLETED:
+            return "Nothing to resume: the thread completed; press n to send a new prompt."
+        if state is ThreadState.ABORTED:
+            return "Nothing to resume: the run was aborted and saved; press n to send a new prompt."
+        if state is ThreadState.EMPTY:
+            return "Nothing to resume: the thread has no messages yet; press n to send the first prompt."
+        if diagnosis is None:
+            return "Nothing to resume: no run crashed here; press n to send a new prompt."
+        return f"Nothing to resume: the thread is {diagnosis.label}; press n to send a new prompt."
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Grey out keys that make no sense now (abort when idle, resume when clean, ...).
 
@@ -182,6 +222,8 @@ class ThreadScreen(ThreadView):
             self.status_bar.run_state = "aborting"
         elif self.elsewhere is not None:
             self._send_command("abort")
+        else:
+            self.notify("Nothing to abort: the agent is not running on this thread.", timeout=6, markup=False)
 
     def action_steer(self) -> None:
         """Ask for a steering message and queue it (offers a new prompt when idle)."""
@@ -193,9 +235,7 @@ class ThreadScreen(ThreadView):
 
     def action_resume(self) -> None:
         """Show the resume plan with its choices, then resume the crashed run as chosen."""
-        if self.running:
-            return
-        if self.elsewhere is not None:
+        if self.elsewhere is not None and not self.running:
             self.notify(
                 f"Thread {clean(self.thread_id)!r} is {clean(self.elsewhere.label)}, so it cannot be resumed "
                 "now; abort it with a, or wait until that run ends or its lease expires.",
@@ -204,7 +244,9 @@ class ThreadScreen(ThreadView):
                 markup=False,
             )
             return
-        if self.diagnosis is None or not self.diagnosis.resumable:
+        reason = self._why_not("resume")
+        if reason is not None:
+            self.notify(reason, timeout=6, markup=False)
             return
         self.start_run("resume")
 
