@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from rich.console import Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -132,43 +135,76 @@ class ErrorScreen(OnceModal[None]):
         self.answer_once(None)
 
 
-HELP_TEXT = """\
-Threads (the picker)
-  Enter   open the thread under the cursor
-  n       start a new thread (asks for the first prompt)
-  r       reload the list
-  q       quit
+HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
+    (
+        "Threads (the picker)",
+        (
+            ("Enter", "open the thread under the cursor"),
+            ("n", "start a new thread (asks for the first prompt)"),
+            ("r", "reload the list"),
+            ("q", "quit"),
+        ),
+    ),
+    (
+        "Thread view",
+        (
+            ("a", "abort the run (another process's run: sent to it as a command)"),
+            ("s", "steer: a message the agent reads before its next model call"),
+            ("f", "follow-up: a message delivered when the agent would otherwise stop"),
+            ("r", "resume a crashed thread (shows what happens to each call and asks first)"),
+            ("n", "send a new prompt in this thread"),
+            ("e", "show earlier messages"),
+            ("q", "back to the threads (a running agent keeps running)"),
+        ),
+    ),
+    ("Everywhere", (("?", "this help"), ("ctrl+p", "command palette"))),
+    (
+        "Crash points (what the picker and the banner report)",
+        (
+            ("1  between turns", "the last user message was never answered: resume calls the model"),
+            ("2  after tool result", "every call has its result, the next model call never finished"),
+            (
+                "3  mid-tool",
+                "a tool call has no result: resume settles each call first - an idempotent tool is "
+                "re-run (or its done job's stored result reused), any other call is marked interrupted "
+                "unless you choose to re-run it - then calls the model",
+            ),
+        ),
+    ),
+    (
+        "Running elsewhere",
+        "A thread another process runs (another window, or `cubepi-tui run`) shows as \"running "
+        "elsewhere (pid, host, heartbeat)\". Open it to follow it live; a, s and f are sent to that "
+        "process and the commands bar shows pending -> delivered -> applied, or refused with the "
+        "reason. It cannot be resumed until that run ends or its lease expires; then it shows as crashed.",
+    ),
+    (
+        "",
+        "A browse-only database (cubeloop's) asks before it is upgraded for writing.\n"
+        "Tool output is shown literally: markup and terminal escapes appear as text.",
+    ),
+)
+"""The help screen's sections: a title and either (key, meaning) entries or a paragraph."""
 
-Thread view
-  a       abort the run (another process's run: sent to it as a command)
-  s       steer: a message the agent reads before its next model call
-  f       follow-up: a message delivered when the agent would otherwise stop
-  r       resume a crashed thread (shows what happens to each call and asks first)
-  n       send a new prompt in this thread
-  e       show earlier messages
-  q       back to the threads (a running agent keeps running)
 
-Everywhere
-  ?       this help
-  ctrl+p  command palette
-
-Crash points (what the picker and the banner report)
-  1  between turns     the last user message was never answered: resume calls the model
-  2  after tool result  every call has its result, the next model call never finished
-  3  mid-tool          a tool call has no result: resume settles each call first - an
-                       idempotent tool is re-run (or its done job's stored result reused),
-                       any other call is marked interrupted unless you choose to re-run it
-                       - then calls the model
-
-Running elsewhere
-  A thread another process runs (another window, or `cubepi-tui run`) shows as
-  "running elsewhere (pid, host, heartbeat)". Open it to follow it live; a, s and f
-  are sent to that process and the commands bar shows pending -> delivered ->
-  applied, or refused with the reason. It cannot be resumed until that run ends or
-  its lease expires; then it shows as crashed.
-
-A browse-only database (cubeloop's) asks before it is upgraded for writing.
-Tool output is shown literally: markup and terminal escapes appear as text."""
+def help_renderable() -> RenderableType:
+    """:data:`HELP` laid out with hanging indents: a wrapped meaning stays in its column."""
+    parts: list[RenderableType] = []
+    for title, body in HELP:
+        if parts:
+            parts.append(Text(""))
+        if title:
+            parts.append(Text(title, style="bold"))
+        if isinstance(body, str):
+            parts.append(Padding(Text(body), (0, 0, 0, 2 if title else 0)))
+            continue
+        grid = Table.grid(padding=(0, 2), expand=True)
+        grid.add_column(no_wrap=True, min_width=6)
+        grid.add_column(ratio=1)
+        for key, meaning in body:
+            grid.add_row(Text(key), Text(meaning))
+        parts.append(Padding(grid, (0, 0, 0, 2)))
+    return Group(*parts)
 
 
 class HelpScreen(OnceModal[None]):
@@ -182,7 +218,7 @@ class HelpScreen(OnceModal[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog -help"):
             yield Static(Text("cubepi-tui help", style="bold"), classes="title")
-            yield Static(Text(HELP_TEXT), classes="body")
+            yield Static(help_renderable(), classes="body")
             yield Static(Text("Escape closes this help.", style="dim"), classes="hint")
 
     def action_close(self) -> None:
