@@ -48,6 +48,12 @@ async def test_picker_lists_every_fixture_thread_with_its_label_and_changes_no_b
         await wait_for(pilot, lambda: len(app.threads_screen.rows) == len(expected), what="all rows")
         rows = {r.thread_id: r for r in app.threads_screen.rows}
         assert {tid: (r.state, r.message_count) for tid, r in rows.items()} == expected
+
+        def drawn() -> bool:  # the rows change before the table is redrawn
+            lines = [f" {line} " for line in screen_text(app).splitlines()]
+            return all(any(f" {tid} " in line for line in lines) for tid in expected)
+
+        await wait_for(pilot, drawn, what="every row drawn")
         text = screen_text(app)
         for thread_id, (label, _) in expected.items():
             line = next(line for line in text.splitlines() if f" {thread_id} " in f" {line} ")
