@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import time
 
+from core.checkpoint.base import Lease, ThreadSummary
 from core.checkpoint.memory import MemoryCheckpointer
-from core.messages import user_text
+from core.messages import AssistantMessage, TextContent, user_text
 from tests.tui.conftest import fast_session, screen_text, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.modals import HelpScreen
@@ -35,3 +37,36 @@ async def test_a_wrapped_help_entry_keeps_its_indent() -> None:
         assert len(entry) >= 2, lines[start : start + 6]  # the entry wraps at this width
         for inner in entry:
             assert len(inner) - len(inner.lstrip()) == column, (column, inner)
+
+
+PROMPT = "Forecast the revenue of every region for Q3"
+
+
+async def test_the_first_prompt_takes_the_width_a_run_elsewhere_no_longer_needs() -> None:
+    lease = Lease("multi-tool-partial-parallel-injected", "holder", 4242, "build-box", "r9",
+                  time.time(), time.time(), time.time() + 600)
+    ids = ("multi-tool-partial-parallel-injected", "nightly-report")
+
+    class Store(MemoryCheckpointer):
+        leased = True
+
+        async def list_threads(self) -> list[ThreadSummary]:
+            now = time.time()
+            return [
+                ThreadSummary(ids[0], 2, now, tail=(user_text("hi"), AssistantMessage(content=[TextContent(text="ok")])),
+                              first_prompt="hi", lease=lease if self.leased else None),
+                ThreadSummary(ids[1], 2, now - 60, tail=(user_text(PROMPT), AssistantMessage(content=[TextContent(text="ok")])),
+                              first_prompt=PROMPT),
+            ]
+
+    store = Store()
+    app = make_app(fast_session(store))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for_text(pilot, "running elsewhere (pid 4242")
+        picker = app.screen
+        assert isinstance(picker, ThreadsScreen)
+        assert PROMPT not in screen_text(app)  # no room while the long state label is shown
+        store.leased = False
+        picker.reload()
+        await wait_for(pilot, lambda: "running elsewhere" not in screen_text(app), what="the run ended")
+        await wait_for_text(pilot, PROMPT)  # 43 characters fit in the free width at 120 columns

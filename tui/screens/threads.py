@@ -70,6 +70,7 @@ class ThreadsScreen(Screen[None]):
         self.rows: list[ThreadRow] = []
         """The rows on screen, in table order."""
         self._reload_worker: Worker[None] | None = None
+        self._prompt_cut = 0  # the width the first prompts were last cut to
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="threads-title")
@@ -151,7 +152,7 @@ class ThreadsScreen(Screen[None]):
         """Show ``self.rows``, keeping the cursor on ``selected`` when it is still listed."""
         table = self.query_one(DataTable)
         table.clear()
-        prompt_width = self._prompt_width()
+        prompt_width = self._prompt_cut = self._prompt_width()
         for row in self.rows:
             table.add_row(
                 Text(clean(row.thread_id), style="bold"),
@@ -175,7 +176,19 @@ class ThreadsScreen(Screen[None]):
             table.update_cell(key, "state", state_text(row), update_width=True)
             table.update_cell(key, "msgs", Text(str(row.message_count), justify="right"))
             table.update_cell(key, "last", Text(relative_time(row.last_activity)))
-            table.update_cell(key, "prompt", Text(one_line(row.first_prompt, width)))
+            table.update_cell(key, "prompt", Text(one_line(row.first_prompt, width)), update_width=True)
+        self._fit_prompts()
+
+    def _fit_prompts(self) -> None:
+        """Cut every first prompt again when the width left for them changed (a long state
+        label came or went), so they use the free width without overflowing it."""
+        width = self._prompt_width()
+        if width == self._prompt_cut:
+            return
+        self._prompt_cut = width
+        table = self.query_one(DataTable)
+        for row in self.rows:
+            table.update_cell(row.thread_id, "prompt", Text(one_line(row.first_prompt, width)), update_width=True)
 
     def _prompt_width(self) -> int:
         """What is left of the screen's width for the first prompt (at least 16 characters)."""
@@ -205,6 +218,7 @@ class ThreadsScreen(Screen[None]):
                 continue
             self.rows[index] = row = replace(row, state=view.label, lease=view)
             table.update_cell(row.thread_id, "state", state_text(row), update_width=True)
+        self._fit_prompts()
 
     @property
     def selected_thread_id(self) -> str | None:
