@@ -79,3 +79,21 @@ async def test_new_messages_keep_the_view_at_the_end_unless_the_user_scrolled_up
         await transcript.append_message(user_text("and another"))
         await pilot.pause(0.2)  # a bounded look: nothing should move
         assert transcript.scroll_y == where and "and another" not in screen_text(app)
+
+
+async def test_showing_earlier_messages_brings_them_into_view() -> None:
+    store = MemoryCheckpointer()
+    messages: list[object] = []
+    for i in range(100):
+        messages += [user_text(f"question {i}"), _reply(TextContent(text=f"answer {i}"))]
+    await store.append("long", messages)  # type: ignore[arg-type]
+    app = make_app(fast_session(store), thread_id="long")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
+        await wait_for(pilot, lambda: "answer 99" in screen_text(app), what="the end in view")
+        transcript = app.screen.query_one(Transcript)
+        await pilot.press("e")
+        # The window was questions 70-99; the 60 entries mounted above end with answer 69.
+        await wait_for(pilot, lambda: transcript.shown_count == 120, what="earlier mounted")
+        await wait_for(pilot, lambda: "answer 69" in screen_text(app), what="the earlier messages in view")
+        assert "answer 99" not in screen_text(app)

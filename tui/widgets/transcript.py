@@ -130,7 +130,16 @@ class Transcript(VerticalScroll, can_focus=True):
         first = next((c for c in self.children if c.id != "earlier"), None)
         if views:
             await self.mount_all(views, before=first) if first else await self.mount_all(views)
+            if first is not None:
+                # A view pinned to the end would stay there and nothing would seem to happen.
+                self.call_after_refresh(self._reveal_above, first)
         self._update_earlier()
+
+    def _reveal_above(self, boundary: Widget) -> None:
+        """Scroll so the screenful just above ``boundary`` (the entries just mounted) is in view."""
+        if boundary.is_attached:
+            top = boundary.virtual_region.y - self.scrollable_content_region.height
+            self.scroll_to(y=max(0, top), animate=False, immediate=True)
 
     def _window_start(self, end: int) -> int:
         start = max(0, end - WINDOW)
