@@ -11,6 +11,7 @@ from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
+from textual.widgets.data_table import CellKey
 from textual.worker import Worker
 
 from core.errors import CubepiError
@@ -41,6 +42,25 @@ def state_text(row: ThreadRow) -> Text:
     if row.problems:
         text.append(f" · {row.problems} unreadable row(s)", style="red")
     return text
+
+
+class ThreadTable(DataTable[Text | str]):
+    """The picker's table: a DataTable that redraws its cells when a column's width changed.
+
+    DataTable (Textual 8.2.8) measures columns on idle, after ``update_cell(...,
+    update_width=True)``, and keeps cells drawn in between cached at the old width: a state
+    column stayed as wide as a "running elsewhere" label gone since, pushing the first
+    prompts off screen, until the next unrelated update.
+    """
+
+    def _update_column_widths(self, updated_cells: set[CellKey]) -> None:
+        # DataTable's private measuring step, the one place widths change after update_cell;
+        # re-check this override when upgrading Textual.
+        before = [column.content_width for column in self.columns.values()]
+        super()._update_column_widths(updated_cells)
+        if [column.content_width for column in self.columns.values()] != before:
+            self._clear_caches()
+            self.refresh()
 
 
 class ThreadsScreen(Screen[None]):
@@ -74,18 +94,13 @@ class ThreadsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="threads-title")
-        table: DataTable[Text | str] = DataTable(id="threads-table", cursor_type="row", zebra_stripes=True)
+        table = ThreadTable(id="threads-table", cursor_type="row", zebra_stripes=True)
         yield table
         yield Static("", id="threads-empty")
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_column("thread", key="thread")
-        table.add_column("state", key="state")
-        table.add_column("msgs", key="msgs")
-        table.add_column("last activity", key="last")
-        table.add_column("first prompt", key="prompt")
+        self._add_columns()
         # Relative times age while the screen is open; redraw them without reloading.
         self.set_interval(30, self._refresh_times)
         # So does a run elsewhere's heartbeat: no write comes when its host died.
@@ -148,10 +163,21 @@ class ThreadsScreen(Screen[None]):
         if message.rows and self.focused is None:
             table.focus()
 
+    def _add_columns(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_column("thread", key="thread")
+        table.add_column("state", key="state")
+        table.add_column("msgs", key="msgs")
+        table.add_column("last activity", key="last")
+        table.add_column("first prompt", key="prompt")
+
     def _fill_table(self, selected: str | None = None) -> None:
         """Show ``self.rows``, keeping the cursor on ``selected`` when it is still listed."""
         table = self.query_one(DataTable)
-        table.clear()
+        # Columns too: a cleared table keeps each column's widest cell so far, so a long
+        # label gone since (a run elsewhere) would keep its width and push the prompts off.
+        table.clear(columns=True)
+        self._add_columns()
         prompt_width = self._prompt_cut = self._prompt_width()
         for row in self.rows:
             table.add_row(
