@@ -64,6 +64,9 @@ ABORT_TOO_LATE = "run ended before the abort took effect"
 STALE_ABORT = "sent to an earlier run that had already ended"
 """The note on an abort left pending by an earlier run, refused when the next run starts."""
 
+ORPHANED_ABORT = "its runner stopped before taking it; nothing is running to abort"
+"""The note on an abort whose runner died (its lease is no longer live) before applying it."""
+
 _SUPERVISED_METHODS = ("append_live_events", "prune_live_events", "list_commands", "update_command", "change_token")
 
 
@@ -250,6 +253,25 @@ async def _refusal(store: Any, thread_id: str, kind: str, lease: Lease | None) -
 
 def _kind_words(kind: str) -> str:
     return "follow-up" if kind == "follow_up" else kind
+
+
+async def refuse_orphaned_aborts(store: Any, thread_id: str) -> list[Command]:
+    """Mark ``refused`` the aborts of ``thread_id`` still pending or delivered although no run
+    holds its live lease (their runner died first), and return them, updated; ``[]`` while a
+    run holds the lease. An abort has nothing left to stop, unlike a steer or follow-up,
+    which :func:`undelivered` keeps for the resume. One settled meanwhile (the runner applied
+    it, a resume refused it) is left as it is. Raises the store's errors (a browse-only store
+    raises ``ReadOnlyStoreError``)."""
+    if lease_status(await store.get_lease(thread_id), (), time.time()).live:
+        return []
+    out = []
+    for c in await store.list_commands(thread_id, ["pending", "delivered"]):
+        if c.kind == "abort":
+            try:
+                out.append(await store.update_command(c.seq, "refused", ORPHANED_ABORT))
+            except CommandTransitionError:
+                pass
+    return out
 
 
 async def undelivered(store: Any, thread_id: str) -> list[Command]:

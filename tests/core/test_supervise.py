@@ -20,6 +20,7 @@ from core.live import LiveFold
 from core.messages import UserMessage, user_text
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_tool_call
 from core.supervise import (
+    ORPHANED_ABORT,
     RUN_ENDED,
     STALE_ABORT,
     CommandError,
@@ -29,6 +30,7 @@ from core.supervise import (
     ThreadNotRunningError,
     discard,
     lease_status,
+    refuse_orphaned_aborts,
     send,
     undelivered,
 )
@@ -516,3 +518,19 @@ async def test_a_run_that_lost_its_lease_leaves_the_new_holders_commands_and_liv
     await supervisor._after_run()
     assert [c.status for c in await store.list_commands("t")] == ["refused"]
     assert await store.read_live_events("t") == []
+
+
+async def test_an_abort_whose_runner_died_is_refused_once_the_lease_is_not_live() -> None:
+    store = MemoryCheckpointer()
+    now = time.time()
+    await store.acquire_lease(Lease("t", "runner", 1, "other-host", "r1", now, now, now + 30), is_stale=lambda _l: True)
+    abort = await send(store, "t", "abort")
+    steer = await send(store, "t", "steer", "keep going")
+    assert await refuse_orphaned_aborts(store, "t") == []  # the runner may still take it
+    await store.acquire_lease(Lease("t", "runner", 1, "other-host", "r1", now - 60, now - 60, now - 30),
+                              is_stale=lambda _l: True)  # its heartbeat stopped: the lease expired
+    (refused,) = await refuse_orphaned_aborts(store, "t")
+    assert (refused.seq, refused.status, refused.note) == (abort.seq, "refused", ORPHANED_ABORT)
+    statuses = {c.seq: c.status for c in await store.list_commands("t")}
+    assert statuses == {abort.seq: "refused", steer.seq: "pending"}  # the steer waits for the resume
+    assert await refuse_orphaned_aborts(store, "t") == []
