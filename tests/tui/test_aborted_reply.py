@@ -120,10 +120,11 @@ async def test_a_saved_reply_unlike_the_streamed_one_is_shown_as_saved() -> None
             stop_reason="tool_use",
         )
         await transcript.end_reply(saved)
-        await wait_for_text(pilot, "only text")
+        await wait_for(pilot, lambda: "only text" in screen_text(app) and '{"x": 1}' in screen_text(app),
+                       what="the saved reply drawn")
         text = screen_text(app)
         assert "first" not in text and "between" not in text
-        assert "second" in text and '{"x": 1}' in text
+        assert "second" in text
         assert set(transcript.tool_views) == {"b"}
         (view,) = app.query(AssistantMessageView)
         assert [type(v).__name__ for v in view.children][1:] == ["Markdown", "ToolCallView"]
