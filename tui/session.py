@@ -21,7 +21,7 @@ from core.errors import CubepiError, ThreadNotFoundError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, watch_threads
 from core.recovery import Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose
-from core.supervise import LeaseState, LeaseView, Supervisor, discard, lease_status, send, undelivered
+from core.supervise import LeaseState, LeaseView, Supervisor, discard, lease_status, refuse_orphaned_aborts, send, undelivered
 
 StoreOpener = Callable[[], Awaitable[Checkpointer]]
 """Opens the database; raises ``DatabaseOpenError`` with one sentence when it cannot."""
@@ -317,6 +317,13 @@ class Session:
         if sup is not None:
             return await sup.resume(choices, include_pending=send_pending)
         return await (await self.agent(thread_id)).resume(choices)
+
+    async def refuse_orphaned_aborts(self, thread_id: str) -> list[Command]:
+        """Refuse the aborts a dead runner never took (:func:`core.supervise.refuse_orphaned_aborts`);
+        ``[]`` on a browse-only store, which is never written. Raises the store's errors."""
+        if not self.can_watch or self.needs_upgrade:
+            return []
+        return await refuse_orphaned_aborts(self._store(), thread_id)
 
     async def send(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
         """Queue a command for the run of ``thread_id`` in another process (:func:`core.supervise.send`).

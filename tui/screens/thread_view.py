@@ -299,6 +299,15 @@ class ThreadView(Screen[None]):
             model = change.model
             live = model.lease_view.live
             self._show_lease(model.lease_view, None if live else model.diagnosis())
+        if not change.model.lease_view.live and any(c.kind == "abort" for c in change.model.commands):
+            self._refuse_orphaned_aborts()  # the follower then reports them refused
+
+    @work(exclusive=True, exit_on_error=False, group="orphans")
+    async def _refuse_orphaned_aborts(self) -> None:
+        try:
+            await self.session.refuse_orphaned_aborts(self.thread_id)
+        except CubepiError:
+            pass  # a locked or browse-only database: the abort just stays shown as sent
 
     def _command_seen(self, command: Command) -> None:
         if not self.commands_bar.track(command) or command.seq not in self._sent:
