@@ -9,12 +9,12 @@ list, which is how a reader tells a live partial from a message it already loade
 
 ==========================  =========================================================
 ``agent_start``             ``run_id``: a run began (readers forget older live state)
-``message_start``           ``i``, ``role``: an assistant reply began streaming
+``message_start``           ``i``, ``role``, ``model``: an assistant reply began streaming
 ``text_delta``              ``i``, ``b`` (content block index), ``d`` (text); consecutive
                             deltas of one block within a batch are joined into one event
 ``thinking_delta``          as ``text_delta``, for a thinking block
 ``tool_call_start``         ``i``, ``b``, ``id``, ``name``: the reply began a tool call
-``message_snapshot``        ``i``, ``content`` (blocks as JSON): the whole partial so far,
+``message_snapshot``        ``i``, ``model``, ``content`` (blocks as JSON): the whole partial so far,
                             written every ``keep // 2`` rows so a bounded log always holds
                             a starting point for it
 ``message_end``             ``i``, ``role``: message ``i`` is persisted (written after
@@ -124,7 +124,7 @@ class LiveLog:
         elif isinstance(event, MessageStart):
             if isinstance(event.message, AssistantMessage):
                 self._partial, self._partial_index, self._since_anchor = event.message, index, 0
-                self._push({"type": "message_start", "i": index, "role": "assistant"})
+                self._push({"type": "message_start", "i": index, "role": "assistant", "model": event.message.model_id})
         elif isinstance(event, MessageEnd):
             if event.message is self._partial:
                 self._partial = None
@@ -175,7 +175,7 @@ class LiveLog:
         else:
             return  # tool call arguments: the persisted message carries them
         if self._since_anchor >= max(self.keep // 2, 1) and self._partial is not None:
-            self._push({"type": "message_snapshot", "i": self._partial_index,
+            self._push({"type": "message_snapshot", "i": self._partial_index, "model": self._partial.model_id,
                         "content": [b.model_dump(mode="json") for b in self._partial.content]})
             self._since_anchor = 0
 
@@ -288,12 +288,14 @@ class LiveFold:
                     out.partial_reset = True
             elif kind == "message_start":
                 if isinstance(i, int) and i >= persisted:
-                    self.partial, self.partial_index = AssistantMessage(run_id=event.run_id), i
+                    self.partial, self.partial_index = AssistantMessage(run_id=event.run_id, model_id=_model(data)), i
                     out.partial_reset = True
             elif kind == "message_snapshot":
                 if isinstance(i, int) and i >= persisted:
                     try:
-                        message = AssistantMessage.model_validate({"content": data.get("content", []), "run_id": event.run_id})
+                        message = AssistantMessage.model_validate(
+                            {"content": data.get("content", []), "run_id": event.run_id, "model_id": _model(data)}
+                        )
                     except ValueError:
                         continue
                     self.partial, self.partial_index = message, i
@@ -389,3 +391,9 @@ def _append(message: AssistantMessage, index: int, kind: str, text: str) -> None
 def answered_ids(messages: Iterable[Any]) -> set[str]:
     """Tool call ids that have a result among ``messages``."""
     return {m.tool_call_id for m in messages if isinstance(m, ToolResultMessage)}
+
+
+def _model(data: dict[str, Any]) -> str:
+    """The model id a live row names (rows of older writers name none: ``""``)."""
+    model = data.get("model")
+    return model if isinstance(model, str) else ""

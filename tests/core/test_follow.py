@@ -283,3 +283,29 @@ async def test_watch_threads_lists_again_on_changes_and_on_expiry() -> None:
     third = await asyncio.wait_for(anext(stream), 10)  # no write: the lease expired
     assert third.views["b"].state is LeaseState.CRASHED and time.time() >= now + 0.4
     await stream.aclose()
+
+
+def test_the_streaming_reply_carries_its_model() -> None:
+    fold = LiveFold()
+    fold.apply([ev(1, type="message_start", i=0, role="assistant", model="claude-x"),
+                ev(2, type="text_delta", i=0, b=0, d="Hi")], persisted=0, answered=set())
+    assert fold.partial is not None and fold.partial.model_id == "claude-x"
+    fold.apply([ev(3, type="message_snapshot", i=1, model="claude-y", content=[{"type": "text", "text": "So"}])],
+               persisted=1, answered=set())
+    assert fold.partial is not None and fold.partial.model_id == "claude-y" and fold.partial.text == "So"
+    fold.apply([ev(4, type="message_start", i=2, role="assistant")], persisted=2, answered=set())  # an older writer
+    assert fold.partial is not None and fold.partial.model_id == ""
+
+
+async def test_the_live_log_names_the_model_of_a_reply() -> None:
+    from core.events import MessageStart
+    from core.live import LiveLog
+
+    store = MemoryCheckpointer()
+    log = LiveLog(store, "t")
+    log.start()
+    log.add(MessageStart(AssistantMessage(model_id="claude-x")), 0)
+    await log.flush()
+    await log.close()
+    rows = [e.data for e in await store.read_live_events("t")]
+    assert {"type": "message_start", "i": 0, "role": "assistant", "model": "claude-x"} in rows
