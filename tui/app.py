@@ -71,7 +71,9 @@ class CubepiApp(App[None]):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self._end_on_signal)
         with contextlib.suppress(ValueError, OSError):
-            self._restore_hangup = hangup.on_hangup(lambda: loop.call_soon_threadsafe(self._end_on_signal))
+            self._restore_hangup = hangup.on_hangup(
+                lambda: loop.call_soon_threadsafe(self._end_on_signal), driver=lambda: self._driver
+            )
 
     def _end_on_signal(self) -> None:
         self._abort_and_exit()

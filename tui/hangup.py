@@ -47,18 +47,42 @@ def start_watchdog(seconds: float = WATCHDOG_SECONDS, code: int = EXIT_CODE) -> 
     return timer
 
 
-def on_hangup(callback: Callable[[], None]) -> Callable[[], None]:
+def drain_output(driver: object) -> None:
+    """Keep Textual's output queue moving once its writer thread is gone.
+
+    The writer may already have died on the dead terminal before the signal handler ran
+    (or die on a write it had begun): nothing would empty its bounded queue again, and the
+    app's next writes would block it for good. A daemon thread waits for the writer to end
+    and from then on discards what is queued. Uses Textual 8's private ``_writer_thread``
+    and its ``_queue``; does nothing when they are not there.
+    """
+    writer = getattr(driver, "_writer_thread", None)
+    queue = getattr(writer, "_queue", None)
+    if not isinstance(writer, threading.Thread) or queue is None:
+        return
+
+    def discard() -> None:
+        writer.join()
+        while True:
+            queue.get()
+
+    threading.Thread(target=discard, daemon=True, name="hangup-drain").start()
+
+
+def on_hangup(callback: Callable[[], None], driver: Callable[[], object] = lambda: None) -> Callable[[], None]:
     """Call ``callback`` (from the main thread, as a signal handler) after detaching from the
-    terminal and starting the watchdog, when SIGHUP arrives. Returns the function that puts
-    the previous handler back. A plain ``signal.signal`` handler, not the event loop's: it
-    must run even when the loop is stuck writing to the dead terminal. Raises ``ValueError``
-    when called from another thread than the main one."""
+    terminal, keeping ``driver()``'s output moving (:func:`drain_output`) and starting the
+    watchdog, when SIGHUP arrives. Returns the function that puts the previous handler
+    back. A plain ``signal.signal`` handler, not the event loop's: it must run even when
+    the loop is stuck writing to the dead terminal. Raises ``ValueError`` when called from
+    another thread than the main one."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         try:
             detach_from_terminal()
         except OSError:
             pass  # still end, the watchdog covers a hang
+        drain_output(driver())
         start_watchdog()
         callback()
 
