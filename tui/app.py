@@ -28,7 +28,7 @@ from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 from tui.session import Session
 
-_ENDING_SIGNALS = (signal.SIGTERM,)
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """Signals that end the app the way quitting does (runs aborted and saved); SIGHUP does
 too, through :mod:`tui.hangup`, as the terminal is gone by then."""
 

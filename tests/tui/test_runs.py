@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+
+import pytest
+
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState, diagnose
 from tests.tui.conftest import Db, fast_session, open_from_picker, screen_text, type_text, wait_for, wait_for_text
@@ -213,17 +217,18 @@ async def test_after_a_run_here_the_view_follows_the_thread_again_showing_each_m
         assert screen_text(app).count("a note from another program") == 1
 
 
-async def test_sigterm_aborts_the_runs_and_exits_cleanly(db: Db) -> None:
-    """`kill PID` (or a closed terminal) leaves the thread aborted, not crashed."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_sigterm_aborts_the_runs_and_exits_cleanly(db: Db, signum: int) -> None:
+    """`kill PID` or `kill -INT PID` leaves the thread aborted, not crashed (in the app,
+    Ctrl-C is a key; SIGINT only comes from outside)."""
     import os
-    import signal
 
     app = make_app(fast_session(path=db.path, speed=1.0))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "train something")
         await wait_for(pilot, lambda: _running_tool(app), timeout=10, what="a tool running")
         thread_id = screen.thread_id
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signum)
         # Generous: on a loaded 2-core machine the abort and the save can take seconds.
         await wait_for(pilot, lambda: not screen.running or app._exit, timeout=60, what="run stopped")
         await wait_for(pilot, lambda: app._exit, timeout=60, what="app exiting")
