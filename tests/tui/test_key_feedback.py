@@ -87,3 +87,13 @@ async def test_r_and_n_while_a_run_here_is_going_say_why_they_do_nothing() -> No
         assert app.screen is screen  # no prompt dialog opened
         await pilot.press("a")
         await wait_for(pilot, lambda: not screen.running, what="run aborted")
+
+
+async def test_e_with_every_message_shown_says_so() -> None:
+    store = MemoryCheckpointer()
+    await store.append("short", [user_text("hi"), AssistantMessage(content=[TextContent(text="hello")], stop_reason="stop")])
+    app = make_app(fast_session(store), thread_id="short")
+    async with app.run_test(size=(110, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
+        notice = await _press_and_hear(pilot, "e", "shown already")
+        assert notice == "Every message of this thread is shown already."

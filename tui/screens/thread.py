@@ -264,7 +264,10 @@ class ThreadScreen(ThreadView):
         self._ask_prompt()
 
     def action_earlier(self) -> None:
-        """Show earlier messages."""
+        """Show earlier messages, or say that every message is shown already."""
+        if not self.transcript.has_earlier:
+            self.notify("Every message of this thread is shown already.", timeout=3, markup=False)
+            return
         self.run_worker(self.transcript.show_earlier(), exclusive=True, group="earlier")
 
     def action_back(self) -> None:

@@ -120,6 +120,11 @@ class Transcript(VerticalScroll, can_focus=True):
         self.scroll_home(animate=False, immediate=True)
         self.call_after_refresh(self._pin_when_tall)
 
+    @property
+    def has_earlier(self) -> bool:
+        """Whether older entries exist that are not mounted yet ("show earlier" has work)."""
+        return self._first_shown > 0
+
     async def show_earlier(self) -> None:
         """Mount up to :data:`WINDOW` more of the older entries above the shown ones."""
         if self._first_shown == 0:
