@@ -40,7 +40,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from core.agent import Agent
@@ -110,6 +110,15 @@ class LeaseView:
     def may_resume(self) -> bool:
         """Whether a new run may take the thread: never while a live lease exists."""
         return not self.live
+
+    def at(self, now: float) -> LeaseView:
+        """This view of a run elsewhere as it reads at ``now`` (unix seconds): the heartbeat's
+        age and the time left move on while no new heartbeat is read. The state is kept:
+        whether the lease expired is decided from the store (:func:`lease_status`). Views in
+        other states are returned unchanged."""
+        if self.lease is None or self.state is not LeaseState.RUNNING_ELSEWHERE:
+            return self
+        return replace(self, heartbeat_age=now - self.lease.heartbeat_at, expires_in=self.lease.expires_at - now)
 
     @property
     def label(self) -> str:

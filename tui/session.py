@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from core.agent import Agent
@@ -69,16 +69,6 @@ class ThreadRow:
     """What the thread's lease says (running here / elsewhere / crashed), when it has one."""
     note: str = ""
     """A few words after the state: why a crashed runner counts as gone ("its process is gone")."""
-
-
-def aged(view: LeaseView, now: float | None = None) -> LeaseView:
-    """``view`` of a run elsewhere as it reads at ``now`` (default: now): the heartbeat's age
-    and the time left move on while no new heartbeat is read. The state is kept: whether the
-    lease expired is decided from the store (the follower and the picker's watch do)."""
-    if view.lease is None or view.state is not LeaseState.RUNNING_ELSEWHERE:
-        return view
-    now = time.time() if now is None else now
-    return replace(view, heartbeat_age=now - view.lease.heartbeat_at, expires_in=view.lease.expires_at - now)
 
 
 _SUPERVISED = ("read_live_events", "get_lease", "list_commands", "send_command", "change_token")

@@ -534,3 +534,13 @@ async def test_an_abort_whose_runner_died_is_refused_once_the_lease_is_not_live(
     statuses = {c.seq: c.status for c in await store.list_commands("t")}
     assert statuses == {abort.seq: "refused", steer.seq: "pending"}  # the steer waits for the resume
     assert await refuse_orphaned_aborts(store, "t") == []
+
+
+def test_a_view_of_a_run_elsewhere_ages_without_a_new_read() -> None:
+    lease = Lease("t", "h", 1, "other-host", "r1", 1000.0, 1000.0, 1015.0)
+    view = lease_status(lease, (), 1001.0)
+    later = view.at(1009.0)
+    assert later.state is LeaseState.RUNNING_ELSEWHERE  # expiry is the store's call, not the clock's here
+    assert (later.heartbeat_age, later.expires_in) == (9.0, 6.0) and "heartbeat 9 s ago" in later.label
+    crashed = lease_status(lease, (), 1020.0)
+    assert crashed.at(1030.0) is crashed

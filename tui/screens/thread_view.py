@@ -18,6 +18,7 @@ most one append per block per tick. The keys and the runs live in
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from textual import on, work
@@ -47,7 +48,7 @@ from core.recovery import Diagnosis
 from core.supervise import LeaseState, LeaseView
 from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, ThreadLoaded
 from tui.screens.following import Mirror
-from tui.session import Session, aged
+from tui.session import Session
 from tui.text import clean, literal
 from tui.widgets.commands import CommandsBar
 from tui.widgets.crash_banner import CrashBanner
@@ -263,7 +264,7 @@ class ThreadView(Screen[None]):
         before = self.elsewhere
         if before is None:
             return
-        view = aged(before)
+        view = before.at(time.time())
         # Without watchers: the state is unchanged, so the keys are too.
         self.set_reactive(ThreadView.elsewhere, view)
         if self.status_bar.run_state == before.label:  # not replaced by "aborting (abort sent)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from rich.text import Text
@@ -17,7 +18,7 @@ from textual.worker import Worker
 from core.errors import CubepiError
 from core.recovery import ThreadState
 from tui.messages import NewThread, OpenThread, ThreadsLoaded
-from tui.session import Session, ThreadRow, aged
+from tui.session import Session, ThreadRow
 from tui.text import clean, literal, one_line, relative_time
 
 _STATE_STYLES = {
@@ -234,12 +235,12 @@ class ThreadsScreen(Screen[None]):
             table.update_cell(row.thread_id, "last", Text(relative_time(row.last_activity)))
 
     def _age_leases(self) -> None:
-        """Redraw the heartbeat age of each thread running elsewhere (see :func:`aged`)."""
+        """Redraw the heartbeat age of each thread running elsewhere (see ``LeaseView.at``)."""
         table = self.query_one(DataTable)
         for index, row in enumerate(self.rows):
             if not row.elsewhere or row.lease is None:
                 continue
-            view = aged(row.lease)
+            view = row.lease.at(time.time())
             if view.label == row.state:
                 continue
             self.rows[index] = row = replace(row, state=view.label, lease=view)
