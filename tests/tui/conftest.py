@@ -6,6 +6,7 @@ import asyncio
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -13,7 +14,9 @@ import pytest
 from textual.app import App
 from textual.pilot import Pilot
 
-from core.checkpoint.base import Checkpointer
+from core.checkpoint.base import Checkpointer, Lease
+from core.checkpoint.memory import MemoryCheckpointer
+from core.messages import user_text
 from tui.cli import build_session
 from tui.session import Session
 
@@ -226,3 +229,17 @@ async def shared_db(tmp_path: Path) -> Path:
     store = await SQLiteCheckpointer.open(path, create=True)
     await store.close()
     return path
+
+
+async def leased_elsewhere(
+    thread_id: str = "busy", *, host: str = "far-box", heartbeat_ago: float = 0.0, expires_in: float = 120.0
+) -> MemoryCheckpointer:
+    """A memory store holding one thread (a user message) leased by pid 4242 on ``host``,
+    whose last heartbeat was ``heartbeat_ago`` seconds ago and whose lease expires in
+    ``expires_in`` seconds: a run elsewhere that no process here can probe."""
+    store = MemoryCheckpointer()
+    await store.append(thread_id, [user_text("work")])
+    now = time.time()
+    lease = Lease(thread_id, "holder", 4242, host, "r1", now - heartbeat_ago, now - heartbeat_ago, now + expires_in)
+    await store.acquire_lease(lease, is_stale=lambda _l: True)
+    return store

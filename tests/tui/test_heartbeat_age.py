@@ -4,26 +4,12 @@ say), in the picker and in the thread view's status bar."""
 from __future__ import annotations
 
 import re
-import time
 
-from core.checkpoint.base import Lease
-from core.checkpoint.memory import MemoryCheckpointer
-from core.messages import user_text
-from tests.tui.conftest import fast_session, open_from_picker, screen_text, wait_for, wait_for_text
+from tests.tui.conftest import fast_session, leased_elsewhere, open_from_picker, screen_text, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 
 AGE = re.compile(r"running elsewhere \(pid 4242 on far-box, heartbeat (\d+) s ago\)")
-
-
-async def _silent_runner_store() -> MemoryCheckpointer:
-    """A thread leased by a runner on another host whose last heartbeat was 3 s ago."""
-    store = MemoryCheckpointer()
-    await store.append("busy", [user_text("work")])
-    now = time.time()
-    lease = Lease("busy", "holder", 4242, "far-box", "r1", now - 3, now - 3, now + 120)
-    await store.acquire_lease(lease, is_stale=lambda _l: True)
-    return store
 
 
 def _ages(text: str) -> list[int]:
@@ -31,7 +17,7 @@ def _ages(text: str) -> list[int]:
 
 
 async def test_the_picker_counts_the_heartbeat_age_up() -> None:
-    app = make_app(fast_session(await _silent_runner_store()))
+    app = make_app(fast_session(await leased_elsewhere(heartbeat_ago=3)))
     async with app.run_test(size=(160, 30)) as pilot:
         await wait_for(pilot, lambda: bool(_ages(screen_text(app))), what="the running-elsewhere label")
         first = _ages(screen_text(app))[0]
@@ -40,7 +26,7 @@ async def test_the_picker_counts_the_heartbeat_age_up() -> None:
 
 
 async def test_the_status_bar_counts_the_heartbeat_age_up() -> None:
-    app = make_app(fast_session(await _silent_runner_store()))
+    app = make_app(fast_session(await leased_elsewhere(heartbeat_ago=3)))
     async with app.run_test(size=(160, 30)) as pilot:
         await wait_for_text(pilot, "running elsewhere")
         await open_from_picker(pilot, "busy")

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import time
-
-from core.checkpoint.base import Lease
-from core.checkpoint.memory import MemoryCheckpointer
-from core.messages import user_text
 from core.supervise import ORPHANED_ABORT
-from tests.tui.conftest import fast_session, open_from_picker, screen_text, wait_for, wait_for_text
+from tests.tui.conftest import fast_session, leased_elsewhere, open_from_picker, screen_text, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 
 
 async def test_an_abort_a_dead_runner_never_took_is_shown_refused_once_its_lease_expires() -> None:
-    store = MemoryCheckpointer()
-    await store.append("busy", [user_text("work")])
-    await store.claim_run("busy", "r1")
-    now = time.time()
     # A runner on another host that stopped heartbeating: its lease runs out in 3 s.
-    lease = Lease("busy", "holder", 4242, "far-box", "r1", now, now, now + 3)
-    await store.acquire_lease(lease, is_stale=lambda _l: True)
+    store = await leased_elsewhere(expires_in=3)
+    await store.claim_run("busy", "r1")
     app = make_app(fast_session(store))
     async with app.run_test(size=(130, 30)) as pilot:
         await wait_for_text(pilot, "running elsewhere")

@@ -3,12 +3,7 @@ and must reach the screen literally (no markup, no escape sequences)."""
 
 from __future__ import annotations
 
-import time
-
-from core.checkpoint.base import Lease
-from core.checkpoint.memory import MemoryCheckpointer
-from core.messages import user_text
-from tests.tui.conftest import fast_session, open_from_picker, screen_text, wait_for, wait_for_text
+from tests.tui.conftest import fast_session, leased_elsewhere, open_from_picker, screen_text, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 
@@ -16,11 +11,7 @@ HOST = "box\x1b[2J[bold red]evil[/]\u202e"
 
 
 async def test_a_hostile_lease_host_is_shown_literally_in_the_picker_and_the_status_bar() -> None:
-    store = MemoryCheckpointer()
-    await store.append("busy", [user_text("work")])
-    now = time.time()
-    await store.acquire_lease(Lease("busy", "holder", 4242, HOST, "r1", now, now, now + 120), is_stale=lambda _l: True)
-    app = make_app(fast_session(store))
+    app = make_app(fast_session(await leased_elsewhere(host=HOST)))
     async with app.run_test(size=(160, 30)) as pilot:
         await wait_for_text(pilot, "running elsewhere (pid 4242 on box␛[2J[bold red]evil[/]\\u202e")
         await open_from_picker(pilot, "busy")
