@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Protocol, Sequence, runtime_checkable
 
 from core.agent import Agent
 from core.checkpoint.base import CheckpointData, Checkpointer, Command, CommandKind, ThreadSummary
@@ -25,6 +25,9 @@ from core.supervise import LeaseState, LeaseView, Supervisor, discard, lease_sta
 
 StoreOpener = Callable[[], Awaitable[Checkpointer]]
 """Opens the database; raises ``DatabaseOpenError`` with one sentence when it cannot."""
+
+OnStart = Callable[[Agent], None]
+"""Told the thread's agent just before a run of it begins (see ``Session.prompt``)."""
 
 ProviderFactory = Callable[[], Any]
 """Builds the model provider; may raise ``MissingApiKeyError`` (then runs are disabled)."""
@@ -99,6 +102,11 @@ class Session:
     """The Supervisor of each thread run here, so other processes can follow and command it."""
     followers: set[ThreadFollower] = field(default_factory=set)
     """Followers of threads shown here (stopped before the store closes)."""
+    runs: dict[str, asyncio.Task[RunOutcome]] = field(default_factory=dict)
+    """The task of each run started here, by thread id. The session owns it, not the screen
+    that asked: an app that ends abruptly (Textual's ``panic`` when the terminal's input
+    fails) cancels every screen worker, which would cut a run off mid-tool or mid-write;
+    :meth:`close` aborts these and waits until each has saved its end."""
     on_busy: Callable[[int], None] | None = None
     """Told the attempt number each time the database was locked and a call is retried."""
 
@@ -121,26 +129,44 @@ class Session:
             self.provider_error = str(error)
 
     def running_count(self) -> int:
-        """How many agents of this app are running now."""
-        return sum(agent.state.is_running for agent in self.agents.values())
+        """How many threads this app is running now (counting runs still taking their lease)."""
+        starting = {thread_id for thread_id, task in self.runs.items() if not task.done()}
+        running = {thread_id for thread_id, agent in self.agents.items() if agent.state.is_running}
+        return len(starting | running)
 
     async def stop_runs(self, timeout: float = 8.0) -> None:
         """Abort every live run and wait (up to ``timeout`` seconds) until each has ended.
 
         An aborted run ends cleanly: its last message is saved and its lease released,
-        so the thread reads "aborted" rather than "crashed" next time.
+        so the thread reads "aborted" rather than "crashed" next time. The abort is asked
+        again while waiting: a run still taking its lease or loading its thread is not yet
+        running, and an abort before it runs would be a no-op (``Agent.abort``).
         """
-        running = [agent for agent in self.agents.values() if agent.state.is_running]
-        for agent in running:
-            agent.abort()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while any(agent.state.is_running for agent in running) and loop.time() < deadline:
-            await asyncio.sleep(0.05)
+        while loop.time() < deadline:
+            live = [task for task in self.runs.values() if not task.done()]
+            running = [agent for agent in self.agents.values() if agent.state.is_running]
+            if not live and not running:
+                return
+            for agent in running:
+                agent.abort()
+            if live:
+                await asyncio.wait(live, timeout=0.05)
+            else:
+                await asyncio.sleep(0.05)
 
     async def close(self) -> None:
-        """Stop live runs and followers, then close the store (never under a run that still writes)."""
+        """Stop live runs and followers, then close the store (never under a run that still writes).
+
+        A run that ignored its abort for ``stop_runs``' timeout is cancelled (its thread
+        then reads "crashed", and resuming settles what it left)."""
         await self.stop_runs()
+        stuck = list(self.runs.values())
+        for task in stuck:
+            task.cancel()
+        if stuck:
+            await asyncio.wait(stuck)  # their errors are theirs; this close goes on
         for follower in list(self.followers):
             await follower.stop()
         self.followers.clear()
@@ -271,12 +297,41 @@ class Session:
                 return None
         return sup
 
-    async def prompt(self, thread_id: str, text: str) -> RunOutcome:
-        """Run ``thread_id`` on the prompt ``text`` (supervised when the store allows); see ``Agent.prompt``."""
+    async def prompt(self, thread_id: str, text: str, *, on_start: OnStart | None = None) -> RunOutcome:
+        """Run ``thread_id`` on the prompt ``text`` (supervised when the store allows); see ``Agent.prompt``.
+
+        ``on_start(agent)`` is called once the agent is loaded, just before the run begins
+        (screens subscribe to its events there). The run is the session's (see ``runs``)."""
+        return await self._owned(thread_id, self._prompt(thread_id, text, on_start))
+
+    async def _prompt(self, thread_id: str, text: str, on_start: OnStart | None) -> RunOutcome:
+        agent, sup = await self._begin(thread_id, on_start)
+        return await (sup.prompt(text) if sup is not None else agent.prompt(text))
+
+    async def _begin(self, thread_id: str, on_start: OnStart | None) -> tuple[Agent, Supervisor | None]:
+        """The thread's agent (loaded) and Supervisor, after telling ``on_start``."""
         sup = await self.supervisor(thread_id)
-        if sup is not None:
-            return await sup.prompt(text)
-        return await (await self.agent(thread_id)).prompt(text)
+        agent = self.agents[thread_id]
+        if on_start is not None:
+            on_start(agent)
+        return agent, sup
+
+    async def _owned(self, thread_id: str, run: Coroutine[Any, Any, RunOutcome]) -> RunOutcome:
+        """Run ``run`` in a task of the session's own (see ``runs``) and return its outcome.
+
+        Cancelling the caller leaves the run going; :meth:`stop_runs` ends it. Raises what
+        ``run`` raises."""
+        task = asyncio.create_task(run, name=f"run of thread {thread_id}")
+        self.runs[thread_id] = task
+
+        def forget(done: asyncio.Task[RunOutcome]) -> None:
+            if self.runs.get(thread_id) is done:
+                del self.runs[thread_id]
+            if not done.cancelled():
+                done.exception()  # retrieved: a caller cancelled meanwhile never will
+
+        task.add_done_callback(forget)
+        return await asyncio.shield(task)
 
     async def plan_resume(self, thread_id: str) -> tuple[ResumePlan, list[Command]]:
         """What resuming ``thread_id`` would do, and the steers and follow-ups its crashed
@@ -293,20 +348,31 @@ class Session:
         *,
         send_pending: bool = False,
         discard_seqs: Sequence[int] = (),
+        on_start: OnStart | None = None,
     ) -> RunOutcome:
         """Resume the crashed ``thread_id`` with the user's ``choices`` for dangling calls.
 
         Undelivered steers and follow-ups in ``discard_seqs`` are discarded first; with
-        ``send_pending`` the others are delivered with the resumed run. Raises what
-        ``Agent.resume`` raises (one sentence each).
+        ``send_pending`` the others are delivered with the resumed run. ``on_start`` is as
+        for :meth:`prompt`. Raises what ``Agent.resume`` raises (one sentence each).
         """
+        return await self._owned(thread_id, self._resume(thread_id, choices, send_pending, discard_seqs, on_start))
+
+    async def _resume(
+        self,
+        thread_id: str,
+        choices: Mapping[str, SettleChoice] | None,
+        send_pending: bool,
+        discard_seqs: Sequence[int],
+        on_start: OnStart | None,
+    ) -> RunOutcome:
         for seq in discard_seqs:
             with contextlib.suppress(KeyError):  # delivered or discarded meanwhile: nothing to do
                 await discard(self._store(), thread_id, [seq])
-        sup = await self.supervisor(thread_id)
+        agent, sup = await self._begin(thread_id, on_start)
         if sup is not None:
             return await sup.resume(choices, include_pending=send_pending)
-        return await (await self.agent(thread_id)).resume(choices)
+        return await agent.resume(choices)
 
     async def refuse_orphaned_aborts(self, thread_id: str) -> list[Command]:
         """Refuse the aborts a dead runner never took (:func:`core.supervise.refuse_orphaned_aborts`);

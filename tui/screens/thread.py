@@ -17,6 +17,7 @@ from textual import events, on, work
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
+from core.agent import Agent
 from core.checkpoint.base import Command
 from core.errors import CubepiError, RunError
 from core.recovery import ResumeAction, ThreadState
@@ -24,7 +25,7 @@ from core.supervise import ThreadCrashedError, ThreadNotRunningError
 from tui.messages import CloseThread, RunFinished, RunStarted
 from tui.screens.modals import ConfirmModal, TextInputModal
 from tui.screens.resume import ResumeDecision, ResumeModal
-from tui.screens.thread_view import KIND_WORDS, ThreadView
+from tui.screens.thread_view import KIND_WORDS, ThreadView, while_attached
 from tui.session import UPGRADE_EXPLANATION
 from tui.text import clean, literal
 
@@ -98,19 +99,24 @@ class ThreadScreen(ThreadView):
         try:
             self.workers.cancel_group(self, "follow")
             await self._stop_following()
-            agent = await self.session.agent(self.thread_id)
-            self._subscribe(agent)
-            self.post_message(RunStarted(self.thread_id))
             if kind == "resume":
                 outcome = await self.session.resume(
-                    self.thread_id, decision.choices, send_pending=bool(decision.send), discard_seqs=decision.discard
+                    self.thread_id,
+                    decision.choices,
+                    send_pending=bool(decision.send),
+                    discard_seqs=decision.discard,
+                    on_start=self._run_begins,
                 )
             else:
-                outcome = await self.session.prompt(self.thread_id, text or "")
+                outcome = await self.session.prompt(self.thread_id, text or "", on_start=self._run_begins)
         except CubepiError as error:
             self.post_message(RunFinished(self.thread_id, error=str(error)))
             return
         self.post_message(RunFinished(self.thread_id, outcome=str(outcome)))
+
+    def _run_begins(self, agent: Agent) -> None:
+        self._subscribe(agent)
+        self.post_message(RunStarted(self.thread_id))
 
     async def _ask_resume(self) -> ResumeDecision | None:
         """Plan the resume, show the plan with its choices, and return what the user chose."""
@@ -132,6 +138,7 @@ class ThreadScreen(ThreadView):
         self.diagnosis = None
 
     @on(RunFinished)
+    @while_attached
     async def _run_finished(self, message: RunFinished) -> None:
         await self._flush()
         self.running = self.session.is_running(self.thread_id)

@@ -18,14 +18,16 @@ most one append per block per tick. The keys and the runs live in
 
 from __future__ import annotations
 
+import functools
 import time
-from typing import Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.widget import MountError, Widget
 from textual.widgets import Footer, Static
 
 from core.agent import Agent
@@ -67,6 +69,31 @@ class _Flush(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, _Flush)
+
+
+
+_Handler = TypeVar("_Handler", bound=Callable[..., Awaitable[None]])
+
+
+def while_attached(handler: _Handler) -> _Handler:
+    """Skip ``handler`` once the app is ending, and let it stop there.
+
+    A run outlives an app that is ending (the session aborts it and waits until it is
+    saved) and keeps reporting, as may a follower; but from ``App.exit`` on Textual
+    refuses every mount (``MountError``). There is nothing left to draw then.
+    """
+
+    @functools.wraps(handler)
+    async def guarded(self: Widget, *args: Any) -> None:
+        if not self.is_attached:
+            return
+        try:
+            await handler(self, *args)
+        except MountError:
+            if self.is_attached:
+                raise
+
+    return guarded  # type: ignore[return-value]
 
 
 class ThreadView(Screen[None]):
@@ -221,6 +248,7 @@ class ThreadView(Screen[None]):
         await self._start_following()
 
     @on(ThreadLoaded)
+    @while_attached
     async def _show_thread(self, message: ThreadLoaded) -> None:
         if message.error is not None or message.data is None:
             self.post_message(CloseThread(self.thread_id, error=message.error or "The thread could not be read."))
@@ -283,6 +311,7 @@ class ThreadView(Screen[None]):
     # --- following another process --------------------------------------------------------
 
     @on(FollowerChanged)
+    @while_attached
     async def _follower_changed(self, message: FollowerChanged) -> None:
         change = message.change
         if self._mirror is None or self._follower is None or change.model is not self._follower.model:
@@ -348,8 +377,12 @@ class ThreadView(Screen[None]):
     # --- agent events -------------------------------------------------------------------
 
     @on(AgentEventReceived)
+    @while_attached
     async def _agent_event(self, message: AgentEventReceived) -> None:
-        event = message.event
+        await self._show_event(message.event)
+
+    async def _show_event(self, event: AgentEvent) -> None:
+        """Draw one event of the run here."""
         transcript = self.transcript
         if isinstance(event, MessageUpdate):
             self._partial = event.message
@@ -388,6 +421,7 @@ class ThreadView(Screen[None]):
             self.post_message(_Flush())
 
     @on(_Flush)
+    @while_attached
     async def _flush(self) -> None:
         """Draw what the stream and the tools reported since the last flush."""
         if not self.is_mounted:
