@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 
 import pytest
@@ -10,6 +11,7 @@ from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState, diagnose
 from tests.tui.conftest import Db, fast_session, open_from_picker, screen_text, type_text, wait_for, wait_for_text
 from tui.app import CubepiApp, make_app
+from tui.session import Session
 from tui.messages import AgentEventReceived, RunFinished
 from tui.screens.modals import ConfirmModal, TextInputModal
 from tui.screens.thread import ThreadScreen
@@ -79,8 +81,25 @@ async def test_abort_during_a_live_run(db: Db) -> None:
     assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
 
 
+def _hold(session: Session, name: str) -> asyncio.Event:
+    """Make the tool ``name`` wait until the returned event is set before it works."""
+    tool = next(t for t in session.tools if t.name == name)
+    invoke = tool.invoke
+
+    async def held(ctx, params):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await invoke(ctx, params)
+
+    gate = asyncio.Event()
+    tool.invoke = held  # type: ignore[method-assign]
+    return gate
+
+
 async def test_steer_lands_in_the_conversation_and_follow_up_comes_after(db: Db) -> None:
-    app = make_app(fast_session(path=db.path, speed=3.0))
+    session = fast_session(path=db.path, speed=3.0)
+    # Both are queued while the first tool batch is held, however slowly the keys go in.
+    batch_done = _hold(session, "train_model")
+    app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "build a report")
         await wait_for(pilot, lambda: _running_tool(app), timeout=10, what="a tool running")
@@ -93,6 +112,9 @@ async def test_steer_lands_in_the_conversation_and_follow_up_comes_after(db: Db)
         await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="follow-up modal")
         await type_text(pilot, "add a chart")
         await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="modal closed")
+        assert screen.running
+        batch_done.set()
         await wait_for(pilot, lambda: not screen.running, timeout=30, what="run finished")
         await wait_for_text(pilot, "Following up on")
         thread_id = screen.thread_id
