@@ -69,19 +69,21 @@ class CubepiApp(App[None]):
         loop = asyncio.get_running_loop()
         for sig in _ENDING_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self._end_on_signal)
+                loop.add_signal_handler(sig, self._end_on_signal, sig)
         with contextlib.suppress(ValueError, OSError):
             self._restore_hangup = hangup.on_hangup(
-                lambda: loop.call_soon_threadsafe(self._end_on_signal), driver=lambda: self._driver
+                lambda: loop.call_soon_threadsafe(self._end_on_signal, signal.SIGHUP), driver=lambda: self._driver
             )
 
-    def _end_on_signal(self) -> None:
-        self._abort_and_exit()
+    def _end_on_signal(self, signum: int) -> None:
+        """End as quitting does (runs aborted and saved), then exit with ``128 + signum``,
+        the shell's convention for "ended by signal N" (129 SIGHUP, 130 SIGINT, 143 SIGTERM)."""
+        self._abort_and_exit(128 + signum)
 
     @work(exclusive=True, exit_on_error=False, group="quit")
-    async def _abort_and_exit(self) -> None:
+    async def _abort_and_exit(self, code: int) -> None:
         await self.session.stop_runs()
-        self.exit(return_code=0)
+        self.exit(return_code=code)
 
     def _database_busy(self, attempt: int) -> None:
         self.notify(

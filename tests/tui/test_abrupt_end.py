@@ -11,6 +11,7 @@ the run off before its prompt was saved (seen in CI: the closed terminal left no
 from __future__ import annotations
 
 import asyncio
+import signal
 from typing import Callable
 
 import pytest
@@ -31,7 +32,7 @@ def _panic(app: CubepiApp) -> None:
 
 
 def _signal(app: CubepiApp) -> None:
-    app._end_on_signal()  # what SIGHUP, SIGTERM and SIGINT call
+    app._end_on_signal(signal.SIGTERM)  # what SIGHUP, SIGTERM and SIGINT call
 
 
 async def _end_during_run(db: Db, end: Callable[[CubepiApp], None], *, at_run_start: bool) -> str:

@@ -42,10 +42,12 @@ async def _expect_error(app, fragment: str) -> str:  # type: ignore[no-untyped-d
         assert sentence.count(". ") == 0 and sentence.endswith(".")  # one sentence
         assert squeezed(sentence) in squeezed(text), text  # and it is on screen
         assert app.is_running
+        fatal = app.screen.fatal
         await pilot.press("q")
         await pilot.pause()
         assert not app.is_running
-    assert app.return_code in (0, None)
+    # A fatal error (the app could not start) says so in the exit status.
+    assert app.return_code == (1 if fatal else 0)
     return sentence
 
 

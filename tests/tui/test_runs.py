@@ -254,7 +254,7 @@ async def test_sigterm_aborts_the_runs_and_exits_cleanly(db: Db, signum: int) ->
         # Generous: on a loaded 2-core machine the abort and the save can take seconds.
         await wait_for(pilot, lambda: not screen.running or app._exit, timeout=60, what="run stopped")
         await wait_for(pilot, lambda: app._exit, timeout=60, what="app exiting")
-    assert app.return_code == 0
+    assert app.return_code == 128 + signum  # the shell's "ended by signal N"
     data = await db.load(thread_id)
     assert data is not None
     assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
