@@ -97,3 +97,30 @@ async def test_showing_earlier_messages_brings_them_into_view() -> None:
         await wait_for(pilot, lambda: transcript.shown_count == 120, what="earlier mounted")
         await wait_for(pilot, lambda: "answer 69" in screen_text(app), what="the earlier messages in view")
         assert "answer 99" not in screen_text(app)
+
+
+async def test_sending_a_prompt_while_scrolled_up_brings_the_end_back_into_view() -> None:
+    """Reading older messages, then sending a prompt: the user wants to watch the answer,
+    so the view goes back to the end and follows it (before, it stayed where it was)."""
+    from tests.tui.conftest import type_text
+    from tui.screens.modals import TextInputModal
+
+    store = MemoryCheckpointer()
+    await store.append("long", _turns(80))  # type: ignore[arg-type]
+    app = make_app(fast_session(store), thread_id="long")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
+        screen = app.screen
+        transcript = screen.query_one(Transcript)
+        await wait_for(pilot, lambda: transcript.max_scroll_y > 0 and transcript.scroll_y == transcript.max_scroll_y,
+                       what="the view at the end")
+        transcript.focus()
+        await pilot.press("pageup", "pageup")
+        await wait_for(pilot, lambda: transcript.scroll_y < transcript.max_scroll_y, what="scrolled up")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
+        await type_text(pilot, "one last question")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "one last question" in screen_text(app), timeout=15, what="the prompt in view")
+        await wait_for(pilot, lambda: not screen.running, timeout=15, what="run finished")
+        await wait_for(pilot, lambda: transcript.scroll_y == transcript.max_scroll_y, what="the answer followed")

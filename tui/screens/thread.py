@@ -64,6 +64,7 @@ class ThreadScreen(ThreadView):
             self.notify("The agent is already running on this thread.", severity="warning")
             return
         self.run_worker_ref = self._run(kind, text)
+        self.transcript.follow_tail()
 
     @work(exclusive=True, exit_on_error=False, group="agent")
     async def _run(self, kind: str, text: str | None) -> None:

@@ -97,6 +97,12 @@ class Transcript(VerticalScroll, can_focus=True):
         if self.is_mounted and not self.is_anchored and self.virtual_size.height > self.scrollable_content_region.height:
             self.anchor()
 
+    def follow_tail(self) -> None:
+        """Scroll to the newest entry and follow what is added from now on, even after the
+        user scrolled up (they just sent something and want to watch the answer)."""
+        self.scroll_end(animate=False, immediate=True)  # also re-engages a released anchor
+        self._pin_when_tall()
+
     # --- loading ------------------------------------------------------------------------
 
     async def show(self, entries: list[Entry]) -> None:
