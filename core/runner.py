@@ -311,14 +311,17 @@ def _flag_names(sentence: str) -> str:
     return sentence.replace("heartbeat_interval", "--heartbeat").replace("lease_ttl", "--lease-ttl")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one sentence, no usage dump
+class SentenceParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors raise ``BadInput`` with one sentence ("Unrecognized
+    arguments: --x (see --help).") instead of printing the usage lines and exiting."""
+
+    def error(self, message: str) -> Any:
         raise BadInput(f"{message[:1].upper()}{message[1:]} (see --help).")
 
 
 def parser() -> argparse.ArgumentParser:
     """The ``run`` command's argument parser (``--help`` explains every option)."""
-    p = _Parser(
+    p = SentenceParser(
         prog="cubepi-tui run",
         description="Run one thread headless, supervised: the app (or any process) can watch it live "
         "and abort, steer or follow it up through the database.",

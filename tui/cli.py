@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from core.checkpoint.base import Checkpointer
 from core.errors import DatabaseOpenError
-from core.runner import positive_number
+from core.runner import BAD_INPUT, BadInput, SentenceParser, positive_number
 from tui.session import Session
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -51,8 +51,9 @@ def default_db_path() -> Path:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse the command line (``--help`` explains every option)."""
-    parser = argparse.ArgumentParser(
+    """Parse the command line (``--help`` explains every option). Raises ``BadInput`` with
+    one sentence for arguments it cannot use."""
+    parser = SentenceParser(
         prog="cubepi-tui",
         description=DESCRIPTION.format(default=default_db_path(), model=DEFAULT_MODEL),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -169,7 +170,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from tui.app import make_app
 
-    args = parse_args(arguments)
+    try:
+        args = parse_args(arguments)
+    except BadInput as error:
+        print(f"cubepi-tui: {error}", file=sys.stderr)
+        sys.exit(BAD_INPUT)
     session = build_session(
         args.database,
         create=args.create,

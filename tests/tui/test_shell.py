@@ -25,6 +25,23 @@ def test_help_explains_every_option() -> None:
         assert needle in done.stdout, needle
 
 
+@pytest.mark.parametrize(
+    ("argv", "sentence"),
+    [
+        (["--bogus"], "cubepi-tui: Unrecognized arguments: --bogus (see --help)."),
+        (["--demo-speed", "0"], "cubepi-tui: Argument --demo-speed: expected a number above zero, not '0' (see --help)."),
+    ],
+    ids=["unknown flag", "bad value"],
+)
+def test_bad_arguments_get_one_sentence_and_status_2(argv: list[str], sentence: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tui.cli", *argv], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert done.stderr == sentence + "\n"  # no usage lines before it
+    assert done.stdout == ""
+
+
 def test_help_mentions_the_run_subcommand() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tui.cli", "--help"], capture_output=True, text=True, timeout=60, check=False
