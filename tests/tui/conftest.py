@@ -114,7 +114,7 @@ def widget_text(root: object) -> str:
     return " ".join(" ".join(parts).split())
 
 
-async def wait_for(pilot: Pilot[object], predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+async def wait_for(pilot: Pilot[object], predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
     """Let the app run until ``predicate()`` holds; fail after ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -124,7 +124,7 @@ async def wait_for(pilot: Pilot[object], predicate: Callable[[], bool], timeout:
         await pilot.pause(0.05)
 
 
-async def wait_for_text(pilot: Pilot[object], text: str, timeout: float = 10.0) -> None:
+async def wait_for_text(pilot: Pilot[object], text: str, timeout: float = 30.0) -> None:
     """Let the app run until ``text`` is on screen."""
     await wait_for(pilot, lambda: text in screen_text(pilot.app), timeout, repr(text))
 

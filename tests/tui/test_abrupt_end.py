@@ -59,7 +59,7 @@ async def _end_during_run(db: Db, end: Callable[[CubepiApp], None], *, at_run_st
         screen = app.screen
         if not at_run_start:
             await enter
-            await wait_for(pilot, lambda: _running_tool(app), timeout=15, what="a tool running")
+            await wait_for(pilot, lambda: _running_tool(app), timeout=60, what="a tool running")
             end(app)
         # pilot.pause needs a live app: wait for the shutdown with the plain loop.
         async with asyncio.timeout(30):

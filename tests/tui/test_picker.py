@@ -85,7 +85,7 @@ async def test_resume_a_foreign_crashed_thread_after_agreeing_to_upgrade(fixture
         await wait_for(pilot, lambda: "Upgrade this database?" in screen_text(app), what="upgrade question")
         assert "WAL" in screen_text(app) and "cubeloop can still" in screen_text(app)
         await pilot.press("y")
-        await wait_for_text(pilot, "Some steps did not finish", timeout=15)
+        await wait_for_text(pilot, "Some steps did not finish", timeout=60)
         await wait_for(pilot, lambda: not screen.running, what="run finished")
         text = screen_text(app)
         assert "interrupted: settled as an error by recovery" in text

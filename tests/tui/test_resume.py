@@ -204,7 +204,7 @@ async def test_resume_of_a_foreign_tool_call_records_it_interrupted_and_finishes
         await pilot.press("y")
         screen = app.screen_stack[-1]
         assert isinstance(screen, ThreadScreen)
-        await wait_for_text(pilot, "Some steps did not finish", timeout=15)
+        await wait_for_text(pilot, "Some steps did not finish", timeout=60)
         await wait_for(pilot, lambda: not screen.running, what="run finished")
         await wait_for(pilot, lambda: screen.diagnosis is not None, what="diagnosis")
         text = screen_text(app)

@@ -50,7 +50,7 @@ async def test_new_thread_runs_to_completion_and_events_arrive_as_messages(db: D
     app = make_app(fast_session(path=db.path))
     async with app.run_test(size=(110, 40), message_hook=seen.append) as pilot:
         screen = await _start_thread(pilot, "summarise sales")
-        await wait_for(pilot, lambda: not screen.running, timeout=15, what="run finished")
+        await wait_for(pilot, lambda: not screen.running, timeout=60, what="run finished")
         await wait_for_text(pilot, "Everything finished")
         text = screen_text(app)
         assert "completed" in text
@@ -68,7 +68,7 @@ async def test_abort_during_a_live_run(db: Db) -> None:
     app = make_app(fast_session(path=db.path, speed=1.0))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "train something")
-        await wait_for(pilot, lambda: _running_tool(app), timeout=10, what="a tool running")
+        await wait_for(pilot, lambda: _running_tool(app), timeout=60, what="a tool running")
         await pilot.press("a")
         await wait_for(pilot, lambda: not screen.running, timeout=5, what="run stopped")
         await wait_for_text(pilot, "aborted by the user")
@@ -102,7 +102,7 @@ async def test_steer_lands_in_the_conversation_and_follow_up_comes_after(db: Db)
     app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "build a report")
-        await wait_for(pilot, lambda: _running_tool(app), timeout=10, what="a tool running")
+        await wait_for(pilot, lambda: _running_tool(app), timeout=60, what="a tool running")
         await pilot.press("s")
         await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="steer modal")
         await type_text(pilot, "focus on europe")
@@ -140,7 +140,7 @@ async def test_steer_when_idle_offers_a_new_prompt(db: Db) -> None:
     app = make_app(fast_session(path=db.path))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "first")
-        await wait_for(pilot, lambda: not screen.running, timeout=15, what="run finished")
+        await wait_for(pilot, lambda: not screen.running, timeout=60, what="run finished")
         await pilot.press("s")
         await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="steer modal")
         await type_text(pilot, "second")
@@ -148,8 +148,8 @@ async def test_steer_when_idle_offers_a_new_prompt(db: Db) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="offer")
         await wait_for_text(pilot, "Send this as a new prompt?")  # drawn after the push
         await pilot.press("y")
-        await wait_for_text(pilot, "You asked: “second”", timeout=15)
-        await wait_for(pilot, lambda: not screen.running, timeout=15, what="second run finished")
+        await wait_for_text(pilot, "You asked: “second”", timeout=60)
+        await wait_for(pilot, lambda: not screen.running, timeout=60, what="second run finished")
 
 
 async def test_leaving_the_view_keeps_the_run_going_and_the_picker_says_so(db: Db) -> None:
@@ -206,7 +206,7 @@ async def test_quitting_with_a_live_run_asks_then_aborts_it_cleanly(db: Db) -> N
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="quit question")
         await wait_for_text(pilot, "1 agent(s) are running")  # drawn after the push
         await pilot.press("y")
-        await wait_for(pilot, lambda: not app.is_running, timeout=10, what="exit")
+        await wait_for(pilot, lambda: not app.is_running, timeout=60, what="exit")
     data = await db.load(screen.thread_id)
     assert data is not None
     assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
@@ -220,7 +220,7 @@ async def test_after_a_run_here_the_view_follows_the_thread_again_showing_each_m
     app = make_app(fast_session(path=db.path))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "first job")
-        await wait_for(pilot, lambda: not screen.running, timeout=15, what="run finished")
+        await wait_for(pilot, lambda: not screen.running, timeout=60, what="run finished")
         await wait_for(pilot, lambda: screen.following, what="following again")
         data = await db.load(screen.thread_id)
         assert data is not None
@@ -232,7 +232,7 @@ async def test_after_a_run_here_the_view_follows_the_thread_again_showing_each_m
             await other.append(screen.thread_id, [user_text("a note from another program")])
         finally:
             await other.close()
-        await wait_for_text(pilot, "a note from another program", timeout=10)
+        await wait_for_text(pilot, "a note from another program", timeout=60)
         assert len(screen.transcript._entries) == len(data.messages) + 1
         await wait_for(pilot, lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.CRASHED,
                        what="an unanswered message")
@@ -248,7 +248,7 @@ async def test_sigterm_aborts_the_runs_and_exits_cleanly(db: Db, signum: int) ->
     app = make_app(fast_session(path=db.path, speed=1.0))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "train something")
-        await wait_for(pilot, lambda: _running_tool(app), timeout=10, what="a tool running")
+        await wait_for(pilot, lambda: _running_tool(app), timeout=60, what="a tool running")
         thread_id = screen.thread_id
         os.kill(os.getpid(), signum)
         # Generous: on a loaded 2-core machine the abort and the save can take seconds.

@@ -121,6 +121,6 @@ async def test_sending_a_prompt_while_scrolled_up_brings_the_end_back_into_view(
         await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
         await type_text(pilot, "one last question")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: "one last question" in screen_text(app), timeout=15, what="the prompt in view")
-        await wait_for(pilot, lambda: not screen.running, timeout=15, what="run finished")
+        await wait_for(pilot, lambda: "one last question" in screen_text(app), timeout=60, what="the prompt in view")
+        await wait_for(pilot, lambda: not screen.running, timeout=60, what="run finished")
         await wait_for(pilot, lambda: transcript.scroll_y == transcript.max_scroll_y, what="the answer followed")
