@@ -83,3 +83,11 @@ def test_lines_escape_control_characters() -> None:
     result = ToolResultMessage(tool_call_id="c1", tool_name="ls", content=[TextContent(text="\x1b[2Jboom")], is_error=True)
     assert describe(result) == "tool ls failed: \\x1b[2Jboom"
     assert describe(user_text("Go", kind="follow_up")) == "follow-up: Go"
+
+
+def test_the_demo_pace_flag_has_the_apps_name_too() -> None:
+    from core.runner import parser
+
+    base = ["--db", "x.sqlite", "--thread", "t", "--demo", "hello"]
+    assert parser().parse_args([*base, "--demo-speed", "20"]).speed == 20.0
+    assert parser().parse_args([*base, "--speed", "3"]).speed == 3.0
