@@ -59,6 +59,8 @@ class CubepiApp(App[None]):
         """The picker, always at the bottom of the screen stack."""
         self._thread_screens: dict[str, ThreadScreen] = {}
         self._restore_hangup: Callable[[], None] | None = None
+        self.fatal_error: str | None = None
+        """The sentence of the error that kept the app from starting; quitting then exits 1."""
 
     def on_mount(self) -> None:
         self.session.on_busy = self._database_busy
@@ -104,6 +106,7 @@ class CubepiApp(App[None]):
     @on(StoreOpened)
     def _store_opened(self, message: StoreOpened) -> None:
         if message.error is not None:
+            self.fatal_error = message.error
             self.push_screen(ErrorScreen(message.error, fatal=True))
             return
         self.threads_screen.reload()
@@ -208,7 +211,7 @@ class CubepiApp(App[None]):
         if self.session.running_count():
             self._confirm_quit()
         else:
-            self.exit()
+            self.exit(return_code=1 if self.fatal_error else 0)
 
     @work(exclusive=True, exit_on_error=False, group="quit")
     async def _confirm_quit(self) -> None:

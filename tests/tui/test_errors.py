@@ -30,7 +30,7 @@ def _error_sentence(app) -> str:  # type: ignore[no-untyped-def]
     return app.screen.sentence
 
 
-async def _expect_error(app, fragment: str) -> str:  # type: ignore[no-untyped-def]
+async def _expect_error(app, fragment: str, quit_key: str = "q") -> str:  # type: ignore[no-untyped-def]
     async with app.run_test(size=(110, 30)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="error screen")
         # The screen is pushed before it is drawn: wait for its sentence on screen, not one pause.
@@ -43,7 +43,7 @@ async def _expect_error(app, fragment: str) -> str:  # type: ignore[no-untyped-d
         assert squeezed(sentence) in squeezed(text), text  # and it is on screen
         assert app.is_running
         fatal = app.screen.fatal
-        await pilot.press("q")
+        await pilot.press(quit_key)
         await pilot.pause()
         assert not app.is_running
     # A fatal error (the app could not start) says so in the exit status.
@@ -51,11 +51,12 @@ async def _expect_error(app, fragment: str) -> str:  # type: ignore[no-untyped-d
     return sentence
 
 
-async def test_not_a_database(tmp_path: Path) -> None:
+@pytest.mark.parametrize("quit_key", ["q", "ctrl+q"])
+async def test_not_a_database(tmp_path: Path, quit_key: str) -> None:
     path = tmp_path / "notes.sqlite"
     path.write_text("these are my notes, not a database\n" * 100)
     before = path.read_bytes()
-    await _expect_error(make_app(build_session(path, demo=True)), "notes.sqlite")
+    await _expect_error(make_app(build_session(path, demo=True)), "notes.sqlite", quit_key)
     assert path.read_bytes() == before
 
 

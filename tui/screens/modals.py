@@ -108,7 +108,7 @@ class ErrorScreen(OnceModal[None]):
     """One sentence about what went wrong; ``q`` quits, Escape goes back (unless ``fatal``)."""
 
     BINDINGS = [
-        Binding("q", "quit", "Quit", id="error.quit", tooltip="Quit cubepi-tui"),
+        Binding("q", "app.quit", "Quit", id="error.quit", tooltip="Quit cubepi-tui"),
         Binding("escape,enter", "close", "Back", id="error.back", tooltip="Close this message"),
     ]
 
@@ -133,14 +133,6 @@ class ErrorScreen(OnceModal[None]):
     def action_close(self) -> None:
         """Close the message."""
         self.answer_once(None)
-
-    async def action_quit(self) -> None:
-        """Quit: with exit status 1 after a fatal error (the app could not start), else as
-        the app's own quit does (asking first while agents run)."""
-        if self.fatal:
-            self.app.exit(return_code=1)
-        else:
-            await self.app.run_action("quit")
 
 
 HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (

@@ -133,7 +133,8 @@ class ThreadScreen(ThreadView):
         return await self.app.push_screen_wait(ResumeModal(plan, pending))
 
     @on(RunStarted)
-    def _run_started(self) -> None:
+    @while_attached
+    async def _run_started(self) -> None:
         self.running = True
         self.elsewhere = None
         self.diagnosis = None

@@ -27,6 +27,7 @@ from textual.app import ComposeResult
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.css.query import NoMatches
 from textual.widget import MountError, Widget
 from textual.widgets import Footer, Static
 
@@ -80,7 +81,8 @@ def while_attached(handler: _Handler) -> _Handler:
 
     A run outlives an app that is ending (the session aborts it and waits until it is
     saved) and keeps reporting, as may a follower; but from ``App.exit`` on Textual
-    refuses every mount (``MountError``). There is nothing left to draw then.
+    refuses every mount (``MountError``) and removes widgets a query then misses
+    (``NoMatches``). There is nothing left to draw then.
     """
 
     @functools.wraps(handler)
@@ -89,7 +91,7 @@ def while_attached(handler: _Handler) -> _Handler:
             return
         try:
             await handler(self, *args)
-        except MountError:
+        except (MountError, NoMatches):
             if self.is_attached:
                 raise
 
