@@ -107,8 +107,14 @@ class Session:
     that asked: an app that ends abruptly (Textual's ``panic`` when the terminal's input
     fails) cancels every screen worker, which would cut a run off mid-tool or mid-write;
     :meth:`close` aborts these and waits until each has saved its end."""
+    pending_prompts: dict[str, str] = field(default_factory=dict)
+    """Prompts the user sent whose run has not begun yet (its screen is still loading the
+    thread), by thread id. Should the app end first, :meth:`stop_runs` starts each one and
+    aborts it, so the prompt is saved and its thread reads "aborted" rather than vanishing."""
     on_busy: Callable[[int], None] | None = None
     """Told the attempt number each time the database was locked and a call is retried."""
+    ending: bool = False
+    """Set by :meth:`stop_runs`: the app is ending, so no new run starts."""
 
     def report_busy(self, attempt: int) -> None:
         """Pass a "database is locked, retrying" notice on to ``on_busy`` (the app shows it)."""
@@ -129,10 +135,16 @@ class Session:
             self.provider_error = str(error)
 
     def running_count(self) -> int:
-        """How many threads this app is running now (counting runs still taking their lease)."""
-        starting = {thread_id for thread_id, task in self.runs.items() if not task.done()}
+        """How many threads this app is running now (counting runs still taking their lease
+        and prompts whose run is about to start)."""
+        starting = {thread_id for thread_id, task in self.runs.items() if not task.done()} | set(self.pending_prompts)
         running = {thread_id for thread_id, agent in self.agents.items() if agent.state.is_running}
         return len(starting | running)
+
+    def queued_count(self) -> int:
+        """How many steers and follow-ups the agents here hold, not yet delivered (an abort
+        drops them with the app: they live in this process, not in the database)."""
+        return sum(len(a.state.pending_steers) + len(a.state.pending_follow_ups) for a in self.agents.values())
 
     async def stop_runs(self, timeout: float = 8.0) -> None:
         """Abort every live run and wait (up to ``timeout`` seconds) until each has ended.
@@ -142,6 +154,8 @@ class Session:
         again while waiting: a run still taking its lease or loading its thread is not yet
         running, and an abort before it runs would be a no-op (``Agent.abort``).
         """
+        self.ending = True
+        self._start_pending_prompts()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
@@ -155,6 +169,18 @@ class Session:
                 await asyncio.wait(live, timeout=0.05)
             else:
                 await asyncio.sleep(0.05)
+
+    def _start_pending_prompts(self) -> None:
+        """Start the run of every prompt still waiting for its screen (``pending_prompts``),
+        to be aborted at once; not on a browse-only store, which the user has not agreed to
+        have written."""
+        pending, self.pending_prompts = self.pending_prompts, {}
+        if self.store is None or self.provider is None or self.needs_upgrade:
+            return
+        for thread_id, text in pending.items():
+            task = self.runs.get(thread_id)
+            if task is None or task.done():
+                self._start(thread_id, self._prompt(thread_id, text, None))
 
     async def close(self) -> None:
         """Stop live runs and followers, then close the store (never under a run that still writes).
@@ -301,7 +327,11 @@ class Session:
         """Run ``thread_id`` on the prompt ``text`` (supervised when the store allows); see ``Agent.prompt``.
 
         ``on_start(agent)`` is called once the agent is loaded, just before the run begins
-        (screens subscribe to its events there). The run is the session's (see ``runs``)."""
+        (screens subscribe to its events there). The run is the session's (see ``runs``).
+        Raises ``CubepiError`` once the app is ending (``ending``)."""
+        self.pending_prompts.pop(thread_id, None)
+        if self.ending:
+            raise CubepiError("cubepi-tui is quitting, so no new run was started.")
         return await self._owned(thread_id, self._prompt(thread_id, text, on_start))
 
     async def _prompt(self, thread_id: str, text: str, on_start: OnStart | None) -> RunOutcome:
@@ -321,6 +351,10 @@ class Session:
 
         Cancelling the caller leaves the run going; :meth:`stop_runs` ends it. Raises what
         ``run`` raises."""
+        return await asyncio.shield(self._start(thread_id, run))
+
+    def _start(self, thread_id: str, run: Coroutine[Any, Any, RunOutcome]) -> asyncio.Task[RunOutcome]:
+        """Start ``run`` as the session's task for ``thread_id`` (kept in ``runs`` until it ends)."""
         task = asyncio.create_task(run, name=f"run of thread {thread_id}")
         self.runs[thread_id] = task
 
@@ -331,7 +365,7 @@ class Session:
                 done.exception()  # retrieved: a caller cancelled meanwhile never will
 
         task.add_done_callback(forget)
-        return await asyncio.shield(task)
+        return task
 
     async def plan_resume(self, thread_id: str) -> tuple[ResumePlan, list[Command]]:
         """What resuming ``thread_id`` would do, and the steers and follow-ups its crashed
@@ -354,8 +388,11 @@ class Session:
 
         Undelivered steers and follow-ups in ``discard_seqs`` are discarded first; with
         ``send_pending`` the others are delivered with the resumed run. ``on_start`` is as
-        for :meth:`prompt`. Raises what ``Agent.resume`` raises (one sentence each).
+        for :meth:`prompt`. Raises what ``Agent.resume`` raises (one sentence each), and
+        ``CubepiError`` once the app is ending.
         """
+        if self.ending:
+            raise CubepiError("cubepi-tui is quitting, so the resume was not started.")
         return await self._owned(thread_id, self._resume(thread_id, choices, send_pending, discard_seqs, on_start))
 
     async def _resume(

@@ -22,7 +22,7 @@ from core.recovery import ThreadState, diagnose
 from tests.tui.conftest import Db, fast_session, type_text, wait_for
 from tests.tui.test_runs import _running_tool
 from tui.app import CubepiApp, make_app
-from tui.messages import RunStarted
+from tui.messages import OpenThread, RunStarted
 from tui.screens.modals import TextInputModal
 from tui.screens.thread import ThreadScreen
 
@@ -35,14 +35,18 @@ def _signal(app: CubepiApp) -> None:
     app._end_on_signal(signal.SIGTERM)  # what SIGHUP, SIGTERM and SIGINT call
 
 
-async def _end_during_run(db: Db, end: Callable[[CubepiApp], None], *, at_run_start: bool) -> str:
-    """Start a slow demo run, end the app with ``end`` (as the run is announced, or once a
-    tool runs) and wait until the app is gone; returns the thread id."""
+async def _end_during_run(db: Db, end: Callable[[CubepiApp], None], *, moment: str) -> str:
+    """Start a slow demo run, end the app with ``end`` at ``moment`` and wait until the app
+    is gone; returns the thread id. ``moment``: "enter" (the prompt was sent, its thread
+    not loaded yet), "run-start" (the run is announced, before the agent takes its lease)
+    or "mid-tool"."""
     app: CubepiApp
 
     def hook(message: Message) -> None:
-        if at_run_start and isinstance(message, RunStarted):
-            end(app)  # at once, before the agent has taken its lease
+        if moment == "run-start" and isinstance(message, RunStarted):
+            end(app)  # at once
+        elif moment == "enter" and isinstance(message, OpenThread):
+            app.call_later(end, app)  # once the app has opened the thread's screen
 
     app = make_app(fast_session(path=db.path, speed=1.0))
     async with app.run_test(size=(110, 40), message_hook=hook) as pilot:
@@ -57,7 +61,7 @@ async def _end_during_run(db: Db, end: Callable[[CubepiApp], None], *, at_run_st
             while not isinstance(app.screen, ThreadScreen):
                 await asyncio.sleep(0.01)
         screen = app.screen
-        if not at_run_start:
+        if moment == "mid-tool":
             await enter
             await wait_for(pilot, lambda: _running_tool(app), timeout=60, what="a tool running")
             end(app)
@@ -69,15 +73,45 @@ async def _end_during_run(db: Db, end: Callable[[CubepiApp], None], *, at_run_st
     return screen.thread_id
 
 
-@pytest.mark.parametrize("at_run_start", [False, True], ids=["mid-tool", "as-the-run-starts"])
+@pytest.mark.parametrize("moment", ["mid-tool", "run-start", "enter"])
 @pytest.mark.parametrize("end", [_panic, _signal], ids=["panic", "signal"])
 async def test_a_run_is_aborted_and_saved_however_the_app_ends(
-    db: Db, end: Callable[[CubepiApp], None], at_run_start: bool
+    db: Db, end: Callable[[CubepiApp], None], moment: str
 ) -> None:
-    thread_id = await _end_during_run(db, end, at_run_start=at_run_start)
+    thread_id = await _end_during_run(db, end, moment=moment)
     data = await db.load(thread_id)
     assert data is not None, "the prompt was lost: the thread was never saved"
     assert isinstance(data.messages[0], UserMessage) and data.messages[0].text == "slow job"
     assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.ABORTED
     (summary,) = await db.list_threads()
     assert summary.lease is None, "the run's lease was left behind"
+
+
+async def test_quitting_right_after_sending_a_prompt_asks_first_and_saves_it(db: Db) -> None:
+    """``q`` pressed before the run began used to quit at once (no agent was running yet),
+    status 0, and the prompt was never saved."""
+    from tui.screens.modals import ConfirmModal
+
+    app: CubepiApp
+
+    def hook(message: Message) -> None:
+        if isinstance(message, OpenThread):
+            app.call_later(app.run_action, "quit")
+
+    app = make_app(fast_session(path=db.path, speed=1.0))
+    async with app.run_test(size=(110, 40), message_hook=hook) as pilot:
+        await wait_for(pilot, lambda: app.session.store is not None, what="store open")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
+        await type_text(pilot, "slow job")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the quit question")
+        await pilot.press("y")
+        async with asyncio.timeout(30):
+            while app.is_running:
+                await asyncio.sleep(0.05)
+    assert app.return_code == 0
+    (summary,) = await db.list_threads()
+    data = await db.load(summary.thread_id)
+    assert data is not None and data.messages[0].text == "slow job"  # type: ignore[union-attr]
+    assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.ABORTED

@@ -63,6 +63,8 @@ class ThreadScreen(ThreadView):
         if self.running or (self.run_worker_ref is not None and self.run_worker_ref.is_running):
             self.notify("The agent is already running on this thread.", severity="warning")
             return
+        if kind == "prompt" and text is not None:
+            self.session.pending_prompts[self.thread_id] = text  # saved even if the app ends first
         self.run_worker_ref = self._run(kind, text)
         self.transcript.follow_tail()
 
@@ -70,6 +72,7 @@ class ThreadScreen(ThreadView):
     async def _run(self, kind: str, text: str | None) -> None:
         if self._problems:
             # Refuse before any question: an upgrade would be for nothing.
+            self.session.pending_prompts.pop(self.thread_id, None)
             first = self._problems[0]
             self.post_message(
                 RunFinished(
@@ -89,11 +92,13 @@ class ThreadScreen(ThreadView):
             if not await self.app.push_screen_wait(
                 ConfirmModal("Upgrade this database?", UPGRADE_EXPLANATION, yes="Upgrade")
             ):
+                self.session.pending_prompts.pop(self.thread_id, None)
                 self.notify("The database was left unchanged; it stays browse-only.")
                 return
             try:
                 await self.session.upgrade()
             except CubepiError as error:
+                self.session.pending_prompts.pop(self.thread_id, None)
                 self.post_message(RunFinished(self.thread_id, error=str(error)))
                 return
             self.notify("Database upgraded; cubeloop can still read it.")

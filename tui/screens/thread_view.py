@@ -119,6 +119,8 @@ class ThreadView(Screen[None]):
         self.session = session
         self.thread_id = thread_id
         self._first_prompt = prompt
+        if prompt is not None:
+            session.pending_prompts[thread_id] = prompt  # saved even if the app ends first
         self._new = new
         self._unsubscribe: Callable[[], None] | None = None
         self._partial: AssistantMessage | None = None  # the live reply, redrawn on the next flush
