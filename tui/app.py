@@ -220,6 +220,9 @@ class CubepiApp(App[None]):
             f"{count} agent(s) are running in this app. Quitting aborts them: each saves what it "
             "has and its thread reads \"aborted\"; send a new message later to continue."
         )
+        queued = self.session.queued_count()
+        if queued:
+            body += f" {queued} queued steer(s) or follow-up(s) not delivered yet will be dropped."
         if await self.push_screen_wait(ConfirmModal("Quit cubepi-tui?", body, yes="Abort and quit")):
             self.notify("Aborting the running agents…")
             await self.session.stop_runs()
