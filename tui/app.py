@@ -59,6 +59,7 @@ class CubepiApp(App[None]):
         """The picker, always at the bottom of the screen stack."""
         self._thread_screens: dict[str, ThreadScreen] = {}
         self._restore_hangup: Callable[[], None] | None = None
+        self._restore_signals: Callable[[], None] | None = None
         self.fatal_error: str | None = None
         """The sentence of the error that kept the app from starting; quitting then exits 1."""
 
@@ -69,9 +70,12 @@ class CubepiApp(App[None]):
         # A terminal closed (SIGHUP) or a `kill` (SIGTERM) should end like quitting: runs
         # aborted and saved, the terminal restored - not a thread left "crashed".
         loop = asyncio.get_running_loop()
-        for sig in _ENDING_SIGNALS:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, self._end_on_signal, sig)
+        with contextlib.suppress(ValueError):  # not the main thread: the host handles signals
+            self._restore_signals = hangup.on_termination(
+                lambda signum: loop.call_soon_threadsafe(self._end_on_signal, signum),
+                _ENDING_SIGNALS,
+                watchdog=not self.is_headless,
+            )
         with contextlib.suppress(ValueError, OSError):
             self._restore_hangup = hangup.on_hangup(
                 lambda: loop.call_soon_threadsafe(self._end_on_signal, signal.SIGHUP), driver=lambda: self._driver
@@ -134,14 +138,11 @@ class CubepiApp(App[None]):
                 await asyncio.sleep(min(0.5 * 2**failures, 10.0))
 
     async def on_unmount(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in _ENDING_SIGNALS:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
-        if self._restore_hangup is not None:
-            self._restore_hangup()
-            self._restore_hangup = None
         await self.session.close()
+        for restore in (self._restore_signals, self._restore_hangup):
+            if restore is not None:
+                restore()
+        self._restore_signals = self._restore_hangup = None
 
     # --- navigation ---------------------------------------------------------------------
 

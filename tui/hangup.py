@@ -1,4 +1,5 @@
-"""Ending cleanly when the terminal goes away (SIGHUP: the window closed, ssh dropped).
+"""Ending cleanly when the terminal goes away (the window closed, ssh dropped) or a signal
+(``kill``) asks the app to end.
 
 A hung-up terminal fails every write with EIO and reads as end-of-file forever. Textual's
 output thread dies on the first failed write, after which its bounded queue fills and the
@@ -12,6 +13,7 @@ watchdog ends the process outright if that shutdown still hangs.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 from types import FrameType
@@ -69,15 +71,47 @@ def drain_output(driver: object) -> None:
     threading.Thread(target=discard, daemon=True, name="hangup-drain").start()
 
 
-def on_hangup(callback: Callable[[], None], driver: Callable[[], object] = lambda: None) -> Callable[[], None]:
-    """Call ``callback`` (from the main thread, as a signal handler) after detaching from the
-    terminal, keeping ``driver()``'s output moving (:func:`drain_output`) and starting the
-    watchdog, when SIGHUP arrives. Returns the function that puts the previous handler
-    back. A plain ``signal.signal`` handler, not the event loop's: it must run even when
-    the loop is stuck writing to the dead terminal. Raises ``ValueError`` when called from
-    another thread than the main one."""
+def watch_terminal(fd: int, on_hangup: Callable[[], None], interval: float = 0.5) -> threading.Event:
+    """Call ``on_hangup()`` (from a daemon thread) once the terminal on ``fd`` hangs up.
 
-    def handler(signum: int, frame: FrameType | None) -> None:
+    Catches a closed terminal whose SIGHUP never arrives (the app started with SIGHUP
+    blocked, or under a parent that keeps it), measured here as a process left at 30% CPU
+    that only SIGKILL ended. ``poll`` reports POLLHUP for a hung-up terminal and nothing
+    for a live one, without reading (Textual's input thread keeps every key). Checks
+    every ``interval`` seconds; set the returned event to stop watching.
+    """
+    stop = threading.Event()
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(fd, 0)  # no events asked: only POLLHUP/POLLERR/POLLNVAL come back
+        while not stop.is_set():
+            if poller.poll(interval * 1000):
+                if not stop.is_set():
+                    on_hangup()
+                return
+
+    threading.Thread(target=watch, daemon=True, name="hangup-watch").start()
+    return stop
+
+
+def on_hangup(callback: Callable[[], None], driver: Callable[[], object] = lambda: None) -> Callable[[], None]:
+    """Call ``callback`` once the terminal goes away: on SIGHUP, or when the terminal on
+    standard input is seen hung up (:func:`watch_terminal`), whichever comes first.
+
+    Before ``callback`` the process detaches from the terminal, keeps ``driver()``'s output
+    moving (:func:`drain_output`) and starts the watchdog. ``callback`` may run in a signal
+    handler or another thread: it must be thread-safe (``loop.call_soon_threadsafe``).
+    SIGHUP gets a plain ``signal.signal`` handler, not the event loop's: it must run even
+    when the loop is stuck writing to the dead terminal. Returns the function that stops
+    watching and puts the previous handler back. Raises ``ValueError`` when called from
+    another thread than the main one.
+    """
+    once = threading.Lock()
+
+    def hung_up() -> None:
+        if not once.acquire(blocking=False):
+            return  # the signal and the watcher both saw it
         try:
             detach_from_terminal()
         except OSError:
@@ -86,9 +120,45 @@ def on_hangup(callback: Callable[[], None], driver: Callable[[], object] = lambd
         start_watchdog()
         callback()
 
-    previous = signal.signal(signal.SIGHUP, handler)
+    previous = signal.signal(signal.SIGHUP, lambda signum, frame: hung_up())
+    stop = watch_terminal(0, hung_up) if os.isatty(0) else None
 
     def restore() -> None:
+        if stop is not None:
+            stop.set()
         signal.signal(signal.SIGHUP, previous)
+
+    return restore
+
+
+def on_termination(
+    callback: Callable[[int], None],
+    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
+    *,
+    watchdog: bool = True,
+    watchdog_seconds: float = WATCHDOG_SECONDS,
+) -> Callable[[], None]:
+    """Call ``callback(signum)`` when one of ``signals`` arrives, after starting the
+    watchdog (exit status ``128 + signum``) unless ``watchdog`` is false (an app under
+    test must not end the test process).
+
+    A plain ``signal.signal`` handler, so it runs even while the event loop is blocked
+    (on a terminal that stopped reading, Textual's output queue fills and the loop waits
+    on it: the loop's own signal handlers then never ran and ``kill`` did nothing); the
+    watchdog ends the process if the orderly end cannot. ``callback`` must be thread-safe.
+    Returns the function that puts the previous handlers back. Raises ``ValueError`` when
+    called from another thread than the main one.
+    """
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if watchdog:
+            start_watchdog(watchdog_seconds, code=128 + signum)
+        callback(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
     return restore

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -47,11 +49,22 @@ def _ended(pid: int) -> bool:
         return True
 
 
-def test_closing_the_terminal_during_a_run_aborts_it_and_ends_the_process(tmp_path: Path) -> None:
+_BLOCK_SIGHUP_THEN_EXEC = (
+    "import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGHUP]); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+"""Starts the app with SIGHUP blocked (a blocked signal stays blocked across exec), so the
+app learns of the closed terminal only by watching it. Before, such an app stayed alive
+for good, spinning, and even SIGTERM no longer ended it."""
+
+
+@pytest.mark.parametrize("sighup", [True, False], ids=["sighup", "sighup-never-arrives"])
+def test_closing_the_terminal_during_a_run_aborts_it_and_ends_the_process(tmp_path: Path, sighup: bool) -> None:
     db = tmp_path / "threads.sqlite"
     socket = f"cubepi-hangup-{os.getpid()}"
+    launcher = "" if sighup else f"-c {shlex.quote(_BLOCK_SIGHUP_THEN_EXEC)}"
     command = (
-        f"exec env XDG_DATA_HOME={tmp_path / 'data'} {sys.executable} -m tui.cli --demo --demo-speed 0.5 {db}"
+        f"exec env XDG_DATA_HOME={tmp_path / 'data'} {sys.executable} {launcher} -m tui.cli --demo --demo-speed 0.5 {db}"
     )
     subprocess.run(["tmux", "-L", socket, "new-session", "-d", "-s", "app", "-x", "120", "-y", "40", command], check=True)
     try:
@@ -66,7 +79,9 @@ def test_closing_the_terminal_during_a_run_aborts_it_and_ends_the_process(tmp_pa
         _tmux(socket, "kill-server")  # the hang-up
     deadline = time.monotonic() + 25.0  # under the 30 s watchdog: the orderly path ended it
     while not _ended(pid):
-        assert time.monotonic() < deadline, f"the app (pid {pid}) is still alive after its terminal closed"
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)  # leave no orphan spinning behind a failed test
+            raise AssertionError(f"the app (pid {pid}) was still alive 25 s after its terminal closed")
         time.sleep(0.1)
 
     async def state() -> tuple[ThreadState, object]:
