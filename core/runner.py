@@ -333,8 +333,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--include-pending", action="store_true",
                    help="send steers and follow-ups a crashed runner never delivered with this run")
     p.add_argument("--demo", action="store_true", help="use the built-in demo agent (no API key needed)")
-    p.add_argument("--speed", "--demo-speed", type=positive_number, default=1.0, metavar="X",
-                   help="demo pace multiplier (default 1; --demo-speed as in the app)")
+    p.add_argument("--speed", type=positive_number, default=1.0, metavar="X",
+                   help="demo pace multiplier (default 1; also --demo-speed, as in the app)")
+    # Its own action, so an error names the flag the user typed.
+    p.add_argument("--demo-speed", dest="speed", type=positive_number, default=1.0, help=argparse.SUPPRESS)
     p.add_argument("--model", metavar="NAME", help=f"Anthropic model (default {DEFAULT_MODEL}; needs ANTHROPIC_API_KEY)")
     p.add_argument("--agent", metavar="MODULE:FUNCTION", help="a function returning a core.runner.AgentSpec")
     p.add_argument("--lease-ttl", type=positive_number, default=15.0, metavar="S",

@@ -91,3 +91,4 @@ def test_the_demo_pace_flag_has_the_apps_name_too() -> None:
     base = ["--db", "x.sqlite", "--thread", "t", "--demo", "hello"]
     assert parser().parse_args([*base, "--demo-speed", "20"]).speed == 20.0
     assert parser().parse_args([*base, "--speed", "3"]).speed == 3.0
+    assert parser().parse_args(base).speed == 1.0
