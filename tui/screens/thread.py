@@ -116,6 +116,8 @@ class ThreadScreen(ThreadView):
             else:
                 outcome = await self.session.prompt(self.thread_id, text or "", on_start=self._run_begins)
         except CubepiError as error:
+            if self.session.ending:
+                return  # the app is ending: the session saves the prompt itself (pending_prompts)
             self.post_message(RunFinished(self.thread_id, error=str(error)))
             return
         self.post_message(RunFinished(self.thread_id, outcome=str(outcome)))

@@ -303,13 +303,15 @@ class ThreadView(Screen[None]):
             self.status_bar.run_state = view.label
 
     def watch_diagnosis(self, diagnosis: Diagnosis | None) -> None:
+        if not self.is_attached:
+            return  # the app is ending (see while_attached): its widgets may be gone
         self.query_one(CrashBanner).diagnosis = diagnosis
         if diagnosis is not None:
             self.status_bar.run_state = diagnosis.label
             self.transcript.mark_dangling(diagnosis)
 
     def watch_running(self, running: bool) -> None:
-        if running:
+        if running and self.is_attached:
             self.status_bar.run_state = "running"
 
     # --- following another process --------------------------------------------------------
