@@ -6,7 +6,7 @@ from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -33,6 +33,21 @@ class OnceModal(ModalScreen[ScreenResultType]):
         self.dismiss(result)
 
 
+class LineInput(Input):
+    """An ``Input`` that submits the moment its Enter key is handled, in key order.
+
+    Textual 8 runs Input's Enter binding only after the key has bubbled up unhandled, so
+    keys that arrived in the same read as Enter (a fast typist's Enter then q) were
+    inserted first and joined the text sent: "helloqq".
+    """
+
+    async def on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()
+            await self.action_submit()
+
+
 class TextInputModal(OnceModal[str | None]):
     """Ask for one line of text; dismisses with the text, or ``None`` on Escape."""
 
@@ -50,18 +65,23 @@ class TextInputModal(OnceModal[str | None]):
             yield Static(literal(self._title, style="bold"), classes="title")
             if self._hint:
                 yield Static(literal(self._hint), classes="hint")
-            yield Input(placeholder=self._placeholder, id="text")
+            yield LineInput(placeholder=self._placeholder, id="text")
             with Horizontal(classes="buttons"):
                 yield Button(self._submit_label, variant="primary", id="submit")
                 yield Button("Cancel", id="cancel")
 
     @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        self._send(event.value)  # the text as it stood at Enter (see LineInput)
+
     @on(Button.Pressed, "#submit")
     def submit(self) -> None:
         """Dismiss with the entered text (ignored while empty)."""
-        text = self.query_one("#text", Input).value.strip()
-        if text:
-            self.answer_once(text)
+        self._send(self.query_one("#text", Input).value)
+
+    def _send(self, text: str) -> None:
+        if text.strip():
+            self.answer_once(text.strip())
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
