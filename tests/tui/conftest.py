@@ -137,6 +137,27 @@ async def type_text(pilot: Pilot[object], text: str) -> None:
     await pilot.pause()
 
 
+async def fill_dialog(pilot: Pilot[object], key: str, text: str) -> None:
+    """Press ``key`` (n, s, f: a key that opens a text dialog) and fill the dialog with
+    ``text``; Enter is left to the caller. Waits for the store on the first call's ``n``."""
+    from tui.screens.modals import TextInputModal
+
+    app = pilot.app
+    await wait_for(pilot, lambda: getattr(app, "session").store is not None, what="store open")
+    await pilot.press(key)
+    await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what=f"the dialog of {key!r}")
+    await type_text(pilot, text)
+
+
+async def send_via_dialog(pilot: Pilot[object], key: str, text: str) -> None:
+    """:func:`fill_dialog`, then Enter, and wait until the dialog has closed."""
+    from tui.screens.modals import TextInputModal
+
+    await fill_dialog(pilot, key, text)
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: not isinstance(pilot.app.screen, TextInputModal), what="the dialog closed")
+
+
 async def open_from_picker(pilot: Pilot[object], thread_id: str) -> None:
     """Move the picker's cursor to ``thread_id`` and press Enter; wait until the thread is read."""
     from textual.widgets import DataTable

@@ -19,11 +19,10 @@ from textual.message import Message
 
 from core.messages import UserMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import Db, fast_session, type_text, wait_for
+from tests.tui.conftest import Db, fast_session, fill_dialog, wait_for
 from tests.tui.test_runs import _running_tool
 from tui.app import CubepiApp, make_app
 from tui.messages import OpenThread, RunStarted
-from tui.screens.modals import TextInputModal
 from tui.screens.thread import ThreadScreen
 
 
@@ -50,10 +49,7 @@ async def _end_during_run(db: Db, end: Callable[[CubepiApp], None], *, moment: s
 
     app = make_app(fast_session(path=db.path, speed=1.0))
     async with app.run_test(size=(110, 40), message_hook=hook) as pilot:
-        await wait_for(pilot, lambda: app.session.store is not None, what="store open")
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
-        await type_text(pilot, "slow job")
+        await fill_dialog(pilot, "n", "slow job")
         # Not awaited: it waits until the screen is idle, which a shutdown begun by the
         # hook meanwhile never lets happen.
         enter = asyncio.create_task(pilot.press("enter"))
@@ -100,10 +96,7 @@ async def test_quitting_right_after_sending_a_prompt_asks_first_and_saves_it(db:
 
     app = make_app(fast_session(path=db.path, speed=1.0))
     async with app.run_test(size=(110, 40), message_hook=hook) as pilot:
-        await wait_for(pilot, lambda: app.session.store is not None, what="store open")
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
-        await type_text(pilot, "slow job")
+        await fill_dialog(pilot, "n", "slow job")
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the quit question")
         await pilot.press("y")

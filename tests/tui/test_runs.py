@@ -9,7 +9,16 @@ import pytest
 
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import Db, fast_session, open_from_picker, screen_text, type_text, wait_for, wait_for_text
+from tests.tui.conftest import (
+    Db,
+    fast_session,
+    open_from_picker,
+    screen_text,
+    send_via_dialog,
+    type_text,
+    wait_for,
+    wait_for_text,
+)
 from tui.app import CubepiApp, make_app
 from tui.session import Session
 from tui.messages import AgentEventReceived, RunFinished
@@ -32,11 +41,7 @@ def _running_tool(app: CubepiApp) -> bool:
 
 async def _start_thread(pilot, prompt: str) -> ThreadScreen:  # type: ignore[no-untyped-def]
     app = pilot.app
-    await wait_for(pilot, lambda: app.session.store is not None, what="store open")
-    await pilot.press("n")
-    await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
-    await type_text(pilot, prompt)
-    await pilot.press("enter")
+    await send_via_dialog(pilot, "n", prompt)
     await wait_for(
         pilot,
         lambda: isinstance(app.screen, ThreadScreen) and app.screen.run_worker_ref is not None,
@@ -103,16 +108,8 @@ async def test_steer_lands_in_the_conversation_and_follow_up_comes_after(db: Db)
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "build a report")
         await wait_for(pilot, lambda: _running_tool(app), timeout=60, what="a tool running")
-        await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="steer modal")
-        await type_text(pilot, "focus on europe")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="modal closed")
-        await pilot.press("f")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="follow-up modal")
-        await type_text(pilot, "add a chart")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="modal closed")
+        await send_via_dialog(pilot, "s", "focus on europe")
+        await send_via_dialog(pilot, "f", "add a chart")
         assert screen.running
         batch_done.set()
         await wait_for(pilot, lambda: not screen.running, timeout=30, what="run finished")
@@ -219,11 +216,7 @@ async def test_the_quit_question_says_queued_steers_will_be_dropped(db: Db) -> N
     async with app.run_test(size=(110, 40)) as pilot:
         await _start_thread(pilot, "build a report")
         await wait_for(pilot, lambda: _running_tool(app), what="a tool running")
-        await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="steer modal")
-        await type_text(pilot, "focus on europe")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="modal closed")
+        await send_via_dialog(pilot, "s", "focus on europe")
         await pilot.press("q")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await pilot.press("q")
