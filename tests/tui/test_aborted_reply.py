@@ -9,10 +9,9 @@ from typing import AsyncIterator
 from core.events import StreamEvent, TextDelta, ToolCallDelta, ToolCallStart
 from core.messages import AssistantMessage, TextContent, ToolCall, user_text
 from core.providers.base import ModelRequest
-from tests.tui.conftest import Db, fast_session, screen_text, type_text, wait_for, wait_for_text
+from tests.tui.conftest import Db, fast_session, fill_dialog, screen_text, wait_for, wait_for_text
 from textual.app import App, ComposeResult
 from tui.app import make_app
-from tui.screens.modals import TextInputModal
 from tui.screens.thread import ThreadScreen
 from tui.widgets.message_view import AssistantMessageView
 from tui.widgets.tool_call import ToolCallView
@@ -49,10 +48,7 @@ async def test_aborting_while_the_model_writes_arguments_leaves_no_tool_card(db:
     session.make_provider = lambda: model
     app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:
-        await wait_for(pilot, lambda: app.session.store is not None, what="store open")
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
-        await type_text(pilot, "fetch the data")
+        await fill_dialog(pilot, "n", "fetch the data")
         await pilot.press("enter")
         await wait_for(pilot, lambda: any(v.status == "streaming" for v in _cards(app)), what="the call streaming")
         await wait_for_text(pilot, "model is writing the arguments")

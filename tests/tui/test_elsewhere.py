@@ -18,14 +18,13 @@ from tests.tui.conftest import (
     open_from_picker,
     screen_text,
     squeezed_lines,
-    type_text,
+    fill_dialog,
     wait_for,
     wait_for_text,
     widget_text,
 )
 from tui.app import make_app
 from tui.messages import ThreadsLoaded
-from tui.screens.modals import TextInputModal
 from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
@@ -220,10 +219,8 @@ async def test_a_steer_sent_to_a_runner_that_then_crashed_is_sent_with_the_resum
         await open_from_picker(pilot, "t-steer")
         screen = _thread_screen(app)
         await wait_for(pilot, lambda: _tool_running(screen), timeout=TIMEOUT, what="tool progress")
-        await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="steer modal")
+        await fill_dialog(pilot, "s", "focus on europe")
         await wait_for_text(pilot, "It goes to process")  # drawn after the push
-        await type_text(pilot, "focus on europe")
         await pilot.press("enter")
         # The runner reads it (delivered) but its tool never reaches a turn boundary.
         await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "delivered", timeout=TIMEOUT, what="delivered")
@@ -263,10 +260,7 @@ async def test_a_run_in_the_app_can_be_followed_and_aborted_from_another_connect
 
     app = make_app(fast_session(path=shared_db, speed=1.0))
     async with _app_running(app, (130, 40)) as pilot:
-        await wait_for(pilot, lambda: app.session.store is not None, what="store open")
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
-        await type_text(pilot, "a long job")
+        await fill_dialog(pilot, "n", "a long job")
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.running, what="run here")
         screen = _thread_screen(app)

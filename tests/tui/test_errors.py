@@ -13,14 +13,14 @@ from tests.tui.conftest import (
     fast_session,
     open_from_picker,
     screen_text,
-    type_text,
+    fill_dialog,
     wait_for,
     wait_for_text,
     squeezed,
 )
 from tui.app import make_app
 from tui.cli import build_session
-from tui.screens.modals import ErrorScreen, TextInputModal
+from tui.screens.modals import ErrorScreen
 from tui.screens.threads import ThreadsScreen
 from tui.session import Session
 
@@ -93,9 +93,7 @@ async def test_malformed_json_row(fixture_copy: Path) -> None:
         assert '{"role": "tool_result", "content": [' in text  # the raw row, shown as is
         assert "Traceback" not in text
         # Continuing the thread is refused with one sentence, and nothing is written.
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt")
-        await type_text(pilot, "go on")
+        await fill_dialog(pilot, "n", "go on")
         await pilot.press("enter")
         await wait_for(pilot, lambda: "unreadable row(s)" in " ".join(n.message for n in app._notifications), what="refusal")
         assert app.is_running
@@ -121,9 +119,7 @@ async def test_missing_api_key_when_a_model_is_asked_for(monkeypatch: pytest.Mon
         await wait_for_text(pilot, "ANTHROPIC_API_KEY")  # drawn after the push
         await pilot.press("escape")  # browsing still works
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt")
-        await type_text(pilot, "hello")
+        await fill_dialog(pilot, "n", "hello")
         await pilot.press("enter")
         await wait_for(
             pilot, lambda: any("ANTHROPIC_API_KEY" in n.message for n in app._notifications), what="refusal"
@@ -140,10 +136,7 @@ async def test_provider_error_during_a_run() -> None:
     session = Session(open_store, lambda: FauxProvider(), model="faux-1")  # an empty script fails the call
     app = make_app(session)
     async with app.run_test(size=(110, 30)) as pilot:
-        await wait_for(pilot, lambda: session.store is not None, what="store")
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt")
-        await type_text(pilot, "hello")
+        await fill_dialog(pilot, "n", "hello")
         await pilot.press("enter")
         await wait_for_text(pilot, "the model call failed: The faux provider has no scripted reply left")
         assert "failed" in screen_text(app).splitlines()[-2]

@@ -9,10 +9,9 @@ from core.checkpoint.memory import MemoryCheckpointer
 from core.events import StreamEvent, TextDelta
 from core.messages import AssistantMessage, TextContent, user_text
 from core.providers.base import ModelRequest
-from tests.tui.conftest import fast_session, type_text, wait_for
+from tests.tui.conftest import fast_session, fill_dialog, wait_for
 from textual.app import App
 from tui.app import make_app
-from tui.screens.modals import TextInputModal
 from tui.screens.thread import ThreadScreen
 
 
@@ -73,10 +72,7 @@ async def test_r_and_n_while_a_run_here_is_going_say_why_they_do_nothing() -> No
     session.make_provider = lambda: _Slow()
     app = make_app(session)
     async with app.run_test(size=(110, 30)) as pilot:
-        await wait_for(pilot, lambda: app.session.store is not None, what="store open")
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
-        await type_text(pilot, "go")
+        await fill_dialog(pilot, "n", "go")
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.running, what="running")
         screen = app.screen

@@ -5,9 +5,8 @@ from __future__ import annotations
 from textual import events
 
 from core.messages import UserMessage
-from tests.tui.conftest import Db, fast_session, type_text, wait_for
+from tests.tui.conftest import Db, fast_session, fill_dialog, wait_for
 from tui.app import make_app
-from tui.screens.modals import TextInputModal
 from tui.screens.thread import ThreadScreen
 
 
@@ -16,10 +15,7 @@ async def test_keys_typed_after_enter_do_not_join_the_prompt(db: Db) -> None:
     because the dialog read its input box after the key events queued behind Enter."""
     app = make_app(fast_session(path=db.path))
     async with app.run_test(size=(110, 40)) as pilot:
-        await wait_for(pilot, lambda: app.session.store is not None, what="store open")
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
-        await type_text(pilot, "hello")
+        await fill_dialog(pilot, "n", "hello")
         # Posted together, as the driver does with keys that arrive in one read.
         for key, character in (("enter", "\r"), ("q", "q"), ("q", "q")):
             app.post_message(events.Key(key, character))

@@ -15,14 +15,14 @@ from tests.tui.conftest import (
     open_from_picker,
     screen_text,
     send_via_dialog,
-    type_text,
+    fill_dialog,
     wait_for,
     wait_for_text,
 )
 from tui.app import CubepiApp, make_app
 from tui.session import Session
 from tui.messages import AgentEventReceived, RunFinished
-from tui.screens.modals import ConfirmModal, TextInputModal
+from tui.screens.modals import ConfirmModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 from tui.widgets.tool_call import ToolCallView
@@ -138,9 +138,7 @@ async def test_steer_when_idle_offers_a_new_prompt(db: Db) -> None:
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "first")
         await wait_for(pilot, lambda: not screen.running, timeout=60, what="run finished")
-        await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="steer modal")
-        await type_text(pilot, "second")
+        await fill_dialog(pilot, "s", "second")
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="offer")
         await wait_for_text(pilot, "Send this as a new prompt?")  # drawn after the push

@@ -102,8 +102,7 @@ async def test_showing_earlier_messages_brings_them_into_view() -> None:
 async def test_sending_a_prompt_while_scrolled_up_brings_the_end_back_into_view() -> None:
     """Reading older messages, then sending a prompt: the user wants to watch the answer,
     so the view goes back to the end and follows it (before, it stayed where it was)."""
-    from tests.tui.conftest import type_text
-    from tui.screens.modals import TextInputModal
+    from tests.tui.conftest import fill_dialog
 
     store = MemoryCheckpointer()
     await store.append("long", _turns(80))  # type: ignore[arg-type]
@@ -117,9 +116,7 @@ async def test_sending_a_prompt_while_scrolled_up_brings_the_end_back_into_view(
         transcript.focus()
         await pilot.press("pageup", "pageup")
         await wait_for(pilot, lambda: transcript.scroll_y < transcript.max_scroll_y, what="scrolled up")
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="prompt modal")
-        await type_text(pilot, "one last question")
+        await fill_dialog(pilot, "n", "one last question")
         await pilot.press("enter")
         await wait_for(pilot, lambda: "one last question" in screen_text(app), timeout=60, what="the prompt in view")
         await wait_for(pilot, lambda: not screen.running, timeout=60, what="run finished")
