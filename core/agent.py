@@ -27,13 +27,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 
-from core.checkpoint.base import Checkpointer, CorruptRow, JournalEntry, RunRecord
+from core.checkpoint.base import Checkpointer, CorruptRow, JournalEntry, PendingRequest, RunRecord
 from core.errors import (
     AgentBusyError,
     LeaseLostError,
     NothingToResumeError,
     RunError,
     UnreadableThreadError,
+    WaitingForAnswerError,
     error_sentence,
 )
 from core.events import (
@@ -81,6 +82,7 @@ class AgentState:
     ``messages``: the thread's finished messages in order (persisted at ``message_end``).
     ``runs``: the thread's run records; ``problems``: rows that could not be decoded.
     ``journal``: the tool journal by tool call id (``None`` when the store keeps none).
+    ``pending_request``: the human request the thread waits on (cubeloop's HITL), if any.
     ``streaming_message``: the partial assistant reply while it streams, else ``None``.
     ``running_tools``: tool call id -> :class:`RunningTool` for calls in flight.
     ``run_id``: the current (or last) run. ``last_outcome``/``error``: how the last run
@@ -92,6 +94,7 @@ class AgentState:
     runs: list[RunRecord] = field(default_factory=list)
     problems: list[CorruptRow] = field(default_factory=list)
     journal: dict[str, JournalEntry] | None = None
+    pending_request: PendingRequest | None = None
     streaming_message: AssistantMessage | None = None
     running_tools: dict[str, RunningTool] = field(default_factory=dict)
     is_running: bool = False
@@ -193,7 +196,8 @@ class Agent:
 
     def diagnosis(self) -> Diagnosis:
         """Where the loaded thread stands (see :func:`core.recovery.diagnose`)."""
-        return diagnose(self._state.messages, self._state.runs, self._state.journal)
+        state = self._state
+        return diagnose(state.messages, state.runs, state.journal, problems=state.problems, pending=state.pending_request)
 
     async def load(self) -> None:
         """Load the thread's messages, runs and problems into ``state``.
@@ -212,7 +216,9 @@ class Agent:
         loop; any dangling tool call of a crashed run is settled first (idempotent tools
         re-run, others recorded as interrupted). Raises ``AgentBusyError`` if this agent
         is running, ``RunAlreadyClaimedError`` if another holder runs the thread,
-        ``UnreadableThreadError`` if the thread has undecodable rows, ``LeaseLostError``
+        ``UnreadableThreadError`` if the thread has undecodable rows,
+        ``WaitingForAnswerError`` if it waits for a human answer (cubeloop's pending
+        request, left as it is), ``LeaseLostError``
         if the lease was lost before the run was claimed, and the checkpointer's errors
         from loading or claiming. Failures during the run do not raise: they end the run
         ``"failed"`` with ``state.error`` set.
@@ -246,8 +252,11 @@ class Agent:
         the plan. The lease is taken and the thread reloaded first, and the plan is made
         from that fresh view. Call model / settle then call model: a new run settles
         each dangling call (results carry ``metadata["settled"]`` = ``"rerun"``,
-        ``"reused"`` or ``"interrupted"``), then calls the model. Wait for user: the old
-        run is marked complete and ``"completed"`` is returned.
+        ``"reused"`` or ``"interrupted"``, and the ``run_id`` of the run that issued the
+        call), then calls the model. Retry (a failed thread): a new run calls the model
+        again with the saved history, the failed reply left out of what is sent, no tool
+        run again. Wait for user: the old run is marked complete and ``"completed"`` is
+        returned.
 
         Raises ``NothingToResumeError`` when the thread is clean, ``ResumeChoiceError``
         when a choice names a call that is not dangling or does not offer that choice,
@@ -366,6 +375,7 @@ class Agent:
         state.runs = data.runs if data else []
         state.problems = data.problems if data else []
         state.journal = data.journal if data else ({} if self._journal else None)
+        state.pending_request = data.pending_request if data else None
 
     async def _plan(self) -> ResumePlan:
         diagnosis = self.diagnosis()
@@ -394,6 +404,12 @@ class Agent:
                 f"Thread {self.thread_id!r} has {len(problems)} unreadable row(s) "
                 f"(first: row {problems[0].row_id}); it can be read but not continued."
             )
+        pending = self._state.pending_request
+        if pending is not None:
+            raise WaitingForAnswerError(
+                f"Thread {self.thread_id!r} is waiting for an answer to {pending.question!r}; answer it in the "
+                "program that asked (cubeloop's respond()), then continue the thread."
+            )
 
     async def _claim(self, run_id: str) -> None:
         # cubeloop's run claim, kept beside the lease so cubeloop sees our runs too.
@@ -411,7 +427,10 @@ class Agent:
     async def _run(
         self, run_id: str, prompts: list[UserMessage], settle: Mapping[str, SettleChoice] | None = None
     ) -> RunOutcome:
-        config = dataclasses.replace(self._config, run_id=run_id, settle_choices=dict(settle or {}))
+        completed = frozenset(r.run_id for r in self._state.runs if r.completed)
+        config = dataclasses.replace(
+            self._config, run_id=run_id, settle_choices=dict(settle or {}), completed_runs=completed
+        )
         self._state.error = None
         try:
             await run_loop(self._state.messages, config, self._on_event, self._signal, prompts)

@@ -137,6 +137,11 @@ class UnreadableThreadError(RunError):
     """Raised when a run is asked of a thread whose stored rows cannot all be decoded."""
 
 
+class WaitingForAnswerError(RunError):
+    """Raised when a run is asked of a thread waiting for a human answer (cubeloop's
+    pending request): running would settle the question's call and lose the answer."""
+
+
 def error_sentence(exc: BaseException) -> str:
     """One line saying what went wrong: the first line of ``exc``'s text, which for our own
     errors is already the sentence for the user; other exceptions are prefixed with their

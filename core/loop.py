@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import AsyncIterator, Callable, Mapping, Sequence
@@ -48,7 +49,8 @@ from core.messages import (
 )
 from core.jobs import Jobs
 from core.providers.base import ModelRequest, Provider, error_reply
-from core.recovery import SettleChoice, unanswered_calls
+from core.recovery import SettleChoice
+from core.request import RequestBuilder, Unanswered
 from core.tool_execution import execute_tool_calls, publish
 from core.tools import AgentTool, Emit, ToolExecutionMode
 
@@ -57,7 +59,8 @@ ABORTED_TEXT = "Aborted by the user."
 
 
 async def settle_interrupted(calls: Sequence[ToolCall], run_id: str | None) -> list[ToolResultMessage]:
-    """An error result per dangling call saying it was interrupted and not run again.
+    """An error result per dangling call saying it was interrupted and not run again,
+    stamped with ``run_id`` (the run that issued the calls).
 
     Each result carries ``metadata={"settled": "interrupted"}``.
     """
@@ -90,8 +93,11 @@ class LoopConfig:
     default a known idempotent tool is re-run (through ``jobs``, so a done job's result
     is reused) and any other call gets an "interrupted" error result; ``settle_choices``
     (tool call id -> ``"rerun"`` / ``"interrupt"``) overrides that per call. ``jobs`` is
-    the thread's job store for idempotent tools (``None``: they simply run). Raises
-    :class:`~core.errors.ToolDefinitionError` when two tools share a name.
+    the thread's job store for idempotent tools (``None``: they simply run). Each settled
+    result carries the ``run_id`` of the run that issued its call (cubeloop checks tool
+    cycles per run, ``cubeloop/agent/_tool_cycle.py``), unless that run is in
+    ``completed_runs`` (a store refuses messages of a completed run) or unknown: then this
+    run's. Raises :class:`~core.errors.ToolDefinitionError` when two tools share a name.
     """
 
     provider: Provider
@@ -104,6 +110,7 @@ class LoopConfig:
     get_follow_ups: Callable[[], list[UserMessage]] = _nothing
     settle_choices: Mapping[str, SettleChoice] = field(default_factory=dict)
     jobs: Jobs | None = None
+    completed_runs: frozenset[str] = frozenset()
     tools_by_name: Mapping[str, AgentTool] = field(init=False, repr=False, compare=False)
     tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False, compare=False)
 
@@ -137,23 +144,27 @@ async def run_loop(
     """Run the agent until it stops; return how the run ended.
 
     ``messages`` is the transcript (history first); the loop appends every finished
-    message to it, in place, just before emitting its ``message_end``, and gives the
-    same list to the provider (no copy per call). ``prompts`` are delivered first.
+    message to it, in place, just before emitting its ``message_end``. Before every
+    model call, every tool call of the whole history that has no result is settled, and
+    the provider is given what :class:`~core.request.RequestBuilder` builds from the
+    transcript (kept for the run and fed only the new messages, so no copy and no full
+    pass per call). ``prompts`` are delivered first.
     Emits ``agent_start`` ... ``agent_end``. Setting ``signal`` aborts: the run then ends
     with an assistant message whose ``stop_reason`` is ``"aborted"``. Exceptions raised
     by ``emit`` propagate (running tools are cancelled first).
     """
     emit = _recording(messages, emit, config.run_id)
+    builder = RequestBuilder()
     await emit(AgentStart(config.run_id or ""))
     pending = [*prompts, *_poll(config.get_steering, signal)]
     has_tool_calls = True
     while True:
         while has_tool_calls or pending:
             await emit(TurnStart())
-            await _settle_dangling(messages, config, emit, signal)
+            await _settle_dangling(messages, builder, config, emit, signal)
             for message in pending:
                 await publish(message, emit)
-            reply = await _stream_reply(messages, config, emit, signal)
+            reply = await _stream_reply(messages, builder, config, emit, signal)
             if reply.stop_reason in ("error", "aborted"):
                 await emit(TurnEnd(reply))
                 return await _end(reply, config, emit)
@@ -187,21 +198,37 @@ def _poll(get: Callable[[], list[UserMessage]], signal: asyncio.Event) -> list[U
     return [] if signal.is_set() else list(get())
 
 
-async def _settle_dangling(messages: list[AnyMessage], config: LoopConfig, emit: Emit, signal: asyncio.Event) -> None:
-    # Call by call: a partly answered parallel batch only has its missing calls here.
-    calls = unanswered_calls(messages)
+async def _settle_dangling(
+    messages: list[AnyMessage], builder: RequestBuilder, config: LoopConfig, emit: Emit, signal: asyncio.Event
+) -> None:
+    # Call by call, over the whole history: a partly answered batch only has its missing
+    # calls here, and calls left unanswered before a later reply (another writer went on)
+    # are settled too. Grouped by the run that issued them, so each result carries it.
+    builder.update(messages)
+    calls = builder.unanswered()
     if not calls:
         return
-    rerun = [c for c in calls if config.settle_choice(c) == "rerun"]
-    rerun_ids = {c.id for c in rerun}
-    for result in await settle_interrupted([c for c in calls if c.id not in rerun_ids], config.run_id):
-        await publish(result, emit)
-    if rerun:
-        await _execute(rerun, config, emit, signal, settling=True)
+    groups: dict[str | None, list[Unanswered]] = {}
+    for pending in calls:
+        groups.setdefault(_issuing_run(pending, config), []).append(pending)
+    for run_id, group in groups.items():
+        interrupt = [p.call for p in group if config.settle_choice(p.call) != "rerun"]
+        for result in await settle_interrupted(interrupt, run_id):
+            await publish(result, emit)
+        rerun = [p.call for p in group if config.settle_choice(p.call) == "rerun"]
+        if rerun:
+            await _execute(rerun, dataclasses.replace(config, run_id=run_id), emit, signal, settling=True)
+
+
+def _issuing_run(pending: Unanswered, config: LoopConfig) -> str | None:
+    run_id = pending.message.run_id
+    if run_id is None or run_id in config.completed_runs:
+        return config.run_id
+    return run_id
 
 
 async def _stream_reply(
-    messages: list[AnyMessage], config: LoopConfig, emit: Emit, signal: asyncio.Event
+    messages: list[AnyMessage], builder: RequestBuilder, config: LoopConfig, emit: Emit, signal: asyncio.Event
 ) -> AssistantMessage:
     provider = config.provider
     partial = AssistantMessage(provider_id=provider.name, model_id=provider.model, run_id=config.run_id)
@@ -209,7 +236,8 @@ async def _stream_reply(
     if signal.is_set():
         reply = _aborted(partial)
     else:
-        request = ModelRequest(config.system_prompt, messages, config.tool_specs)
+        builder.update(messages)
+        request = ModelRequest(config.system_prompt, builder.request(), config.tool_specs)
         reply = await _consume(provider.stream(request, signal), partial, config, emit, signal)
     reply.run_id = config.run_id
     if reply.stop_reason in ("error", "aborted") and reply.tool_calls:

@@ -4,14 +4,21 @@ Pure functions, no I/O. The three crash points and the clean states are defined 
 ``DESIGN.md`` ("The three crash points"); the fixture mapping in
 ``shared/fixtures/README.md`` is checked against this module by the tests.
 
-Only finished messages are persisted, so the last persisted messages tell the story:
+Only finished messages are persisted, so the persisted messages tell the story:
 
 1. **between turns**: the last message is a user message nobody answered, or a final
    assistant reply whose run never completed;
-2. **after tool result**: every tool call of the last assistant message has its result,
-   but the next model call never finished;
-3. **mid-tool**: the last assistant message has tool calls without results, whatever
-   follows it (a user message after unanswered calls does not hide them).
+2. **after tool result**: every tool call has its result, but results were saved after
+   the last assistant message and the next model call never finished;
+3. **mid-tool**: tool calls without results anywhere in the thread, whatever follows
+   them (a user message, or a later reply another writer added, does not hide them).
+
+Not crashes: completed, aborted, **failed** (the last reply ended in a provider error;
+resume retries the model call without re-running tools), **waiting for an answer** (a
+pending human request, cubeloop's HITL: never settled, its row left as it is) and empty.
+Whatever the state, what the request builder (:mod:`core.request`) has to leave out or
+place, unreadable rows and writes another run interleaved are said in
+:attr:`Diagnosis.notes`.
 
 For mid-tool, :func:`plan_call` decides each dangling call's settlement from facts the
 agent gathers (is the tool known, idempotent, is its job done) and :class:`ResumePlan`
@@ -22,12 +29,13 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Literal, Mapping, Sequence
 
-from core.checkpoint.base import JobStatus, JournalEntry, RunRecord
+from core.checkpoint.base import CorruptRow, JobStatus, JournalEntry, PendingRequest, RunRecord
 from core.errors import ResumeChoiceError
-from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UnknownMessage, UserMessage
+from core.request import BuiltRequest, Repair, Unanswered, build_request, repair_words
 
 
 class ThreadState(enum.StrEnum):
@@ -38,6 +46,7 @@ class ThreadState(enum.StrEnum):
     ABORTED = "aborted"
     FAILED = "failed"
     CRASHED = "crashed"
+    WAITING = "waiting for an answer"
 
 
 class CrashPoint(enum.IntEnum):
@@ -71,11 +80,14 @@ class ResumeAction(enum.StrEnum):
     """The last reply is final; close the run and wait for the next user message."""
     SETTLE_THEN_CALL_MODEL = "settle_then_call_model"
     """Give each dangling tool call a result, then call the model."""
+    RETRY_MODEL_CALL = "retry_model_call"
+    """The last model call failed: call the model again with the saved history (the
+    failed reply is not sent, no tool runs again)."""
 
 
 @dataclass(frozen=True, slots=True)
 class DanglingCall:
-    """A tool call of the last assistant message that has no persisted result.
+    """A tool call that has no persisted result anywhere after it.
 
     ``started_at`` / ``ended_at`` are unix seconds from the tool journal, ``None`` when
     it never started (or ended) or when the store keeps no journal (``journaled`` tells
@@ -110,8 +122,12 @@ class Diagnosis:
     """The verdict on one thread.
 
     ``crash_point`` is set only when ``state`` is ``CRASHED``; ``dangling`` lists the
-    unanswered calls (mid-tool only) and ``answered`` the ids of calls of the same
-    assistant message that do have results (a partly answered parallel batch).
+    calls without results (mid-tool, or before a failed reply) and ``answered`` the ids
+    of calls of the same assistant messages that do have results (a partly answered
+    parallel batch). ``notes`` are short phrases about the rest of the history
+    ("2 unreadable rows", "1 orphan result"); ``repairs`` what the request builder does
+    in what is sent (worded by :func:`core.request.repair_words`); ``pending`` the human
+    request the thread waits on.
     """
 
     state: ThreadState
@@ -120,13 +136,19 @@ class Diagnosis:
     answered: tuple[str, ...] = ()
     action: ResumeAction = ResumeAction.NONE
     detail: str = ""
+    notes: tuple[str, ...] = ()
+    repairs: tuple[Repair, ...] = field(default=(), compare=False)  # indices are of the messages given
+    pending: PendingRequest | None = None
 
     @property
     def label(self) -> str:
-        """Short state for a list: "completed", "crashed at point 3 (mid-tool)", ..."""
+        """Short state for a list: "completed", "crashed at point 3 (mid-tool)",
+        "waiting for an answer", each followed by its notes ("completed · 2 unreadable rows")."""
         if self.crash_point is not None:
-            return f"crashed at point {int(self.crash_point)} ({self.crash_point.words})"
-        return self.state.value
+            base = f"crashed at point {int(self.crash_point)} ({self.crash_point.words})"
+        else:
+            base = self.state.value
+        return " · ".join((base, *self.notes))
 
     @property
     def resumable(self) -> bool:
@@ -138,15 +160,26 @@ class Diagnosis:
         """One sentence saying what resume will do."""
         if self.action is ResumeAction.CALL_MODEL:
             return "Resume calls the model again with the saved conversation."
+        if self.action is ResumeAction.RETRY_MODEL_CALL:
+            settle = _settle_words(self.dangling)
+            return (
+                f"Resume {settle}retries the failed model call with the saved conversation; the failed reply "
+                "is not sent and no tool runs again."
+            )
         if self.action is ResumeAction.WAIT_FOR_USER:
             return "The last reply is final: resume closes the run and waits for your next message."
         if self.action is ResumeAction.SETTLE_THEN_CALL_MODEL:
-            names = ", ".join(f"{d.call.name} ({d.call.id})" for d in self.dangling)
-            return (
-                f"Resume first records {names} as interrupted (its effects must be checked), "
-                "then calls the model again."
-            )
+            return f"Resume {_settle_words(self.dangling)}then calls the model again."
+        if self.state is ThreadState.WAITING:
+            return "Nothing to resume: the thread waits for an answer to its question, in the program that asked it."
         return "Nothing to resume; send a new message to continue."
+
+
+def _settle_words(dangling: Sequence[DanglingCall]) -> str:
+    if not dangling:
+        return ""
+    names = ", ".join(f"{d.call.name} ({d.call.id})" for d in dangling)
+    return f"first records {names} as interrupted (its effects must be checked), "
 
 
 JOURNALED_KEY = "cubepi_journaled"
@@ -160,83 +193,162 @@ def diagnose(
     messages: Sequence[AnyMessage],
     runs: Iterable[RunRecord] = (),
     journal: Mapping[str, JournalEntry] | None = None,
+    *,
+    problems: Sequence[CorruptRow] = (),
+    pending: PendingRequest | None = None,
+    tail_only: bool = False,
 ) -> Diagnosis:
     """Classify a thread from its persisted ``messages`` (append order) and ``runs``.
 
-    ``messages`` may be the whole thread or its tail from the last assistant message on
-    (``ThreadSummary.tail``). ``journal`` maps tool call id to its journal entry; pass
-    ``None`` for stores without a journal (cubeloop's), so dangling calls "may have
-    started". The journal is believed only for an assistant message whose metadata
-    carries :data:`JOURNALED_KEY` (its writer journaled its calls). Returns a :class:`Diagnosis`; never raises.
+    ``messages`` is the whole thread, or with ``tail_only=True`` its tail from the last
+    assistant message on (``ThreadSummary.tail``): then results answering calls before
+    the tail are not taken for orphans, and calls before the tail are not seen.
+    ``journal`` maps tool call id to its journal entry; pass ``None`` for stores without
+    a journal (cubeloop's), so dangling calls "may have started". The journal is
+    believed only for an assistant message whose metadata carries :data:`JOURNALED_KEY`
+    (its writer journaled its calls). ``problems`` are the thread's unreadable rows and
+    ``pending`` its pending human request. Returns a :class:`Diagnosis`; never raises.
 
-    Calls of the last assistant message without results make the thread mid-tool (point
-    3) even when user messages follow them, e.g. ``[user, assistant(c1), user]`` from a
-    cubeloop or hand-edited thread, or a steer saved by a writer that did not settle
-    first. DESIGN.md defines point 3 by exactly that condition and requires dangling
-    calls to be settled before any model call, while point 1 is a user message the
-    model can be sent as it is; this one cannot until c1 has a result. Reporting
-    point 3 also keeps the diagnosis equal to what the loop does (it settles
-    :func:`unanswered_calls` before every model call), and puts the calls in the
-    resume plan so the user can choose how each is settled.
+    In this order: a pending human request makes the thread **waiting for an answer**
+    (its call is the question, and is never settled here); a last reply that ended in
+    a provider error makes it **failed** (retry the model call; any call without a
+    result is settled first); calls without results anywhere make it mid-tool (point
+    3), even when user messages or later replies follow them, e.g. ``[user,
+    assistant(c1), user]`` from a cubeloop or hand-edited thread. DESIGN.md defines
+    point 3 by exactly that condition and requires such calls to be settled before any
+    model call; the loop does so (:func:`unanswered_calls`, the builder's definition), so
+    the diagnosis is what the loop does, and the calls are in the resume plan so the
+    user can choose how each is settled.
     """
-    relevant = [m for m in messages if isinstance(m, (UserMessage, AssistantMessage, ToolResultMessage))]
-    if not relevant:
-        return Diagnosis(ThreadState.EMPTY, detail="The thread has no messages yet.")
-    at, assistant, answered = _last_batch(relevant)
-    calls = assistant.tool_calls if assistant is not None else []
-    missing = [c for c in calls if c.id not in answered]
-    if assistant is not None and missing:
-        return _mid_tool(assistant, missing, answered, relevant[at + 1 :], journal)
-    if assistant is None or isinstance(relevant[-1], UserMessage):
-        return _crashed(CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL, "The last user message was never answered.")
-    if calls:
+    built = build_request(messages)
+    notes = _notes(messages, built, problems, tail_only)
+    repairs = tuple(r for r in built.repairs if not (tail_only and r.kind in ("orphan_result", "unanswered_call")))
+    info = {"notes": notes, "repairs": repairs}
+    if pending is not None:
+        return Diagnosis(ThreadState.WAITING, pending=pending, detail=f"The run asked: {pending.question}", **info)
+    known = [i for i, m in enumerate(messages) if not isinstance(m, UnknownMessage)]
+    if not known:
+        return Diagnosis(ThreadState.EMPTY, detail="The thread has no messages yet.", **info)
+    at = _last_assistant(messages)
+    last = messages[at] if at >= 0 else None
+    dangling, answered = _dangling_of(built.unanswered, journal)
+    if isinstance(last, AssistantMessage) and last.stop_reason == "error" and at == known[-1]:
+        reason = last.error_message or "unknown provider error"
+        return Diagnosis(
+            ThreadState.FAILED,
+            dangling=dangling,
+            answered=answered,
+            action=ResumeAction.RETRY_MODEL_CALL,
+            detail=f"The model call failed: {reason}",
+            **info,
+        )
+    if dangling:
+        return _mid_tool(built.unanswered, dangling, answered, messages, **info)
+    after = range(at + 1, len(messages))
+    if last is None or any(isinstance(messages[i], UserMessage) for i in after):
+        return _crashed(CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL, "The last user message was never answered.", info)
+    # Results saved after the last reply that the model has not seen yet (not orphans
+    # or duplicates, which are never sent; in a tail, only results of the tail's calls).
+    left_out = {r.index for r in built.repairs if r.kind in ("orphan_result", "duplicate_result")}
+    fresh = [i for i in after if isinstance(messages[i], ToolResultMessage) and i not in left_out]
+    if fresh:
         return _crashed(
             CrashPoint.AFTER_TOOL_RESULT,
             ResumeAction.CALL_MODEL,
             "Every tool call has its result, but the next model call never finished.",
+            info,
         )
-    if assistant.stop_reason == "aborted":
-        return Diagnosis(ThreadState.ABORTED, detail="The run was aborted.")
-    if assistant.stop_reason == "error":
-        reason = assistant.error_message or "unknown provider error"
-        return Diagnosis(ThreadState.FAILED, detail=f"The model call failed: {reason}")
-    run_id = assistant.run_id
+    assert isinstance(last, AssistantMessage)
+    if last.stop_reason == "aborted":
+        return Diagnosis(ThreadState.ABORTED, detail="The run was aborted.", **info)
+    if last.stop_reason == "error":
+        reason = last.error_message or "unknown provider error"
+        return Diagnosis(
+            ThreadState.FAILED, action=ResumeAction.RETRY_MODEL_CALL, detail=f"The model call failed: {reason}", **info
+        )
+    run_id = last.run_id
     run = next((r for r in runs if r.run_id == run_id), None) if run_id else None
     if run is not None and not run.completed:
         return _crashed(
             CrashPoint.BETWEEN_TURNS,
             ResumeAction.WAIT_FOR_USER,
             "The final reply was saved but its run never completed.",
+            info,
         )
-    return Diagnosis(ThreadState.COMPLETED, detail="The run completed.")
+    return Diagnosis(ThreadState.COMPLETED, detail="The run completed.", **info)
+
+
+def _last_assistant(messages: Sequence[AnyMessage]) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], AssistantMessage):
+            return i
+    return -1
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _notes(
+    messages: Sequence[AnyMessage], built: BuiltRequest, problems: Sequence[CorruptRow], tail_only: bool
+) -> tuple[str, ...]:
+    """The short phrases of :attr:`Diagnosis.notes`, in a fixed order."""
+    notes: list[str] = []
+    if problems:
+        notes.append(_count(len(problems), "unreadable row", "unreadable rows"))
+    unknown = sum(isinstance(m, UnknownMessage) for m in messages)
+    if unknown:
+        notes.append(_count(unknown, "row of unknown role", "rows of unknown role"))
+    orphans = sum(r.kind == "orphan_result" for r in built.repairs)
+    if orphans and not tail_only:
+        notes.append(_count(orphans, "orphan result", "orphan results"))
+    duplicates = sum(r.kind == "duplicate_result" for r in built.repairs)
+    if duplicates:
+        notes.append(_count(duplicates, "duplicate result", "duplicate results"))
+    if built.interleaved:
+        n = len(built.interleaved)
+        notes.append(f"another run wrote between {_count(n, 'tool call and its result', 'tool calls and their results')}")
+    return tuple(notes)
+
+
+def _dangling_of(
+    unanswered: Sequence[Unanswered], journal: Mapping[str, JournalEntry] | None
+) -> tuple[tuple[DanglingCall, ...], tuple[str, ...]]:
+    """The dangling calls and the ids of the answered calls of the same assistant messages."""
+    dangling = tuple(_dangling(u.call, journal if u.message.metadata.get(JOURNALED_KEY) else None) for u in unanswered)
+    missing = {u.call.id for u in unanswered}
+    issuers = {id(u.message): u.message for u in unanswered}
+    answered = tuple(c.id for m in issuers.values() for c in m.tool_calls if c.id not in missing)
+    return dangling, answered
 
 
 def _mid_tool(
-    assistant: AssistantMessage,
-    missing: Sequence[ToolCall],
-    answered: set[str],
-    after: Sequence[AnyMessage],
-    journal: Mapping[str, JournalEntry] | None,
+    unanswered: Sequence[Unanswered],
+    dangling: tuple[DanglingCall, ...],
+    answered: tuple[str, ...],
+    messages: Sequence[AnyMessage],
+    **info: tuple,
 ) -> Diagnosis:
-    covered = journal if assistant.metadata.get(JOURNALED_KEY) else None
-    dangling = tuple(_dangling(c, covered) for c in missing)
-    calls = assistant.tool_calls
-    answered_ids = tuple(c.id for c in calls if c.id in answered)
-    partly = f"; {len(answered_ids)} of {len(calls)} calls in the batch have results" if answered_ids else ""
-    users = sum(isinstance(m, UserMessage) for m in after)
+    calls = len(dangling) + len(answered)
+    partly = f"; {len(answered)} of {calls} calls in the batch have results" if answered else ""
+    first = unanswered[0].index
+    users = sum(isinstance(m, UserMessage) for m in messages[first + 1 :])
     waiting = f"; {users} user message(s) after them wait until they are settled" if users else ""
+    replies = sum(isinstance(m, AssistantMessage) for m in messages[first + 1 :])
+    later = f"; {replies} later repl{'y' if replies == 1 else 'ies'} went on without them" if replies else ""
     return Diagnosis(
         ThreadState.CRASHED,
         CrashPoint.MID_TOOL,
         dangling=dangling,
-        answered=answered_ids,
+        answered=answered,
         action=ResumeAction.SETTLE_THEN_CALL_MODEL,
-        detail=f"{len(missing)} tool call(s) have no result{partly}{waiting}.",
+        detail=f"{len(dangling)} tool call(s) have no result{partly}{waiting}{later}.",
+        **info,  # type: ignore[arg-type]
     )
 
 
-def _crashed(point: CrashPoint, action: ResumeAction, detail: str) -> Diagnosis:
-    return Diagnosis(ThreadState.CRASHED, point, action=action, detail=detail)
+def _crashed(point: CrashPoint, action: ResumeAction, detail: str, info: Mapping[str, tuple]) -> Diagnosis:
+    return Diagnosis(ThreadState.CRASHED, point, action=action, detail=detail, **info)  # type: ignore[arg-type]
 
 
 def _dangling(call: ToolCall, journal: Mapping[str, JournalEntry] | None) -> DanglingCall:
@@ -248,32 +360,16 @@ def _dangling(call: ToolCall, journal: Mapping[str, JournalEntry] | None) -> Dan
     return DanglingCall(call, journaled=True, started_at=entry.started_at, ended_at=entry.ended_at)
 
 
-def _last_batch(messages: Sequence[AnyMessage]) -> tuple[int, AssistantMessage | None, set[str]]:
-    # (index of the last assistant message, that message, ids of the results after it).
-    # Scans back only that far, so the loop's per-call check costs the same at any
-    # history length.
-    answered: set[str] = set()
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if isinstance(message, ToolResultMessage):
-            answered.add(message.tool_call_id)
-        elif isinstance(message, AssistantMessage):
-            return i, message, answered
-    return -1, None, answered
-
-
 def unanswered_calls(messages: Sequence[AnyMessage]) -> list[ToolCall]:
-    """The tool calls of the last assistant message with no result after it, in call order.
+    """The tool calls of the whole history with no result after them, in the order they
+    were made (the request builder's definition, :meth:`core.request.RequestBuilder.unanswered`).
 
-    User messages after that assistant message do not matter: their calls are still
-    unanswered (see :func:`diagnose`). This is the one definition both ``diagnose``
-    and the loop's settlement use. Cost grows with the messages after the last
-    assistant message, not with the history. Never raises.
+    User messages or later replies after a call do not matter: it is still unanswered
+    (see :func:`diagnose`). Calls of a reply that ended in a provider error are not
+    counted (that reply is never sent). Cost grows with the history; the loop keeps a
+    builder instead, fed only new messages. Never raises.
     """
-    _, assistant, answered = _last_batch(messages)
-    if assistant is None:
-        return []
-    return [c for c in assistant.tool_calls if c.id not in answered]
+    return [u.call for u in build_request(messages).unanswered]
 
 
 def dangling_calls(messages: Sequence[AnyMessage]) -> list[ToolCall]:
@@ -372,9 +468,14 @@ class ResumePlan:
     @property
     def sentence(self) -> str:
         """What resume will do, with the default action of each call."""
-        if self.action is not ResumeAction.SETTLE_THEN_CALL_MODEL:
+        if not self.calls or self.action not in (ResumeAction.SETTLE_THEN_CALL_MODEL, ResumeAction.RETRY_MODEL_CALL):
             return self.diagnosis.resume_plan
-        return "Resume first settles each dangling call - " + " ".join(c.words for c in self.calls) + " Then it calls the model again."
+        then = (
+            "Then it retries the failed model call (the failed reply is not sent)."
+            if self.action is ResumeAction.RETRY_MODEL_CALL
+            else "Then it calls the model again."
+        )
+        return "Resume first settles each dangling call - " + " ".join(c.words for c in self.calls) + " " + then
 
 
 def plan_call(

@@ -28,6 +28,7 @@ is unfenced (cubeloop's ``append(thread_id, messages)``); a store that keeps no 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
 
@@ -63,6 +64,39 @@ class CorruptRow:
     raw: str
 
 
+@dataclass(frozen=True, slots=True)
+class PendingRequest:
+    """A human request a run is waiting on (cubeloop's HITL, table ``thread_pending_request``).
+
+    ``request_json`` is the row as cubeloop wrote it (``HitlRequest.model_dump_json()``:
+    ``question_id``, ``thread_id``, ``payload`` of kind ``confirm`` / ``approve`` /
+    ``ask``, ``created_at``), kept as is and never rewritten here; ``run_id`` the run that
+    asked; ``created_at`` unix seconds (``None`` if unknown).
+    """
+
+    request_json: str
+    run_id: str | None = None
+    created_at: float | None = None
+
+    @property
+    def question(self) -> str:
+        """The question for people, from the payload: a confirm's prompt, "approve TOOL
+        (CALL ID)?", an ask's prompts joined with " / "; text that is not such a
+        request reads "(a request this version cannot read)"."""
+        try:
+            payload = json.loads(self.request_json)["payload"]
+            kind = payload["kind"]
+            if kind == "confirm":
+                return str(payload["prompt"])
+            if kind == "approve":
+                return f"approve {payload['tool_name']} ({payload['tool_call_id']})?"
+            if kind == "ask":
+                return " / ".join(str(q["prompt"]) for q in payload["questions"])
+        except (ValueError, KeyError, TypeError):
+            pass
+        return "(a request this version cannot read)"
+
+
 @dataclass(slots=True)
 class CheckpointData:
     """Everything stored for one thread.
@@ -80,6 +114,8 @@ class CheckpointData:
     parent_thread_id: str | None = None
     journal: dict[str, "JournalEntry"] | None = None
     """Tool journal by tool call id; ``None`` when the store keeps none (cubeloop files)."""
+    pending_request: PendingRequest | None = None
+    """The human request the thread waits on, if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +137,8 @@ class ThreadSummary:
     first_prompt: str = ""
     lease: "Lease | None" = None
     """The thread's lease record (live or expired), ``None`` if none or the store keeps none."""
+    pending_request: PendingRequest | None = None
+    """The human request the thread waits on, if any."""
 
 
 @runtime_checkable
@@ -153,6 +191,20 @@ class Checkpointer(Protocol):
 
     async def close(self) -> None:
         """Release connections; the object is unusable afterwards."""
+        ...
+
+
+@runtime_checkable
+class HumanRequests(Protocol):
+    """The pending human request of a thread (cubeloop's ``save_pending_request``).
+
+    ``load`` and ``list_threads`` report it in ``pending_request``; this project only
+    ever reads it (the program that asked clears it when answered), but a store that
+    keeps it can be given one, as cubeloop gives it.
+    """
+
+    async def save_pending_request(self, thread_id: str, request_json: str | None, *, run_id: str | None = None) -> None:
+        """Set (or with ``None`` clear) the thread's pending request, in one transaction."""
         ...
 
 

@@ -23,6 +23,7 @@ from core.checkpoint.base import (
     JournalEntry,
     Lease,
     LiveEvent,
+    PendingRequest,
     RunRecord,
     ThreadSummary,
     check_command_move,
@@ -43,6 +44,7 @@ class _Thread:
     extra: dict[str, Any] = field(default_factory=dict)
     runs: dict[str, RunRecord] = field(default_factory=dict)
     touched: float = 0.0
+    pending: PendingRequest | None = None
 
 
 class MemoryCheckpointer:
@@ -80,6 +82,7 @@ class MemoryCheckpointer:
                 runs=list(t.runs.values()),
                 message_ids=list(t.ids),
                 journal=dict(self._journal.get(thread_id, {})),
+                pending_request=t.pending,
             )
 
     async def load_after(self, thread_id: str, after_id: Any) -> CheckpointData:
@@ -136,11 +139,20 @@ class MemoryCheckpointer:
                     tail=tuple(copy_message(m) for m in _tail(t.messages)),
                     first_prompt=_first_prompt(t.messages),
                     lease=self._leases.get(tid),
+                    pending_request=t.pending,
                 )
                 for tid, t in self._threads.items()
             ]
         out.sort(key=lambda s: s.last_activity or 0.0, reverse=True)
         return out
+
+    async def save_pending_request(self, thread_id: str, request_json: str | None, *, run_id: str | None = None) -> None:
+        """See ``HumanRequests.save_pending_request``."""
+        async with self._lock:
+            t = self._threads.setdefault(thread_id, _Thread())
+            t.pending = None if request_json is None else PendingRequest(request_json, run_id, time.time())
+            t.touched = time.time()
+            self._changes += 1
 
     async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.claim_run``."""

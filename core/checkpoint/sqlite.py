@@ -104,6 +104,11 @@ class SQLiteCheckpointer(SQLiteFile):
         self._check_writable()
         await self._run(lambda c: queries.mark_run_complete(c, thread_id, run_id, holder_id), "completion")
 
+    async def save_pending_request(self, thread_id: str, request_json: str | None, *, run_id: str | None = None) -> None:
+        """See ``HumanRequests.save_pending_request``: cubeloop's own statement on its table."""
+        self._check_writable()
+        await self._run(lambda c: queries.save_pending_request(c, thread_id, request_json, run_id), "save")
+
     async def list_threads(self) -> list[ThreadSummary]:
         """See ``Checkpointer.list_threads``: a handful of queries, whatever the number of threads.
 

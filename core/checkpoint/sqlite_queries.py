@@ -15,7 +15,7 @@ import sqlite3
 from typing import Any, Iterator, Sequence
 
 from core.checkpoint import codec
-from core.checkpoint.base import CheckpointData, CorruptRow, RunRecord, ThreadSummary
+from core.checkpoint.base import CheckpointData, CorruptRow, PendingRequest, RunRecord, ThreadSummary
 from core.checkpoint.sqlite_schema import Layout, read_txn, write_txn
 from core.checkpoint.sqlite_supervised import all_leases, fence, read_journal
 from core.errors import CorruptRecordError, RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
@@ -51,9 +51,10 @@ def load(c: sqlite3.Connection, layout: Layout, thread_id: str, after_id: int | 
             ).fetchone()
         runs = [run for _, run in runs_of(c, layout, thread_id)]
         journal = read_journal(c, layout, thread_id)
+        pending = pending_requests(c, layout, thread_id).get(thread_id)
     if after_id is None and not rows and extra_row is None and not runs:
         return None  # an unknown thread (an incremental read answers with empty data instead)
-    data = CheckpointData(runs=runs, journal=journal)
+    data = CheckpointData(runs=runs, journal=journal, pending_request=pending)
     data.messages, data.message_ids, data.problems = decode_rows(rows, thread_id)
     if extra_row is not None:
         data.parent_thread_id = extra_row[1]
@@ -107,6 +108,35 @@ def save_extra(c: sqlite3.Connection, thread_id: str, patch: dict[str, Any]) -> 
             "UPDATE thread_extra SET extra_json = ? WHERE thread_id = ?",
             (codec.encode_extra(current), thread_id),
         )
+
+
+def pending_requests(c: sqlite3.Connection, layout: Layout, thread_id: str | None) -> dict[str, PendingRequest]:
+    """cubeloop's ``thread_pending_request`` rows (of one thread, or with ``None`` of all)
+    by thread id; read only, the row is never changed here."""
+    if not layout.has("thread_pending_request"):
+        return {}
+    run = "run_id" if layout.has("thread_pending_request", "run_id") else "NULL"
+    sql = f"SELECT thread_id, request_json, {run}, created_at FROM thread_pending_request"
+    args: tuple[str, ...] = ()
+    if thread_id is not None:
+        sql, args = sql + " WHERE thread_id = ?", (thread_id,)
+    return {
+        tid: PendingRequest(str(raw), run_id, julianday_to_unix(created) if isinstance(created, (int, float)) else None)
+        for tid, raw, run_id, created in c.execute(sql, args)
+    }
+
+
+def save_pending_request(c: sqlite3.Connection, thread_id: str, request_json: str | None, run_id: str | None) -> None:
+    """Set or clear the thread's pending request in one transaction, as cubeloop's
+    ``save_pending_request`` does (``INSERT OR REPLACE`` / ``DELETE``)."""
+    with write_txn(c):
+        if request_json is None:
+            c.execute("DELETE FROM thread_pending_request WHERE thread_id = ?", (thread_id,))
+        else:
+            c.execute(
+                "INSERT OR REPLACE INTO thread_pending_request (thread_id, request_json, run_id) VALUES (?, ?, ?)",
+                (thread_id, request_json, run_id),
+            )
 
 
 def claim_run(c: sqlite3.Connection, thread_id: str, run_id: str, holder_id: str | None = None) -> None:
@@ -246,6 +276,7 @@ def list_threads(c: sqlite3.Connection, layout: Layout) -> list[ThreadSummary]:
             runs.setdefault(tid, []).append(run)
         extra_ids = [r[0] for r in c.execute("SELECT thread_id FROM thread_extra")] if layout.has("thread_extra") else []
         leases = all_leases(c, layout)
+        pending = pending_requests(c, layout, None)
 
         out: list[ThreadSummary] = []
         for tid in {**dict.fromkeys(stats), **dict.fromkeys(runs), **dict.fromkeys(extra_ids)}:
@@ -264,6 +295,7 @@ def list_threads(c: sqlite3.Connection, layout: Layout) -> list[ThreadSummary]:
                     problems=tuple(problems),
                     first_prompt=_first_prompt(c, tid, firsts.get(tid)) if count else "",
                     lease=leases.get(tid),
+                    pending_request=pending.get(tid),
                 )
             )
     out.sort(key=lambda s: (s.last_activity is not None, s.last_activity or 0.0, s.thread_id), reverse=True)

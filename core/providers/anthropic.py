@@ -32,6 +32,7 @@ from core.messages import (
     UserMessage,
 )
 from core.providers.base import ModelRequest, error_reply
+from core.request import build_request
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 
@@ -145,12 +146,14 @@ def to_api_messages(messages: Sequence[AnyMessage]) -> list[dict[str, Any]]:
     message containing them "the tool_result blocks must come FIRST in the content
     array"; otherwise the request is refused with a 400. A persisted thread can hold a
     user message between a call and its result (one written by cubeloop or by hand,
-    settled by resume later), so the blocks are moved here; nothing is dropped.
-    Unknown messages, empty text, and thinking without a signature (which the API
-    cannot verify) are left out; a message left empty is dropped. Never raises.
+    settled by resume later): the messages are first put in an order the API accepts by
+    :func:`core.request.build_request` (the one request builder; it also leaves out
+    orphan and duplicate results, unknown rows and failed replies). Empty text, and
+    thinking without a signature (which the API cannot verify) are left out; a message
+    left empty is dropped. Never raises.
     """
     out: list[dict[str, Any]] = []
-    for message in messages:
+    for message in build_request(messages).messages:
         if isinstance(message, AssistantMessage):
             role, blocks = "assistant", _assistant_blocks(message.content)
         elif isinstance(message, ToolResultMessage):

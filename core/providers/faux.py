@@ -9,6 +9,10 @@
 Each model call takes the next script entry (a reply, a string, or a callable of the
 request returning either) and streams it in small deltas, exactly as a real provider
 would. ``provider.requests`` keeps a snapshot of every request for assertions.
+
+Like the real Messages API, which answers 400 to a request whose tool calls and results
+do not pair up, the faux provider refuses (an error reply, no script entry used) a
+request that breaks the rule of :func:`core.request.check_request`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from core.messages import (
     UserMessage,
 )
 from core.providers.base import ModelRequest, error_reply
+from core.request import RequestChecker
 
 Reply = Union[AssistantMessage, str]
 ScriptEntry = Union[Reply, Callable[[ModelRequest], Reply]]
@@ -99,6 +104,7 @@ class FauxProvider:
         self._script: deque[ScriptEntry] = deque(script)
         self._calls = 0
         self._counted: tuple[int, int, int] = (0, 0, 0)  # id of the list, messages counted, their chars
+        self._checker = RequestChecker()  # incremental on the same growing list
 
     def add(self, *entries: ScriptEntry) -> None:
         """Append entries to the script."""
@@ -114,6 +120,10 @@ class FauxProvider:
         self._calls += 1
         if self.record:
             self.requests.append(ModelRequest(request.system_prompt, tuple(request.messages), request.tools))
+        problem = self._checker.check(request.messages)
+        if problem is not None:
+            yield StreamEnd(error_reply(self, f"The faux provider refused the request (the API would answer 400): {problem}"))
+            return
         reply = self._next_reply(request)
         if reply is None:
             yield StreamEnd(error_reply(self, f"The faux provider has no scripted reply left for call {self._calls}."))

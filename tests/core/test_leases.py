@@ -196,6 +196,9 @@ async def test_the_lease_is_released_however_the_run_ends():
     failing = agent_on(store, FauxProvider([]))
     assert await failing.prompt("go") == "failed"
     assert await store.get_lease("t") is None
+    assert await agent_on(store, FauxProvider([])).resume() == "failed"  # the retry fails again
+    assert await store.get_lease("t") is None
+    assert await agent_on(store, FauxProvider(["done"])).resume() == "completed"
     with pytest.raises(NothingToResumeError):
         await agent_on(store, FauxProvider([])).resume()
     assert await store.get_lease("t") is None

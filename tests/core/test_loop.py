@@ -9,7 +9,8 @@ import pytest
 
 from core.errors import ToolDefinitionError
 from core.events import AgentEnd, MessageEnd, MessageStart, MessageUpdate, StreamEnd, TextDelta
-from core.loop import LoopConfig, run_loop, unanswered_calls
+from core.loop import LoopConfig, run_loop
+from core.recovery import unanswered_calls
 from core.messages import (
     AnyMessage,
     AssistantMessage,
@@ -188,18 +189,22 @@ async def test_streamed_deltas_update_one_partial_message_in_place():
     assert end.message.text == "abcdefghij" and end.message is run.messages[-1]
 
 
-async def test_the_provider_gets_the_live_transcript_not_a_copy():
-    seen: list[bool] = []
-    provider = FauxProvider()
+async def test_the_provider_gets_one_request_list_grown_in_place_not_a_copy_per_call():
+    # The request builder keeps its own list for the run and appends only new messages
+    # to it, so no model call copies the history.
+    seen: list[Sequence[AnyMessage]] = []
+    provider = FauxProvider([faux_reply(faux_tool_call("count", {"n": 1}, id="c1")), "ok"])
+    stream = provider.stream
 
-    async def stream(request, signal):
-        seen.append(request.messages is run.messages)
-        yield StreamEnd(faux_reply("ok"))
+    def spy(request, signal):
+        seen.append(request.messages)
+        return stream(request, signal)
 
-    provider.stream = stream  # type: ignore[method-assign]
+    provider.stream = spy  # type: ignore[method-assign]
     run = Run(provider)
     await run("hi")
-    assert seen == [True]
+    assert len(seen) == 2 and seen[0] is seen[1]
+    assert [id(m) for m in seen[1]] == [id(m) for m in run.messages[:-1]]  # all but the last reply
 
 
 async def test_dangling_calls_are_settled_before_the_prompt():
@@ -219,7 +224,7 @@ async def test_dangling_calls_are_settled_before_the_prompt():
     assert isinstance(settled, ToolResultMessage)
     assert (settled.tool_call_id, settled.is_error, settled.metadata) == ("c2", True, {"settled": "interrupted"})
     assert "interrupted" in settled.text and "effects must be checked" in settled.text
-    assert settled.run_id == "run-1"
+    assert settled.run_id == "run-0"  # the run that issued c2, as cubeloop's per-run tool-cycle check needs
     assert isinstance(run.messages[4], UserMessage) and run.messages[4].text == "new prompt"
     # the settled result was emitted (so the agent persists it) before the prompt
     ends = [e.message for e in run.events if isinstance(e, MessageEnd)]
@@ -227,11 +232,13 @@ async def test_dangling_calls_are_settled_before_the_prompt():
     assert_every_call_answered(provider.requests)
 
 
-def test_unanswered_calls_looks_only_at_the_last_assistant_message():
+def test_unanswered_calls_are_found_anywhere_in_the_history():
+    # x sits before a later reply (another writer went on without answering it): it is
+    # still unanswered, and must be settled before the next model call.
     a = AssistantMessage(content=[ToolCall(id="x", name="t")], stop_reason="tool_use")
     b = AssistantMessage(content=[ToolCall(id="y", name="t"), ToolCall(id="z", name="t")], stop_reason="tool_use")
     answered_y = ToolResultMessage(tool_call_id="y")
-    assert [c.id for c in unanswered_calls([a, b, answered_y])] == ["z"]
+    assert [c.id for c in unanswered_calls([a, b, answered_y])] == ["x", "z"]
     assert unanswered_calls([a, ToolResultMessage(tool_call_id="x"), user_text("next")]) == []
     assert unanswered_calls([]) == []
 

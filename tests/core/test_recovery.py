@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from core.checkpoint.base import RunRecord
-from core.loop import unanswered_calls
+from core.recovery import unanswered_calls
 from core.messages import (
     AnyMessage,
     AssistantMessage,
@@ -53,15 +53,18 @@ class Case:
     action: ResumeAction = ResumeAction.NONE
     dangling: tuple[str, ...] = ()
     answered: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 CASES = {
     "empty": Case([], (), ThreadState.EMPTY),
-    "only unknown roles": Case([UnknownMessage(role="system")], (), ThreadState.EMPTY),
+    "only unknown roles": Case([UnknownMessage(role="system")], (), ThreadState.EMPTY, notes=("1 row of unknown role",)),
     "completed": Case([ask(), call("c1"), answer("c1"), say()], DONE, ThreadState.COMPLETED),
     "completed, store without runs": Case([ask(), say()], (), ThreadState.COMPLETED),
     "aborted": Case([ask(), call("c1"), answer("c1"), say("", stop="aborted")], OPEN, ThreadState.ABORTED),
-    "failed": Case([ask(), say("", stop="error", error="overloaded")], OPEN, ThreadState.FAILED),
+    "failed": Case(
+        [ask(), say("", stop="error", error="overloaded")], OPEN, ThreadState.FAILED, action=ResumeAction.RETRY_MODEL_CALL
+    ),
     "between turns: first prompt unanswered": Case(
         [ask()], OPEN, ThreadState.CRASHED, CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL
     ),
@@ -111,7 +114,7 @@ CASES = {
     ),
     "mid-tool: unknown rows after the call are ignored": Case(
         [ask(), call("c1"), UnknownMessage(role="note")], OPEN, ThreadState.CRASHED, CrashPoint.MID_TOOL,
-        ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c1",),
+        ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c1",), notes=("1 row of unknown role",),
     ),
 }
 
@@ -128,10 +131,8 @@ def test_diagnosis_table(name: str) -> None:
     assert diagnosis.resumable == (case.action is not ResumeAction.NONE)
     assert diagnosis.detail.endswith(".") or diagnosis.state is ThreadState.FAILED
     assert diagnosis.resume_plan.endswith(".")
-    if case.point is not None:
-        assert diagnosis.label == f"crashed at point {int(case.point)} ({case.point.words})"
-    else:
-        assert diagnosis.label == case.state.value
+    base = f"crashed at point {int(case.point)} ({case.point.words})" if case.point is not None else case.state.value
+    assert diagnosis.label == " · ".join((base, *case.notes))
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -139,7 +140,7 @@ def test_the_tail_alone_gives_the_same_diagnosis(name: str) -> None:
     """``ThreadSummary.tail`` (last assistant message onward) is enough for ``diagnose``."""
     case = CASES[name]
     last = max((i for i, m in enumerate(case.messages) if isinstance(m, AssistantMessage)), default=0)
-    assert diagnose(case.messages[last:], case.runs) == diagnose(case.messages, case.runs)
+    assert diagnose(case.messages[last:], case.runs, tail_only=True) == diagnose(case.messages, case.runs)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -337,7 +337,8 @@ async def test_a_user_message_saved_after_dangling_calls_does_not_hide_them():
     assert world.effects == {"fetch": ["a"], "send_email": ["bob"]}
 
     sent = model.requests[0].messages
-    assert [m.role for m in sent] == ["user", "assistant", "user", "tool_result", "tool_result"]
+    # The builder sends the steer after the results (it is stored before them).
+    assert [m.role for m in sent] == ["user", "assistant", "tool_result", "tool_result", "user"]
     turn = to_api_messages(sent)[2]["content"]
     assert [b["type"] for b in turn] == ["tool_result", "tool_result", "text"]
     assert {b["tool_use_id"] for b in turn[:2]} == {"c_fetch", "c_email"} and turn[2]["text"] == "are you done?"

@@ -1,0 +1,210 @@
+"""The request builder: any stored history becomes a request that keeps the rule.
+
+Property-based (hypothesis) over random histories: calls, results, orphans, duplicates,
+user messages interleaved, unknown rows, failed replies, other runs' messages.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.messages import (
+    AnyMessage,
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UnknownMessage,
+    UserMessage,
+    user_text,
+)
+from core.request import RequestBuilder, RequestChecker, build_request, check_request, repair_words
+
+
+def _assistant(*ids: str, run: str | None = "r1", stop: str | None = None, text: str = "") -> AssistantMessage:
+    content: list = [TextContent(text=text)] if text else []
+    content += [ToolCall(id=i, name="tool") for i in ids]
+    return AssistantMessage(content=content, stop_reason=stop or ("tool_use" if ids else "stop"), run_id=run)
+
+
+def _result(call_id: str, run: str | None = "r1") -> ToolResultMessage:
+    return ToolResultMessage(tool_call_id=call_id, tool_name="tool", content=[TextContent(text=call_id)], run_id=run)
+
+
+# --- random histories --------------------------------------------------------------------------
+
+_RUNS = st.sampled_from(["r1", "r2", None])
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[AnyMessage]:
+    """A stored history as any writer might leave it."""
+    out: list[AnyMessage] = [user_text("start", run_id="r1")]
+    issued: list[str] = []
+    counter = 0
+    for _ in range(draw(st.integers(0, 30))):
+        kind = draw(st.sampled_from(["user", "assistant", "assistant", "result", "result", "orphan", "unknown", "failed"]))
+        run = draw(_RUNS)
+        if kind == "user":
+            out.append(user_text("u", run_id=run))
+        elif kind in ("assistant", "failed"):
+            ids = []
+            for _ in range(draw(st.integers(0, 3))):
+                if issued and draw(st.integers(0, 9)) == 0:
+                    ids.append(draw(st.sampled_from(issued)))  # a writer reusing a call id
+                else:
+                    counter += 1
+                    ids.append(f"c{counter}")
+            issued.extend(ids)
+            out.append(_assistant(*ids, run=run, stop="error" if kind == "failed" else None, text="t"))
+        elif kind == "result" and issued:
+            out.append(_result(draw(st.sampled_from(issued)), run))
+        elif kind == "orphan":
+            out.append(_result(f"x{draw(st.integers(0, 99))}", run))
+        elif kind == "unknown":
+            out.append(UnknownMessage(role="system", run_id=run))
+    return out
+
+
+def _first_results(history: list[AnyMessage]) -> dict[str, tuple[AssistantMessage, ToolResultMessage]]:
+    """Call id -> (the sent assistant message that first made it, its first result after it)."""
+    made: dict[str, AssistantMessage] = {}
+    out: dict[str, tuple[AssistantMessage, ToolResultMessage]] = {}
+    for m in history:
+        if isinstance(m, AssistantMessage) and m.stop_reason != "error":
+            for c in m.tool_calls:
+                made.setdefault(c.id, m)
+        elif isinstance(m, ToolResultMessage) and m.tool_call_id in made and m.tool_call_id not in out:
+            out[m.tool_call_id] = (made[m.tool_call_id], m)
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(histories())
+def test_the_built_request_keeps_the_rule_and_loses_nothing_that_may_be_sent(history: list[AnyMessage]) -> None:
+    stored = [m.model_dump() for m in history]
+    built = build_request(history)
+    sent = list(built.messages)
+
+    assert check_request(sent) is None
+    assert [m.model_dump() for m in history] == stored, "stored rows were changed"
+    assert not any(isinstance(m, UnknownMessage) for m in sent)
+    assert not any(isinstance(m, AssistantMessage) and m.stop_reason == "error" for m in sent)
+    # Every call that has a result is sent, right after its assistant message's text, with its first result.
+    sent_calls = {c.id for m in sent if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    sent_results = {id(m) for m in sent if isinstance(m, ToolResultMessage)}
+    for call_id, (_, first) in _first_results(history).items():
+        assert call_id in sent_calls, call_id
+        assert id(first) in sent_results, call_id
+    # User messages are all sent, in their order.
+    assert [id(m) for m in sent if isinstance(m, UserMessage)] == [id(m) for m in history if isinstance(m, UserMessage)]
+    # What is left out is said.
+    left_out = sum(1 for m in history if isinstance(m, (ToolResultMessage, UnknownMessage))) - len(sent_results)
+    left_out += sum(1 for m in history if isinstance(m, AssistantMessage) and m.stop_reason == "error")
+    said = sum(r.kind in ("duplicate_result", "orphan_result", "unknown_row", "failed_reply") for r in built.repairs)
+    assert said == left_out
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories(), st.lists(st.integers(1, 5), max_size=8))
+def test_fed_as_it_grows_the_builder_sends_what_one_pass_sends(history: list[AnyMessage], steps: list[int]) -> None:
+    builder = RequestBuilder()
+    checker = RequestChecker()
+    growing: list[AnyMessage] = []
+    at = 0
+    for step in [*steps, len(history)]:
+        growing.extend(history[at : at + step])
+        at += step
+        builder.update(growing)
+        request = builder.request()
+        assert checker.check(request) == check_request(list(request))
+    whole = build_request(history)
+    assert [m.model_dump() for m in builder.request()] == [m.model_dump() for m in whole.messages]
+    assert sorted(builder.built().repairs, key=repr) == sorted(whole.repairs, key=repr)
+    assert [u.call.id for u in builder.unanswered()] == [u.call.id for u in whole.unanswered]
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories())
+def test_unanswered_calls_are_exactly_those_with_no_result_after_them(history: list[AnyMessage]) -> None:
+    answered = _first_results(history)
+    made = [c.id for m in history if isinstance(m, AssistantMessage) and m.stop_reason != "error" for c in m.tool_calls]
+    expected = [c for c in dict.fromkeys(made) if c not in answered]
+    assert [u.call.id for u in build_request(history).unanswered] == expected
+
+
+# --- the cases a person meets -----------------------------------------------------------------
+
+
+def test_a_user_message_between_a_call_and_its_result_is_sent_after_the_result() -> None:
+    call, steer, result = _assistant("c1"), user_text("wait"), _result("c1")
+    built = build_request([user_text("go"), call, steer, result])
+    assert built.messages[1:] == [call, result, steer]
+    assert repair_words(built.repairs) == ["1 user message placed after the tool results"]
+
+
+def test_results_settled_after_a_later_reply_are_placed_after_their_calls() -> None:
+    # cubeloop continued a mid-tool thread; the resume settled c1 and c2 at the end.
+    first, later = _assistant("c1", "c2", run="r1"), _assistant(run="r2", text="carried on")
+    r1, r2 = _result("c1", "r1"), _result("c2", "r1")
+    built = build_request([user_text("go"), first, user_text("next", run_id="r2"), later, r1, r2])
+    assert [m.role for m in built.messages] == ["user", "assistant", "tool_result", "tool_result", "user", "assistant"]
+    assert repair_words(built.repairs) == [
+        "1 user message placed after the tool results",
+        "2 results placed after their calls",
+    ]
+    assert built.interleaved == (1,)
+
+
+def test_orphans_duplicates_unknown_rows_and_failed_replies_are_left_out_and_said() -> None:
+    history = [
+        user_text("go"),
+        _result("nobody"),
+        _assistant("c1"),
+        _result("c1"),
+        _result("c1"),
+        UnknownMessage(role="system"),
+        _assistant(stop="error", text="half a rep"),
+    ]
+    built = build_request(history)
+    assert [m.role for m in built.messages] == ["user", "assistant", "tool_result"]
+    assert built.messages[2] is history[3]
+    assert repair_words(built.repairs) == [
+        "1 duplicate tool result left out of what is sent",
+        "1 orphan tool result left out of what is sent",
+        "1 row of unknown role left out of what is sent",
+        "1 failed reply left out of what is sent",
+    ]
+    assert [(r.kind, r.index) for r in built.repairs if r.kind == "orphan_result"] == [("orphan_result", 1)]
+
+
+def test_a_call_answered_nowhere_is_left_out_and_listed() -> None:
+    built = build_request([user_text("go"), _assistant("c1")])
+    assert [m.role for m in built.messages] == ["user"]
+    assert [u.call.id for u in built.unanswered] == ["c1"]
+    assert repair_words(built.repairs) == ["1 unanswered tool call left out of what is sent"]
+
+
+def test_the_builder_grows_its_own_list_in_place_when_every_call_is_answered() -> None:
+    history: list[AnyMessage] = [user_text("go"), _assistant("c1"), _result("c1")]
+    builder = RequestBuilder()
+    builder.update(history)
+    first = builder.request()
+    history += [_assistant(text="done"), user_text("more")]
+    builder.update(history)
+    assert builder.request() is first and len(first) == 5
+
+
+def test_the_rule_names_what_is_wrong() -> None:
+    assert check_request([_assistant("c1"), user_text("x"), _result("c1")]) == (
+        "Message 1 (user) comes before the results of tool call(s) c1."
+    )
+    assert check_request([user_text("x"), _result("c9")]) == (
+        "Message 1 is a tool result for c9, which is not a call awaiting its result."
+    )
+    assert check_request([_assistant("c1")]) == "Tool call(s) c1 have no result at the end of the request."
+    assert check_request([UnknownMessage(role="system")]) == "Message 0 has the unknown role 'system'."
+    assert check_request([_assistant("c1"), _result("c1"), _assistant("c1"), _result("c1")]) == (
+        "Message 2 repeats the tool call id c1."
+    )
