@@ -693,3 +693,24 @@ async def test_a_discarded_command_is_never_delivered_by_a_later_update(store: A
     with pytest.raises(CommandTransitionError):
         await store.update_command(steer.seq, "delivered")
     assert await store.list_commands("t") == [discarded]
+
+
+async def test_a_pending_human_request_is_loaded_and_listed_and_cleared(checkpointer: Checkpointer) -> None:
+    # cubeloop's HITL row (thread_pending_request): kept as written, read with the thread.
+    from core.checkpoint.base import HumanRequests
+
+    assert isinstance(checkpointer, HumanRequests)
+    raw = json.dumps({"question_id": "q1", "thread_id": "t", "payload": {"kind": "confirm", "prompt": "Ship it?"}})
+    await checkpointer.append("t", [user_text("ship"), reply("Asking.", run_id=None, calls=("ask1",))])
+    assert (await checkpointer.load("t")).pending_request is None  # type: ignore[union-attr]
+    await checkpointer.save_pending_request("t", raw, run_id="r1")
+    data = await checkpointer.load("t")
+    assert data is not None and data.pending_request is not None
+    assert (data.pending_request.request_json, data.pending_request.run_id) == (raw, "r1")
+    assert data.pending_request.question == "Ship it?"
+    assert data.pending_request.created_at is not None and abs(data.pending_request.created_at - time.time()) < 120
+    (summary,) = await checkpointer.list_threads()
+    assert summary.pending_request == data.pending_request
+    await checkpointer.save_pending_request("t", None)
+    assert (await checkpointer.load("t")).pending_request is None  # type: ignore[union-attr]
+    assert (await checkpointer.list_threads())[0].pending_request is None
