@@ -37,7 +37,16 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Union
 
 from core.changes import StoreWatch
-from core.checkpoint.base import CheckpointData, Command, CorruptRow, JournalEntry, Lease, RunRecord, ThreadSummary
+from core.checkpoint.base import (
+    CheckpointData,
+    Command,
+    CorruptRow,
+    JournalEntry,
+    Lease,
+    PendingRequest,
+    RunRecord,
+    ThreadSummary,
+)
 from core.live import LiveFold, LiveTool, PartialDelta, answered_ids
 from core.messages import AnyMessage, AssistantMessage
 from core.recovery import Diagnosis, diagnose
@@ -71,6 +80,7 @@ class ThreadModel:
     runs: list[RunRecord] = field(default_factory=list)
     problems: list[CorruptRow] = field(default_factory=list)
     journal: dict[str, JournalEntry] | None = None
+    pending_request: PendingRequest | None = None
     partial: AssistantMessage | None = None
     partial_index: int | None = None
     running_tools: dict[str, LiveTool] = field(default_factory=dict)
@@ -84,7 +94,7 @@ class ThreadModel:
 
     def diagnosis(self) -> Diagnosis:
         """Where the persisted thread stands (:func:`core.recovery.diagnose`)."""
-        return diagnose(self.messages, self.runs, self.journal)
+        return diagnose(self.messages, self.runs, self.journal, problems=self.problems, pending=self.pending_request)
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +340,7 @@ class ThreadFollower:
         model.runs = runs
         model.problems = data.problems if data else []
         model.journal = data.journal if data else None
+        model.pending_request = data.pending_request if data else None
         n = len(model.message_ids)
         first = not self._loaded
         self._loaded = True
@@ -361,6 +372,7 @@ class ThreadFollower:
         kept = [p for p in model.problems if isinstance(p.row_id, int)]
         model.problems = kept + list(data.problems)
         model.journal = data.journal
+        model.pending_request = data.pending_request
         model.messages.extend(data.messages)
         model.message_ids.extend(data.message_ids)
         self._answered |= answered_ids(data.messages)

@@ -1,7 +1,7 @@
 """The agent loop: call the model, run the tools it asks for, repeat; emit everything.
 
-The loop is stateless apart from the transcript list it is handed: it appends each
-finished message to that list and emits events; the :class:`~core.agent.Agent` folds the
+The loop is stateless apart from the transcript list it is handed (and, per run, the
+request builder fed from it): it appends each finished message to that list and emits events; the :class:`~core.agent.Agent` folds the
 events into its state and persists each message at ``message_end``. The loop never
 touches a checkpointer; idempotent tools reach the thread's job store only through
 ``LoopConfig.jobs``.

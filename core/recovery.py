@@ -117,6 +117,11 @@ def _clock(at: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(at))
 
 
+QUESTION_CHARS = 60
+"""A pending question is cut to this many characters in :attr:`Diagnosis.label` (the
+whole question is in ``Diagnosis.detail``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
     """The verdict on one thread.
@@ -142,10 +147,16 @@ class Diagnosis:
 
     @property
     def label(self) -> str:
-        """Short state for a list: "completed", "crashed at point 3 (mid-tool)",
-        "waiting for an answer", each followed by its notes ("completed · 2 unreadable rows")."""
+        """Short state for a list: "completed", "crashed at point 3 (mid-tool)", "waiting
+        for an answer: Deploy to which environment?" (the question on one line, cut at
+        :data:`QUESTION_CHARS`), each followed by its notes ("completed · 2 unreadable rows")."""
         if self.crash_point is not None:
             base = f"crashed at point {int(self.crash_point)} ({self.crash_point.words})"
+        elif self.pending is not None:
+            question = " ".join(self.pending.question.split())
+            if len(question) > QUESTION_CHARS:
+                question = question[: QUESTION_CHARS - 1] + "…"
+            base = f"{self.state.value}: {question}"
         else:
             base = self.state.value
         return " · ".join((base, *self.notes))
@@ -222,7 +233,9 @@ def diagnose(
     """
     built = build_request(messages)
     notes = _notes(messages, built, problems, tail_only)
-    repairs = tuple(r for r in built.repairs if not (tail_only and r.kind in ("orphan_result", "unanswered_call")))
+    # Unanswered calls are settled before any model call, not left out: they are the
+    # dangling calls of the diagnosis, not a repair.
+    repairs = tuple(r for r in built.repairs if r.kind != "unanswered_call" and not (tail_only and r.kind == "orphan_result"))
     info = {"notes": notes, "repairs": repairs}
     if pending is not None:
         return Diagnosis(ThreadState.WAITING, pending=pending, detail=f"The run asked: {pending.question}", **info)
@@ -276,6 +289,15 @@ def diagnose(
             info,
         )
     return Diagnosis(ThreadState.COMPLETED, detail="The run completed.", **info)
+
+
+def tail_is_enough(tail: Sequence[AnyMessage]) -> bool:
+    """Whether ``diagnose(tail, tail_only=True)`` tells as much as the whole thread would
+    about the tail's results: false when the tail holds a tool result whose call is not
+    in it (an orphan, or a late answer to an earlier call: only the whole thread tells
+    which). Cost grows with the tail only."""
+    calls = {c.id for m in tail if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    return all(m.tool_call_id in calls for m in tail if isinstance(m, ToolResultMessage))
 
 
 def _last_assistant(messages: Sequence[AnyMessage]) -> int:

@@ -20,7 +20,7 @@ from core.checkpoint.base import CheckpointData, Checkpointer, Command, CommandK
 from core.errors import CubepiError, ThreadNotFoundError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, watch_threads
-from core.recovery import Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose
+from core.recovery import Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose, tail_is_enough
 from core.supervise import LeaseState, LeaseView, Supervisor, discard, lease_status, refuse_orphaned_aborts, send, undelivered
 
 StoreOpener = Callable[[], Awaitable[Checkpointer]]
@@ -205,7 +205,11 @@ class Session:
         """Every thread in the store, most recently active first, with its state."""
         summaries = await self._store().list_threads()
         now = time.time()
-        return [self._row(summary, lease_status(summary.lease, summary.runs, now)) for summary in summaries]
+        whole = await self._whole_diagnoses(summaries)
+        return [
+            self._row(summary, lease_status(summary.lease, summary.runs, now), whole.get(summary.thread_id))
+            for summary in summaries
+        ]
 
     @property
     def can_watch(self) -> bool:
@@ -216,10 +220,29 @@ class Session:
         """The thread list now, then again whenever another program (or a run here) changed
         the store or a lease expired (:func:`core.follow.watch_threads`). Raises the store's errors."""
         async for snapshot in watch_threads(self._store()):
-            yield [self._row(summary, snapshot.views.get(summary.thread_id)) for summary in snapshot.threads]
+            whole = await self._whole_diagnoses(snapshot.threads)
+            yield [
+                self._row(summary, snapshot.views.get(summary.thread_id), whole.get(summary.thread_id))
+                for summary in snapshot.threads
+            ]
 
-    def _row(self, summary: ThreadSummary, view: LeaseView | None) -> ThreadRow:
-        diagnosis = diagnose(summary.tail, summary.runs)
+    async def _whole_diagnoses(self, summaries: Sequence[ThreadSummary]) -> dict[str, Diagnosis]:
+        # The rare thread whose tail holds a result of a call outside it (an orphan, or a
+        # late answer) is diagnosed from the whole thread, so an orphan reads as one.
+        out: dict[str, Diagnosis] = {}
+        for summary in summaries:
+            if not tail_is_enough(summary.tail):
+                data = await self._store().load(summary.thread_id)
+                if data is not None:
+                    out[summary.thread_id] = diagnose(
+                        data.messages, data.runs, data.journal, problems=data.problems, pending=data.pending_request
+                    )
+        return out
+
+    def _row(self, summary: ThreadSummary, view: LeaseView | None, whole: Diagnosis | None = None) -> ThreadRow:
+        diagnosis = whole or diagnose(
+            summary.tail, summary.runs, problems=summary.problems, pending=summary.pending_request, tail_only=True
+        )
         running = self.is_running(summary.thread_id) or (view is not None and view.state is LeaseState.RUNNING_HERE)
         elsewhere = not running and view is not None and view.state is LeaseState.RUNNING_ELSEWHERE
         note = ""
@@ -268,7 +291,7 @@ class Session:
             if must_exist:
                 raise ThreadNotFoundError(f"There is no thread {thread_id!r} in {self.location or 'this database'}.")
             data = CheckpointData()
-        return data, diagnose(data.messages, data.runs, data.journal)
+        return data, diagnose(data.messages, data.runs, data.journal, problems=data.problems, pending=data.pending_request)
 
     def is_running(self, thread_id: str) -> bool:
         """Whether an agent of this app is running ``thread_id`` now."""

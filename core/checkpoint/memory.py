@@ -98,6 +98,7 @@ class MemoryCheckpointer:
                 runs=list(t.runs.values()),
                 message_ids=t.ids[start:],
                 journal=dict(self._journal.get(thread_id, {})),
+                pending_request=t.pending,
             )
 
     async def append(self, thread_id: str, messages: Sequence[AnyMessage], *, holder_id: str | None = None) -> None:

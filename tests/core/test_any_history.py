@@ -220,7 +220,7 @@ async def test_a_thread_waiting_for_an_answer_reads_so_and_is_never_settled(tmp_
         assert data.pending_request == summary.pending_request
         diagnosis = diagnose(data.messages, data.runs, pending=data.pending_request)
         assert (diagnosis.state, diagnosis.label, diagnosis.action) == (
-            ThreadState.WAITING, "waiting for an answer", ResumeAction.NONE,
+            ThreadState.WAITING, "waiting for an answer: Deploy to which environment?", ResumeAction.NONE,
         )
         assert diagnosis.detail == "The run asked: Deploy to which environment?"
 

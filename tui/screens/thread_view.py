@@ -48,13 +48,14 @@ from core.events import (
 from core.follow import ThreadFollower
 from core.messages import AssistantMessage
 from core.recovery import Diagnosis
+from core.request import repair_words
 from core.supervise import LeaseState, LeaseView
 from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, ThreadLoaded
 from tui.screens.following import Mirror
 from tui.session import Session
 from tui.text import clean, literal
 from tui.widgets.commands import CommandsBar
-from tui.widgets.crash_banner import CrashBanner
+from tui.widgets.crash_banner import CrashBanner, repairs_line
 from tui.widgets.status_bar import StatusBar
 from tui.widgets.transcript import Transcript, merge_rows
 
@@ -135,6 +136,7 @@ class ThreadView(Screen[None]):
     def compose(self) -> ComposeResult:
         yield CrashBanner(id="banner")
         yield Static("", id="thread-problems")
+        yield Static("", id="thread-repairs")
         yield Transcript(id="transcript")
         yield CommandsBar(id="commands")
         yield StatusBar(id="status")
@@ -168,6 +170,7 @@ class ThreadView(Screen[None]):
         self.status_bar.model = self.session.model
         self.status_bar.run_state = "loading"
         self.query_one("#thread-problems").display = False
+        self.query_one("#thread-repairs").display = False
         self.set_interval(FLUSH_INTERVAL, self._request_flush, name="flush")
         # A run elsewhere whose host died writes nothing more: age its heartbeat here.
         self.set_interval(1, self._age_lease, name="lease age")
@@ -306,6 +309,10 @@ class ThreadView(Screen[None]):
         if not self.is_attached:
             return  # the app is ending (see while_attached): its widgets may be gone
         self.query_one(CrashBanner).diagnosis = diagnosis
+        repairs = self.query_one("#thread-repairs", Static)
+        words = repair_words(diagnosis.repairs) if diagnosis is not None else []
+        repairs.display = bool(words)
+        repairs.update(repairs_line(words))
         if diagnosis is not None:
             self.status_bar.run_state = diagnosis.label
             self.transcript.mark_dangling(diagnosis)

@@ -27,6 +27,7 @@ _STATE_STYLES = {
     ThreadState.FAILED: "red",
     ThreadState.CRASHED: "bold red",
     ThreadState.EMPTY: "dim",
+    ThreadState.WAITING: "bold yellow",
 }
 
 
@@ -36,12 +37,11 @@ def state_text(row: ThreadRow) -> Text:
         return Text(row.state, style="bold cyan")
     if row.elsewhere:
         return literal(row.state, style="bold magenta")  # names the lease holder's host, untrusted
-    text = Text()
-    text.append(row.state, style=_STATE_STYLES.get(row.diagnosis.state, ""))
+    # The label carries its notes ("completed · 2 unreadable rows") and, waiting for an
+    # answer, the question another program wrote: untrusted, so shown literally.
+    text = literal(row.state, style=_STATE_STYLES.get(row.diagnosis.state, ""))
     if row.note:
         text.append(f" · {row.note}", style="dim")
-    if row.problems:
-        text.append(f" · {row.problems} unreadable row(s)", style="red")
     return text
 
 

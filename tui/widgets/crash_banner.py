@@ -1,4 +1,4 @@
-"""CrashBanner: what a crashed thread's diagnosis says, and what ``r`` will do about it."""
+"""CrashBanner: what a crashed, failed or waiting thread's diagnosis says, and what ``r`` will do about it."""
 
 from __future__ import annotations
 
@@ -16,10 +16,18 @@ _HEADLINES = {
 }
 
 
+_SHOWN = (ThreadState.CRASHED, ThreadState.FAILED, ThreadState.WAITING)
+_STATE_HEADLINES = {
+    ThreadState.FAILED: "The last model call failed",
+    ThreadState.WAITING: "Waiting for an answer",
+}
+
+
 def crash_headline(diagnosis: Diagnosis) -> str:
-    """"Crashed mid-tool (point 3)" and the like; the diagnosis label for clean states."""
+    """"Crashed mid-tool (point 3)" and the like, "The last model call failed", "Waiting
+    for an answer"; the diagnosis label for clean states."""
     if diagnosis.crash_point is None:
-        return diagnosis.label
+        return _STATE_HEADLINES.get(diagnosis.state, diagnosis.label)
     return _HEADLINES[diagnosis.crash_point]
 
 
@@ -52,8 +60,17 @@ def describe(diagnosis: Diagnosis) -> Text:
     return text
 
 
+def repairs_line(words: list[str]) -> str:
+    """The thread view's line on what the request builder does in what is sent, from
+    :func:`core.request.repair_words`; empty when it does nothing."""
+    if not words:
+        return ""
+    return "Sent to the model: " + "; ".join(words) + " (the stored messages are unchanged)."
+
+
 class CrashBanner(Static):
-    """Shown above the transcript while the thread's diagnosis is CRASHED; hidden otherwise."""
+    """Shown above the transcript while the thread's diagnosis is CRASHED, FAILED (with the
+    provider's error) or WAITING (with the question); hidden otherwise."""
 
     DEFAULT_CSS = """
     CrashBanner {
@@ -67,9 +84,9 @@ class CrashBanner(Static):
     """
 
     diagnosis: reactive[Diagnosis | None] = reactive(None, always_update=True)
-    """The thread's diagnosis; the banner shows only when its state is CRASHED."""
+    """The thread's diagnosis; the banner shows only when its state is CRASHED, FAILED or WAITING."""
 
     def watch_diagnosis(self, diagnosis: Diagnosis | None) -> None:
-        crashed = diagnosis is not None and diagnosis.state is ThreadState.CRASHED
+        crashed = diagnosis is not None and diagnosis.state in _SHOWN
         self.set_class(crashed, "-crashed")
         self.update(describe(diagnosis) if crashed and diagnosis is not None else "")
