@@ -105,6 +105,16 @@ async def test_the_thread_view_says_what_is_sent_and_shows_the_question_and_the_
         await open_from_picker(pilot, "waiting")
         await wait_for_text(pilot, "Waiting for an answer  The run asked: Ship it to production?")
         assert "Crashed" not in screen_text(app)
+        await pilot.press("r")
+        await wait_for(
+            pilot,
+            lambda: any(
+                n.message == "Nothing to resume: the thread is waiting for an answer to 'Ship it to production?'; "
+                "answer it in the program that asked it (cubeloop's respond())."
+                for n in app._notifications
+            ),
+            what="the refusal",
+        )
         await pilot.press("q")
         await open_from_picker(pilot, "failed")
         await wait_for_text(pilot, "The last model call failed  The model call failed: The Anthropic API is overloaded (529).")

@@ -209,6 +209,11 @@ class ThreadScreen(ThreadView):
             return "Nothing to resume: the run was aborted and saved; press n to send a new prompt."
         if state is ThreadState.EMPTY:
             return "Nothing to resume: the thread has no messages yet; press n to send the first prompt."
+        if state is ThreadState.WAITING and diagnosis is not None and diagnosis.pending is not None:
+            return (
+                f"Nothing to resume: the thread is waiting for an answer to {clean(diagnosis.pending.question)!r}; "
+                "answer it in the program that asked it (cubeloop's respond())."
+            )
         if diagnosis is None:
             return "Nothing to resume: no run crashed here; press n to send a new prompt."
         return f"Nothing to resume: the thread is {diagnosis.label}; press n to send a new prompt."
