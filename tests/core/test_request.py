@@ -20,51 +20,9 @@ from core.messages import (
     user_text,
 )
 from core.request import RequestBuilder, RequestChecker, build_request, check_request, repair_words
-
-
-def _assistant(*ids: str, run: str | None = "r1", stop: str | None = None, text: str = "") -> AssistantMessage:
-    content: list = [TextContent(text=text)] if text else []
-    content += [ToolCall(id=i, name="tool") for i in ids]
-    return AssistantMessage(content=content, stop_reason=stop or ("tool_use" if ids else "stop"), run_id=run)
-
-
-def _result(call_id: str, run: str | None = "r1") -> ToolResultMessage:
-    return ToolResultMessage(tool_call_id=call_id, tool_name="tool", content=[TextContent(text=call_id)], run_id=run)
-
-
-# --- random histories --------------------------------------------------------------------------
-
-_RUNS = st.sampled_from(["r1", "r2", None])
-
-
-@st.composite
-def histories(draw: st.DrawFn) -> list[AnyMessage]:
-    """A stored history as any writer might leave it."""
-    out: list[AnyMessage] = [user_text("start", run_id="r1")]
-    issued: list[str] = []
-    counter = 0
-    for _ in range(draw(st.integers(0, 30))):
-        kind = draw(st.sampled_from(["user", "assistant", "assistant", "result", "result", "orphan", "unknown", "failed"]))
-        run = draw(_RUNS)
-        if kind == "user":
-            out.append(user_text("u", run_id=run))
-        elif kind in ("assistant", "failed"):
-            ids = []
-            for _ in range(draw(st.integers(0, 3))):
-                if issued and draw(st.integers(0, 9)) == 0:
-                    ids.append(draw(st.sampled_from(issued)))  # a writer reusing a call id
-                else:
-                    counter += 1
-                    ids.append(f"c{counter}")
-            issued.extend(ids)
-            out.append(_assistant(*ids, run=run, stop="error" if kind == "failed" else None, text="t"))
-        elif kind == "result" and issued:
-            out.append(_result(draw(st.sampled_from(issued)), run))
-        elif kind == "orphan":
-            out.append(_result(f"x{draw(st.integers(0, 99))}", run))
-        elif kind == "unknown":
-            out.append(UnknownMessage(role="system", run_id=run))
-    return out
+from tests.helpers.histories import assistant as _assistant
+from tests.helpers.histories import histories
+from tests.helpers.histories import result as _result
 
 
 def _first_results(history: list[AnyMessage]) -> dict[str, tuple[AssistantMessage, ToolResultMessage]]:
@@ -208,3 +166,38 @@ def test_the_rule_names_what_is_wrong() -> None:
     assert check_request([_assistant("c1"), _result("c1"), _assistant("c1"), _result("c1")]) == (
         "Message 2 repeats the tool call id c1."
     )
+
+
+# --- the loop on any history -------------------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories())
+async def test_a_run_on_any_history_settles_every_call_and_is_never_refused(history: list[AnyMessage]) -> None:
+    # The faux provider refuses a request that breaks the rule, as the API would (400):
+    # a completed run means every model call was sent a valid request.
+    import asyncio
+
+    from core.loop import LoopConfig, run_loop
+    from core.providers.faux import FauxProvider
+    from core.recovery import unanswered_calls
+
+    async def nothing(event: object) -> None:
+        return None
+
+    provider = FauxProvider(["ok"])
+    transcript = list(history)
+    config = LoopConfig(provider, run_id="run-new")
+    outcome = await run_loop(transcript, config, nothing, asyncio.Event(), [user_text("next", run_id="run-new")])
+    assert outcome == "completed", transcript[-1]
+    assert unanswered_calls(transcript) == []
+    assert check_request(provider.requests[0].messages) is None
+    # Settled results carry the run that made their call.
+    issuers: dict[str, str | None] = {}
+    for m in history:
+        if isinstance(m, AssistantMessage) and m.stop_reason != "error":
+            for c in m.tool_calls:
+                issuers.setdefault(c.id, m.run_id)  # a reused id belongs to its first call
+    for settled in transcript[len(history) :]:
+        if isinstance(settled, ToolResultMessage):
+            assert settled.run_id == (issuers[settled.tool_call_id] or "run-new")
