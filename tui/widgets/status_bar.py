@@ -18,7 +18,9 @@ _STATE_STYLES = {
     "failed": "bold $error",
     "crashed": "bold $error",
     "running elsewhere": "bold magenta",
+    "waiting for an answer": "bold $warning",
 }
+_PREFIXES = sorted(_STATE_STYLES, key=len, reverse=True)
 
 
 class StatusBar(Static):
@@ -76,10 +78,9 @@ class StatusBar(Static):
         return text
 
     def _state_style(self) -> str:
-        key = self.run_state
-        for prefix in ("crashed", "running elsewhere", "aborting"):
-            if key.startswith(prefix):
-                key = prefix
+        # By prefix, longest first: a label may carry details and notes
+        # ("crashed at point 3 (mid-tool) · 1 orphan result", "waiting for an answer: ...").
+        key = next((p for p in _PREFIXES if self.run_state.startswith(p)), "")
         style = _STATE_STYLES.get(key, "bold")
         # Theme variables are resolved against the app's theme so colours follow it.
         if "$" in style:
