@@ -254,12 +254,16 @@ class RequestBuilder:
         elif isinstance(message, AssistantMessage):
             self._add_assistant(i, message)
         elif isinstance(message, UserMessage):
-            if self._region:
-                self._region.append((i, message))
-            else:
-                self._out.append(message)
+            self._add_plain(i, message)
         else:
             self._repairs.append(Repair("unknown_row", i))
+
+    def _add_plain(self, i: int, message: AnyMessage) -> None:
+        # A message that makes no call: sent where it is, or after the open calls' results.
+        if self._region:
+            self._region.append((i, message))
+        else:
+            self._out.append(message)
 
     def _note_writer(self, message: AnyMessage) -> None:
         # A message of another run while calls are open marks their assistant message as
@@ -280,7 +284,11 @@ class RequestBuilder:
             self._repairs.append(Repair("failed_reply", i))
             return
         calls = message.tool_calls
-        if any(c.id in self._issued for c in calls) or len({c.id for c in calls}) < len(calls):
+        if not calls:
+            self._add_plain(i, message)
+            return
+        ids = {c.id for c in calls}
+        if len(ids) < len(calls) or not self._issued.isdisjoint(ids):
             seen: set[str] = set()
             keep = []
             for block in message.content:
@@ -292,17 +300,16 @@ class RequestBuilder:
                 keep.append(block)
             message = message.model_copy(update={"content": keep})
             calls = message.tool_calls
+        if not calls:  # every call repeated an id already used
+            self._add_plain(i, message)
+            return
         for call in calls:
             self._issued.add(call.id)
             self._open[call.id] = Unanswered(call, message, i)
-        if calls:
-            self._waiting[i] = len(calls)
-            if message.run_id is not None:
-                self._watch.setdefault(message.run_id, {})[i] = None
-        if calls or self._region:
-            self._region.append((i, message))
-        else:
-            self._out.append(message)
+        self._waiting[i] = len(calls)
+        if message.run_id is not None:
+            self._watch.setdefault(message.run_id, {})[i] = None
+        self._region.append((i, message))
 
     def _add_result(self, i: int, result: ToolResultMessage) -> None:
         call_id = result.tool_call_id
