@@ -34,6 +34,7 @@ from core.events import (
     ToolCallStart,
     TurnEnd,
     TurnStart,
+    UsageUpdate,
 )
 from core.messages import (
     AnyMessage,
@@ -284,7 +285,9 @@ async def _consume(
             if isinstance(item, StreamEnd):
                 return item.message
             if isinstance(item, _Failure):
-                return error_reply(config.provider, item.text, content=partial.content)
+                failed = error_reply(config.provider, item.text, content=partial.content)
+                failed.usage = partial.usage
+                return failed
             _apply_delta(partial, item)
             await emit(MessageUpdate(partial, item))
     finally:
@@ -326,6 +329,8 @@ def _apply_delta(message: AssistantMessage, delta: StreamEvent) -> None:
     """Apply one stream delta to the partial reply in place (no copy per delta).
 
     Tool call arguments are not parsed while they stream: the final message carries them.
+    A usage snapshot replaces the partial's usage, so an aborted reply keeps what the
+    provider reported; a retry wait changes nothing (listeners show it).
     """
     blocks = message.content
     if isinstance(delta, TextDelta):
@@ -336,6 +341,8 @@ def _apply_delta(message: AssistantMessage, delta: StreamEvent) -> None:
         block.thinking += delta.delta
     elif isinstance(delta, ToolCallStart):
         blocks.append(ToolCall(id=delta.id, name=delta.name))
+    elif isinstance(delta, UsageUpdate):
+        message.usage = delta.usage.model_copy()
 
 
 def _block_at(blocks: list, index: int, kind: type):  # type: ignore[no-untyped-def]

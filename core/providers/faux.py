@@ -8,7 +8,8 @@
 
 Each model call takes the next script entry (a reply, a string, or a callable of the
 request returning either) and streams it in small deltas, exactly as a real provider
-would. ``provider.requests`` keeps a snapshot of every request for assertions.
+would: first a usage snapshot with the input tokens (as Anthropic's ``message_start``),
+then the content. ``provider.requests`` keeps a snapshot of every request for assertions.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 from collections import deque
 from typing import Any, AsyncIterator, Callable, Iterable, Union
 
-from core.events import StreamEnd, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStart
+from core.events import StreamEnd, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStart, UsageUpdate
 from core.messages import (
     AnyMessage,
     AssistantMessage,
@@ -149,6 +150,9 @@ class FauxProvider:
 
     def _deltas(self, reply: AssistantMessage) -> Iterable[StreamEvent]:
         size = self.chunk_size
+        if reply.usage is not None:
+            # What a real API knows before the first token: the input, no output yet.
+            yield UsageUpdate(reply.usage.model_copy(update={"output_tokens": 0}))
         for index, block in enumerate(reply.content):
             if isinstance(block, TextContent):
                 for i in range(0, len(block.text), size):

@@ -8,13 +8,14 @@ from typing import Sequence
 import pytest
 
 from core.errors import ToolDefinitionError
-from core.events import AgentEnd, MessageEnd, MessageStart, MessageUpdate, StreamEnd, TextDelta
+from core.events import AgentEnd, MessageEnd, MessageStart, MessageUpdate, StreamEnd, TextDelta, UsageUpdate
 from core.loop import LoopConfig, run_loop, unanswered_calls
 from core.messages import (
     AnyMessage,
     AssistantMessage,
     ToolCall,
     ToolResultMessage,
+    Usage,
     UserMessage,
     user_text,
 )
@@ -181,7 +182,8 @@ async def test_streamed_deltas_update_one_partial_message_in_place():
     await run("hi")
     start = next(e for e in run.events if isinstance(e, MessageStart) and e.message.role == "assistant")
     updates = [e for e in run.events if isinstance(e, MessageUpdate)]
-    assert [u.delta for u in updates] == [TextDelta(0, "abc"), TextDelta(0, "def"), TextDelta(0, "ghi"), TextDelta(0, "j")]
+    usage = UsageUpdate(Usage(input_tokens=1))
+    assert [u.delta for u in updates] == [usage, TextDelta(0, "abc"), TextDelta(0, "def"), TextDelta(0, "ghi"), TextDelta(0, "j")]
     assert all(u.message is start.message for u in updates)
     assert start.message.text == "abcdefghij"
     end = [e for e in run.events if isinstance(e, MessageEnd)][-1]

@@ -1,0 +1,1 @@
+"""Helpers shared by tests (imported by test modules; never a test module itself)."""
