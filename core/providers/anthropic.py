@@ -313,9 +313,10 @@ def _fault(exc: Exception) -> _Fault:
     if isinstance(exc, anthropic.APIConnectionError):
         cause = exc.__cause__ or exc
         return _Fault(f"Could not reach the Anthropic API: {_first_line(cause)}", "connection failed", True)
-    # A connection lost while the body streams surfaces as the transport's own error.
-    lost = isinstance(exc, httpx2.TransportError)
-    return _Fault(f"The Anthropic stream failed: {_first_line(exc)}", "connection lost" if lost else "stream failed", lost)
+    if isinstance(exc, httpx2.TransportError):
+        # A connection lost while the body streams surfaces as the transport's own error.
+        return _Fault(f"The connection to the Anthropic API was lost: {_first_line(exc)}", "connection lost", True)
+    return _Fault(f"The Anthropic stream failed: {_first_line(exc)}", "stream failed", False)
 
 
 def _status_fault(exc: anthropic.APIStatusError) -> _Fault:
