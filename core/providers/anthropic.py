@@ -137,14 +137,15 @@ class AnthropicProvider:
         return self.retry.backoff(attempt)
 
     def _final_sentence(self, fault: _Fault, attempt: int, reply: ReplyBuilder) -> str:
+        base = fault.sentence.rstrip(". ")
         retryable = fault.retryable and not reply.streamed
         asked = fault.retry_after
         if retryable and asked is not None and asked > self.retry.max_retry_after and attempt <= self.retry.max_retries:
             cap = self.retry.max_retry_after
-            return f"{fault.sentence} (the API asked to wait {asked:.0f} s, longer than the {cap:.0f} s this app waits)."
+            return f"{base} (the API asked to wait {asked:.0f} s, longer than the {cap:.0f} s this app waits)."
         if attempt > 1:
-            return f"{fault.sentence} (gave up after {attempt} attempts)."
-        return _period(fault.sentence)
+            return f"{base} (gave up after {attempt} attempts)."
+        return _period(base)
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``messages.create`` for ``request`` (without ``stream``)."""
@@ -321,7 +322,7 @@ def _fault(exc: Exception) -> _Fault:
 
 def _status_fault(exc: anthropic.APIStatusError) -> _Fault:
     status = exc.status_code
-    kind = getattr(exc, "type", None) or ""
+    kind = exc.type or ""
     headers = exc.response.headers
     if status < 400:
         # An error event inside a 200 stream: its type says what happened.
@@ -356,8 +357,8 @@ def _status_reason(status: int, kind: str) -> str:
 def _status_sentence(exc: anthropic.APIStatusError) -> str:
     # "Anthropic API error 529 (overloaded): Overloaded" (the caller ends the sentence).
     # An error event inside a 200 stream has no meaningful status, so the code is left out then.
-    kind = (getattr(exc, "type", None) or "").removesuffix("_error").replace("_", " ")
-    detail = (getattr(exc, "api_message", None) or "").strip() or _first_line(exc)
+    kind = (exc.type or "").removesuffix("_error").replace("_", " ")
+    detail = (exc.api_message or "").strip() or _first_line(exc)
     code = f" {exc.status_code}" if exc.status_code >= 400 else ""
     label = f" ({kind})" if kind else ""
     return f"Anthropic API error{code}{label}: {' '.join(detail.split())}".rstrip(".")
