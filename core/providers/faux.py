@@ -125,7 +125,10 @@ class FauxProvider:
             else:
                 await asyncio.sleep(0)
             if signal.is_set():
-                yield StreamEnd(error_reply(self, "Aborted by the user.", stop_reason="aborted"))
+                aborted = error_reply(self, "Aborted by the user.", stop_reason="aborted")
+                if reply.usage is not None:
+                    aborted.usage = reply.usage.model_copy(update={"output_tokens": 0})  # as reported so far
+                yield StreamEnd(aborted)
                 return
             yield event
         yield StreamEnd(reply)

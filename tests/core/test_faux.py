@@ -116,6 +116,7 @@ async def test_signal_stops_the_stream_promptly():
     assert len(events) == 4
     assert events[-1].message.stop_reason == "aborted"
     assert events[-1].message.error_message == "Aborted by the user."
+    assert events[-1].message.usage == Usage(input_tokens=3)  # as reported so far: "be brief" + "go"
 
 
 async def test_deterministic():
