@@ -123,6 +123,15 @@ async def test_thinking_text_and_tool_use_from_partial_json_map_through_real_htt
     (received,) = server.requests
     assert (received.method, received.path) == ("POST", "/v1/messages")
     assert received.body["stream"] is True and received.body["model"] == MODEL
+    # The next call sends the thinking back with its signature, and the parsed arguments.
+    server.add(text_stream("done"))
+    result = ToolResultMessage(tool_call_id="toolu_01", content=[TextContent(text="print(1)")])
+    await collect(provider_for(server, prompt_caching=False), ModelRequest("", [user_text("hi"), message, result]))
+    assert server.requests[1].body["messages"][1]["content"] == [
+        {"type": "thinking", "thinking": "The user wants the file.", "signature": "EqQBCgIYAhIM+sig=="},
+        {"type": "text", "text": "Reading it now."},
+        {"type": "tool_use", "id": "toolu_01", "name": "read_file", "input": ARGUMENTS},
+    ]
 
 
 async def test_usage_is_reported_as_it_arrives_and_message_delta_updates_every_count(server):
