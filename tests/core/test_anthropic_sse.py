@@ -338,7 +338,6 @@ async def test_an_abort_during_a_long_retry_wait_ends_at_once(server):
     signal = asyncio.Event()
     provider = provider_for(server)
     events: list = []
-    loop = asyncio.get_running_loop()
 
     async def run() -> None:
         async for event in provider.stream(ask(), signal):
@@ -346,9 +345,7 @@ async def test_an_abort_during_a_long_retry_wait_ends_at_once(server):
             if isinstance(event, RetryWait):
                 signal.set()
 
-    started = loop.time()
     await asyncio.wait_for(run(), LIVENESS)  # far below the 60 s the server asked for
-    assert loop.time() - started < LIVENESS
     assert [type(e) for e in events] == [RetryWait, StreamEnd]
     assert events[0].seconds == 60.0
     message = events[-1].message

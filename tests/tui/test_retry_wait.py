@@ -3,8 +3,6 @@ bar, counting down; the wait ends with the reply, or at once with ``a``."""
 
 from __future__ import annotations
 
-import asyncio
-
 from core.checkpoint.memory import MemoryCheckpointer
 from core.providers.anthropic import AnthropicProvider
 from tests.helpers.messages_server import MessagesServer, Status, text_stream
@@ -43,11 +41,9 @@ async def test_a_rate_limit_wait_counts_down_and_a_aborts_it_at_once():
             await wait_for_text(pilot, "rate limited, retrying in 49 s")  # it counts down
             screen = app.screen
             assert isinstance(screen, ThreadScreen) and screen.running
-            loop = asyncio.get_running_loop()
-            pressed = loop.time()
             await pilot.press("a")
+            # The bound is far below the 49 s left to wait: the wait itself must end.
             await wait_for(pilot, lambda: not screen.running, timeout=30, what="the run stopped")
-            assert loop.time() - pressed < 30  # far below the 49 s left to wait
             await wait_for(pilot, lambda: "retrying" not in _status(app), what="the wait cleared")
             await wait_for(pilot, lambda: "aborted" in _status(app), what="aborted in the status bar")
         assert len(server.requests) == 1 and server.remaining == 1
