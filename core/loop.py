@@ -48,12 +48,10 @@ from core.messages import (
     error_tool_result,
 )
 from core.jobs import Jobs
-from core.providers.base import ModelRequest, Provider, error_reply
+from core.providers.base import ABORTED_TEXT, ModelRequest, Provider, error_reply
 from core.recovery import SettleChoice, unanswered_calls
 from core.tool_execution import execute_tool_calls, publish
 from core.tools import AgentTool, Emit, ToolExecutionMode
-
-ABORTED_TEXT = "Aborted by the user."
 
 
 

@@ -37,12 +37,10 @@ from core.messages import (
     UserMessage,
 )
 from core.providers.anthropic_stream import ReplyBuilder
-from core.providers.base import ModelRequest
+from core.providers.base import ABORTED_TEXT, ModelRequest
 from core.providers.retry import RetryPolicy, retry_after, wait_or_abort
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
-
-ABORTED_TEXT = "Aborted by the user."
 
 # Error events inside a 200 stream that are worth another attempt (the errors page lists
 # api_error and overloaded_error as the API's own transient failures).

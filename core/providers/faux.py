@@ -31,7 +31,7 @@ from core.messages import (
     Usage,
     UserMessage,
 )
-from core.providers.base import ModelRequest, error_reply
+from core.providers.base import ABORTED_TEXT, ModelRequest, error_reply
 
 Reply = Union[AssistantMessage, str]
 ScriptEntry = Union[Reply, Callable[[ModelRequest], Reply]]
@@ -125,7 +125,7 @@ class FauxProvider:
             else:
                 await asyncio.sleep(0)
             if signal.is_set():
-                aborted = error_reply(self, "Aborted by the user.", stop_reason="aborted")
+                aborted = error_reply(self, ABORTED_TEXT, stop_reason="aborted")
                 if reply.usage is not None:
                     aborted.usage = reply.usage.model_copy(update={"output_tokens": 0})  # as reported so far
                 yield StreamEnd(aborted)
