@@ -1,6 +1,6 @@
 """Resuming every thread of the cubeloop fixture, after upgrading a copy of it.
 
-For each thread of ``shared/fixtures/cubeloop_crashpoints.sqlite`` (always a private copy):
+For each thread of the cubeloop crash-point database (always a private copy):
 open it (browse-only: cubeloop's file), upgrade it, diagnose it as its JSON says, then
 resume it with an agent whose tools carry the fixture's tool names (``read_file``
 idempotent, ``slow_step`` and ``wait_for_abort`` not). A crashed thread must complete with
@@ -27,7 +27,7 @@ from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import ResumeAction, ThreadState, diagnose
 from core.tools import AgentTool, ToolContext, tool
 
-from tests.core.test_fixtures import EXPECTED, THREADS
+from tests.helpers.crashpoint_verdicts import EXPECTED, THREADS
 
 CUBELOOP_TABLES = ("messages", "runs", "thread_extra", "thread_pending_request", "thread_hitl_answers")
 FINAL = "Checked src/app.py again; nothing else to do."

@@ -20,9 +20,6 @@ from core.messages import user_text
 from tui.cli import build_session
 from tui.session import Session
 
-FIXTURE = Path("/work/shared/fixtures/cubeloop_crashpoints.sqlite")
-"""cubeloop's crash-point database; tests only ever use copies of it."""
-
 FAST = 25.0
 """Demo speed for tests: tools take 0.1-0.3 s, text streams in a few hundred ms."""
 
@@ -66,10 +63,10 @@ def db(tmp_path: Path) -> Db:
 
 
 @pytest.fixture
-def fixture_copy(tmp_path: Path) -> Path:
-    """A private copy of the cubeloop fixture database."""
+def fixture_copy(tmp_path: Path, cubeloop_crashpoints: tuple[Path, dict[str, object]]) -> Path:
+    """A private copy of the cubeloop crash-point database (see ``tests/conftest.py``)."""
     target = tmp_path / "cubeloop.sqlite"
-    shutil.copyfile(FIXTURE, target)
+    shutil.copyfile(cubeloop_crashpoints[0], target)
     return target
 
 
