@@ -1,0 +1,242 @@
+"""Wire fidelity with the real cubeloop (0.15.3): images, message ids, thinking signatures and
+optional timestamps survive a thread passing between the two programs, in both directions.
+
+cubeloop's threads are written by cubeloop itself in a child process
+(``tests/helpers/cubeloop_child.py``); ours by our Agent on our SQLite store, then read by
+cubeloop's own ``SQLiteCheckpointer`` (``tests/helpers/cubeloop_peer.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from core.agent import Agent
+from core.checkpoint import codec
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.messages import AssistantMessage, ImageContent, ThinkingContent, ToolResultMessage, UserMessage
+from core.providers.anthropic import AnthropicProvider
+from core.providers.base import ModelRequest
+from core.providers.faux import FauxProvider, faux_reply, faux_thinking, faux_tool_call
+from core.recovery import ThreadState, diagnose
+from core.tools import AgentToolResult, tool
+from tests.helpers.cubeloop_peer import CONTINUED, cubeloop_continue, cubeloop_fork, cubeloop_load, run_completed
+from tests.helpers.cubeloop_threads import PIXEL_PNG, read_rows, run_cubeloop
+
+HEX_ID = re.compile(r"^[0-9a-f]{32}$")
+"""cubeloop's message id: ``uuid.uuid4().hex``."""
+
+
+def anthropic_messages(messages: list[Any]) -> list[dict[str, Any]]:
+    """What our Anthropic provider would send for ``messages`` (no network)."""
+    provider = AnthropicProvider(api_key="test-key-never-sent")
+    return provider.request_params(ModelRequest("", messages))["messages"]
+
+
+def api_images(api_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every image block of an API request, tool results' included, in order."""
+    found: list[dict[str, Any]] = []
+    for turn in api_messages:
+        for block in turn["content"]:
+            inner = block.get("content", []) if block["type"] == "tool_result" else [block]
+            found.extend(b for b in inner if b["type"] == "image")
+    return found
+
+
+async def upgraded(db: Path) -> SQLiteCheckpointer:
+    store = await SQLiteCheckpointer.open(db, create=False)
+    await store.upgrade()  # cubeloop's file: browse-only until upgraded
+    return store
+
+
+@tool
+async def screenshot(name: str) -> AgentToolResult:
+    """Take a screenshot."""
+    return AgentToolResult([ImageContent(data=PIXEL_PNG, mime_type="image/png")])
+
+
+@tool(idempotent=True)
+async def read_file(path: str) -> str:
+    """Read a file."""
+    return f"contents of {path}"
+
+
+# --- images ---------------------------------------------------------------------------------
+
+
+def test_either_image_shape_is_read_and_both_are_written() -> None:
+    theirs = codec.decode(json.dumps({"role": "user", "content": [{"type": "image", "source": "QUJD", "media_type": "image/gif"}]}))
+    ours = codec.decode(json.dumps({"role": "user", "content": [{"type": "image", "data": "QUJD", "mime_type": "image/gif"}]}))
+    for message in (theirs, ours):
+        assert isinstance(message, UserMessage) and isinstance(message.content, list)
+        (image,) = message.content
+        assert isinstance(image, ImageContent) and (image.data, image.mime_type) == ("QUJD", "image/gif")
+        (written,) = json.loads(codec.encode(message))["content"]
+        assert written == {"type": "image", "data": "QUJD", "mime_type": "image/gif", "source": "QUJD", "media_type": "image/gif"}
+    # A source that is not base64 text (another API's object) is not understood: kept as it was.
+    odd = {"type": "url", "url": "https://example.com/a.png"}
+    kept = codec.decode(json.dumps({"role": "user", "content": [{"type": "image", "source": odd}]}))
+    assert json.loads(codec.encode(kept))["content"][0]["source"] == odd
+
+
+async def test_a_cubeloop_image_reaches_the_provider_with_its_bytes(tmp_path: Path) -> None:
+    db = tmp_path / "cubeloop.sqlite"
+    run_cubeloop(db, "images", "im")
+    stored = read_rows(db, "im")
+    assert stored[0]["content"][1] == {"type": "image", "source": PIXEL_PNG, "media_type": "image/png"}  # cubeloop's shape
+
+    store = await upgraded(db)
+    try:
+        data = await store.load("im")
+        assert data is not None and not data.problems
+        images = [b for m in data.messages for b in getattr(m, "content", []) if isinstance(b, ImageContent)]
+        assert [(i.data, i.mime_type) for i in images] == [(PIXEL_PNG, "image/png")] * 2  # the prompt's and the tool's
+        sent = api_images(anthropic_messages(data.messages))
+        assert [b["source"] for b in sent] == [{"type": "base64", "media_type": "image/png", "data": PIXEL_PNG}] * 2
+
+        provider = FauxProvider([faux_reply("Still one pixel.")])
+        agent = Agent(provider, store, "im")
+        assert await agent.prompt("And now?") == "completed", agent.state.error
+        (request,) = provider.requests
+        assert [b["source"]["data"] for b in api_images(anthropic_messages(list(request.messages)))] == [PIXEL_PNG] * 2
+    finally:
+        await store.close()
+
+
+async def test_our_image_keeps_its_bytes_in_cubeloop(tmp_path: Path) -> None:
+    sqlite_path = tmp_path / "ours.sqlite"
+    store = await SQLiteCheckpointer.open(sqlite_path, create=True)
+    try:
+        provider = FauxProvider([faux_reply(faux_tool_call("screenshot", {"name": "home"}, id="c1")), faux_reply("One pixel.")])
+        agent = Agent(provider, store, "ours", tools=[screenshot])
+        assert await agent.prompt("Take a screenshot.") == "completed", agent.state.error
+    finally:
+        await store.close()
+
+    theirs = await cubeloop_load(sqlite_path, "ours")
+    result = next(m for m in theirs.messages if m.role == "tool_result")
+    (image,) = result.content
+    assert (image.type, image.source, image.media_type) == ("image", PIXEL_PNG, "image/png")
+    run_id = await cubeloop_continue(sqlite_path, "ours")
+    assert run_completed(sqlite_path, "ours", run_id)
+
+
+# --- message ids ----------------------------------------------------------------------------
+
+
+async def test_every_message_we_save_carries_an_id_as_cubeloop_writes_it(tmp_path: Path) -> None:
+    sqlite_path = tmp_path / "ours.sqlite"
+    store = await SQLiteCheckpointer.open(sqlite_path, create=True)
+    try:
+        provider = FauxProvider([faux_reply(faux_tool_call("read_file", {"path": "a"}, id="c1")), faux_reply("Read.")])
+        agent = Agent(provider, store, "ours", tools=[read_file])
+        assert await agent.prompt("Read a.") == "completed", agent.state.error
+        in_memory = [m.id for m in agent.state.messages]
+        first, second = await store.load("ours"), await store.load("ours")
+        assert first is not None and second is not None
+        assert [m.id for m in first.messages] == [m.id for m in second.messages] == in_memory  # loading is idempotent
+    finally:
+        await store.close()
+
+    ids = [row["id"] for row in read_rows(sqlite_path, "ours")]
+    assert len(ids) == 4 and len(set(ids)) == 4 and all(HEX_ID.match(i) for i in ids), ids
+    assert ids == in_memory
+    theirs = await cubeloop_load(sqlite_path, "ours")
+    assert [m.id for m in theirs.messages] == ids
+
+
+async def test_a_row_without_an_id_still_has_none_after_loading(checkpointer: Any) -> None:
+    # cubeloop keeps "" for rows that predate ids (its compaction hashes them); so do we.
+    await checkpointer.append("old", [codec.decode(json.dumps({"role": "user", "content": "hi"}))])
+    for _ in range(2):
+        data = await checkpointer.load("old")
+        assert data is not None and data.messages[0].id == ""
+
+
+async def test_cubeloop_ids_are_read(fixture_db: Path) -> None:
+    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+        data = await store.load("completed")
+    assert data is not None
+    assert [m.id for m in data.messages] == [row["id"] for row in read_rows(fixture_db, "completed")]
+    assert all(HEX_ID.match(m.id) for m in data.messages)
+
+
+# --- thinking signatures --------------------------------------------------------------------
+
+
+def signatures(messages: list[Any]) -> list[tuple[str, str | None]]:
+    return [
+        (b.thinking, b.signature)
+        for m in messages
+        if isinstance(m, AssistantMessage)
+        for b in m.content
+        if isinstance(b, ThinkingContent)
+    ]
+
+
+async def test_our_thinking_signature_survives_cubeloop_continuing_and_forking_the_thread(tmp_path: Path) -> None:
+    sqlite_path = tmp_path / "ours.sqlite"
+    store = await SQLiteCheckpointer.open(sqlite_path, create=True)
+    try:
+        provider = FauxProvider(
+            [faux_reply(faux_thinking("Read a first.", signature="sig-Read-a"), faux_tool_call("read_file", {"path": "a"}, id="c1")),
+             faux_reply("Read.")]
+        )
+        agent = Agent(provider, store, "ours", tools=[read_file])
+        assert await agent.prompt("Read a.") == "completed", agent.state.error
+        our_run = agent.state.run_id
+    finally:
+        await store.close()
+    assert our_run is not None
+
+    continued = await cubeloop_continue(sqlite_path, "ours")
+    assert run_completed(sqlite_path, "ours", continued)
+    await cubeloop_fork(sqlite_path, "ours", "ours-fork", after_run_id=our_run)
+
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False) as store:
+        original, fork = await store.load("ours"), await store.load("ours-fork")
+    assert original is not None and fork is not None and not original.problems and not fork.problems
+    assert signatures(original.messages) == signatures(fork.messages) == [("Read a first.", "sig-Read-a")]
+    assert original.messages[-1].text == CONTINUED  # type: ignore[union-attr]
+    sent = [b for turn in anthropic_messages(original.messages) for b in turn["content"] if b["type"] == "thinking"]
+    assert sent == [{"type": "thinking", "thinking": "Read a first.", "signature": "sig-Read-a"}]
+
+
+async def test_cubeloop_thinking_is_kept_here_and_there(tmp_path: Path) -> None:
+    db = tmp_path / "cubeloop.sqlite"
+    run_cubeloop(db, "two_runs", "tr")
+    store = await upgraded(db)
+    try:
+        data = await store.load("tr")
+        assert data is not None and signatures(data.messages) == [("Read the file first.", None)]
+        provider = FauxProvider([faux_reply("Nothing else.")])
+        agent = Agent(provider, store, "tr", tools=[read_file])
+        assert await agent.prompt("Anything else?") == "completed", agent.state.error
+        # Unsigned thinking cannot be verified by the API: it is not sent (and not dropped from the thread).
+        (request,) = provider.requests
+        assert not [b for t in anthropic_messages(list(request.messages)) for b in t["content"] if "thinking" in b["type"]]
+    finally:
+        await store.close()
+    theirs = await cubeloop_load(db, "tr")
+    thinking = [b.thinking for m in theirs.messages if m.role == "assistant" for b in m.content if b.type == "thinking"]
+    assert thinking == ["Read the file first."]
+
+
+# --- optional fields ------------------------------------------------------------------------
+
+
+async def test_a_cubeloop_steer_saved_without_a_timestamp_is_read(tmp_path: Path) -> None:
+    db = tmp_path / "cubeloop.sqlite"
+    run_cubeloop(db, "steer", "st")
+    rows = read_rows(db, "st")
+    assert [r["role"] for r in rows] == ["user", "assistant", "tool_result", "user", "assistant"]
+    assert rows[3]["timestamp"] is None  # the host built the steer without one
+    async with await SQLiteCheckpointer.open(db, create=False) as store:
+        data = await store.load("st")
+    assert data is not None and not data.problems
+    steer = data.messages[3]
+    assert isinstance(steer, UserMessage) and steer.text == "Run the tests first." and steer.timestamp is None
+    assert isinstance(data.messages[2], ToolResultMessage)
+    assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
