@@ -119,7 +119,7 @@ def test_the_generated_database_holds_what_each_thread_says(fixture_db: Path) ->
 def test_a_child_that_misses_its_kill_mark_is_reported(tmp_path: Path) -> None:
     # The generator's SIGKILL is checked, not assumed: a child that ends before the mark
     # the parent waits for is a failure, never a silently different thread.
-    from tests.helpers.cubeloop_threads import ChildFailed
+    from tests.helpers.children import ChildFailed
 
     with pytest.raises(ChildFailed, match="before its marks"):
         run_cubeloop(tmp_path / "t.sqlite", "completed", "t", kill_at=("model_thinking",))

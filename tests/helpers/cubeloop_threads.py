@@ -16,16 +16,13 @@ produced; made facts (row ids, run ids) are read back from the file with plain `
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from tests.helpers.children import ChildFailed, run_marked
 from tests.helpers.cubeloop_child import FILE_TEXT, FINAL, PIXEL_PNG
 
 CHILD = Path(__file__).with_name("cubeloop_child.py")
@@ -33,22 +30,17 @@ CUBELOOP_VERSION = "0.15.3"
 CUBELOOP_TABLES = ("messages", "runs", "thread_extra", "thread_pending_request", "thread_hitl_answers")
 """The tables cubeloop's SQLiteCheckpointer creates."""
 
-CHILD_TIMEOUT = 60.0
-"""Seconds a child may take to reach its mark or its end (a liveness bound, not a speed check)."""
-
 __all__ = [
     "CRASHPOINT_THREADS",
+    "ChildFailed",
     "FILE_TEXT",
     "FINAL",
     "PIXEL_PNG",
     "CubeloopThread",
     "make_crashpoint_db",
+    "read_rows",
     "run_cubeloop",
 ]
-
-
-class ChildFailed(RuntimeError):
-    """A cubeloop child did not end the way its scenario says (the message has its stderr)."""
 
 
 def run_cubeloop(
@@ -59,53 +51,16 @@ def run_cubeloop(
     kill_at: Sequence[str] = (),
     clock: float = 1_795_954_400.0,
     arg: str = "",
-    timeout: float = CHILD_TIMEOUT,
 ) -> list[str]:
     """Run one cubeloop child writing ``thread_id`` into ``db``; return the marks it printed.
 
-    With ``kill_at`` (mark names), the child is SIGKILLed as soon as every one of them was
-    printed, and must die of that signal; without, it must exit 0 after ``MARK done``.
     ``clock`` is the child's (frozen) wall clock in unix seconds, ``arg`` the scenario's
-    extra input. Raises :class:`ChildFailed` when the child ends otherwise, or is still
-    short of its marks after ``timeout`` seconds (it is then killed).
+    extra input; ``kill_at`` as for :func:`~tests.helpers.children.run_marked` (SIGKILL once
+    every mark named was printed; without, the child must exit 0 after ``MARK done``).
+    Raises :class:`~tests.helpers.children.ChildFailed` when the child ends otherwise.
     """
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(db), scenario, thread_id, repr(clock), arg],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    timer = threading.Timer(timeout, proc.kill)
-    timer.start()
-    marks: list[str] = []
-    wanted = set(kill_at)
-    killed = False
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("MARK "):
-                marks.append(line[5:].strip())
-            if wanted and wanted <= set(marks):
-                os.kill(proc.pid, signal.SIGKILL)
-                killed = True
-                break
-        proc.wait()
-    finally:
-        timer.cancel()
-        stderr = proc.stderr.read() if proc.stderr else ""
-        for stream in (proc.stdout, proc.stderr):
-            if stream:
-                stream.close()
-    if kill_at:
-        if not killed or proc.returncode != -signal.SIGKILL:
-            raise ChildFailed(
-                f"cubeloop child {scenario!r} ended {proc.returncode} before its marks {sorted(wanted)} "
-                f"(got {marks}): {stderr[-2000:]}"
-            )
-    elif proc.returncode != 0 or "done" not in marks:
-        raise ChildFailed(f"cubeloop child {scenario!r} ended {proc.returncode} (marks {marks}): {stderr[-2000:]}")
-    return marks
+    argv = [sys.executable, str(CHILD), str(db), scenario, thread_id, repr(clock), arg]
+    return run_marked(argv, f"cubeloop child {scenario!r}", kill_at=kill_at)
 
 
 @dataclass(frozen=True)
