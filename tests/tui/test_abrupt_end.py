@@ -19,7 +19,7 @@ from textual.message import Message
 
 from core.messages import UserMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import Db, fast_session, fill_dialog, wait_for
+from tests.helpers.tui import Db, fast_session, fill_dialog, wait_for
 from tests.helpers.screens import running_tool
 from tui.app import CubepiApp, make_app
 from tui.messages import OpenThread, RunStarted

@@ -9,7 +9,7 @@ from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, ToolResultMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import (
+from tests.helpers.tui import (
     fast_session,
     open_from_picker,
     screen_text,

@@ -9,7 +9,7 @@ import pytest
 
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import (
+from tests.helpers.tui import (
     Db,
     fast_session,
     open_from_picker,
