@@ -19,7 +19,7 @@ import pytest
 
 from core.agent import Agent
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.errors import NothingToResumeError
+from core.errors import RunError
 from core.events import ToolExecutionStart
 from core.messages import ToolResultMessage, UserMessage
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
@@ -163,7 +163,7 @@ async def test_a_pending_human_question_waits_for_its_answer_and_cubeloop_takes_
         assert "waiting for an answer" in plan.diagnosis.label
         assert "Which file should I check?" in plan.diagnosis.detail
         assert plan.calls == ()
-        with pytest.raises(NothingToResumeError):
+        with pytest.raises(RunError):  # resume refuses: the question waits for the human, not for us
             await agent.resume()
     finally:
         await store.close()
@@ -178,6 +178,32 @@ async def test_a_pending_human_question_waits_for_its_answer_and_cubeloop_takes_
     async with await SQLiteCheckpointer.open(db, create=False) as store:
         data = await store.load("q")
     assert data is not None and diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+
+
+async def test_a_cubeloop_fork_of_a_thread_we_resumed_keeps_each_result_with_its_call(tmp_path: Path) -> None:
+    # cubeloop was killed mid-tool, we resumed (settling the call), cubeloop forked after our
+    # resume run: the fork must not hold a result whose call it lacks (an orphan the API
+    # refuses), and must start with the prompt.
+    db = tmp_path / "cubeloop.sqlite"
+    run_cubeloop(db, "crash_mid_tool", "cm", kill_at=("tool_started:slow_step",))
+    store = await upgraded(db)
+    try:
+        agent = Agent(FauxProvider([faux_reply("Settled.")]), store, "cm", tools=our_tools())
+        assert await agent.resume() == "completed", agent.state.error
+        resume_run = agent.state.run_id
+    finally:
+        await store.close()
+    assert resume_run is not None
+    check_cycles((await cubeloop_load(db, "cm")).messages)
+    await cubeloop_fork(db, "cm", "cm-fork", after_run_id=resume_run)
+
+    fork = await cubeloop_load(db, "cm-fork")
+    check_cycles(fork.messages)
+    assert fork.messages and fork.messages[0].role == "user"
+    async with await SQLiteCheckpointer.open(db, create=False) as store:
+        data = await store.load("cm-fork")
+    assert data is not None and diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+    await continue_here(db, "cm-fork")
 
 
 # --- we wrote it, cubeloop opens it ---------------------------------------------------------
@@ -249,6 +275,8 @@ async def test_a_crash_we_settled_by_resume_passes_cubeloops_checks_per_run_and_
         assert_every_call_answered(provider.requests)
     finally:
         await store.close()
+    ids = [row["id"] for row in read_rows(db, "ours")]  # settled results too carry cubeloop's id
+    assert len(set(ids)) == len(ids) == 5 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids), ids
 
     theirs = await cubeloop_load(db, "ours")
     assert [m.role for m in theirs.messages] == ["user", "assistant", "tool_result", "tool_result", "assistant"]

@@ -14,8 +14,15 @@ message ``timestamp`` with ``time.time()``, and a fixed clock makes views that s
 times and the faux provider's token counts (which count the serialised messages) the same
 on every run. Rows' ``created_at`` still come from SQLite's own clock.
 
-``ARG`` is a scenario's extra input (a source thread or run id for ``fork``, an answer for
-``respond``).
+``ARG`` is a scenario's extra input: ``"SOURCE RUN_ID"`` for ``fork``, the run id for
+``ask_and_detach``, the human's answer for ``respond``, the prompt for ``continue``.
+
+Scenarios: ``crash_after_user``, ``crash_after_tool_result``, ``crash_mid_tool``,
+``completed``, ``aborted``, ``batch_sequential``, ``batch_parallel``,
+``batch_parallel_listener_blocked`` (the crash-point threads, see
+``tests/helpers/cubeloop_threads.py``); ``two_runs`` (two completed runs with tool turns
+and a thinking block), ``fork``, ``steer``, ``images``, ``ask_and_detach`` (cubeloop's
+HITL: the question stays pending), ``respond`` and ``continue``.
 """
 
 from __future__ import annotations
