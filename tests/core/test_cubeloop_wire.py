@@ -8,15 +8,21 @@ cubeloop's own ``SQLiteCheckpointer`` (``tests/helpers/cubeloop_peer.py``).
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from pathlib import Path
 from typing import Any
 
+from cubeloop.checkpointer.sqlite import _deserialize_message, _serialize_message  # cubeloop's own row codec
+from cubeloop.providers import base as cl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from core.agent import Agent
 from core.checkpoint import codec
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.messages import AssistantMessage, ImageContent, ThinkingContent, ToolResultMessage, UserMessage
+from core.messages import AssistantMessage, ImageContent, TextContent, ThinkingContent, ToolCall, ToolResultMessage, UserMessage
 from core.providers.anthropic import AnthropicProvider
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_thinking, faux_tool_call
@@ -240,3 +246,80 @@ async def test_a_cubeloop_steer_saved_without_a_timestamp_is_read(tmp_path: Path
     assert isinstance(steer, UserMessage) and steer.text == "Run the tests first." and steer.timestamp is None
     assert isinstance(data.messages[2], ToolResultMessage)
     assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+
+
+# --- any message, both ways (property) ------------------------------------------------------
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_b64 = st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode())
+_mime = st.sampled_from(["image/png", "image/jpeg", "image/gif", "image/webp"])
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | _text, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(_text, kids, max_size=3), max_leaves=6
+)
+_args = st.dictionaries(_text, _json, max_size=3)
+_ids = st.one_of(st.none(), st.text("0123456789abcdef", min_size=32, max_size=32))
+
+
+def view(message: Any) -> tuple[Any, ...]:
+    """What both programs must agree on, from either program's message object."""
+    blocks = []
+    for b in message.content:
+        if b.type == "text":
+            blocks.append(("text", b.text))
+        elif b.type == "image":
+            blocks.append(("image", getattr(b, "data", None) or getattr(b, "source", ""), getattr(b, "mime_type", None) or getattr(b, "media_type", "")))
+        elif b.type == "thinking":
+            blocks.append(("thinking", b.thinking))
+        elif b.type == "tool_call":
+            blocks.append(("tool_call", b.id, b.name, b.arguments))
+    extra = (message.tool_call_id, message.tool_name, message.is_error) if message.role == "tool_result" else ()
+    stop = (message.stop_reason,) if message.role == "assistant" else ()
+    return (message.role, message.id, message.run_id, message.metadata, tuple(blocks), *extra, *stop)
+
+
+def ours_strategy() -> st.SearchStrategy[Any]:
+    image = st.builds(ImageContent, data=_b64, mime_type=_mime)
+    text = st.builds(TextContent, text=_text)
+    thinking = st.builds(ThinkingContent, thinking=_text, signature=st.none() | _text)
+    call = st.builds(ToolCall, id=_text, name=_text, arguments=_args)
+    common = {"run_id": _ids, "id": _ids.map(lambda i: i or ""), "metadata": st.dictionaries(_text, _json, max_size=2)}
+    return st.one_of(
+        st.builds(UserMessage, content=st.lists(text | image, max_size=3), **common),
+        st.builds(AssistantMessage, content=st.lists(text | thinking | call, max_size=3),
+                  stop_reason=st.sampled_from(["stop", "tool_use", "length", "aborted", "error"]), **common),
+        st.builds(ToolResultMessage, tool_call_id=_text, tool_name=_text, content=st.lists(text | image, max_size=3),
+                  is_error=st.booleans(), **common),
+    )
+
+
+def theirs_strategy() -> st.SearchStrategy[Any]:
+    image = st.builds(cl.ImageContent, source=_b64, media_type=_mime)
+    text = st.builds(cl.TextContent, text=_text)
+    thinking = st.builds(cl.ThinkingContent, thinking=_text)
+    call = st.builds(cl.ToolCall, id=_text, name=_text, arguments=_args)
+    common = {
+        "run_id": _ids, "id": _ids.map(lambda i: i or ""), "metadata": st.dictionaries(_text, _json, max_size=2),
+        "timestamp": st.none() | st.floats(0, 4e9),
+    }
+    return st.one_of(
+        st.builds(cl.UserMessage, content=st.lists(text | image, max_size=3), **common),
+        st.builds(cl.AssistantMessage, content=st.lists(text | thinking | call, max_size=3),
+                  stop_reason=st.sampled_from(["stop", "tool_use", "length", "aborted", "error"]), **common),
+        st.builds(cl.ToolResultMessage, tool_call_id=_text, tool_name=_text, content=st.lists(text | image, max_size=3),
+                  is_error=st.booleans(), **common),
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ours_strategy())
+def test_any_message_we_write_reads_the_same_in_cubeloop(message: Any) -> None:
+    theirs = _deserialize_message(json.loads(codec.encode(message)))
+    assert view(theirs) == view(message)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(theirs_strategy())
+def test_any_message_cubeloop_writes_reads_the_same_here(message: Any) -> None:
+    ours = codec.decode(_serialize_message(message))
+    assert view(ours) == view(message)
+    assert ours.timestamp == message.timestamp
