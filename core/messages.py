@@ -64,11 +64,12 @@ class ThinkingContent(_Wire):
 class ImageContent(_Wire):
     """An image, base64-encoded in ``data`` with its ``mime_type`` (e.g. ``image/png``).
 
-    cubeloop writes the same two values as ``source`` and ``media_type``
+    cubeloop names the same two values ``source`` and ``media_type``
     (``cubeloop.providers.base.ImageContent``). Either shape is read (``data`` /
-    ``mime_type`` win when both are present and non-empty), and both are written, so a
-    row keeps its bytes for this project and for cubeloop alike. A ``source`` that is not
-    a string (e.g. another API's object) is not understood: it is kept as it was.
+    ``mime_type`` win when both are present and non-empty); cubeloop's is written, since
+    both programs read it and the bytes (often megabytes) are then stored once. A
+    ``source`` that is not a string (another API's object) is not understood: it is kept
+    as it was, and ``data`` is written beside it.
     """
 
     type: Literal["image"] = "image"
@@ -89,10 +90,11 @@ class ImageContent(_Wire):
         return value
 
     @model_serializer(mode="wrap")
-    def _write_both_shapes(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _write_cubeloops_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
-        out.setdefault("source", self.data)
-        out.setdefault("media_type", self.mime_type)
+        for ours, theirs in (("data", "source"), ("mime_type", "media_type")):
+            if theirs not in out:
+                out[theirs] = out.pop(ours)
         return out
 
 
