@@ -52,7 +52,7 @@ from core.events import (
 from core.jobs import Jobs
 from core.leases import HeldLease, LeaseHolder, LeaseStore
 from core.loop import LoopConfig, run_loop
-from core.messages import AnyMessage, AssistantMessage, UserMessage, user_text
+from core.messages import AnyMessage, AssistantMessage, UserMessage, ensure_message_id, user_text
 from core.providers.base import Provider
 from core.recovery import JOURNALED_KEY, CallPlan, Diagnosis, ResumeAction, ResumePlan, SettleChoice, diagnose, plan_call
 from core.tool_execution import call_job_key
@@ -472,7 +472,7 @@ class Agent:
             saved = False
             if not self._fenced:
                 try:
-                    await self.checkpointer.append(self.thread_id, [event.message], **self._fence())
+                    await self.checkpointer.append(self.thread_id, [ensure_message_id(event.message)], **self._fence())
                     saved = True
                 except Exception as exc:
                     failure = exc

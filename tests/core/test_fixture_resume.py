@@ -1,6 +1,6 @@
 """Resuming every thread of the cubeloop fixture, after upgrading a copy of it.
 
-For each thread of ``shared/fixtures/cubeloop_crashpoints.sqlite`` (always a private copy):
+For each thread of the cubeloop crash-point database (always a private copy):
 open it (browse-only: cubeloop's file), upgrade it, diagnose it as its JSON says, then
 resume it with an agent whose tools carry the fixture's tool names (``read_file``
 idempotent, ``slow_step`` and ``wait_for_abort`` not). A crashed thread must complete with
@@ -27,7 +27,8 @@ from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import ResumeAction, ThreadState, diagnose
 from core.tools import AgentTool, ToolContext, tool
 
-from tests.core.test_fixtures import EXPECTED, THREADS
+from tests.helpers.crashpoint_verdicts import EXPECTED, THREADS
+from tests.helpers.transcripts import assert_paired
 
 CUBELOOP_TABLES = ("messages", "runs", "thread_extra", "thread_pending_request", "thread_hitl_answers")
 FINAL = "Checked src/app.py again; nothing else to do."
@@ -47,19 +48,6 @@ def assert_unchanged(before: dict[str, list[tuple[Any, ...]]], after: dict[str, 
         now = {row[0]: row for row in after[table]}
         for row in rows:
             assert now.get(row[0]) == row, f"{table} row {row[0]} changed: {row} -> {now.get(row[0])}"
-
-
-def assert_paired(messages: list[Any], where: str) -> None:
-    """Each tool call has exactly one result after it, before the next assistant or user message."""
-    open_calls: dict[str, int] = {}
-    for i, m in enumerate(messages):
-        if isinstance(m, (AssistantMessage, UserMessage)):
-            assert all(open_calls.values()), f"{where}: message {i} follows unanswered calls {open_calls}"
-            open_calls = {c.id: 0 for c in m.tool_calls} if isinstance(m, AssistantMessage) else {}
-        elif isinstance(m, ToolResultMessage):
-            assert open_calls.get(m.tool_call_id) == 0, f"{where}: result {i} for {m.tool_call_id} is stray or a repeat"
-            open_calls[m.tool_call_id] = 1
-    assert all(open_calls.values()), f"{where}: ends with unanswered calls {open_calls}"
 
 
 def fixture_tools(ran: list[str]) -> list[AgentTool]:

@@ -1,1 +1,1 @@
-"""Helpers shared by tests (imported by test modules; never a test module itself)."""
+"""Helpers the tests share (imported by test modules; never test modules themselves)."""

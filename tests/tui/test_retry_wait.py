@@ -6,7 +6,7 @@ from __future__ import annotations
 from core.checkpoint.memory import MemoryCheckpointer
 from core.providers.anthropic import AnthropicProvider
 from tests.helpers.messages_server import MessagesServer, Status, text_stream
-from tests.tui.conftest import fast_session, fill_dialog, wait_for, wait_for_text
+from tests.helpers.tui import fast_session, fill_dialog, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 from tui.widgets.status_bar import StatusBar, retry_label
