@@ -53,9 +53,10 @@ from core.events import (
 from core.jobs import Jobs
 from core.leases import HeldLease, LeaseHolder, LeaseStore
 from core.loop import LoopConfig, run_loop
-from core.messages import AnyMessage, AssistantMessage, UserMessage, user_text
+from core.messages import AnyMessage, AssistantMessage, UserMessage, ensure_message_id, user_text
 from core.providers.base import Provider
 from core.recovery import JOURNALED_KEY, CallPlan, Diagnosis, ResumeAction, ResumePlan, SettleChoice, diagnose, plan_call
+from core.request import build_request
 from core.tool_execution import call_job_key
 from core.tools import AgentTool, ToolExecutionMode
 
@@ -162,6 +163,7 @@ class Agent:
             else None
         )
         self._lease: HeldLease | None = None
+        self._settling: set[str] = set()  # crashed runs whose calls this run settles
         self._config = LoopConfig(
             provider,
             tuple(tools),
@@ -431,6 +433,7 @@ class Agent:
         config = dataclasses.replace(
             self._config, run_id=run_id, settle_choices=dict(settle or {}), completed_runs=completed
         )
+        self._settling = self._crashed_runs(completed)
         self._state.error = None
         try:
             await run_loop(self._state.messages, config, self._on_event, self._signal, prompts)
@@ -442,11 +445,39 @@ class Agent:
         except Exception as exc:
             _log.exception("run %s of thread %s failed", run_id, self.thread_id)
             await self._publish(AgentEnd(run_id, "failed", f"Internal error: {error_sentence(exc)}"))
+        await self._close_settled()  # when the run ended before its agent_end (a failed save)
         if self._fenced:
             # Show what the store holds, not the messages this run could no longer save.
             with contextlib.suppress(Exception):
                 await self._load()
         return self._state.last_outcome or "failed"
+
+    def _crashed_runs(self, completed: frozenset[str]) -> set[str]:
+        """Claimed, open runs whose calls wait for results: this run settles them, under
+        their own run ids (see ``LoopConfig``)."""
+        claimed = {r.run_id for r in self._state.runs}
+        issuers = {u.message.run_id for u in build_request(self._state.messages).unanswered}
+        return {r for r in issuers if r is not None and r in claimed and r not in completed}
+
+    async def _close_settled(self) -> None:
+        """Mark complete each crashed run whose calls all have results now (before this
+        run completes, so they keep their order of completion).
+
+        Its messages are then whole tool cycles, and cubeloop copies only completed runs'
+        messages into a fork (``SQLiteCheckpointer.fork``: ``completion_seq <= cutoff``):
+        left open, a fork of the thread would lose that run's prompt and calls. A run
+        that lost its lease writes nothing more; a failure here is logged, not raised
+        (the thread itself is whole either way).
+        """
+        crashed, self._settling = self._settling, set()
+        if not crashed or self._fenced:
+            return
+        still = {u.message.run_id for u in build_request(self._state.messages).unanswered}
+        for run_id in sorted(crashed - still):
+            try:
+                await self._mark_complete(run_id)
+            except Exception as exc:
+                _log.warning("could not close settled run %s of thread %s: %s", run_id, self.thread_id, exc)
 
     def _require_run(self) -> None:
         if not self._state.is_running:
@@ -491,7 +522,7 @@ class Agent:
             saved = False
             if not self._fenced:
                 try:
-                    await self.checkpointer.append(self.thread_id, [event.message], **self._fence())
+                    await self.checkpointer.append(self.thread_id, [ensure_message_id(event.message)], **self._fence())
                     saved = True
                 except Exception as exc:
                     failure = exc
@@ -566,6 +597,7 @@ class Agent:
         # thread diagnoses as such. A run that lost its lease ends failed, saying so.
         if self._lease is not None and self._lease.lost is not None:
             return AgentEnd(event.run_id, "failed", self._lease.lost)
+        await self._close_settled()
         if event.outcome != "completed":
             return event
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal, Union
 
-from core.messages import AnyMessage, AssistantMessage, ToolResultMessage
+from core.messages import AnyMessage, AssistantMessage, ToolResultMessage, Usage
 
 # --- provider stream events -------------------------------------------------------------
 
@@ -58,6 +58,37 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageUpdate:
+    """The reply's token usage as reported so far (a snapshot, not an increment).
+
+    Sent when the provider learns it (Anthropic: ``message_start`` gives the input and
+    cache tokens, ``message_delta`` the output so far), so a reply that is aborted
+    mid-stream still records what was used. ``usage`` is the provider's own copy: the
+    loop copies it into the partial reply; don't mutate it.
+    """
+
+    usage: Usage
+    type: Literal["usage_update"] = "usage_update"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryWait:
+    """A model call failed retryably; the provider waits ``seconds`` before attempt ``attempt + 1``.
+
+    ``reason`` is a short phrase for people ("rate limited", "overloaded", "server error
+    503", "connection failed"); ``attempt`` is the 1-based attempt that failed, of at most
+    ``max_attempts``. The wait ends early when the run is aborted. Nothing of the failed
+    attempt was streamed (a provider retries only then), so the partial reply is unchanged.
+    """
+
+    seconds: float
+    reason: str
+    attempt: int
+    max_attempts: int
+    type: Literal["retry_wait"] = "retry_wait"
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEnd:
     """The reply is finished; ``message`` is complete, with stop reason and usage.
 
@@ -68,7 +99,7 @@ class StreamEnd:
     type: Literal["stream_end"] = "stream_end"
 
 
-StreamEvent = Union[TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta, StreamEnd]
+StreamEvent = Union[TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta, UsageUpdate, RetryWait, StreamEnd]
 """One event of a provider's reply stream."""
 
 # --- agent lifecycle events -------------------------------------------------------------

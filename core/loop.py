@@ -35,6 +35,7 @@ from core.events import (
     ToolCallStart,
     TurnEnd,
     TurnStart,
+    UsageUpdate,
 )
 from core.messages import (
     AnyMessage,
@@ -48,13 +49,11 @@ from core.messages import (
     error_tool_result,
 )
 from core.jobs import Jobs
-from core.providers.base import ModelRequest, Provider, error_reply
+from core.providers.base import ABORTED_TEXT, ModelRequest, Provider, error_reply
 from core.recovery import SettleChoice
 from core.request import RequestBuilder, Unanswered
 from core.tool_execution import execute_tool_calls, publish
 from core.tools import AgentTool, Emit, ToolExecutionMode
-
-ABORTED_TEXT = "Aborted by the user."
 
 
 
@@ -312,7 +311,9 @@ async def _consume(
             if isinstance(item, StreamEnd):
                 return item.message
             if isinstance(item, _Failure):
-                return error_reply(config.provider, item.text, content=partial.content)
+                failed = error_reply(config.provider, item.text, content=partial.content)
+                failed.usage = partial.usage
+                return failed
             _apply_delta(partial, item)
             await emit(MessageUpdate(partial, item))
     finally:
@@ -354,6 +355,8 @@ def _apply_delta(message: AssistantMessage, delta: StreamEvent) -> None:
     """Apply one stream delta to the partial reply in place (no copy per delta).
 
     Tool call arguments are not parsed while they stream: the final message carries them.
+    A usage snapshot replaces the partial's usage, so an aborted reply keeps what the
+    provider reported; a retry wait changes nothing (listeners show it).
     """
     blocks = message.content
     if isinstance(delta, TextDelta):
@@ -364,6 +367,8 @@ def _apply_delta(message: AssistantMessage, delta: StreamEvent) -> None:
         block.thinking += delta.delta
     elif isinstance(delta, ToolCallStart):
         blocks.append(ToolCall(id=delta.id, name=delta.name))
+    elif isinstance(delta, UsageUpdate):
+        message.usage = delta.usage.model_copy()
 
 
 def _block_at(blocks: list, index: int, kind: type):  # type: ignore[no-untyped-def]

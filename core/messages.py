@@ -15,9 +15,19 @@ followed by a save never drops them. A message whose role we do not know becomes
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializerFunctionWrapHandler,
+    Tag,
+    model_serializer,
+    model_validator,
+)
 
 StopReason = Literal["stop", "tool_use", "length", "aborted", "error"]
 """Why an assistant message ended: the model finished (``stop``), asked for tools
@@ -52,11 +62,40 @@ class ThinkingContent(_Wire):
 
 
 class ImageContent(_Wire):
-    """An image, base64-encoded in ``data`` with its ``mime_type`` (e.g. ``image/png``)."""
+    """An image, base64-encoded in ``data`` with its ``mime_type`` (e.g. ``image/png``).
+
+    cubeloop names the same two values ``source`` and ``media_type``
+    (``cubeloop.providers.base.ImageContent``). Either shape is read (``data`` /
+    ``mime_type`` win when both are present and non-empty); cubeloop's is written, since
+    both programs read it and the bytes (often megabytes) are then stored once. A
+    ``source`` that is not a string (another API's object) is not understood: it is kept
+    as it was, and ``data`` is written beside it.
+    """
 
     type: Literal["image"] = "image"
     data: str = ""
     mime_type: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_either_shape(cls, value: Any) -> Any:
+        if not isinstance(value, dict) or ("source" not in value and "media_type" not in value):
+            return value
+        value = dict(value)
+        for ours, theirs in (("data", "source"), ("mime_type", "media_type")):
+            if isinstance(value.get(theirs), str):
+                given = value.pop(theirs)
+                if not value.get(ours):
+                    value[ours] = given
+        return value
+
+    @model_serializer(mode="wrap")
+    def _write_cubeloops_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for ours, theirs in (("data", "source"), ("mime_type", "media_type")):
+            if theirs not in out:
+                out[theirs] = out.pop(ours)
+        return out
 
 
 class ToolCall(_Wire):
@@ -104,12 +143,24 @@ class Usage(_Wire):
     cache_write_tokens: int = 0
 
 
+def new_message_id() -> str:
+    """A new message ``id`` as cubeloop makes one: ``uuid.uuid4().hex`` (32 hex digits),
+    given once, when the message is first saved (``cubeloop.agent.agent._ensure_message_id``)."""
+    return uuid.uuid4().hex
+
+
 class _MessageBase(_Wire):
-    timestamp: float = Field(default_factory=now)
-    """Unix seconds when the message was created (may be out of order in old stores)."""
+    timestamp: float | None = Field(default_factory=now)
+    """Unix seconds when the message was created (may be out of order in old stores);
+    ``None`` when its writer stored none (cubeloop's field is optional: a steer a host
+    builds without one is saved as ``"timestamp": null``)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     run_id: str | None = None
     """The run that produced the message (see ``runs`` in the checkpointer)."""
+    id: str = ""
+    """The message's transcript identity, cubeloop's: :func:`new_message_id`, given when the
+    message is first saved. ``""`` until then, and in rows saved before ids existed (such
+    rows keep ``""`` when loaded, so loading stays idempotent, as in cubeloop)."""
 
 
 class UserMessage(_MessageBase):
@@ -206,6 +257,15 @@ class ToolSpec(BaseModel):
     name: str
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+def ensure_message_id(message: AnyMessage) -> AnyMessage:
+    """Give ``message`` a :func:`new_message_id`, in place, unless it has an ``id``; returns
+    it. Called once, just before a message is first saved, as cubeloop does (so the object
+    kept in memory and the row carry the same id). An :class:`UnknownMessage` is left as is."""
+    if isinstance(message, (UserMessage, AssistantMessage, ToolResultMessage)) and not message.id:
+        message.id = new_message_id()
+    return message
 
 
 def user_text(text: str, *, kind: str = "prompt", run_id: str | None = None) -> UserMessage:

@@ -1,8 +1,8 @@
 """Crash diagnosis: from a thread's persisted messages and runs, where did it stop?
 
 Pure functions, no I/O. The three crash points and the clean states are defined in
-``DESIGN.md`` ("The three crash points"); the fixture mapping in
-``shared/fixtures/README.md`` is checked against this module by the tests.
+``DESIGN.md`` ("The three crash points"); the tests check this module against threads
+the real cubeloop writes and kills (``tests/helpers/crashpoint_verdicts.py``).
 
 Only finished messages are persisted, so the persisted messages tell the story:
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: the cubeloop fixture database (always a copy), fresh database paths,
+"""Shared fixtures: the cubeloop crash-point database (written by the real cubeloop once per
+run, always used as a copy), fresh database paths,
 and the ``checkpointer`` fixture that runs the contract suite on every backend.
 
 Adding a backend: give ``BACKENDS`` an async factory ``(tmp_path) -> Checkpointer`` and,
@@ -8,7 +9,6 @@ calls ``pytest.skip`` when its server is unreachable, unless ``CUBEPI_REQUIRE_SE
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -17,37 +17,37 @@ import pytest
 
 from core.checkpoint.base import Checkpointer
 from core.checkpoint.memory import MemoryCheckpointer
+from tests.helpers.cubeloop_threads import make_crashpoint_db
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _fixtures_dir() -> Path:
-    # shared/ lies beside the repository (locally /work/shared, in CI beside the clone).
-    for candidate in (ROOT.parent / "shared" / "fixtures", Path("/work/shared/fixtures")):
-        if (candidate / "cubeloop_crashpoints.sqlite").exists():
-            return candidate
-    raise RuntimeError("The cubeloop fixture database is missing: shared/fixtures must lie beside the repository.")
-
-
-FIXTURES = _fixtures_dir()
-FIXTURE_DB = FIXTURES / "cubeloop_crashpoints.sqlite"
-"""Written by the real cubeloop; read-only for tests: copy it before anything opens it."""
-FIXTURE_JSON = FIXTURES / "cubeloop_crashpoints.json"
+@pytest.fixture(scope="session")
+def cubeloop_crashpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The crash-point database, written once per test run by the real cubeloop (one child
+    process per thread, SIGKILLed at a known moment or ended normally; see
+    ``tests/helpers/cubeloop_threads.py``), and its description. Read-only: tests use copies."""
+    db = tmp_path_factory.mktemp("cubeloop") / "cubeloop_crashpoints.sqlite"
+    description = make_crashpoint_db(db)
+    db.chmod(0o444)
+    return db, description
 
 
 @pytest.fixture
-def fixture_db(tmp_path: Path) -> Path:
-    """Path of a fresh private copy of the cubeloop fixture database."""
+def fixture_db(tmp_path: Path, cubeloop_crashpoints: tuple[Path, dict[str, Any]]) -> Path:
+    """Path of a fresh private copy of the cubeloop crash-point database."""
     target = tmp_path / "fixture" / "cubeloop_crashpoints.sqlite"
     target.parent.mkdir()
-    shutil.copyfile(FIXTURE_DB, target)
+    shutil.copyfile(cubeloop_crashpoints[0], target)
+    target.chmod(0o644)
     return target
 
 
 @pytest.fixture(scope="session")
-def fixture_json() -> dict[str, Any]:
-    """The fixture's description: per thread, roles, dangling call ids, run completion, crash point."""
-    return json.loads(FIXTURE_JSON.read_text())
+def fixture_json(cubeloop_crashpoints: tuple[Path, dict[str, Any]]) -> dict[str, Any]:
+    """The crash-point database's description: per thread, roles, row ids, runs, dangling
+    call ids, run completion and crash point (see ``make_crashpoint_db``)."""
+    return cubeloop_crashpoints[1]
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Regenerate the README screenshots: ``python -m tests.screenshots`` (not collected by pytest).
 
-Drives the real app (``make_app``) headlessly on a copy of cubeloop's crash-point
-database with the demo agent, plus a headless runner (``cubepi-tui run --demo``) in a
+Drives the real app (``make_app``) headlessly on cubeloop's crash-point database (written
+anew by the real cubeloop, see ``tests/helpers/cubeloop_threads.py``) with the demo agent, plus a headless runner (``cubepi-tui run --demo``) in a
 child process, and saves:
 
 * ``screenshots/crash.svg``: the crash banner of a cubeloop thread that crashed mid-tool;
@@ -33,6 +33,7 @@ from core.messages import AssistantMessage, TextContent, ToolCall, user_text
 from core.recovery import JOURNALED_KEY
 from core.tool_execution import call_job_key, result_to_json
 from core.tools import AgentToolResult, tool
+from tests.helpers.cubeloop_threads import make_crashpoint_db
 from tui.app import CubepiApp, make_app
 from tui.cli import build_session
 from tui.screens.modals import ConfirmModal, TextInputModal
@@ -41,7 +42,6 @@ from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 from tui.widgets.tool_call import ToolCallView
 
-FIXTURE = Path("/work/shared/fixtures/cubeloop_crashpoints.sqlite")
 OUT = Path(__file__).resolve().parent.parent / "screenshots"
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = (120, 36)
@@ -109,7 +109,7 @@ async def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     db = work / "threads.sqlite"
-    shutil.copyfile(FIXTURE, db)
+    make_crashpoint_db(db)  # written by the real cubeloop, as the tests do
     runner: subprocess.Popen[bytes] | None = None
     try:
         session = build_session(db, demo=True, demo_speed=1.0)

@@ -5,19 +5,25 @@ API's request shape, and the API's server-sent events back to our stream events:
 text, thinking (with its signature, needed to replay it), tool use with streamed JSON
 input, usage, and the stop reason. Failures end the stream as an error reply with one
 sentence, as the provider contract in :mod:`core.providers.base` requires.
+
+Retries are ours, not the SDK's (it is built with ``max_retries=0``): a retryable failure
+before anything was streamed is announced as a :class:`~core.events.RetryWait` event and
+waited out on the abort signal, with the numbers of :class:`~core.providers.retry.RetryPolicy`.
+Requests carry prompt-caching breakpoints (:func:`add_cache_breakpoints`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Sequence
 
 import anthropic
+import httpx2
 
 from core.errors import MissingApiKeyError
-from core.events import StreamEnd, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStart
+from core.events import RetryWait, StreamEnd, StreamEvent
 from core.messages import (
     AnyMessage,
     AssistantMessage,
@@ -28,24 +34,18 @@ from core.messages import (
     ToolCall,
     ToolResultMessage,
     ToolSpec,
-    Usage,
     UserMessage,
 )
-from core.providers.base import ModelRequest, error_reply
+from core.providers.anthropic_stream import ReplyBuilder
+from core.providers.base import ABORTED_TEXT, ModelRequest
+from core.providers.retry import RetryPolicy, retry_after, wait_or_abort
 from core.request import build_request
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 
-# API stop reason -> ours; anything else (refusal, pause_turn, ...) is "stop", with the
-# raw reason kept in metadata["provider_stop_reason"].
-_STOP_REASONS = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "tool_use": "tool_use",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-}
-_PLAIN_STOPS = {"end_turn", "stop_sequence", "tool_use", "max_tokens"}
+# Error events inside a 200 stream that are worth another attempt (the errors page lists
+# api_error and overloaded_error as the API's own transient failures).
+_RETRYABLE_ERROR_EVENTS = {"overloaded_error", "api_error", "rate_limit_error"}
 
 
 class AnthropicProvider:
@@ -53,8 +53,12 @@ class AnthropicProvider:
 
     ``model`` is the model id; ``max_tokens`` caps each reply (tokens);
     ``thinking_budget`` (tokens, below ``max_tokens``) turns on extended thinking.
-    ``api_key`` defaults to ``ANTHROPIC_API_KEY``; ``max_retries`` is the SDK's retry
-    count for overload and rate-limit responses; ``base_url`` and ``http_client`` (an
+    ``api_key`` defaults to ``ANTHROPIC_API_KEY``. ``max_retries`` is how many times a
+    call that failed retryably (HTTP 408, 409, 429, 5xx and 529, a lost or refused
+    connection, a timeout, an overload error event) is tried again, only ever before
+    anything of it was streamed, with the backoff of :class:`~core.providers.retry.RetryPolicy`;
+    the SDK itself never retries. ``prompt_caching`` adds the ``cache_control``
+    breakpoints of :func:`add_cache_breakpoints`. ``base_url`` and ``http_client`` (an
     ``httpx2.AsyncClient``) are passed to the SDK. Raises
     :class:`~core.errors.MissingApiKeyError` when there is no key.
     """
@@ -68,7 +72,8 @@ class AnthropicProvider:
         api_key: str | None = None,
         max_tokens: int = 8192,
         thinking_budget: int | None = None,
-        max_retries: int = 2,
+        max_retries: int = RetryPolicy().max_retries,
+        prompt_caching: bool = True,
         base_url: str | None = None,
         http_client: Any = None,
     ) -> None:
@@ -78,37 +83,68 @@ class AnthropicProvider:
         self.model = model
         self.max_tokens = max_tokens
         self.thinking_budget = thinking_budget
-        self._client = anthropic.AsyncAnthropic(
-            api_key=key, base_url=base_url, max_retries=max_retries, http_client=http_client
-        )
+        self.retry = RetryPolicy(max_retries=max(max_retries, 0))
+        self.prompt_caching = prompt_caching
+        self._client = anthropic.AsyncAnthropic(api_key=key, base_url=base_url, max_retries=0, http_client=http_client)
 
     async def stream(self, request: ModelRequest, signal: asyncio.Event) -> AsyncIterator[StreamEvent]:
         """Stream one reply; see :class:`~core.providers.base.Provider`. Never raises
-        (except ``CancelledError``): failures end with an error reply."""
-        reply = _ReplyBuilder(self)
-        try:
-            response = await self._client.messages.create(**self.request_params(request), stream=True)
-            async with response:
-                async for event in response:
-                    if signal.is_set():
-                        yield StreamEnd(reply.failed("Aborted by the user.", stop_reason="aborted"))
-                        return
-                    for out in reply.apply(event):
-                        yield out
-        except anthropic.APIStatusError as exc:
-            yield StreamEnd(reply.failed(_status_sentence(exc)))
-            return
-        except anthropic.APITimeoutError:
-            yield StreamEnd(reply.failed("The Anthropic API did not answer in time."))
-            return
-        except anthropic.APIConnectionError as exc:
-            cause = exc.__cause__ or exc
-            yield StreamEnd(reply.failed(_period(f"Could not reach the Anthropic API: {_first_line(cause)}")))
-            return
-        except Exception as exc:
-            yield StreamEnd(reply.failed(_period(f"The Anthropic stream failed: {_first_line(exc)}")))
-            return
-        yield StreamEnd(reply.finish())
+        (except ``CancelledError``): failures end with an error reply, after the retries
+        described in the class docstring, each announced by a ``RetryWait``."""
+        params = self.request_params(request)
+        attempts = self.retry.max_retries + 1
+        attempt = 0
+        while True:
+            attempt += 1
+            reply = ReplyBuilder(self)
+            fault: _Fault | None = None
+            try:
+                response = await self._client.messages.create(**params, stream=True)
+                async with response:
+                    async for event in response:
+                        if signal.is_set():
+                            yield StreamEnd(reply.failed(ABORTED_TEXT, stop_reason="aborted"))
+                            return
+                        for out in reply.apply(event):
+                            yield out
+            except Exception as exc:
+                fault = _fault(exc)
+            if fault is None and not reply.complete:
+                fault = _Fault("The Anthropic stream ended before the reply was complete", "the stream was cut", True)
+            if fault is None:
+                yield StreamEnd(reply.finish())
+                return
+            if signal.is_set():
+                yield StreamEnd(reply.failed(ABORTED_TEXT, stop_reason="aborted"))
+                return
+            wait = self._retry_wait(fault, attempt, reply)
+            if wait is None:
+                yield StreamEnd(reply.failed(self._final_sentence(fault, attempt, reply)))
+                return
+            yield RetryWait(wait, fault.reason, attempt, attempts)
+            if await wait_or_abort(signal, wait):
+                yield StreamEnd(reply.failed(ABORTED_TEXT, stop_reason="aborted"))
+                return
+
+    def _retry_wait(self, fault: _Fault, attempt: int, reply: ReplyBuilder) -> float | None:
+        # Seconds to wait before the next attempt, or None to give up. Nothing streamed
+        # may be retried: the loop has already shown (and applied) those deltas.
+        if not fault.retryable or reply.streamed or attempt > self.retry.max_retries:
+            return None
+        if fault.retry_after is not None:
+            return fault.retry_after if fault.retry_after <= self.retry.max_retry_after else None
+        return self.retry.backoff(attempt)
+
+    def _final_sentence(self, fault: _Fault, attempt: int, reply: ReplyBuilder) -> str:
+        base = fault.sentence.rstrip(". ")
+        retryable = fault.retryable and not reply.streamed
+        asked = fault.retry_after
+        if retryable and asked is not None and asked > self.retry.max_retry_after and attempt <= self.retry.max_retries:
+            cap = self.retry.max_retry_after
+            return f"{base} (the API asked to wait {asked:.0f} s, longer than the {cap:.0f} s this app waits)."
+        if attempt > 1:
+            return f"{base} (gave up after {attempt} attempts)."
+        return _period(base)
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``messages.create`` for ``request`` (without ``stream``)."""
@@ -123,7 +159,48 @@ class AnthropicProvider:
             params["tools"] = to_api_tools(request.tools)
         if self.thinking_budget:
             params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
+        if self.prompt_caching:
+            add_cache_breakpoints(params)
         return params
+
+
+# --- prompt caching -----------------------------------------------------------------------------
+
+MAX_CACHE_BREAKPOINTS = 4
+"""Anthropic's limit of ``cache_control`` breakpoints per request (prompt-caching page)."""
+
+
+def add_cache_breakpoints(params: dict[str, Any]) -> int:
+    """Mark ``params`` (``messages.create`` keywords, changed in place) for prompt caching;
+    return how many breakpoints were set (at most :data:`MAX_CACHE_BREAKPOINTS`).
+
+    Following https://platform.claude.com/docs/en/build-with-claude/prompt-caching: a
+    ``cache_control: {"type": "ephemeral"}`` breakpoint caches the prefix up to and
+    including its block, in the order tools, system, messages; a request may hold up to 4
+    breakpoints; the system prompt is sent as a text block to carry one. The breakpoints
+    are: the system prompt; the last tool (caching every tool definition); the last block
+    of the last user-side message (tool results, prompt), so the next call reads the whole
+    history from the cache; and the last block of the user-side message before it, which
+    is where the previous call wrote its cache entry, so that entry is read back even when
+    more blocks than the page's lookback window (about 20 blocks) came after it - the
+    page's multi-turn example marks the last and the second-to-last user message likewise.
+    A prefix shorter than the model's minimum (1024 tokens and up) is simply not cached.
+    """
+    marks = 0
+    system = params.get("system")
+    if isinstance(system, str) and system:
+        params["system"] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+        marks += 1
+    tools = params.get("tools")
+    if tools:
+        tools[-1] = {**tools[-1], "cache_control": {"type": "ephemeral"}}
+        marks += 1
+    user_turns = [turn for turn in params.get("messages", ()) if turn["role"] == "user" and turn["content"]]
+    for turn in user_turns[-2:]:
+        blocks = turn["content"]
+        blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
+        marks += 1
+    return marks
 
 
 # --- our messages -> the API ------------------------------------------------------------------
@@ -216,140 +293,76 @@ def _tool_result_block(message: ToolResultMessage) -> dict[str, Any]:
     return block
 
 
-# --- the API's stream -> our events -------------------------------------------------------------
+# --- failures -----------------------------------------------------------------------------------
 
 
-class _ReplyBuilder:
-    """Assembles the final reply from the API's events and yields our stream events.
+@dataclass(frozen=True, slots=True)
+class _Fault:
+    """One failed attempt: ``sentence`` for the error reply (no final period), ``reason``
+    for a retry notice, whether another attempt may help, the wait the server asked for."""
 
-    API content indices are mapped to ours because block types we do not keep (server
-    tool results) are skipped.
-    """
+    sentence: str
+    reason: str
+    retryable: bool
+    retry_after: float | None = None
 
-    def __init__(self, provider: AnthropicProvider) -> None:
-        self.provider = provider
-        self.content: list[ContentBlock] = []
-        self.index: dict[int, int] = {}
-        self.json: dict[int, list[str]] = {}
-        self.usage = Usage()
-        self.model = provider.model
-        self.response_id: str | None = None
-        self.raw_stop: str | None = None
-        self.complete = False
 
-    def apply(self, event: Any) -> list[StreamEvent]:
-        kind = event.type
-        if kind == "content_block_delta":
-            return self._delta(event.index, event.delta)
-        if kind == "content_block_start":
-            return self._start(event.index, event.content_block)
-        if kind == "content_block_stop":
-            self._stop(event.index)
-        elif kind == "message_start":
-            self.response_id = event.message.id
-            self.model = event.message.model or self.model
-            self._usage(event.message.usage)
-        elif kind == "message_delta":
-            self.raw_stop = event.delta.stop_reason or self.raw_stop
-            self._usage(event.usage)
-        elif kind == "message_stop":
-            self.complete = True
-        return []
+def _fault(exc: Exception) -> _Fault:
+    if isinstance(exc, anthropic.APIStatusError):
+        return _status_fault(exc)
+    if isinstance(exc, anthropic.APITimeoutError):
+        return _Fault("The Anthropic API did not answer in time", "timed out", True)
+    if isinstance(exc, anthropic.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return _Fault(f"Could not reach the Anthropic API: {_first_line(cause)}", "connection failed", True)
+    if isinstance(exc, httpx2.TransportError):
+        # A connection lost while the body streams surfaces as the transport's own error.
+        return _Fault(f"The connection to the Anthropic API was lost: {_first_line(exc)}", "connection lost", True)
+    return _Fault(f"The Anthropic stream failed: {_first_line(exc)}", "stream failed", False)
 
-    def _start(self, api_index: int, block: Any) -> list[StreamEvent]:
-        at = len(self.content)
-        if block.type == "text":
-            self.content.append(TextContent(text=block.text))
-            event: StreamEvent = TextDelta(at, block.text)
-        elif block.type == "thinking":
-            self.content.append(ThinkingContent(thinking=block.thinking, signature=block.signature or None))
-            event = ThinkingDelta(at, block.thinking)
-        elif block.type == "redacted_thinking":
-            self.content.append(ThinkingContent(thinking="", redacted_data=block.data))
-            event = ThinkingDelta(at, "")
-        elif block.type == "tool_use":
-            self.content.append(ToolCall(id=block.id, name=block.name))
-            self.json[at] = []
-            event = ToolCallStart(at, block.id, block.name)
-        else:
-            return []
-        self.index[api_index] = at
-        return [event]
 
-    def _delta(self, api_index: int, delta: Any) -> list[StreamEvent]:
-        at = self.index.get(api_index)
-        if at is None:
-            return []
-        block = self.content[at]
-        kind = delta.type
-        if kind == "text_delta" and isinstance(block, TextContent):
-            block.text += delta.text
-            return [TextDelta(at, delta.text)]
-        if kind == "thinking_delta" and isinstance(block, ThinkingContent):
-            block.thinking += delta.thinking
-            return [ThinkingDelta(at, delta.thinking)]
-        if kind == "signature_delta" and isinstance(block, ThinkingContent):
-            block.signature = (block.signature or "") + delta.signature
-        elif kind == "input_json_delta" and at in self.json:
-            self.json[at].append(delta.partial_json)
-            return [ToolCallDelta(at, delta.partial_json)]
-        return []
+def _status_fault(exc: anthropic.APIStatusError) -> _Fault:
+    status = exc.status_code
+    kind = exc.type or ""
+    headers = exc.response.headers
+    if status < 400:
+        # An error event inside a 200 stream: its type says what happened.
+        retryable = kind in _RETRYABLE_ERROR_EVENTS
+    else:
+        retryable = _retryable_status(status, headers.get("x-should-retry"))
+    return _Fault(_status_sentence(exc), _status_reason(status, kind), retryable, retry_after(headers))
 
-    def _stop(self, api_index: int) -> None:
-        at = self.index.get(api_index)
-        fragments = self.json.pop(at, None) if at is not None else None
-        if fragments is None:
-            return
-        text = "".join(fragments)
-        try:
-            arguments = json.loads(text) if text else {}
-        except ValueError:
-            arguments = {}
-        block = self.content[at]
-        if isinstance(block, ToolCall) and isinstance(arguments, dict):
-            block.arguments = arguments
 
-    def _usage(self, usage: Any) -> None:
-        if usage is None:
-            return
-        if usage.input_tokens is not None:
-            self.usage.input_tokens = usage.input_tokens
-        if usage.output_tokens is not None:
-            self.usage.output_tokens = usage.output_tokens
-        if usage.cache_read_input_tokens is not None:
-            self.usage.cache_read_tokens = usage.cache_read_input_tokens
-        if usage.cache_creation_input_tokens is not None:
-            self.usage.cache_write_tokens = usage.cache_creation_input_tokens
+def _retryable_status(status: int, should_retry: str | None) -> bool:
+    # The SDK's own rule (BaseClient._should_retry): the server's x-should-retry header
+    # wins; else request timeout, lock timeout, rate limit and every 5xx (529 overloaded).
+    if should_retry in ("true", "false"):
+        return should_retry == "true"
+    return status in (408, 409, 429) or status >= 500
 
-    def finish(self) -> AssistantMessage:
-        if not self.complete:
-            return self.failed("The Anthropic stream ended before the reply was complete.")
-        raw = self.raw_stop or "end_turn"
-        return AssistantMessage(
-            content=self.content,
-            stop_reason=_STOP_REASONS.get(raw, "stop"),
-            usage=self.usage,
-            provider_id=self.provider.name,
-            model_id=self.model,
-            response_id=self.response_id,
-            metadata={} if raw in _PLAIN_STOPS else {"provider_stop_reason": raw},
-        )
 
-    def failed(self, sentence: str, *, stop_reason: str = "error") -> AssistantMessage:
-        message = error_reply(self.provider, sentence, content=self.content, stop_reason=stop_reason)
-        message.usage = self.usage
-        message.response_id = self.response_id
-        return message
+def _status_reason(status: int, kind: str) -> str:
+    if status == 429 or kind == "rate_limit_error":
+        return "rate limited"
+    if status == 529 or kind == "overloaded_error":
+        return "overloaded"
+    if status == 408 or kind == "timeout_error":
+        return "timed out"
+    if status >= 500:
+        return f"server error {status}"
+    if kind == "api_error":
+        return "server error"
+    return f"HTTP {status}" if status >= 400 else "stream error"
 
 
 def _status_sentence(exc: anthropic.APIStatusError) -> str:
-    # "Anthropic API error 529 (overloaded): Overloaded." An error event inside a 200
-    # stream has no meaningful status, so the code is left out then.
-    kind = (getattr(exc, "type", None) or "").removesuffix("_error").replace("_", " ")
-    detail = (getattr(exc, "api_message", None) or "").strip() or _first_line(exc)
+    # "Anthropic API error 529 (overloaded): Overloaded" (the caller ends the sentence).
+    # An error event inside a 200 stream has no meaningful status, so the code is left out then.
+    kind = (exc.type or "").removesuffix("_error").replace("_", " ")
+    detail = (exc.api_message or "").strip() or _first_line(exc)
     code = f" {exc.status_code}" if exc.status_code >= 400 else ""
     label = f" ({kind})" if kind else ""
-    return _period(f"Anthropic API error{code}{label}: {' '.join(detail.split())}")
+    return f"Anthropic API error{code}{label}: {' '.join(detail.split())}".rstrip(".")
 
 
 def _first_line(exc: BaseException) -> str:

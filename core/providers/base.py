@@ -25,6 +25,9 @@ from typing import AsyncIterator, Protocol, Sequence, runtime_checkable
 from core.events import StreamEvent
 from core.messages import AnyMessage, AssistantMessage, ContentBlock, ToolSpec
 
+ABORTED_TEXT = "Aborted by the user."
+"""The ``error_message`` of a reply ended by the abort signal (``stop_reason="aborted"``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ModelRequest:

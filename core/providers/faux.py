@@ -8,7 +8,8 @@
 
 Each model call takes the next script entry (a reply, a string, or a callable of the
 request returning either) and streams it in small deltas, exactly as a real provider
-would. ``provider.requests`` keeps a snapshot of every request for assertions.
+would: first a usage snapshot with the input tokens (as Anthropic's ``message_start``),
+then the content. ``provider.requests`` keeps a snapshot of every request for assertions.
 
 Like the real Messages API, which answers 400 to a request whose tool calls and results
 do not pair up, the faux provider refuses (an error reply, no script entry used) a
@@ -22,7 +23,7 @@ import json
 from collections import deque
 from typing import Any, AsyncIterator, Callable, Iterable, Union
 
-from core.events import StreamEnd, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStart
+from core.events import StreamEnd, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStart, UsageUpdate
 from core.messages import (
     AnyMessage,
     AssistantMessage,
@@ -34,7 +35,7 @@ from core.messages import (
     Usage,
     UserMessage,
 )
-from core.providers.base import ModelRequest, error_reply
+from core.providers.base import ABORTED_TEXT, ModelRequest, error_reply
 from core.request import RequestChecker
 
 Reply = Union[AssistantMessage, str]
@@ -134,7 +135,10 @@ class FauxProvider:
             else:
                 await asyncio.sleep(0)
             if signal.is_set():
-                yield StreamEnd(error_reply(self, "Aborted by the user.", stop_reason="aborted"))
+                aborted = error_reply(self, ABORTED_TEXT, stop_reason="aborted")
+                if reply.usage is not None:
+                    aborted.usage = reply.usage.model_copy(update={"output_tokens": 0})  # as reported so far
+                yield StreamEnd(aborted)
                 return
             yield event
         yield StreamEnd(reply)
@@ -159,6 +163,9 @@ class FauxProvider:
 
     def _deltas(self, reply: AssistantMessage) -> Iterable[StreamEvent]:
         size = self.chunk_size
+        if reply.usage is not None:
+            # What a real API knows before the first token: the input, no output yet.
+            yield UsageUpdate(reply.usage.model_copy(update={"output_tokens": 0}))
         for index, block in enumerate(reply.content):
             if isinstance(block, TextContent):
                 for i in range(0, len(block.text), size):

@@ -15,7 +15,7 @@ from core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMes
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import CrashPoint, ResumeAction, ThreadState, diagnose
 from core.tools import ToolContext, tool
-from tests.core.test_loop import assert_every_call_answered, squash
+from tests.helpers.transcripts import assert_every_call_answered, squash
 
 WAIT = 10.0  # seconds; reached only by a failing test
 

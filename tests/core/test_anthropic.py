@@ -11,7 +11,7 @@ import pytest
 from core.agent import Agent
 from core.checkpoint.memory import MemoryCheckpointer
 from core.errors import MissingApiKeyError
-from core.events import StreamEnd, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStart
+from core.events import StreamEnd, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStart, UsageUpdate
 from core.messages import (
     AssistantMessage,
     ImageContent,
@@ -20,6 +20,7 @@ from core.messages import (
     ToolCall,
     ToolResultMessage,
     UnknownMessage,
+    Usage,
     UserMessage,
     user_text,
 )
@@ -123,8 +124,10 @@ class Server:
         return response
 
     def provider(self, **options) -> AnthropicProvider:
+        # Prompt caching and retries are tested against the real server (test_anthropic_sse).
         client = httpx2.AsyncClient(transport=httpx2.MockTransport(self))
-        return AnthropicProvider(MODEL, api_key="test-key", http_client=client, max_retries=0, **options)
+        options = {"max_retries": 0, "prompt_caching": False, **options}
+        return AnthropicProvider(MODEL, api_key="test-key", http_client=client, **options)
 
 
 async def collect(provider: AnthropicProvider, request: ModelRequest) -> list:
@@ -139,6 +142,7 @@ async def test_stream_maps_thinking_text_tool_use_and_usage():
     server = Server(TOOL_TURN)
     events = await collect(server.provider(), ask())
     assert events[:-1] == [
+        UsageUpdate(Usage(input_tokens=120, output_tokens=1, cache_read_tokens=100, cache_write_tokens=20)),
         ThinkingDelta(0, ""),
         ThinkingDelta(0, "The user wants "),
         ThinkingDelta(0, "the file."),
@@ -149,6 +153,7 @@ async def test_stream_maps_thinking_text_tool_use_and_usage():
         ToolCallDelta(2, ""),
         ToolCallDelta(2, '{"path": "src/'),
         ToolCallDelta(2, 'app.py"}'),
+        UsageUpdate(Usage(input_tokens=120, output_tokens=57, cache_read_tokens=100, cache_write_tokens=20)),
     ]
     end = events[-1]
     assert isinstance(end, StreamEnd)
@@ -301,7 +306,7 @@ async def test_thinking_budget_and_redacted_thinking_round_trip():
     provider = server.provider(thinking_budget=2048)
     events = await collect(provider, ask())
     reply = events[-1].message
-    assert events[0] == ThinkingDelta(0, "")  # keeps the partial message's indices aligned
+    assert events[1] == ThinkingDelta(0, "")  # keeps the partial message's indices aligned
     assert reply.text == "ok"
     await collect(provider, ModelRequest("", [user_text("hi"), reply, user_text("more")]))
     assert server.bodies[0]["thinking"] == {"type": "enabled", "budget_tokens": 2048}

@@ -103,6 +103,10 @@ async def test_resume_settles_it_with_the_issuing_run_and_sends_a_valid_request(
     for run in ("r0", "r1", agent.state.run_id):
         check_tool_cycle([m for m in _as_cubeloop(data.messages) if m.run_id == run])
     assert diagnose(data.messages, data.runs).label == "completed · another run wrote between 1 tool call and its result"
+    # The crashed run is closed once its call is settled, before the resume run completes,
+    # so cubeloop's fork (completed runs up to a cutoff) keeps its prompt and call.
+    order = sorted((r.completion_seq, r.run_id) for r in data.runs if r.completed)
+    assert [run for _, run in order] == ["r1", "r0", agent.state.run_id]
 
 
 async def test_a_new_prompt_settles_it_first_too() -> None:

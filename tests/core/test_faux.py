@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from core.events import StreamEnd, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStart
-from core.messages import AssistantMessage, user_text
+from core.events import StreamEnd, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStart, UsageUpdate
+from core.messages import AssistantMessage, Usage, user_text
 from core.providers.base import ModelRequest, Provider
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_thinking, faux_tool_call
 
@@ -28,7 +28,9 @@ def test_is_a_provider():
 async def test_text_streams_in_chunks_and_ends_with_the_reply():
     provider = FauxProvider([faux_reply(faux_text("Hello, world!"))], chunk_size=5)
     events = await collect(provider, request("hi"))
-    assert events[:-1] == [TextDelta(0, "Hello"), TextDelta(0, ", wor"), TextDelta(0, "ld!")]
+    # The input is reported before the first token, as Anthropic's message_start does.
+    first = UsageUpdate(Usage(input_tokens=3))
+    assert events[:-1] == [first, TextDelta(0, "Hello"), TextDelta(0, ", wor"), TextDelta(0, "ld!")]
     end = events[-1]
     assert isinstance(end, StreamEnd)
     assert end.message.text == "Hello, world!"
@@ -42,7 +44,7 @@ async def test_tool_calls_stream_as_start_and_json_deltas():
     reply = faux_reply(faux_thinking("plan"), faux_text("Reading."), faux_tool_call("read", {"path": "a.txt", "n": 3}))
     provider = FauxProvider([reply], chunk_size=4)
     events = await collect(provider, request("go"))
-    assert events[0] == ThinkingDelta(0, "plan")
+    assert events[:2] == [UsageUpdate(Usage(input_tokens=3)), ThinkingDelta(0, "plan")]  # "be brief" + "go"
     start = next(e for e in events if isinstance(e, ToolCallStart))
     assert (start.index, start.name) == (2, "read")
     args = "".join(e.arguments_delta for e in events if isinstance(e, ToolCallDelta))
@@ -114,6 +116,7 @@ async def test_signal_stops_the_stream_promptly():
     assert len(events) == 4
     assert events[-1].message.stop_reason == "aborted"
     assert events[-1].message.error_message == "Aborted by the user."
+    assert events[-1].message.usage == Usage(input_tokens=3)  # as reported so far: "be brief" + "go"
 
 
 async def test_deterministic():

@@ -1,6 +1,6 @@
 """Resuming every thread of the cubeloop fixture, after upgrading a copy of it.
 
-For each thread of ``shared/fixtures/cubeloop_crashpoints.sqlite`` (always a private copy):
+For each thread of the cubeloop crash-point database (always a private copy):
 open it (browse-only: cubeloop's file), upgrade it, diagnose it as its JSON says, then
 resume it with an agent whose tools carry the fixture's tool names (``read_file``
 idempotent, ``slow_step`` and ``wait_for_abort`` not). A crashed thread must complete with
@@ -27,7 +27,8 @@ from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import ResumeAction, ThreadState, diagnose
 from core.tools import AgentTool, ToolContext, tool
 
-from tests.core.test_fixtures import EXPECTED, THREADS
+from tests.helpers.crashpoint_verdicts import EXPECTED, THREADS
+from tests.helpers.transcripts import assert_paired
 
 CUBELOOP_TABLES = ("messages", "runs", "thread_extra", "thread_pending_request", "thread_hitl_answers")
 FINAL = "Checked src/app.py again; nothing else to do."
@@ -42,24 +43,20 @@ def snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
         c.close()
 
 
-def assert_unchanged(before: dict[str, list[tuple[Any, ...]]], after: dict[str, list[tuple[Any, ...]]]) -> None:
+def assert_unchanged(
+    before: dict[str, list[tuple[Any, ...]]], after: dict[str, list[tuple[Any, ...]]], closed_runs: set[str] = frozenset()
+) -> None:
+    """Every row of ``before`` is as it was; a run in ``closed_runs`` (a crashed run whose
+    calls the resume settled) may only have gained its completion (``completed_at``,
+    ``completion_seq``), as cubeloop's fork copies completed runs only."""
     for table, rows in before.items():
         now = {row[0]: row for row in after[table]}
         for row in rows:
+            if table == "runs" and row[2] in closed_runs:
+                new = now.get(row[0])
+                assert new is not None and new[:4] == row[:4] and row[4] is None and new[4] is not None, (row, new)
+                continue
             assert now.get(row[0]) == row, f"{table} row {row[0]} changed: {row} -> {now.get(row[0])}"
-
-
-def assert_paired(messages: list[Any], where: str) -> None:
-    """Each tool call has exactly one result after it, before the next assistant or user message."""
-    open_calls: dict[str, int] = {}
-    for i, m in enumerate(messages):
-        if isinstance(m, (AssistantMessage, UserMessage)):
-            assert all(open_calls.values()), f"{where}: message {i} follows unanswered calls {open_calls}"
-            open_calls = {c.id: 0 for c in m.tool_calls} if isinstance(m, AssistantMessage) else {}
-        elif isinstance(m, ToolResultMessage):
-            assert open_calls.get(m.tool_call_id) == 0, f"{where}: result {i} for {m.tool_call_id} is stray or a repeat"
-            open_calls[m.tool_call_id] = 1
-    assert all(open_calls.values()), f"{where}: ends with unanswered calls {open_calls}"
 
 
 def fixture_tools(ran: list[str]) -> list[AgentTool]:
@@ -169,8 +166,14 @@ async def test_resume_each_fixture_thread_after_upgrade(fixture_db: Path, thread
                 assert result.metadata.get("settled") == "interrupted" and result.is_error, result
                 assert "interrupted" in result.text
                 assert not any(r.endswith(f" {call_id}") for r in ran)  # never re-run on its own
-        # Every row cubeloop wrote, of every thread, is as it was.
-        assert_unchanged(before, snapshot(fixture_db))
+        # Every row cubeloop wrote, of every thread, is as it was, but the crashed run the
+        # resume settled is closed now.
+        unanswered = set(thread["unanswered_tool_call_ids"])
+        closed = {
+            m.run_id for m in data.messages
+            if isinstance(m, AssistantMessage) and m.run_id and unanswered & {c.id for c in m.tool_calls}
+        }
+        assert_unchanged(before, snapshot(fixture_db), closed)
     finally:
         await store.close()
 

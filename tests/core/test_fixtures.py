@@ -1,34 +1,25 @@
-"""The cubeloop fixture, thread by thread: our store and diagnosis agree with how it was made.
+"""The cubeloop crash-point database, thread by thread: our store and diagnosis agree with
+how it was made.
 
-``shared/fixtures/cubeloop_crashpoints.json`` records, for every thread cubeloop wrote
-(and killed at a known moment), its roles, unanswered tool calls, run completion and
-crash point; the README there maps crash points to our diagnosis (``EXPECTED``).
+The database is written by the real cubeloop for each test run
+(``tests/helpers/cubeloop_threads.py``); its description records, for every thread cubeloop
+wrote (and killed at a known moment), its roles, unanswered tool calls, run completion and
+crash point; ``EXPECTED`` maps crash points to our diagnosis.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.recovery import CrashPoint, ThreadState, diagnose
-
-from tests.conftest import FIXTURE_JSON
-
-EXPECTED: dict[str, tuple[ThreadState, CrashPoint | None]] = {
-    "after_user_before_assistant": (ThreadState.CRASHED, CrashPoint.BETWEEN_TURNS),
-    "after_tool_result_before_next_assistant": (ThreadState.CRASHED, CrashPoint.AFTER_TOOL_RESULT),
-    "mid_tool_dangling_tool_call": (ThreadState.CRASHED, CrashPoint.MID_TOOL),
-    "mid_tool_batch_partial_results": (ThreadState.CRASHED, CrashPoint.MID_TOOL),
-    "none_completed": (ThreadState.COMPLETED, None),
-    "aborted_by_host": (ThreadState.ABORTED, None),
-}
-"""The mapping table of shared/fixtures/README.md."""
-
-THREADS: list[dict[str, Any]] = json.loads(FIXTURE_JSON.read_text())["threads"]
+from core.recovery import diagnose
+from tests.helpers.crashpoint_verdicts import EXPECTED, THREADS
+from tests.helpers.cubeloop_threads import CRASHPOINT_THREADS, CUBELOOP_TABLES, run_cubeloop
 
 
 def test_every_crash_point_in_the_fixture_is_mapped() -> None:
@@ -42,7 +33,8 @@ async def store(fixture_db: Path):
 
 
 @pytest.mark.parametrize("thread", THREADS, ids=[t["thread_id"] for t in THREADS])
-async def test_load_and_diagnose(store: SQLiteCheckpointer, thread: dict[str, Any]) -> None:
+async def test_load_and_diagnose(store: SQLiteCheckpointer, thread: dict[str, Any], fixture_json: dict[str, Any]) -> None:
+    thread = made(fixture_json, thread)
     data = await store.load(thread["thread_id"])
     assert data is not None and data.problems == []
     assert [m.role for m in data.messages] == thread["roles"]
@@ -63,7 +55,10 @@ async def test_load_and_diagnose(store: SQLiteCheckpointer, thread: dict[str, An
 
 
 @pytest.mark.parametrize("thread", THREADS, ids=[t["thread_id"] for t in THREADS])
-async def test_list_threads_gives_the_same_verdict(store: SQLiteCheckpointer, thread: dict[str, Any]) -> None:
+async def test_list_threads_gives_the_same_verdict(
+    store: SQLiteCheckpointer, thread: dict[str, Any], fixture_json: dict[str, Any]
+) -> None:
+    thread = made(fixture_json, thread)
     summaries = {s.thread_id: s for s in await store.list_threads()}
     summary = summaries[thread["thread_id"]]
     assert summary.message_count == len(thread["roles"]) and summary.problems == ()
@@ -82,5 +77,49 @@ async def test_threads_are_listed_newest_first(store: SQLiteCheckpointer) -> Non
     assert listed == [t["thread_id"] for t in reversed(THREADS)]
 
 
+def made(description: dict[str, Any], thread: dict[str, Any]) -> dict[str, Any]:
+    """``thread``'s entry in the generated database's description (with its row and run ids)."""
+    return next(t for t in description["threads"] if t["thread_id"] == thread["thread_id"])
+
+
 def _last_assistant(roles: list[str]) -> int:
     return max((i for i, role in enumerate(roles) if role == "assistant"), default=0)
+
+
+def test_the_generated_database_holds_what_each_thread_says(fixture_db: Path) -> None:
+    # Read with plain sqlite3 and JSON, never through our store: the database must be what
+    # the threads' descriptions say before any test believes our reading of it.
+    c = sqlite3.connect(f"file:{fixture_db}?mode=ro", uri=True)
+    try:
+        assert c.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # cubeloop's default: rollback journal
+        assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert set(CUBELOOP_TABLES) <= tables and not any(t.startswith("cubepi_") for t in tables)
+        indexed = {r[0] for r in c.execute("SELECT tbl_name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")}
+        assert "messages" not in indexed  # cubeloop creates no index on messages.thread_id
+        extra = {r[0] for r in c.execute("SELECT thread_id FROM thread_extra")}
+        for t in CRASHPOINT_THREADS:
+            rows = [json.loads(r[0]) for r in c.execute(
+                "SELECT message_json FROM messages WHERE thread_id = ? ORDER BY id", (t.thread_id,))]
+            runs = c.execute("SELECT run_id, completed_at FROM runs WHERE thread_id = ?", (t.thread_id,)).fetchall()
+            assert tuple(r["role"] for r in rows) == t.roles, t.thread_id
+            last = max(i for i, r in enumerate(rows) if r["role"] == "assistant") if "assistant" in t.roles else None
+            calls = [b["id"] for b in rows[last]["content"] if b["type"] == "tool_call"] if last is not None else []
+            answered = {r["tool_call_id"] for r in rows[(last or 0) + 1:] if r["role"] == "tool_result"}
+            assert tuple(calls) == t.tool_calls_in_last_assistant, t.thread_id
+            assert tuple(x for x in calls if x not in answered) == t.unanswered_tool_call_ids, t.thread_id
+            assert len(runs) == 1 and (runs[0][1] is not None) == t.run_completed, t.thread_id
+            assert all(r["run_id"] == runs[0][0] for r in rows), t.thread_id
+            assert all(len(r["id"]) == 32 and int(r["id"], 16) >= 0 for r in rows), t.thread_id  # cubeloop's uuid4().hex
+            assert (t.thread_id in extra) == t.thread_extra_row, t.thread_id
+    finally:
+        c.close()
+
+
+def test_a_child_that_misses_its_kill_mark_is_reported(tmp_path: Path) -> None:
+    # The generator's SIGKILL is checked, not assumed: a child that ends before the mark
+    # the parent waits for is a failure, never a silently different thread.
+    from tests.helpers.children import ChildFailed
+
+    with pytest.raises(ChildFailed, match="before its marks"):
+        run_cubeloop(tmp_path / "t.sqlite", "completed", "t", kill_at=("model_thinking",))

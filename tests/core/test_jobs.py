@@ -15,7 +15,8 @@ from core.messages import TextContent, ToolResultMessage
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.tool_execution import result_from_json, result_to_json
 from core.tools import AgentToolResult, ToolContext, tool
-from tests.core.test_loop import assert_every_call_answered
+from tests.helpers.stores import PlainStore
+from tests.helpers.transcripts import assert_every_call_answered
 
 WAIT = 10.0  # seconds; reached only by a failing test
 
@@ -295,21 +296,6 @@ async def test_a_broken_key_function_fails_the_call_not_the_run():
     assert await agent.prompt("go") == "completed"
     (result,) = results(agent.state.messages)
     assert result.is_error and result.text.startswith("Could not build the job key")
-
-
-class PlainStore:
-    """A checkpointer without the supervised tables (as a cubeloop-compatible store would be)."""
-
-    def __init__(self) -> None:
-        self._inner = MemoryCheckpointer()
-        for name in ("append", "save_extra", "list_threads", "claim_run", "mark_run_complete", "close"):
-            setattr(self, name, getattr(self._inner, name))
-
-    async def load(self, thread_id: str):
-        data = await self._inner.load(thread_id)
-        if data is not None:
-            data.journal = None  # such a store keeps no journal
-        return data
 
 
 async def test_without_a_job_store_idempotent_tools_simply_run_and_still_get_their_key():

@@ -22,7 +22,7 @@ from core.messages import ToolResultMessage
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import ThreadState, diagnose
 from core.tools import ToolContext, tool
-from tests.core.test_loop import assert_every_call_answered
+from tests.helpers.transcripts import assert_every_call_answered
 
 WAIT = 10.0  # seconds; reached only by a failing test
 HOST = socket.gethostname()

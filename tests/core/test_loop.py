@@ -8,7 +8,7 @@ from typing import Sequence
 import pytest
 
 from core.errors import ToolDefinitionError
-from core.events import AgentEnd, MessageEnd, MessageStart, MessageUpdate, StreamEnd, TextDelta
+from core.events import AgentEnd, MessageEnd, MessageStart, MessageUpdate, StreamEnd, TextDelta, UsageUpdate
 from core.loop import LoopConfig, run_loop
 from core.recovery import unanswered_calls
 from core.messages import (
@@ -16,63 +16,17 @@ from core.messages import (
     AssistantMessage,
     ToolCall,
     ToolResultMessage,
+    Usage,
     UserMessage,
     user_text,
 )
-from core.providers.anthropic import to_api_messages
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_tool_call
 from core.recovery import ThreadState, diagnose
 from core.tools import ToolContext, tool
+from tests.helpers.transcripts import assert_every_call_answered, assert_valid_api_order, squash
 
 WAIT = 10.0  # seconds; reached only by a failing test
-
-
-def assert_every_call_answered(requests: Sequence[ModelRequest]) -> None:
-    """Every request answers every tool call, in an order our writers and the API accept.
-
-    Transcript (DESIGN.md): no call is left without a result, and no user message lands
-    between a call and its result - unless it was written by an earlier run than the
-    result (another writer left the call dangling; the append-only log cannot move the
-    message, so the settling run's result follows it). A user message of the result's
-    own run there means the loop delivered it before settling.
-    API (Anthropic's "Handle tool calls" page): in ``to_api_messages`` form every
-    ``tool_use`` is answered by a ``tool_result`` in the very next message, and those
-    ``tool_result`` blocks come before any other block of it.
-    """
-    for n, req in enumerate(requests):
-        open_calls: set[str] = set()
-        waiting: list[UserMessage] = []
-        for message in req.messages:
-            if isinstance(message, ToolResultMessage):
-                early = [m.text for m in waiting if m.run_id == message.run_id]
-                assert not early, f"request {n}: user message(s) {early} delivered before the result of {message.tool_call_id}"
-                open_calls.discard(message.tool_call_id)
-                continue
-            if open_calls and isinstance(message, UserMessage):
-                waiting.append(message)
-                continue
-            assert not open_calls, f"request {n}: {message.role} message before results of {open_calls}"
-            waiting = []
-            if isinstance(message, AssistantMessage):
-                open_calls = {c.id for c in message.tool_calls}
-        assert not open_calls, f"request {n} ends with unanswered calls {open_calls}"
-        assert_valid_api_order(to_api_messages(req.messages), f"request {n}")
-
-
-def assert_valid_api_order(api: Sequence[dict], where: str = "request") -> None:
-    """Each assistant turn's ``tool_use`` ids are answered by exactly the ``tool_result``
-    blocks that open the next (user) turn; no ``tool_result`` appears anywhere else.
-    Rules from https://platform.claude.com/docs/en/agents-and-tools/tool-use/handle-tool-calls."""
-    asked: set[str] = set()
-    for i, turn in enumerate(api):
-        types = [b["type"] for b in turn["content"]]
-        lead = next((k for k, t in enumerate(types) if t != "tool_result"), len(types))
-        answers = {b["tool_use_id"] for b in turn["content"][:lead]} if turn["role"] == "user" else set()
-        assert answers == asked, f"{where}, message {i}: answers {answers or 'nothing'} to tool_use {asked or 'none'}"
-        assert "tool_result" not in types[lead:], f"{where}, message {i}: a tool_result after other blocks: {types}"
-        asked = {b["id"] for b in turn["content"] if b["type"] == "tool_use"}
-    assert not asked, f"{where} ends with unanswered tool_use {asked}"
 
 
 def test_the_request_check_refuses_a_user_message_of_the_settling_run_and_text_before_results():
@@ -135,15 +89,6 @@ class Run:
         return out
 
 
-def squash(kinds: list[str]) -> list[str]:
-    """Collapse runs of message_update into one entry (their count depends on chunking)."""
-    out: list[str] = []
-    for k in kinds:
-        if not (out and k == out[-1] == "message_update:assistant"):
-            out.append(k)
-    return out
-
-
 async def test_one_tool_run_emits_the_expected_sequence():
     provider = FauxProvider([faux_reply("Counting.", faux_tool_call("count", {"n": 2})), faux_reply("Done.")])
     run = Run(provider)
@@ -182,7 +127,8 @@ async def test_streamed_deltas_update_one_partial_message_in_place():
     await run("hi")
     start = next(e for e in run.events if isinstance(e, MessageStart) and e.message.role == "assistant")
     updates = [e for e in run.events if isinstance(e, MessageUpdate)]
-    assert [u.delta for u in updates] == [TextDelta(0, "abc"), TextDelta(0, "def"), TextDelta(0, "ghi"), TextDelta(0, "j")]
+    usage = UsageUpdate(Usage(input_tokens=1))
+    assert [u.delta for u in updates] == [usage, TextDelta(0, "abc"), TextDelta(0, "def"), TextDelta(0, "ghi"), TextDelta(0, "j")]
     assert all(u.message is start.message for u in updates)
     assert start.message.text == "abcdefghij"
     end = [e for e in run.events if isinstance(e, MessageEnd)][-1]

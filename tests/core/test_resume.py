@@ -21,8 +21,8 @@ from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import JOURNALED_KEY, CrashPoint, ResumeAction, ThreadState, diagnose
 from core.tool_execution import result_to_json
 from core.tools import AgentToolResult, ToolContext, tool
-from tests.core.test_jobs import PlainStore
-from tests.core.test_loop import assert_every_call_answered
+from tests.helpers.stores import PlainStore
+from tests.helpers.transcripts import assert_every_call_answered
 
 WAIT = 10.0  # seconds; reached only by a failing test
 OLD = "old-run"

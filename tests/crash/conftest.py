@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-REPORT: list[str] = []
-"""Lines the crash tests add; printed under "crash tests" at the end of the run."""
+from tests.helpers.crash_report import REPORT
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

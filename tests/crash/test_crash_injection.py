@@ -57,7 +57,7 @@ from core.messages import AssistantMessage, ToolResultMessage
 from core.recovery import CrashPoint, ThreadState, diagnose
 from core.tool_execution import call_job_key
 
-from tests.crash.conftest import REPORT
+from tests.helpers.crash_report import REPORT
 from tests.crash.scenario import (
     IDEMPOTENT_TOOLS,
     build_tools,

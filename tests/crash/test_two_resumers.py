@@ -30,7 +30,7 @@ from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
 from core.recovery import CrashPoint, ThreadState, diagnose
 
-from tests.crash.conftest import REPORT
+from tests.helpers.crash_report import REPORT
 from tests.crash.resume_worker import FINAL
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,1 +1,1 @@
-"""Helpers shared by test modules."""
+"""Helpers the tests share (imported by test modules; never test modules themselves)."""

@@ -1,82 +1,15 @@
-"""Helpers for the subprocess tests: a runner child process paced by gate files, a store
-opened on the same file in the test process, and waiting on a follower's model."""
+"""Fixtures for the subprocess tests: runner children on a database file, and the test
+process's own store on it. The helpers live in ``tests/helpers/supervise.py``."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.follow import ThreadFollower, ThreadModel
-
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = 60.0
-"""Seconds any wait may take before the test fails: generous, for a loaded 2-core machine."""
-
-
-class Runner:
-    """A child process running one thread; ``gate(name)`` creates a gate file it waits for."""
-
-    def __init__(self, argv: list[str], gates: Path, env: dict[str, str]) -> None:
-        self.gates = gates
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env={**os.environ, "CUBEPI_TEST_GATES": str(gates), **env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def gate(self, name: str) -> None:
-        (self.gates / name).write_text("")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    async def wait(self, timeout: float = TIMEOUT) -> int:
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None:
-            assert time.monotonic() < deadline, "the runner did not exit"
-            await asyncio.sleep(0.05)
-        return self.proc.returncode
-
-    def output(self) -> tuple[str, str]:
-        """(stdout, stderr) once the process ended."""
-        out, err = self.proc.communicate(timeout=TIMEOUT)
-        return out, err
-
-    def signal(self, sig: int) -> None:
-        os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=TIMEOUT)
-
-    async def file(self, name: str, timeout: float = TIMEOUT) -> Path:
-        """Wait for the child to write the gate-directory file ``name``."""
-        path = self.gates / name
-        deadline = time.monotonic() + timeout
-        while not path.exists():
-            if self.proc.poll() is not None:
-                out, err = self.output()
-                pytest.fail(f"the runner exited ({self.proc.returncode}) before writing {name}:\n{out}\n{err}")
-            assert time.monotonic() < deadline, f"the runner never wrote {name}"
-            await asyncio.sleep(0.02)
-        return path
+from tests.helpers.supervise import Runner
 
 
 @pytest.fixture
@@ -119,63 +52,3 @@ async def store(db: Path):
     opened = await SQLiteCheckpointer.open(db, create=False)
     yield opened
     await opened.close()
-
-
-async def until(
-    follower: ThreadFollower,
-    predicate: Callable[[ThreadModel], Any],
-    what: str,
-    *,
-    runner: Runner | None = None,
-    timeout: float = TIMEOUT,
-) -> Any:
-    """Wait until ``predicate(follower.model)`` is truthy (checked after every change) and return it."""
-    changed = asyncio.Event()
-    unsubscribe = follower.subscribe(lambda _change: changed.set())
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            result = predicate(follower.model)
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                detail = ""
-                if runner is not None and not runner.alive():
-                    detail = "\n".join(runner.output())
-                pytest.fail(f"timed out waiting for {what}; model: {_describe(follower.model)}\n{detail}")
-            changed.clear()
-            try:
-                await asyncio.wait_for(changed.wait(), 0.5)
-            except asyncio.TimeoutError:
-                pass
-    finally:
-        unsubscribe()
-
-
-def _describe(model: ThreadModel) -> str:
-    return (
-        f"{len(model.messages)} messages ({[m.role for m in model.messages]}), partial={model.partial is not None}, "
-        f"tools={list(model.running_tools)}, lease={model.lease_view.label}, commands={[(c.kind, c.status) for c in model.commands]}"
-    )
-
-
-async def command_status(store: SQLiteCheckpointer, thread: str, seq: int) -> str:
-    return next(c.status for c in await store.list_commands(thread) if c.seq == seq)
-
-
-async def until_status(store: SQLiteCheckpointer, thread: str, seq: int, statuses: set[str], timeout: float = TIMEOUT) -> list[str]:
-    """Poll command ``seq`` until its status is in ``statuses``; return every status seen, in order."""
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout
-    while True:
-        status = await command_status(store, thread, seq)
-        if not seen or seen[-1] != status:
-            seen.append(status)
-        if status in statuses:
-            return seen
-        assert time.monotonic() < deadline, f"command {seq} stayed {seen}"
-        await asyncio.sleep(0.01)
-
-
-SIGKILL = signal.SIGKILL
-SIGSTOP = signal.SIGSTOP

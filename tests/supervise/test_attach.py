@@ -6,7 +6,7 @@ from pathlib import Path
 
 from core.follow import ThreadChange, ThreadFollower
 
-from .conftest import until
+from tests.helpers.supervise import until
 
 
 class Session:

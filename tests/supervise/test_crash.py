@@ -15,7 +15,7 @@ from core.recovery import ThreadState
 from core.supervise import LeaseState, Supervisor, ThreadCrashedError, discard, send, undelivered
 
 from .child import GatedProvider, work
-from .conftest import SIGKILL, SIGSTOP, until, until_status
+from tests.helpers.supervise import SIGKILL, SIGSTOP, until, until_status
 
 
 async def test_killed_runner_on_this_host_is_crashed_once_its_process_is_gone(db: Path, store, spawn) -> None:

@@ -12,7 +12,7 @@ from core.recovery import ThreadState
 from core.supervise import LeaseState, ThreadNotRunningError, send
 
 from .child import pause_gate, pause_points, reply_text
-from .conftest import until, until_status
+from tests.helpers.supervise import until, until_status
 
 
 async def test_deltas_and_tool_progress_arrive_before_the_run_ends(db: Path, store, spawn) -> None:

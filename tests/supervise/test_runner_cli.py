@@ -13,7 +13,7 @@ from core.runner import describe, main, plain
 from core.messages import AssistantMessage, ToolCall, ToolResultMessage, TextContent, user_text
 from core.supervise import LeaseState
 
-from .conftest import ROOT, until
+from tests.helpers.supervise import ROOT, until
 
 
 async def test_demo_runner_is_followed_live(db: Path, store, spawn) -> None:

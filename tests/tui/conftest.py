@@ -1,62 +1,17 @@
-"""Fixtures and helpers for the Textual tests: fast demo sessions, fixture copies, screen text."""
+"""Fixtures for the Textual tests: databases, cubeloop fixture copies, runner children.
+
+The helpers live in ``tests/helpers/tui.py``; tests import them from there.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import re
 import shutil
 import sys
-import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
-from textual.app import App
-from textual.pilot import Pilot
 
-from core.checkpoint.base import Checkpointer, Lease
-from core.checkpoint.memory import MemoryCheckpointer
-from core.messages import user_text
-from tui.cli import build_session
-from tui.session import Session
-
-FIXTURE = Path("/work/shared/fixtures/cubeloop_crashpoints.sqlite")
-"""cubeloop's crash-point database; tests only ever use copies of it."""
-
-FAST = 25.0
-"""Demo speed for tests: tools take 0.1-0.3 s, text streams in a few hundred ms."""
-
-
-def fast_session(store: Checkpointer | None = None, path: Path | None = None, *, speed: float = FAST) -> Session:
-    """A demo session on ``store`` (or the SQLite file at ``path``) at test speed."""
-    return build_session(path, store=store, demo=True, demo_speed=speed)
-
-
-class Db:
-    """A SQLite file the app under test uses; reads open their own short-lived store."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    async def load(self, thread_id: str):  # type: ignore[no-untyped-def]
-        """The thread as stored (``CheckpointData`` or ``None``)."""
-        from core.checkpoint.sqlite import SQLiteCheckpointer
-
-        store = await SQLiteCheckpointer.open(self.path, create=False)
-        try:
-            return await store.load(thread_id)
-        finally:
-            await store.close()
-
-    async def list_threads(self):  # type: ignore[no-untyped-def]
-        """Every thread's summary."""
-        from core.checkpoint.sqlite import SQLiteCheckpointer
-
-        store = await SQLiteCheckpointer.open(self.path, create=False)
-        try:
-            return await store.list_threads()
-        finally:
-            await store.close()
+from tests.helpers.tui import Child, Db
 
 
 @pytest.fixture
@@ -66,10 +21,10 @@ def db(tmp_path: Path) -> Db:
 
 
 @pytest.fixture
-def fixture_copy(tmp_path: Path) -> Path:
-    """A private copy of the cubeloop fixture database."""
+def fixture_copy(tmp_path: Path, cubeloop_crashpoints: tuple[Path, dict[str, object]]) -> Path:
+    """A private copy of the cubeloop crash-point database (see ``tests/conftest.py``)."""
     target = tmp_path / "cubeloop.sqlite"
-    shutil.copyfile(FIXTURE, target)
+    shutil.copyfile(cubeloop_crashpoints[0], target)
     return target
 
 
@@ -79,147 +34,6 @@ def _no_cursor_blink(monkeypatch: pytest.MonkeyPatch) -> None:
     from textual.widgets import Input
 
     monkeypatch.setattr(Input, "cursor_blink", False)
-
-
-def screen_text(app: App[object]) -> str:
-    """The plain text of the screen as drawn (the top screen, modal or not)."""
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-
-def squeezed(text: str) -> str:
-    """``text`` without frames and whitespace, to find a sentence however it was wrapped."""
-    return "".join(re.sub(r"[█▀▄▌▐▏▔▁│]", " ", text).split())
-
-
-def squeezed_lines(text: str) -> str:
-    """``text`` with each line stripped of frames and edge spaces, joined by single spaces
-    (a sentence wrapped inside a dialog reads whole again)."""
-    lines = (" ".join(re.sub(r"[█▀▄▌▐▏▔▁│▊▎▍▋▉]", " ", line).split()) for line in text.splitlines())
-    return " ".join(line for line in lines if line)
-
-
-def widget_text(root: object) -> str:
-    """The text of every Static (and radio button label) under ``root``, in order, on one
-    line with single spaces: what a dialog says, without the screen behind it."""
-    from rich.text import Text
-    from textual.widgets import RadioButton, Static
-
-    parts: list[str] = []
-    for widget in root.query("*"):  # type: ignore[attr-defined]
-        if isinstance(widget, RadioButton):
-            parts.append(("(•) " if widget.value else "( ) ") + str(widget.label))
-        elif isinstance(widget, Static):
-            content = widget.content
-            parts.append(content.plain if isinstance(content, Text) else str(content))
-    return " ".join(" ".join(parts).split())
-
-
-async def wait_for(pilot: Pilot[object], predicate: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    """Let the app run until ``predicate()`` holds; fail after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}:\n{screen_text(pilot.app)}")
-        await pilot.pause(0.05)
-
-
-async def wait_for_text(pilot: Pilot[object], text: str, timeout: float = 30.0) -> None:
-    """Let the app run until ``text`` is on screen."""
-    await wait_for(pilot, lambda: text in screen_text(pilot.app), timeout, repr(text))
-
-
-async def type_text(pilot: Pilot[object], text: str) -> None:
-    """Fill the modal's input with ``text`` (typing key by key is too slow for live runs)."""
-    from textual.widgets import Input
-
-    pilot.app.screen.query_one(Input).value = text
-    await pilot.pause()
-
-
-async def fill_dialog(pilot: Pilot[object], key: str, text: str) -> None:
-    """Press ``key`` (n, s, f: a key that opens a text dialog) and fill the dialog with
-    ``text``; Enter is left to the caller. Waits for the store on the first call's ``n``."""
-    from tui.screens.modals import TextInputModal
-
-    app = pilot.app
-    await wait_for(pilot, lambda: getattr(app, "session").store is not None, what="store open")
-    await pilot.press(key)
-    await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what=f"the dialog of {key!r}")
-    await type_text(pilot, text)
-
-
-async def send_via_dialog(pilot: Pilot[object], key: str, text: str) -> None:
-    """:func:`fill_dialog`, then Enter, and wait until the dialog has closed."""
-    from tui.screens.modals import TextInputModal
-
-    await fill_dialog(pilot, key, text)
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: not isinstance(pilot.app.screen, TextInputModal), what="the dialog closed")
-
-
-async def open_from_picker(pilot: Pilot[object], thread_id: str) -> None:
-    """Move the picker's cursor to ``thread_id`` and press Enter; wait until the thread is read."""
-    from textual.widgets import DataTable
-
-    from tui.screens.thread import ThreadScreen
-    from tui.screens.threads import ThreadsScreen
-
-    app = pilot.app
-    await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen) and bool(app.screen.rows), what="rows")
-    table = app.screen.query_one(DataTable)
-    table.move_cursor(row=table.get_row_index(thread_id))
-    await pilot.press("enter")
-    await wait_for(
-        pilot,
-        lambda: isinstance(app.screen, ThreadScreen) and app.screen.thread_id == thread_id and app.screen.loaded,
-        what=f"thread {thread_id} open",
-    )
-
-
-# --- runners in other processes ---------------------------------------------------------
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Child:
-    """A runner in a child process on a shared SQLite file; ``gate(name)`` releases the gated
-    test agent (``tests.supervise.child``), which waits for files in ``gates``."""
-
-    def __init__(self, argv: list[str], gates: Path) -> None:
-        import os
-        import subprocess
-
-        self.gates = gates
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env={**os.environ, "CUBEPI_TEST_GATES": str(gates)},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def gate(self, name: str) -> None:
-        (self.gates / name).write_text("")
-
-    def kill(self) -> None:
-        """SIGKILL the child and reap it, so its pid is gone."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=60)
-
-    async def exit_code(self, timeout: float = 60.0) -> int:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self.proc.poll() is None:
-            assert loop.time() < deadline, "the runner did not exit"
-            await asyncio.sleep(0.05)
-        return self.proc.returncode
 
 
 @pytest.fixture
@@ -250,17 +64,3 @@ async def shared_db(tmp_path: Path) -> Path:
     store = await SQLiteCheckpointer.open(path, create=True)
     await store.close()
     return path
-
-
-async def leased_elsewhere(
-    thread_id: str = "busy", *, host: str = "far-box", heartbeat_ago: float = 0.0, expires_in: float = 120.0
-) -> MemoryCheckpointer:
-    """A memory store holding one thread (a user message) leased by pid 4242 on ``host``,
-    whose last heartbeat was ``heartbeat_ago`` seconds ago and whose lease expires in
-    ``expires_in`` seconds: a run elsewhere that no process here can probe."""
-    store = MemoryCheckpointer()
-    await store.append(thread_id, [user_text("work")])
-    now = time.time()
-    lease = Lease(thread_id, "holder", 4242, host, "r1", now - heartbeat_ago, now - heartbeat_ago, now + expires_in)
-    await store.acquire_lease(lease, is_stale=lambda _l: True)
-    return store

@@ -9,7 +9,7 @@ from typing import AsyncIterator
 from core.events import StreamEvent, TextDelta, ToolCallDelta, ToolCallStart
 from core.messages import AssistantMessage, TextContent, ToolCall, user_text
 from core.providers.base import ModelRequest
-from tests.tui.conftest import Db, fast_session, fill_dialog, screen_text, wait_for, wait_for_text
+from tests.helpers.tui import Db, fast_session, fill_dialog, screen_text, wait_for, wait_for_text
 from textual.app import App, ComposeResult
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen

@@ -19,8 +19,8 @@ from textual.message import Message
 
 from core.messages import UserMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import Db, fast_session, fill_dialog, wait_for
-from tests.tui.test_runs import _running_tool
+from tests.helpers.tui import Db, fast_session, fill_dialog, wait_for
+from tests.helpers.screens import running_tool
 from tui.app import CubepiApp, make_app
 from tui.messages import OpenThread, RunStarted
 from tui.screens.thread import ThreadScreen
@@ -59,7 +59,7 @@ async def _end_during_run(db: Db, end: Callable[[CubepiApp], None], *, moment: s
         screen = app.screen
         if moment == "mid-tool":
             await enter
-            await wait_for(pilot, lambda: _running_tool(app), timeout=60, what="a tool running")
+            await wait_for(pilot, lambda: running_tool(app), timeout=60, what="a tool running")
             end(app)
         # pilot.pause needs a live app: wait for the shutdown with the plain loop.
         async with asyncio.timeout(30):

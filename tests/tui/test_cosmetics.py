@@ -8,7 +8,7 @@ import time
 from core.checkpoint.base import Lease, ThreadSummary
 from core.checkpoint.memory import MemoryCheckpointer
 from core.messages import AssistantMessage, TextContent, user_text
-from tests.tui.conftest import fast_session, screen_text, wait_for, wait_for_text
+from tests.helpers.tui import fast_session, screen_text, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.modals import HelpScreen
 from tui.screens.threads import ThreadsScreen

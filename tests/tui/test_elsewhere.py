@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, TypeVar
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, UserMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import (
+from tests.helpers.tui import (
     fast_session,
     open_from_picker,
     screen_text,

@@ -9,7 +9,7 @@ import pytest
 
 from core.checkpoint.memory import MemoryCheckpointer
 from core.providers.faux import FauxProvider
-from tests.tui.conftest import (
+from tests.helpers.tui import (
     fast_session,
     open_from_picker,
     screen_text,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.tui.conftest import fast_session, leased_elsewhere, open_from_picker, screen_text, wait_for, wait_for_text
+from tests.helpers.tui import fast_session, leased_elsewhere, open_from_picker, screen_text, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 

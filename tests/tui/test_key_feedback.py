@@ -9,7 +9,7 @@ from core.checkpoint.memory import MemoryCheckpointer
 from core.events import StreamEvent, TextDelta
 from core.messages import AssistantMessage, TextContent, user_text
 from core.providers.base import ModelRequest
-from tests.tui.conftest import fast_session, fill_dialog, wait_for
+from tests.helpers.tui import fast_session, fill_dialog, wait_for
 from textual.app import App
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen

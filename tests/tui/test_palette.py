@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.command import CommandList, CommandPalette
 
 from core.checkpoint.memory import MemoryCheckpointer
-from tests.tui.conftest import fast_session, wait_for
+from tests.helpers.tui import fast_session, wait_for
 from tui.app import make_app
 
 

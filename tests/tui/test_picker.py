@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
 from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, ToolResultMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import (
-    FIXTURE,
+from tests.helpers.tui import (
     fast_session,
     open_from_picker,
     screen_text,
@@ -24,7 +23,7 @@ from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 
-# shared/fixtures/README.md: the JSON's crash_point -> this project's diagnosis label.
+# The crash-point database's crash_point -> this project's diagnosis label.
 LABELS = {
     "after_user_before_assistant": "crashed at point 1 (between turns)",
     "after_tool_result_before_next_assistant": "crashed at point 2 (after tool result)",
@@ -35,14 +34,15 @@ LABELS = {
 }
 
 
-def _expected() -> dict[str, tuple[str, int]]:
-    spec = json.loads(FIXTURE.with_suffix(".json").read_text())
+def _expected(spec: dict[str, Any]) -> dict[str, tuple[str, int]]:
     return {t["thread_id"]: (LABELS[t["crash_point"]], len(t["roles"])) for t in spec["threads"]}
 
 
-async def test_picker_lists_every_fixture_thread_with_its_label_and_changes_no_byte(fixture_copy: Path) -> None:
+async def test_picker_lists_every_fixture_thread_with_its_label_and_changes_no_byte(
+    fixture_copy: Path, fixture_json: dict[str, Any]
+) -> None:
     before = fixture_copy.read_bytes()
-    expected = _expected()
+    expected = _expected(fixture_json)
     app = make_app(fast_session(path=fixture_copy))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: len(app.threads_screen.rows) == len(expected), what="all rows")

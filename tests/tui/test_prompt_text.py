@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual import events
 
 from core.messages import UserMessage
-from tests.tui.conftest import Db, fast_session, fill_dialog, wait_for
+from tests.helpers.tui import Db, fast_session, fill_dialog, wait_for
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 

@@ -15,7 +15,7 @@ from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMes
 from core.recovery import JOURNALED_KEY, ThreadState, diagnose
 from core.tool_execution import call_job_key, result_to_json
 from core.tools import AgentToolResult, tool
-from tests.tui.conftest import FAST, fast_session, screen_text, squeezed_lines, wait_for, wait_for_text, widget_text
+from tests.helpers.tui import FAST, fast_session, screen_text, squeezed_lines, wait_for, wait_for_text, widget_text
 from tui.app import make_app
 from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen

@@ -9,7 +9,7 @@ import pytest
 
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import (
+from tests.helpers.tui import (
     Db,
     fast_session,
     open_from_picker,
@@ -19,24 +19,18 @@ from tests.tui.conftest import (
     wait_for,
     wait_for_text,
 )
+from tests.helpers.screens import running_tool
 from tui.app import CubepiApp, make_app
 from tui.session import Session
 from tui.messages import AgentEventReceived, RunFinished
 from tui.screens.modals import ConfirmModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
-from tui.widgets.tool_call import ToolCallView
 
 
 def _thread_screen(app: CubepiApp) -> ThreadScreen:
     assert isinstance(app.screen, ThreadScreen), type(app.screen)
     return app.screen
-
-
-def _running_tool(app: CubepiApp) -> bool:
-    return isinstance(app.screen, ThreadScreen) and any(
-        v.status == "running" for v in app.screen.query(ToolCallView)
-    )
 
 
 async def _start_thread(pilot, prompt: str) -> ThreadScreen:  # type: ignore[no-untyped-def]
@@ -73,7 +67,7 @@ async def test_abort_during_a_live_run(db: Db) -> None:
     app = make_app(fast_session(path=db.path, speed=1.0))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "train something")
-        await wait_for(pilot, lambda: _running_tool(app), timeout=60, what="a tool running")
+        await wait_for(pilot, lambda: running_tool(app), timeout=60, what="a tool running")
         await pilot.press("a")
         await wait_for(pilot, lambda: not screen.running, timeout=5, what="run stopped")
         await wait_for_text(pilot, "aborted by the user")
@@ -107,7 +101,7 @@ async def test_steer_lands_in_the_conversation_and_follow_up_comes_after(db: Db)
     app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "build a report")
-        await wait_for(pilot, lambda: _running_tool(app), timeout=60, what="a tool running")
+        await wait_for(pilot, lambda: running_tool(app), timeout=60, what="a tool running")
         await send_via_dialog(pilot, "s", "focus on europe")
         await send_via_dialog(pilot, "f", "add a chart")
         assert screen.running
@@ -213,7 +207,7 @@ async def test_the_quit_question_says_queued_steers_will_be_dropped(db: Db) -> N
     app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:
         await _start_thread(pilot, "build a report")
-        await wait_for(pilot, lambda: _running_tool(app), what="a tool running")
+        await wait_for(pilot, lambda: running_tool(app), what="a tool running")
         await send_via_dialog(pilot, "s", "focus on europe")
         await pilot.press("q")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
@@ -261,7 +255,7 @@ async def test_sigterm_aborts_the_runs_and_exits_cleanly(db: Db, signum: int) ->
     app = make_app(fast_session(path=db.path, speed=1.0))
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "train something")
-        await wait_for(pilot, lambda: _running_tool(app), timeout=60, what="a tool running")
+        await wait_for(pilot, lambda: running_tool(app), timeout=60, what="a tool running")
         thread_id = screen.thread_id
         os.kill(os.getpid(), signum)
         # Generous: on a loaded 2-core machine the abort and the save can take seconds.

@@ -7,7 +7,7 @@ from pathlib import Path
 from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, Usage, user_text
-from tests.tui.conftest import fast_session, screen_text, wait_for
+from tests.helpers.tui import fast_session, screen_text, wait_for
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 from tui.widgets.transcript import Transcript
@@ -102,7 +102,7 @@ async def test_showing_earlier_messages_brings_them_into_view() -> None:
 async def test_sending_a_prompt_while_scrolled_up_brings_the_end_back_into_view() -> None:
     """Reading older messages, then sending a prompt: the user wants to watch the answer,
     so the view goes back to the end and follows it (before, it stayed where it was)."""
-    from tests.tui.conftest import fill_dialog
+    from tests.helpers.tui import fill_dialog
 
     store = MemoryCheckpointer()
     await store.append("long", _turns(80))  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.checkpoint.memory import MemoryCheckpointer
-from tests.tui.conftest import fast_session, screen_text, wait_for, wait_for_text
+from tests.helpers.tui import fast_session, screen_text, wait_for, wait_for_text
 from tui import cli
 from tui.app import CubepiApp, make_app
 from tui.screens.modals import HelpScreen

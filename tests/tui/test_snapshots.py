@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import pytest
 from textual.pilot import Pilot
 
-from tests.tui.conftest import fast_session, wait_for
+from tests.helpers.tui import fast_session, wait_for
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 

@@ -13,7 +13,7 @@ from core.messages import (
 )
 from textual.widgets import Button
 
-from tests.tui.conftest import fast_session, screen_text, wait_for, wait_for_text
+from tests.helpers.tui import fast_session, screen_text, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 from tui.widgets.tool_call import ToolCallView
@@ -115,7 +115,7 @@ async def test_hostile_thread_ids_and_links_are_inert() -> None:
 
 async def test_a_thread_screen_closed_before_it_mounted_does_not_crash(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Enter then q faster than screens switch: the screen is gone before its first mount."""
-    from tests.tui.conftest import fast_session
+    from tests.helpers.tui import fast_session
     from tui.app import make_app
     from tui.screens.thread import ThreadScreen
 

@@ -27,6 +27,7 @@ from textual.app import ComposeResult
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.css.query import NoMatches
 from textual.widget import MountError, Widget
 from textual.widgets import Footer, Static
@@ -41,6 +42,7 @@ from core.events import (
     MessageEnd,
     MessageStart,
     MessageUpdate,
+    RetryWait,
     ToolExecutionEnd,
     ToolExecutionStart,
     ToolExecutionUpdate,
@@ -56,7 +58,7 @@ from tui.session import Session
 from tui.text import clean, literal
 from tui.widgets.commands import CommandsBar
 from tui.widgets.crash_banner import CrashBanner, repairs_line
-from tui.widgets.status_bar import StatusBar
+from tui.widgets.status_bar import StatusBar, retry_label
 from tui.widgets.transcript import Transcript, merge_rows
 
 FLUSH_INTERVAL = 1 / 20
@@ -130,6 +132,8 @@ class ThreadView(Screen[None]):
         self._follower: ThreadFollower | None = None
         self._mirror: Mirror | None = None
         self._sent: set[int] = set()  # seqs of the commands sent from this view
+        self._retry: tuple[RetryWait, float] | None = None  # the wait shown, and its end (monotonic s)
+        self._retry_timer: Timer | None = None
         self.run_worker_ref: Worker[None] | None = None
         """The worker of the current run (compared by identity in state changes)."""
 
@@ -399,6 +403,10 @@ class ThreadView(Screen[None]):
         transcript = self.transcript
         if isinstance(event, MessageUpdate):
             self._partial = event.message
+            if isinstance(event.delta, RetryWait):
+                self._show_retry(event.delta)
+            elif self._retry is not None:
+                self._show_retry(None)  # the next attempt streams
         elif isinstance(event, ToolExecutionUpdate):
             self._progress[event.tool_call_id] = (event.progress, event.text)
         elif isinstance(event, MessageStart):
@@ -407,6 +415,7 @@ class ThreadView(Screen[None]):
         elif isinstance(event, MessageEnd):
             await self._flush()
             if isinstance(event.message, AssistantMessage):
+                self._show_retry(None)
                 self._partial = None
                 await transcript.end_reply(event.message)
                 self.status_bar.add_usage(event.message.usage)
@@ -423,9 +432,29 @@ class ThreadView(Screen[None]):
             self.diagnosis = None
         elif isinstance(event, AgentEnd):
             await self._flush()
+            self._show_retry(None)
             self.status_bar.run_state = event.outcome
             if event.error:
                 self.notify(clean(event.error), severity="error", timeout=10, markup=False)
+
+    def _show_retry(self, wait: RetryWait | None) -> None:
+        """Show ``wait`` in the status bar, counting down each second; ``None`` clears it."""
+        if self._retry_timer is not None:
+            self._retry_timer.stop()
+            self._retry_timer = None
+        if wait is None:
+            self._retry = None
+            self.status_bar.retry = ""
+            return
+        self._retry = (wait, time.monotonic() + wait.seconds)
+        self._count_down_retry()
+        self._retry_timer = self.set_interval(0.25, self._count_down_retry, name="retry countdown")
+
+    def _count_down_retry(self) -> None:
+        if self._retry is None or not self.is_attached:
+            return
+        wait, until = self._retry
+        self.status_bar.retry = retry_label(wait.reason, until - time.monotonic(), wait.attempt, wait.max_attempts)
 
     def _request_flush(self) -> None:
         # Timer callbacks run in the timer's own task; drawing must happen in this

@@ -1,7 +1,8 @@
-"""StatusBar: thread id, run state, model and token usage of the thread on screen."""
+"""StatusBar: thread id, run state, a model call's retry wait, model and token usage."""
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from rich.text import Text
@@ -23,8 +24,18 @@ _STATE_STYLES = {
 _PREFIXES = sorted(_STATE_STYLES, key=len, reverse=True)
 
 
+def retry_label(reason: str, remaining: float, attempt: int, max_attempts: int) -> str:
+    """What a retry wait reads as: ``"rate limited, retrying in 12 s (attempt 2 of 5)"``.
+
+    ``remaining`` is in seconds (rounded up; none left reads "retrying now"); ``attempt``
+    is the attempt that failed, so the one waited for is ``attempt + 1``.
+    """
+    when = f"in {math.ceil(remaining)} s" if remaining > 0 else "now"
+    return f"{reason}, retrying {when} (attempt {attempt + 1} of {max_attempts})"
+
+
 class StatusBar(Static):
-    """One line: ``thread · state · model · tokens in/out``."""
+    """One line: ``thread · state · retry wait · model · tokens in/out``."""
 
     DEFAULT_CSS = """
     StatusBar {
@@ -40,6 +51,9 @@ class StatusBar(Static):
 
     run_state: reactive[str] = reactive("idle")
     """idle, running, aborting, or the last diagnosis/outcome (completed, aborted, crashed, ...)."""
+
+    retry: reactive[str] = reactive("")
+    """The model call's retry wait while there is one (see :func:`retry_label`), else empty."""
 
     model: reactive[str] = reactive("")
     """The model new turns use (or "demo")."""
@@ -70,6 +84,9 @@ class StatusBar(Static):
         text.append("  ·  ")
         state_style = self._state_style()
         text.append(clean(self.run_state), style=state_style)  # may hold a lease's host
+        if self.retry:
+            text.append("  ·  ")
+            text.append(clean(self.retry), style=self._themed("bold $warning"))
         if self.model:
             text.append("  ·  model ", style="dim")
             text.append(clean(self.model))
@@ -81,7 +98,9 @@ class StatusBar(Static):
         # By prefix, longest first: a label may carry details and notes
         # ("crashed at point 3 (mid-tool) · 1 orphan result", "waiting for an answer: ...").
         key = next((p for p in _PREFIXES if self.run_state.startswith(p)), "")
-        style = _STATE_STYLES.get(key, "bold")
+        return self._themed(_STATE_STYLES.get(key, "bold"))
+
+    def _themed(self, style: str) -> str:
         # Theme variables are resolved against the app's theme so colours follow it.
         if "$" in style:
             variables = self.app.theme_variables
