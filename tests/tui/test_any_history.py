@@ -11,7 +11,7 @@ from pathlib import Path
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UnknownMessage, user_text
 from core.recovery import ThreadState, diagnose
-from tests.tui.conftest import fast_session, open_from_picker, screen_text, squeezed, wait_for, wait_for_text
+from tests.helpers.tui import fast_session, open_from_picker, screen_text, squeezed, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen
