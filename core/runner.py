@@ -253,7 +253,8 @@ _UNSAFE_FORMAT = frozenset("\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u20
 
 def plain(text: str) -> str:
     """``text`` on one line with every control character escaped (``\\n``, ``\\x1b``, ...), so
-    model or tool output can never drive the terminal."""
+    model or tool output can never drive the terminal. A lone surrogate (an undecodable byte
+    kept by ``surrogateescape``) is escaped too (``\\udcff``): no stdout encoding can print it."""
     out = []
     for ch in text:
         code = ord(ch)
@@ -261,7 +262,7 @@ def plain(text: str) -> str:
             out.append("\\n")
         elif ch == "\t":
             out.append("\\t")
-        elif code < 0x20 or 0x7F <= code < 0xA0 or ch in _UNSAFE_FORMAT:
+        elif code < 0x20 or 0x7F <= code < 0xA0 or 0xD800 <= code < 0xE000 or ch in _UNSAFE_FORMAT:
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
         else:
             out.append(ch)
