@@ -19,7 +19,14 @@ from typing import Any, Callable, Self, TypeVar
 import aiosqlite
 
 from core.checkpoint import sqlite_schema as schema
-from core.errors import CheckpointError, DatabaseOpenError, ReadOnlyStoreError, SchemaError, StoreBusyError
+from core.errors import (
+    CheckpointError,
+    DatabaseGoneError,
+    DatabaseOpenError,
+    ReadOnlyStoreError,
+    SchemaError,
+    StoreBusyError,
+)
 
 T = TypeVar("T")
 
@@ -30,6 +37,11 @@ class SQLiteFile:
     Every call goes through :meth:`_run`: one hop to aiosqlite's connection thread that
     runs a whole transaction there, retried with backoff while another process holds
     the lock. Writes on a browse-only file are refused by :meth:`_check_writable`.
+
+    The file's identity (``st_dev``, ``st_ino``) is taken when it is opened and compared
+    with the path's after every call (one ``stat``, about 2 µs): SQLite goes on writing
+    the file it opened after the path was unlinked or renamed over, so without this a run
+    would report its writes saved into a file nobody can open again.
     """
 
     def __init__(self, db: aiosqlite.Connection, path: Path, layout: schema.Layout, *, writable: bool,
@@ -44,6 +56,7 @@ class SQLiteFile:
         self._retries = retries
         self._durable = durable
         self._on_busy = on_busy
+        self._identity = _identity(path)
 
     # --- opening -------------------------------------------------------------------------
 
@@ -178,6 +191,21 @@ class SQLiteFile:
         """Our schema version in the file, ``None`` for a file we never migrated (cubeloop's)."""
         return self._layout.version
 
+    def check_file(self) -> None:
+        """Raise ``DatabaseGoneError`` (one sentence naming the path) when the file this store
+        opened is no longer at its path: deleted, moved away, or replaced by another file.
+        Every call checks this itself; call it to learn before reporting work as saved."""
+        now = _identity(self._path)
+        if self._identity is None:
+            self._identity = now  # opened before SQLite created the file: take it now
+            return
+        if now == self._identity:
+            return
+        how = "deleted (or moved away)" if now is None else "replaced by another file"
+        raise DatabaseGoneError(
+            f"{self._path} was {how} while this program had it open, so nothing more can be read from or saved to it."
+        )
+
     async def close(self) -> None:
         """Close the connection; idempotent. In WAL mode the last close folds the -wal back."""
         db, self._db = self._db, None
@@ -201,15 +229,22 @@ class SQLiteFile:
         raise ReadOnlyStoreError(f"{self._path} is read-only: the file or its directory cannot be written.")
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
-        """Run ``fn`` on the connection thread; retry "database is locked" with backoff."""
+        """Run ``fn`` on the connection thread; retry "database is locked" with backoff.
+
+        Raises ``DatabaseGoneError`` after the call when the file is no longer at its path
+        (see :meth:`check_file`): a write then went into a file nobody can open again.
+        """
         delay = 0.05
         for attempt in range(self._retries + 1):
             db = self._db
             if db is None:
                 raise CheckpointError(f"The store {self._path} is closed.")
             try:
-                return await call(db, fn)
+                result = await call(db, fn)
+                self.check_file()
+                return result
             except sqlite3.Error as exc:
+                self.check_file()
                 if not is_busy(exc) or attempt == self._retries:
                     waited = (self._retries + 1) * self._busy_timeout
                     raise call_error(self._path, exc, what, waited=waited, read_only=self.read_only) from None
@@ -272,6 +307,15 @@ async def call(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) 
     queue and connection every public aiosqlite call goes through.
     """
     return await db._execute(lambda: fn(db._conn))
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file at ``path``, ``None`` when there is none. Never raises."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def is_busy(exc: BaseException) -> bool:
