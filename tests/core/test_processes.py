@@ -174,18 +174,20 @@ async def test_the_demos_trainer_runs_in_a_child_and_says_so_when_aborted() -> N
     provider = FauxProvider([faux_reply("Training.", faux_tool_call("train_model", {"model": "m", "epochs": 2})),
                              faux_reply("Stopped.")])
     agent = Agent(provider, store, "t1", tools=tools)
+    before = set(_children(os.getpid()))  # this process's other children (of earlier tests)
     progressed = asyncio.Event()
     agent.subscribe(lambda e: progressed.set() if isinstance(e, ToolExecutionUpdate) and e.text else None)
     run = asyncio.create_task(agent.prompt("train"))
     await asyncio.wait_for(progressed.wait(), LIVENESS)  # the child printed its first step
-    children = _children(os.getpid())
+    children = [pid for pid in _children(os.getpid()) if pid not in before]
+    assert children and all(os.getpgid(pid) == pid for pid in children)  # each leads its own group
     agent.abort()
     assert await asyncio.wait_for(run, LIVENESS) == "aborted"
     data = await store.load("t1")
     assert data is not None
     (result,) = [m for m in data.messages if isinstance(m, ToolResultMessage)]
     assert result.is_error and result.text == f"{ABORTED}: the process group of the trainer process was ended (SIGTERM)."
-    assert children and not any(alive(pid) for pid in children)
+    assert not any(alive(pid) for pid in children)
 
 
 def _children(parent: int) -> list[int]:
