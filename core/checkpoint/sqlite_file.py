@@ -30,6 +30,23 @@ from core.errors import (
 
 T = TypeVar("T")
 
+BUSY_TIMEOUT = 2.0
+"""Seconds SQLite's own busy handler waits for another connection's lock within one attempt
+(it sleeps 1, 2, 5, 10 ... 100 ms between its own tries)."""
+
+LOCK_WAIT = 60.0
+"""Seconds one store call keeps trying while another program holds the database locked,
+before it gives up with ``StoreBusyError``. Attempts of up to ``BUSY_TIMEOUT`` s follow
+each other after pauses of 0.05 s doubling to at most ``BACKOFF_MAX`` s, and every retry
+is reported (``on_busy``), so the app says what it waits for. Why 60 s: a write lock held
+by a program doing its work (a migration or ``VACUUM`` of a large file, a backup, a
+``BEGIN IMMEDIATE`` typed in the sqlite3 shell and committed a little later) ends well
+within it, as does a lease's time to live (15 s by default); a lock held longer is a
+program forgotten mid-transaction rather than working, and is then said in one sentence."""
+
+BACKOFF_MAX = 1.0
+"""Seconds, at most, between two attempts of a locked call (the pause doubles from 0.05 s)."""
+
 
 class SQLiteFile:
     """An open SQLite file and its mode; use :meth:`open` (a subclass gets its own type back).
@@ -45,7 +62,7 @@ class SQLiteFile:
     """
 
     def __init__(self, db: aiosqlite.Connection, path: Path, layout: schema.Layout, *, writable: bool,
-                 busy_timeout: float, retries: int, durable: bool,
+                 busy_timeout: float, lock_wait: float, retries: int | None, durable: bool,
                  on_busy: Callable[[int], None] | None) -> None:
         """Internal: use :meth:`open`."""
         self._db: aiosqlite.Connection | None = db
@@ -53,6 +70,7 @@ class SQLiteFile:
         self._layout = layout
         self._writable = writable
         self._busy_timeout = busy_timeout
+        self._lock_wait = lock_wait
         self._retries = retries
         self._durable = durable
         self._on_busy = on_busy
@@ -66,8 +84,9 @@ class SQLiteFile:
         path: str | os.PathLike[str],
         *,
         create: bool = True,
-        busy_timeout: float = 2.0,
-        retries: int = 4,
+        busy_timeout: float = BUSY_TIMEOUT,
+        lock_wait: float = LOCK_WAIT,
+        retries: int | None = None,
         durable: bool = False,
         on_busy: Callable[[int], None] | None = None,
     ) -> Self:
@@ -75,9 +94,10 @@ class SQLiteFile:
 
         ``create``: a missing file (or one without tables) is created with the full schema;
         when false a missing file is an error. ``busy_timeout`` (seconds) is how long SQLite
-        itself waits for another process's lock, and ``retries`` how many more times a
-        locked call is retried with backoff (``on_busy(attempt)`` is called before each, so
-        an app can show the wait). ``durable`` syncs every commit to disk (``synchronous=
+        itself waits for another process's lock in one attempt, and ``lock_wait`` (seconds)
+        how long a locked call is retried in all, with backoff (see ``LOCK_WAIT`` for the
+        numbers and why); ``retries``, when given, also caps the number of retries.
+        ``on_busy(attempt)`` is called before each retry, so an app can show the wait. ``durable`` syncs every commit to disk (``synchronous=
         FULL``, ~10x slower); by default a commit survives a killed process but the last
         ones may be lost on power failure (WAL with ``synchronous=NORMAL``).
 
@@ -89,7 +109,8 @@ class SQLiteFile:
         """
         p = Path(path).expanduser().absolute()
         exists = check_path(p, create=create)
-        settings = dict(busy_timeout=busy_timeout, retries=retries, durable=durable, on_busy=on_busy)
+        settings = dict(busy_timeout=busy_timeout, lock_wait=lock_wait, retries=retries, durable=durable,
+                        on_busy=on_busy)
         if not exists:
             return await cls._create(p, **settings)
         db, layout = await _read_existing(p, busy_timeout)
@@ -234,8 +255,11 @@ class SQLiteFile:
         Raises ``DatabaseGoneError`` after the call when the file is no longer at its path
         (see :meth:`check_file`): a write then went into a file nobody can open again.
         """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         delay = 0.05
-        for attempt in range(self._retries + 1):
+        attempt = 0
+        while True:
             db = self._db
             if db is None:
                 raise CheckpointError(f"The store {self._path} is closed.")
@@ -245,14 +269,16 @@ class SQLiteFile:
                 return result
             except sqlite3.Error as exc:
                 self.check_file()
-                if not is_busy(exc) or attempt == self._retries:
-                    waited = (self._retries + 1) * self._busy_timeout
+                waited = loop.time() - started
+                out_of_time = waited + delay + self._busy_timeout > self._lock_wait
+                out_of_tries = self._retries is not None and attempt >= self._retries
+                if not is_busy(exc) or out_of_time or out_of_tries:
                     raise call_error(self._path, exc, what, waited=waited, read_only=self.read_only) from None
+            attempt += 1
             if self._on_busy is not None:
-                self._on_busy(attempt + 1)
+                self._on_busy(attempt)
             await asyncio.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
+            delay = min(delay * 2, BACKOFF_MAX)
 
 
 # --- connection, paths, errors -----------------------------------------------------------------
