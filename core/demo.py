@@ -31,8 +31,8 @@ from typing import Any, Sequence
 
 from core.errors import ToolError
 from core.messages import AnyMessage, AssistantMessage, ToolResultMessage, UserMessage
-from core.providers.base import ModelRequest
 from core.processes import run_process
+from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_thinking, faux_tool_call
 from core.tools import AgentToolResult, ToolContext, tool
 
@@ -171,10 +171,17 @@ async def _work(ctx: ToolContext, seconds: float, steps: Sequence[str], speed: f
 
 
 # The child process of ``train_model``: prints each step (argv[2:]) after sleeping a tick (argv[1] s).
-_TRAINER = "import sys, time\nfor step in sys.argv[2:]:\n    time.sleep(float(sys.argv[1]))\n    print(step, flush=True)\n"
+_TRAINER = (
+    "import sys, time\n"
+    "for step in sys.argv[2:]:\n"
+    "    time.sleep(float(sys.argv[1]))\n"
+    "    print(step, flush=True)\n"
+)
 
 
-async def _work_in_child(ctx: ToolContext, seconds: float, steps: Sequence[str], speed: float) -> AgentToolResult | None:
+async def _work_in_child(
+    ctx: ToolContext, seconds: float, steps: Sequence[str], speed: float
+) -> AgentToolResult | None:
     """Like :func:`_work`, done by a child process that prints one line per tick; returns
     the error result when the child did not finish (aborted, or it failed), else ``None``."""
     ticks = max(1, round(seconds / TICK))

@@ -97,8 +97,8 @@ class SQLiteFile:
         itself waits for another process's lock in one attempt, and ``lock_wait`` (seconds)
         how long a locked call is retried in all, with backoff (see ``LOCK_WAIT`` for the
         numbers and why); ``retries``, when given, also caps the number of retries.
-        ``on_busy(attempt)`` is called before each retry, so an app can show the wait. ``durable`` syncs every commit to disk (``synchronous=
-        FULL``, ~10x slower); by default a commit survives a killed process but the last
+        ``on_busy(attempt)`` is called before each retry, so an app can show the wait.
+        ``durable`` syncs every commit to disk (``synchronous=FULL``, ~10x slower); by default a commit survives a killed process but the last
         ones may be lost on power failure (WAL with ``synchronous=NORMAL``).
 
         Raises ``DatabaseOpenError`` (one sentence naming the path) for a directory, a

@@ -186,7 +186,8 @@ async def test_the_demos_trainer_runs_in_a_child_and_says_so_when_aborted() -> N
     data = await store.load("t1")
     assert data is not None
     (result,) = [m for m in data.messages if isinstance(m, ToolResultMessage)]
-    assert result.is_error and result.text == f"{ABORTED}: the process group of the trainer process was ended (SIGTERM)."
+    assert result.is_error
+    assert result.text == f"{ABORTED}: the process group of the trainer process was ended (SIGTERM)."
     assert not any(alive(pid) for pid in children)
 
 

@@ -17,12 +17,11 @@ from pathlib import Path
 from core.agent import Agent
 from core.checkpoint import codec
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.runner import plain
 from core.messages import AssistantMessage, ToolCall, ToolResultMessage, user_text
-from core.tool_execution import call_job_key, result_to_json
-from core.tools import AgentToolResult
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
-from core.tools import tool
+from core.runner import plain
+from core.tool_execution import call_job_key, result_to_json
+from core.tools import AgentToolResult, tool
 from tui.text import clean
 
 WAIT = 30.0  # seconds; a liveness bound, reached only by a failing test

@@ -35,7 +35,8 @@ class LockHolder:
         self.held_at = 0.0
 
     def start(self) -> LockHolder:
-        self.proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(self.path), str(self.marker), str(self.seconds)])
+        argv = [sys.executable, "-c", _HOLDER, str(self.path), str(self.marker), str(self.seconds)]
+        self.proc = subprocess.Popen(argv)
         deadline = time.monotonic() + self.timeout
         while not self.marker.exists():
             assert self.proc.poll() is None, f"the lock holder exited ({self.proc.returncode}) before locking"

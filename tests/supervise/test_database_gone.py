@@ -18,7 +18,6 @@ from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import DatabaseGoneError
 
 
-
 def _argv(db: Path) -> list[str]:
     return [sys.executable, "-m", "core.runner", "run", "--db", str(db), "--thread", "t1",
             "--agent", "tests.supervise.child:make_agent", "do the work"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.widgets import Input
+
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.recovery import ThreadState, diagnose
 from tests.helpers.locks import LockHolder
@@ -70,7 +72,8 @@ async def test_a_prompt_that_could_not_be_sent_is_offered_again_as_typed(db: Db)
             await send_via_dialog(pilot, "n", "summarise sales")
 
             def offered() -> bool:
-                return isinstance(app.screen, TextInputModal) and app.screen.query_one("#text").value == "summarise sales"
+                screen = app.screen
+                return isinstance(screen, TextInputModal) and screen.query_one(Input).value == "summarise sales"
 
             await wait_for(pilot, offered, timeout=60, what="the prompt offered again")
             holder.stop()  # the lock goes away; Enter sends the same text again
