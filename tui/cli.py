@@ -101,7 +101,8 @@ def terminal_problem(stdin: Any = None, screen: Any = None) -> str | None:
     if not missing:
         return None
     return (
-        f"The app needs a terminal, and its {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not one;"
+        f"The app needs a terminal, and its {' and '.join(missing)}"
+        f" {'is not one' if len(missing) == 1 else 'are not terminals'};"
         ' to run a thread without a terminal use `cubepi-tui run --db PATH --thread ID "prompt"`.'
     )
 

@@ -16,7 +16,7 @@ from tui.cli import NO_TERMINAL
 
 LIVENESS = 60.0  # seconds; a bound for a process that should exit at once, not a speed check
 SENTENCE = (
-    "cubepi-tui: The app needs a terminal, and its {} not one;"
+    "cubepi-tui: The app needs a terminal, and its {};"
     ' to run a thread without a terminal use `cubepi-tui run --db PATH --thread ID "prompt"`.\n'
 )
 
@@ -32,7 +32,7 @@ def _app(tmp_path: Path, **streams: object) -> subprocess.CompletedProcess[str]:
 def test_no_terminal_at_all_exits_with_one_sentence(tmp_path: Path) -> None:
     done = _app(tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert done.returncode == NO_TERMINAL == 1
-    assert done.stderr == SENTENCE.format("standard input and standard error are")
+    assert done.stderr == SENTENCE.format("standard input and standard error are not terminals")
     assert done.stdout == ""
     assert not (tmp_path / "threads.sqlite").exists()  # nothing was opened or created
 
@@ -45,7 +45,7 @@ def test_keys_from_a_terminal_but_the_screen_piped_exits_too(tmp_path: Path) -> 
         os.close(child)
         os.close(main)
     assert done.returncode == NO_TERMINAL
-    assert done.stderr == SENTENCE.format("standard error is")
+    assert done.stderr == SENTENCE.format("standard error is not one")
 
 
 def test_help_still_works_without_a_terminal(tmp_path: Path) -> None:
