@@ -43,8 +43,16 @@ effects may have happened and must be checked."""
 MAX_OUTPUT = 64 * 1024
 """Bytes of output kept by default; the rest is counted, not kept (a model reads the result)."""
 
-_POLL = 0.05
-"""Seconds between checks whether a process group is empty (no call exists to wait on one)."""
+_POLL = 0.01
+"""Seconds between checks whether a process group is empty while it is being ended (no call
+waits for a group; the checks last at most the grace)."""
+
+_EXIT_POLL = 0.05
+"""Seconds between checks whether the child exited, where no pidfd can say so at once."""
+
+_REAP_POLL = 0.001
+"""Seconds between checks for the child's exit status once its pidfd said it exited (the
+event loop's child watcher reaps it a moment later)."""
 
 _REPORT_CHARS = 200
 """Characters of the last output line shown as the tool's progress text."""
@@ -173,9 +181,26 @@ async def run_process(
 
 async def _exit_of(proc: asyncio.subprocess.Process) -> int:
     """The child's exit status, as soon as it is reaped. Not ``proc.wait()``: that also waits
-    until every copy of its output pipe is closed, which a grandchild may hold open."""
+    until every copy of its output pipe is closed, which a grandchild may hold open. A
+    pidfd (Linux 5.3+) tells the exit at once; elsewhere the status is polled."""
+    poll = _EXIT_POLL
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd here, or the child is already gone
+        pidfd = None
+    if pidfd is not None:
+        loop = asyncio.get_running_loop()
+        exited = loop.create_future()
+        loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+        try:
+            if proc.returncode is None:
+                await exited
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+        poll = _REAP_POLL
     while proc.returncode is None:
-        await asyncio.sleep(_POLL)
+        await asyncio.sleep(poll)
     return proc.returncode
 
 
@@ -193,10 +218,12 @@ async def end_group(group: int, grace: float, *, leader: asyncio.Future[Any] | N
     _signal_group(group, signal.SIGTERM)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
+    pause = _POLL / 8  # most processes end within a few ms of SIGTERM: look soon, then less often
     while loop.time() < deadline:
         if (leader is None or leader.done()) and not _group_exists(group):
             return False
-        await asyncio.sleep(_POLL)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, _POLL)
     if not _group_exists(group):
         return False
     _signal_group(group, signal.SIGKILL)
