@@ -13,7 +13,7 @@ from textual.widgets import Input
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.recovery import ThreadState, diagnose
 from tests.helpers.locks import LockHolder
-from tests.tui.conftest import Db, fast_session, send_via_dialog, wait_for
+from tests.tui.conftest import Db, fast_session, fill_dialog, open_from_picker, send_via_dialog, wait_for
 from tui.app import make_app
 from tui.screens.modals import TextInputModal
 from tui.screens.thread import ThreadScreen
@@ -89,3 +89,43 @@ async def test_a_prompt_that_could_not_be_sent_is_offered_again_as_typed(db: Db)
     data = await _thread_of(db, "summarise sales")
     assert [m.text for m in data.messages if m.role == "user"] == ["summarise sales"]
     assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED
+
+
+GATED = ["-m", "core.runner", "run", "--agent", "tests.supervise.child:make_agent"]
+"""The runner CLI with the gated test agent: its ``work`` tool runs until ``release-1`` exists."""
+
+
+async def test_a_steer_for_a_run_elsewhere_that_could_not_be_sent_is_offered_again(shared_db: Path, children) -> None:
+    child = children(*GATED, "--db", str(shared_db), "--thread", "t-steer", "Do the work.")
+    store = await SQLiteCheckpointer.open(shared_db, busy_timeout=0.2, lock_wait=1.5)
+    holder = LockHolder(shared_db, 120.0)
+    try:
+        app = make_app(fast_session(store=store))
+        async with app.run_test(size=(130, 44)) as pilot:
+            await open_from_picker(pilot, "t-steer")
+            screen = app.screen
+            assert isinstance(screen, ThreadScreen)
+            await wait_for(pilot, lambda: screen.elsewhere is not None and (child.gates / "started-1").exists(),
+                           timeout=60, what="the runner's tool running")
+            holder.start()
+            await fill_dialog(pilot, "s", "focus on europe")
+            await pilot.press("enter")
+
+            def offered() -> bool:
+                top = app.screen
+                return isinstance(top, TextInputModal) and top.query_one(Input).value == "focus on europe"
+
+            await wait_for(pilot, offered, timeout=60, what="the steer offered again")
+            holder.stop()
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: screen.commands_bar.status_of(1) in ("delivered", "applied"), timeout=60,
+                           what="the steer delivered")
+            child.gate("release-1")
+            assert await child.exit_code() == 0
+    finally:
+        holder.stop()
+        await store.close()
+    data = await Db(shared_db).load("t-steer")
+    assert data is not None
+    steers = [m.text for m in data.messages if m.role == "user" and m.metadata.get("kind") == "steer"]
+    assert steers == ["focus on europe"]

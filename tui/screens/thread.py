@@ -332,7 +332,9 @@ class ThreadScreen(ThreadView):
         return command
 
     @work(exclusive=True, exit_on_error=False, group="input")
-    async def _send_queued(self, kind: str) -> None:
+    async def _send_queued(self, kind: str, value: str = "", why: str = "") -> None:
+        """Ask for a steer or follow-up and send or queue it. ``value`` and ``why``: the text
+        of one that could not be sent, offered again as typed, and why it was not sent."""
         words = KIND_WORDS[kind]
         if kind == "steer":
             hint = "Read by the agent before its next model call."
@@ -343,7 +345,9 @@ class ThreadScreen(ThreadView):
             hint += f" It goes to process {lease.pid} on {clean(lease.host)}, which runs the thread."
         elif not self.running:
             hint = "The agent is idle: you will be asked to send this as a new prompt."
-        text = await self.app.push_screen_wait(TextInputModal(words, hint))
+        if why:
+            hint = f"Not sent: {why} Press Enter to try again, or Escape to drop it. {hint}"
+        text = await self.app.push_screen_wait(TextInputModal(words, hint, value=value))
         if not text:
             return
         if self.elsewhere is not None and not self.running:
@@ -355,7 +359,7 @@ class ThreadScreen(ThreadView):
             except ThreadNotRunningError:
                 pass  # its run ended meanwhile: offer a new prompt below
             except CubepiError as error:
-                self.notify(clean(error), severity="error", timeout=10, markup=False)
+                self._send_queued(kind, text, str(error))  # e.g. the database stayed locked: keep the text
                 return
             else:
                 self._track_sent(command)
