@@ -15,7 +15,10 @@ that answers any conversation:
 
 The tools take several seconds each, report progress about every 0.2 s, stop at once
 when the run is aborted, and are idempotent (same arguments, same result), so resume
-may re-run them. Every call carries ``request``, the number of the prompt or follow-up
+may re-run them. ``train_model`` does its work in a real child process (a small Python
+script printing one line per step) through :func:`core.processes.run_process`: an abort
+ends the child's whole process group, and its result then says "aborted after start;
+partial effects possible". Every call carries ``request``, the number of the prompt or follow-up
 it serves: a new request is new work, while a resume re-runs (or reuses) the job of the
 same request. ``speed`` scales every delay (tests use a large value).
 """
@@ -23,13 +26,15 @@ same request. ``speed`` scales every delay (tests use a large value).
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any, Sequence
 
 from core.errors import ToolError
 from core.messages import AnyMessage, AssistantMessage, ToolResultMessage, UserMessage
+from core.processes import run_process
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_thinking, faux_tool_call
-from core.tools import ToolContext, tool
+from core.tools import AgentToolResult, ToolContext, tool
 
 SYSTEM_PROMPT = (
     "You are a careful data assistant. Use fetch_dataset and train_model (they may run in "
@@ -165,6 +170,38 @@ async def _work(ctx: ToolContext, seconds: float, steps: Sequence[str], speed: f
         ctx.report(progress=(i + 1) / ticks, text=step)
 
 
+# The child process of ``train_model``: prints each step (argv[2:]) after sleeping a tick (argv[1] s).
+_TRAINER = (
+    "import sys, time\n"
+    "for step in sys.argv[2:]:\n"
+    "    time.sleep(float(sys.argv[1]))\n"
+    "    print(step, flush=True)\n"
+)
+
+
+async def _work_in_child(
+    ctx: ToolContext, seconds: float, steps: Sequence[str], speed: float
+) -> AgentToolResult | None:
+    """Like :func:`_work`, done by a child process that prints one line per tick; returns
+    the error result when the child did not finish (aborted, or it failed), else ``None``."""
+    ticks = max(1, round(seconds / TICK))
+    lines = [steps[min(i * len(steps) // ticks, len(steps) - 1)] for i in range(ticks)]
+    done = 0
+
+    def on_line(line: str) -> None:
+        nonlocal done
+        done += 1
+        ctx.report(progress=done / ticks, text=line)
+
+    argv = [sys.executable, "-c", _TRAINER, str(TICK / speed), *lines]
+    outcome = await run_process(ctx, argv, on_line=on_line, label="the trainer process")
+    result = outcome.tool_result()
+    if not result.is_error:
+        return None
+    # Its output is one line per step so far: the first line says all a reader needs.
+    return AgentToolResult(str(result.content).split("\n")[0], details=result.details, is_error=True)
+
+
 def demo_tools(speed: float = 1.0) -> list[Any]:
     """``fetch_dataset``, ``train_model`` and ``write_report``, paced by ``speed``."""
 
@@ -176,9 +213,11 @@ def demo_tools(speed: float = 1.0) -> list[Any]:
         return f"Fetched {rows:,} rows of {name!r} in {shards} shards; 0.4% had missing values and were dropped."
 
     @tool(idempotent=True)
-    async def train_model(model: str, epochs: int, ctx: ToolContext, request: int = 1) -> str:
+    async def train_model(model: str, epochs: int, ctx: ToolContext, request: int = 1) -> str | AgentToolResult:
         """Train a model for some epochs and return its validation score (takes about 6 s)."""
-        await _work(ctx, 6.0, [f"epoch {i + 1}/{epochs}" for i in range(epochs)], speed)
+        failed = await _work_in_child(ctx, 6.0, [f"epoch {i + 1}/{epochs}" for i in range(epochs)], speed)
+        if failed is not None:
+            return failed
         return f"Trained {model!r} for {epochs} epochs; validation accuracy 0.87, loss 0.31."
 
     @tool(idempotent=True)

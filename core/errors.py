@@ -71,6 +71,12 @@ class StoreBusyError(CheckpointError):
     """The database stayed locked by another process after every retry."""
 
 
+class DatabaseGoneError(CheckpointError):
+    """The database file was deleted, or replaced by another file, while a store had it
+    open: SQLite keeps reading and writing the file it opened, which nothing can find
+    again, so the store refuses every call from then on (raised by the SQLite store)."""
+
+
 class ReadOnlyStoreError(CheckpointError):
     """A write was attempted on a store opened for browsing only."""
 

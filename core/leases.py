@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from core.checkpoint.base import Lease
-from core.errors import RunAlreadyClaimedError
+from core.errors import DatabaseGoneError, RunAlreadyClaimedError, error_sentence
 
 _log = logging.getLogger(__name__)
 
@@ -165,6 +165,10 @@ class HeldLease:
             now = time.time()
             try:
                 held = await self.store.renew_lease(lease.thread_id, lease.holder_id, now, now + self.ttl)
+            except DatabaseGoneError as exc:
+                # Not a passing hitch: no later renewal can reach the file again.
+                self.lose(error_sentence(exc))
+                return
             except Exception as exc:
                 # A store that is briefly busy costs nothing while the lease is still
                 # ours; but if the next attempt would come after it expired, another

@@ -11,7 +11,8 @@ It prints one plain-text line per finished message to stdout (``user: ...``,
 ``assistant: ...``, ``tool NAME: ...``, ``steer: ...``) and a last line ``run OUTCOME``;
 control characters in model or tool text are escaped, never sent to the terminal.
 
-Exit status: 0 completed, 1 failed (or interrupted), 130 aborted (an abort command,
+Exit status: 0 completed, 1 failed (or interrupted, or the database file was deleted or
+replaced under the run: one sentence on stderr), 130 aborted (an abort command,
 Ctrl-C or SIGTERM), 2 bad input (one sentence on stderr: bad arguments, a database that
 cannot be opened, a thread running elsewhere, nothing to resume, no API key).
 
@@ -25,17 +26,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
+import logging
 import math
 import os
 import signal
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Callable, Iterator, Sequence, TextIO
 
 from core.agent import Agent
-from core.errors import CubepiError, ThreadNotFoundError, error_sentence
+from core.errors import CubepiError, DatabaseGoneError, ThreadNotFoundError, error_sentence
 from core.events import AgentEnd, AgentEvent, MessageEnd, RunOutcome
 from core.leases import LeaseHolder
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
@@ -100,6 +103,7 @@ async def run_headless(
     out = out or sys.stdout
     err = err or sys.stderr
     store = None
+    quiet = _GoneFilter()
     try:
         if (prompt is None) == (not resume):
             raise BadInput("Give either a prompt or --resume (exactly one of them).")
@@ -111,6 +115,7 @@ async def run_headless(
         from core.checkpoint.sqlite import SQLiteCheckpointer
 
         store = await SQLiteCheckpointer.open(db_path, create=create)
+        quiet.store = store
         if store.needs_upgrade:
             if not upgrade:
                 raise BadInput(
@@ -137,17 +142,23 @@ async def run_headless(
         sup = Supervisor(runner, store)
         restore = _abort_on_signals(sup) if handle_signals else (lambda: None)
         try:
-            if resume:
-                outcome: RunOutcome = await sup.resume(include_pending=include_pending)
-            else:
-                assert prompt is not None
-                outcome = await sup.prompt(prompt, include_pending=include_pending)
+            with _log_to(err, quiet):
+                if resume:
+                    outcome: RunOutcome = await sup.resume(include_pending=include_pending)
+                else:
+                    assert prompt is not None
+                    outcome = await sup.prompt(prompt, include_pending=include_pending)
         finally:
             restore()
+        # The last write may have gone into a file deleted after it committed.
+        store.check_file()
         return EXIT_CODES.get(outcome, 1)
     except asyncio.CancelledError:
         _say(err, "The run was cancelled.")
         return EXIT_CODES["aborted"]
+    except DatabaseGoneError as exc:
+        _say(err, error_sentence(exc))
+        return EXIT_CODES["failed"]
     except CubepiError as exc:
         _say(err, error_sentence(exc))
         return BAD_INPUT
@@ -157,6 +168,44 @@ async def run_headless(
     finally:
         if store is not None:
             await store.close()
+
+
+class _GoneFilter(logging.Filter):
+    """Drops log records once the database file is gone: each would be another account of
+    the one cause the runner states in its one sentence (every write fails from then on)."""
+
+    store: Any = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.store is None:
+            return True
+        try:
+            self.store.check_file()
+        except DatabaseGoneError:
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def _log_to(err: TextIO, quiet: logging.Filter) -> Iterator[None]:
+    """While the run goes, ``core``'s warnings go to ``err`` through ``quiet``, as Python's
+    last-resort handler would print them (message only), unless the program configured
+    logging itself (then its handlers get them, unchanged)."""
+    if logging.getLogger().handlers:
+        yield
+        return
+    logger = logging.getLogger("core")
+    handler = logging.StreamHandler(err)
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(quiet)
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 def _agent_spec(agent: str | Callable[[], AgentSpec] | None, *, demo: bool, speed: float, model: str | None) -> AgentSpec:
@@ -253,7 +302,8 @@ _UNSAFE_FORMAT = frozenset("\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u20
 
 def plain(text: str) -> str:
     """``text`` on one line with every control character escaped (``\\n``, ``\\x1b``, ...), so
-    model or tool output can never drive the terminal."""
+    model or tool output can never drive the terminal. A lone surrogate (an undecodable byte
+    kept by ``surrogateescape``) is escaped too (``\\udcff``): no stdout encoding can print it."""
     out = []
     for ch in text:
         code = ord(ch)
@@ -261,7 +311,7 @@ def plain(text: str) -> str:
             out.append("\\n")
         elif ch == "\t":
             out.append("\\t")
-        elif code < 0x20 or 0x7F <= code < 0xA0 or ch in _UNSAFE_FORMAT:
+        elif code < 0x20 or 0x7F <= code < 0xA0 or 0xD800 <= code < 0xE000 or ch in _UNSAFE_FORMAT:
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
         else:
             out.append(ch)

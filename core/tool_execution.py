@@ -139,7 +139,7 @@ class _Batch:
         if prepared.failure is not None or tool is None or params is None:
             self.queue.put_nowait(_Finished(call, prepared.failure or AgentToolResult("Not runnable.", is_error=True)))
             return
-        ctx = ToolContext(call.id, self.signal, self._updater(call), key)
+        ctx = ToolContext(call.id, self.signal, self._updater(call), key, self.grace)
         reused = False
         metadata: dict[str, Any] | None = None
         try:

@@ -122,12 +122,16 @@ class ToolContext:
     ``job_key`` is the call's job key when the tool is idempotent (else ``None``): pass
     it to any external system as *its* idempotency key, so a side effect made just before
     a crash is not made twice when resume re-runs the call (see :mod:`core.jobs`).
+    ``abort_grace`` is the seconds the tool has, once ``signal`` is set, before the
+    executor cancels it (the agent's ``abort_grace``); :func:`core.processes.run_process`
+    times its SIGTERM-then-SIGKILL of a child's process group by it.
     """
 
     tool_call_id: str
     signal: asyncio.Event
     on_update: OnUpdate
     job_key: str | None = None
+    abort_grace: float = 5.0
 
     def report(self, progress: float | None = None, text: str | None = None) -> None:
         """Report progress: ``progress`` a fraction 0..1 (clamped), ``text`` a short status line."""

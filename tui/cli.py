@@ -82,6 +82,38 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+NO_TERMINAL = 1
+"""Exit status when the app has no terminal: an error that kept it from starting (as for a
+database it cannot open), not bad arguments (2): the same command works in a terminal."""
+
+
+def terminal_problem(stdin: Any = None, screen: Any = None) -> str | None:
+    """One sentence when the app cannot run here, else ``None``.
+
+    The app reads keys from ``stdin`` and draws on ``screen`` (``sys.__stderr__``: Textual's
+    Linux driver writes there, so a piped stdout is fine); both must be terminals. Without
+    one Textual's input thread reads end-of-file again and again and the app spins at 100 %
+    CPU with nobody to see it. Never raises.
+    """
+    stdin = sys.__stdin__ if stdin is None else stdin
+    screen = sys.__stderr__ if screen is None else screen
+    missing = [name for name, stream in (("standard input", stdin), ("standard error", screen)) if not _is_tty(stream)]
+    if not missing:
+        return None
+    return (
+        f"The app needs a terminal, and its {' and '.join(missing)}"
+        f" {'is not one' if len(missing) == 1 else 'are not terminals'};"
+        ' to run a thread without a terminal use `cubepi-tui run --db PATH --thread ID "prompt"`.'
+    )
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, OSError, ValueError):  # closed, or not a real stream
+        return False
+
+
 def store_opener(
     path: Path, *, create: bool, make_parent: bool = False, on_busy: Callable[[int], None] | None = None
 ) -> Any:
@@ -168,13 +200,17 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         sys.exit(run_main(arguments))
 
-    from tui.app import make_app
-
     try:
         args = parse_args(arguments)
     except BadInput as error:
         print(f"cubepi-tui: {error}", file=sys.stderr)
         sys.exit(BAD_INPUT)
+    problem = terminal_problem()
+    if problem is not None:
+        print(f"cubepi-tui: {problem}", file=sys.stderr)
+        sys.exit(NO_TERMINAL)
+    from tui.app import make_app
+
     session = build_session(
         args.database,
         create=args.create,

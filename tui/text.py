@@ -17,9 +17,11 @@ from typing import Any
 
 from rich.text import Text
 
-# C0 controls except tab and newline, DEL, C1 controls, and the Unicode bidi overrides
-# and isolates that can visually reorder text (the "Trojan Source" characters).
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 controls except tab and newline, DEL, C1 controls, the Unicode bidi overrides
+# and isolates that can visually reorder text (the "Trojan Source" characters), and
+# lone surrogates (undecodable bytes kept by ``surrogateescape``), which no terminal
+# encoding can print.
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _stand_in(match: re.Match[str]) -> str:
@@ -37,7 +39,8 @@ def clean(value: object) -> str:
     """Return ``value`` as text with every control character replaced by a visible stand-in.
 
     Newlines and tabs are kept; ``\\r\\n`` becomes ``\\n``. ESC becomes ``␛`` so an escape
-    sequence such as ``\\x1b[31m`` shows as ``␛[31m`` instead of turning the screen red.
+    sequence such as ``\\x1b[31m`` shows as ``␛[31m`` instead of turning the screen red. A
+    lone surrogate (an undecodable byte) shows as its escape, ``\\udcff``.
     """
     text = value if isinstance(value, str) else str(value)
     text = text.replace("\r\n", "\n")

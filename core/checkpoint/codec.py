@@ -3,14 +3,25 @@
 Encoding is ``model_dump(mode="json")`` as CubePi writes it, so rows stay readable by
 cubeloop; decoding validates on ``role`` and keeps unknown fields. A row that cannot be
 decoded raises :class:`~core.errors.CorruptRecordError`, never a raw pydantic or JSON error.
+
+Undecodable bytes: text decoded with ``errors="surrogateescape"`` (``os.fsdecode``, a
+subprocess's output) keeps each undecodable byte as a lone surrogate (``b"\\xff"`` becomes
+``"\\udcff"``), which UTF-8 cannot encode. Such a message is written with each lone
+surrogate as its JSON escape (the six ASCII characters ``\\udcff``), exactly as cubeloop's
+``json.dumps`` writes it, so the row is valid UTF-8 JSON and decoding gives back the exact
+``str`` (``.encode("utf-8", "surrogateescape")`` then gives back the original bytes). The one
+loss JSON forces: a high and a low surrogate held as two separate code points read back as
+the one character they encode.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Sequence
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from core.errors import CorruptRecordError
 from core.messages import AnyMessage, Message
@@ -18,10 +29,26 @@ from core.messages import AnyMessage, Message
 _ADAPTER: TypeAdapter[AnyMessage] = TypeAdapter(Message)
 _LIST_ADAPTER: TypeAdapter[list[AnyMessage]] = TypeAdapter(list[Message])
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# A JSON \\uXXXX escape of a surrogate; the fast validator (jiter) refuses a lone one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
 
 def encode(message: AnyMessage) -> str:
-    """Serialize one message to compact JSON text (str)."""
-    return message.model_dump_json()
+    """Serialize one message to compact JSON text (a ``str`` that encodes as valid UTF-8).
+
+    Lone surrogates are written as JSON ``\\uXXXX`` escapes (see the module docstring);
+    every other character is written as itself. Raises ``TypeError``/``ValueError`` only for
+    a value pydantic cannot serialize at all.
+    """
+    try:
+        return message.model_dump_json()
+    except PydanticSerializationError:
+        # The only failure of a valid message: a str UTF-8 cannot encode (lone surrogates).
+        text = json.dumps(message.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
+        # Outside strings JSON text is ASCII, so every surrogate sits inside a string,
+        # where its \\uXXXX escape stands for exactly that code point.
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def encode_extra(extra: dict[str, Any]) -> str:
@@ -38,6 +65,11 @@ def decode(text: str | bytes, *, thread_id: str = "", row_id: object = None) -> 
     try:
         return _ADAPTER.validate_json(text)
     except ValidationError as exc:
+        if _has_surrogate_escape(text):
+            try:
+                return _ADAPTER.validate_python(json.loads(text))
+            except (ValueError, ValidationError):
+                pass  # reported below with the fast validator's reason
         raise CorruptRecordError(_why(exc, thread_id, row_id), thread_id=thread_id, row_id=row_id) from None
 
 
@@ -50,6 +82,11 @@ def decode_many(texts: Sequence[str | bytes]) -> list[AnyMessage]:
     try:
         return _LIST_ADAPTER.validate_json(b"[" + b",".join(_as_bytes(t) for t in texts) + b"]")
     except ValidationError as exc:
+        if any(_has_surrogate_escape(t) for t in texts):
+            try:
+                return [decode(t) for t in texts]
+            except CorruptRecordError:
+                pass
         raise CorruptRecordError(_why(exc, "", None), thread_id="", row_id=None) from None
 
 
@@ -60,6 +97,13 @@ def copy_message(message: AnyMessage) -> AnyMessage:
 
 def _as_bytes(text: str | bytes) -> bytes:
     return text.encode() if isinstance(text, str) else text
+
+
+def _has_surrogate_escape(text: str | bytes) -> bool:
+    try:
+        return _SURROGATE_ESCAPE.search(_as_bytes(text)) is not None
+    except UnicodeEncodeError:  # a str holding a raw lone surrogate: no JSON we wrote
+        return False
 
 
 def _why(exc: ValidationError, thread_id: str, row_id: object) -> str:

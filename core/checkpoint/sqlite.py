@@ -183,18 +183,24 @@ class SQLiteCheckpointer(SQLiteFile):
 
         Of processes racing for one thread exactly one wins. ``is_stale`` runs on the
         connection thread while the write lock is held: it must be quick and must not
-        touch the event loop (compare times, probe a pid). The lease is stored as given.
+        touch the event loop (compare times, probe a pid). The lease is stored as given,
+        unless the call waited a second or more for another program's write lock: then its
+        times move on by that wait, so its time to live counts from the write; the lease as
+        stored is returned.
         Raises ``RunAlreadyClaimedError`` ("Thread X is already running (holder pid P on
         HOST, heartbeat Ns ago).") with ``lease`` set to the current lease.
         """
         self._check_writable()
-        return await self._run(lambda c: supervised.acquire_lease(c, lease, is_stale), "lease")
+        called_at = time.time()
+        return await self._run(lambda c: supervised.acquire_lease(c, lease, is_stale, called_at), "lease")
 
     async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
-        """See ``SupervisedStore.renew_lease``: one guarded UPDATE; ``False`` once another holder took it."""
+        """See ``SupervisedStore.renew_lease``: one guarded UPDATE; ``False`` once another holder took it.
+        Times move on by a wait for another program's lock, as in :meth:`acquire_lease`."""
         self._check_writable()
+        called_at = time.time()
         return await self._run(
-            lambda c: supervised.renew_lease(c, thread_id, holder_id, heartbeat_at, expires_at), "heartbeat")
+            lambda c: supervised.renew_lease(c, thread_id, holder_id, heartbeat_at, expires_at, called_at), "heartbeat")
 
     async def release_lease(self, thread_id: str, holder_id: str) -> None:
         """See ``SupervisedStore.release_lease``."""

@@ -19,9 +19,33 @@ from typing import Any, Callable, Self, TypeVar
 import aiosqlite
 
 from core.checkpoint import sqlite_schema as schema
-from core.errors import CheckpointError, DatabaseOpenError, ReadOnlyStoreError, SchemaError, StoreBusyError
+from core.errors import (
+    CheckpointError,
+    DatabaseGoneError,
+    DatabaseOpenError,
+    ReadOnlyStoreError,
+    SchemaError,
+    StoreBusyError,
+)
 
 T = TypeVar("T")
+
+BUSY_TIMEOUT = 2.0
+"""Seconds SQLite's own busy handler waits for another connection's lock within one attempt
+(it sleeps 1, 2, 5, 10 ... 100 ms between its own tries)."""
+
+LOCK_WAIT = 60.0
+"""Seconds one store call keeps trying while another program holds the database locked,
+before it gives up with ``StoreBusyError``. Attempts of up to ``BUSY_TIMEOUT`` s follow
+each other after pauses of 0.05 s doubling to at most ``BACKOFF_MAX`` s, and every retry
+is reported (``on_busy``), so the app says what it waits for. Why 60 s: a write lock held
+by a program doing its work (a migration or ``VACUUM`` of a large file, a backup, a
+``BEGIN IMMEDIATE`` typed in the sqlite3 shell and committed a little later) ends well
+within it, as does a lease's time to live (15 s by default); a lock held longer is a
+program forgotten mid-transaction rather than working, and is then said in one sentence."""
+
+BACKOFF_MAX = 1.0
+"""Seconds, at most, between two attempts of a locked call (the pause doubles from 0.05 s)."""
 
 
 class SQLiteFile:
@@ -30,10 +54,15 @@ class SQLiteFile:
     Every call goes through :meth:`_run`: one hop to aiosqlite's connection thread that
     runs a whole transaction there, retried with backoff while another process holds
     the lock. Writes on a browse-only file are refused by :meth:`_check_writable`.
+
+    The file's identity (``st_dev``, ``st_ino``) is taken when it is opened and compared
+    with the path's after every call (one ``stat``, about 2 µs): SQLite goes on writing
+    the file it opened after the path was unlinked or renamed over, so without this a run
+    would report its writes saved into a file nobody can open again.
     """
 
     def __init__(self, db: aiosqlite.Connection, path: Path, layout: schema.Layout, *, writable: bool,
-                 busy_timeout: float, retries: int, durable: bool,
+                 busy_timeout: float, lock_wait: float, retries: int | None, durable: bool,
                  on_busy: Callable[[int], None] | None) -> None:
         """Internal: use :meth:`open`."""
         self._db: aiosqlite.Connection | None = db
@@ -41,9 +70,11 @@ class SQLiteFile:
         self._layout = layout
         self._writable = writable
         self._busy_timeout = busy_timeout
+        self._lock_wait = lock_wait
         self._retries = retries
         self._durable = durable
         self._on_busy = on_busy
+        self._identity = _identity(path)
 
     # --- opening -------------------------------------------------------------------------
 
@@ -53,8 +84,9 @@ class SQLiteFile:
         path: str | os.PathLike[str],
         *,
         create: bool = True,
-        busy_timeout: float = 2.0,
-        retries: int = 4,
+        busy_timeout: float = BUSY_TIMEOUT,
+        lock_wait: float = LOCK_WAIT,
+        retries: int | None = None,
         durable: bool = False,
         on_busy: Callable[[int], None] | None = None,
     ) -> Self:
@@ -62,10 +94,11 @@ class SQLiteFile:
 
         ``create``: a missing file (or one without tables) is created with the full schema;
         when false a missing file is an error. ``busy_timeout`` (seconds) is how long SQLite
-        itself waits for another process's lock, and ``retries`` how many more times a
-        locked call is retried with backoff (``on_busy(attempt)`` is called before each, so
-        an app can show the wait). ``durable`` syncs every commit to disk (``synchronous=
-        FULL``, ~10x slower); by default a commit survives a killed process but the last
+        itself waits for another process's lock in one attempt, and ``lock_wait`` (seconds)
+        how long a locked call is retried in all, with backoff (see ``LOCK_WAIT`` for the
+        numbers and why); ``retries``, when given, also caps the number of retries.
+        ``on_busy(attempt)`` is called before each retry, so an app can show the wait.
+        ``durable`` syncs every commit to disk (``synchronous=FULL``, ~10x slower); by default a commit survives a killed process but the last
         ones may be lost on power failure (WAL with ``synchronous=NORMAL``).
 
         Raises ``DatabaseOpenError`` (one sentence naming the path) for a directory, a
@@ -76,7 +109,8 @@ class SQLiteFile:
         """
         p = Path(path).expanduser().absolute()
         exists = check_path(p, create=create)
-        settings = dict(busy_timeout=busy_timeout, retries=retries, durable=durable, on_busy=on_busy)
+        settings = dict(busy_timeout=busy_timeout, lock_wait=lock_wait, retries=retries, durable=durable,
+                        on_busy=on_busy)
         if not exists:
             return await cls._create(p, **settings)
         db, layout = await _read_existing(p, busy_timeout)
@@ -178,6 +212,21 @@ class SQLiteFile:
         """Our schema version in the file, ``None`` for a file we never migrated (cubeloop's)."""
         return self._layout.version
 
+    def check_file(self) -> None:
+        """Raise ``DatabaseGoneError`` (one sentence naming the path) when the file this store
+        opened is no longer at its path: deleted, moved away, or replaced by another file.
+        Every call checks this itself; call it to learn before reporting work as saved."""
+        now = _identity(self._path)
+        if self._identity is None:
+            self._identity = now  # opened before SQLite created the file: take it now
+            return
+        if now == self._identity:
+            return
+        how = "deleted (or moved away)" if now is None else "replaced by another file"
+        raise DatabaseGoneError(
+            f"{self._path} was {how} while this program had it open, so nothing more can be read from or saved to it."
+        )
+
     async def close(self) -> None:
         """Close the connection; idempotent. In WAL mode the last close folds the -wal back."""
         db, self._db = self._db, None
@@ -201,23 +250,35 @@ class SQLiteFile:
         raise ReadOnlyStoreError(f"{self._path} is read-only: the file or its directory cannot be written.")
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
-        """Run ``fn`` on the connection thread; retry "database is locked" with backoff."""
+        """Run ``fn`` on the connection thread; retry "database is locked" with backoff.
+
+        Raises ``DatabaseGoneError`` after the call when the file is no longer at its path
+        (see :meth:`check_file`): a write then went into a file nobody can open again.
+        """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         delay = 0.05
-        for attempt in range(self._retries + 1):
+        attempt = 0
+        while True:
             db = self._db
             if db is None:
                 raise CheckpointError(f"The store {self._path} is closed.")
             try:
-                return await call(db, fn)
+                result = await call(db, fn)
+                self.check_file()
+                return result
             except sqlite3.Error as exc:
-                if not is_busy(exc) or attempt == self._retries:
-                    waited = (self._retries + 1) * self._busy_timeout
+                self.check_file()
+                waited = loop.time() - started
+                out_of_time = waited + delay + self._busy_timeout > self._lock_wait
+                out_of_tries = self._retries is not None and attempt >= self._retries
+                if not is_busy(exc) or out_of_time or out_of_tries:
                     raise call_error(self._path, exc, what, waited=waited, read_only=self.read_only) from None
+            attempt += 1
             if self._on_busy is not None:
-                self._on_busy(attempt + 1)
+                self._on_busy(attempt)
             await asyncio.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
+            delay = min(delay * 2, BACKOFF_MAX)
 
 
 # --- connection, paths, errors -----------------------------------------------------------------
@@ -272,6 +333,15 @@ async def call(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) 
     queue and connection every public aiosqlite call goes through.
     """
     return await db._execute(lambda: fn(db._conn))
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file at ``path``, ``None`` when there is none. Never raises."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def is_busy(exc: BaseException) -> bool:

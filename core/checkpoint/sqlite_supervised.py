@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from core.checkpoint.base import (
@@ -160,18 +161,41 @@ def _job(c: sqlite3.Connection, thread_id: str, key: str) -> JobRecord | None:
 _LEASE_COLUMNS = "thread_id, holder_id, pid, host, run_id, acquired_at, heartbeat_at, expires_at"
 
 
-def acquire_lease(c: sqlite3.Connection, lease: Lease, is_stale: Callable[[Lease], bool]) -> Lease:
+def acquire_lease(c: sqlite3.Connection, lease: Lease, is_stale: Callable[[Lease], bool], called_at: float) -> Lease:
     """Read the current lease, decide and upsert inside one ``BEGIN IMMEDIATE``.
 
     The write lock is held from the read to the commit, so of two processes racing for a
-    thread exactly one sees no live lease; the other then sees the winner's.
+    thread exactly one sees no live lease; the other then sees the winner's. Returns the
+    lease as stored: as given, or with its times moved on by the time since ``called_at``
+    (unix seconds) when the call waited for the lock (see :func:`lock_wait_shift`).
     """
     with write_txn(c):
+        shift = lock_wait_shift(called_at)
+        if shift:
+            lease = replace(lease, acquired_at=lease.acquired_at + shift, heartbeat_at=lease.heartbeat_at + shift,
+                            expires_at=lease.expires_at + shift)
         current = _lease(c, lease.thread_id)
         if current is not None and current.holder_id != lease.holder_id and not is_stale(current):
             raise RunAlreadyClaimedError(lease_refusal(current), lease=current)
         c.execute(f"INSERT OR REPLACE INTO {LEASES} ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _lease_row(lease))
     return lease
+
+
+LEASE_SHIFT_MIN = 1.0
+"""Seconds of waiting for a lock from which a lease's times are moved on (a shorter wait
+is nothing next to a 15 s time to live and a 2 s heartbeat)."""
+
+
+def lock_wait_shift(called_at: float) -> float:
+    """Seconds a lease write waited since ``called_at`` (unix seconds, taken when the store
+    method was called), inside its transaction; 0 below ``LEASE_SHIFT_MIN``.
+
+    The caller stamps a lease's times just before the call, which may then wait up to
+    ``LOCK_WAIT`` for another program's write lock; written as given, a lease taken or
+    renewed after a 14 s wait would have about 1 s left and expire before the next
+    heartbeat. Moved on by the wait, its time to live counts from the write."""
+    waited = time.time() - called_at
+    return waited if waited >= LEASE_SHIFT_MIN else 0.0
 
 
 def fence(c: sqlite3.Connection, thread_id: str, holder_id: str | None) -> None:
@@ -181,11 +205,14 @@ def fence(c: sqlite3.Connection, thread_id: str, holder_id: str | None) -> None:
         check_lease_holder(_lease(c, thread_id), thread_id, holder_id, time.time())
 
 
-def renew_lease(c: sqlite3.Connection, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
-    """One UPDATE guarded by the holder: ``False`` when another holder took the lease (or none exists)."""
+def renew_lease(c: sqlite3.Connection, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float,
+                called_at: float) -> bool:
+    """One UPDATE guarded by the holder: ``False`` when another holder took the lease (or none
+    exists). The times move on by the call's wait for the lock (:func:`lock_wait_shift`)."""
+    shift = lock_wait_shift(called_at)
     cur = c.execute(
         f"UPDATE {LEASES} SET heartbeat_at = ?, expires_at = ? WHERE thread_id = ? AND holder_id = ?",
-        (heartbeat_at, expires_at, thread_id, holder_id),
+        (heartbeat_at + shift, expires_at + shift, thread_id, holder_id),
     )
     return cur.rowcount == 1
 

@@ -53,19 +53,23 @@ class TextInputModal(OnceModal[str | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal.cancel", tooltip="Close without sending")]
 
-    def __init__(self, title: str, hint: str = "", *, placeholder: str = "", submit_label: str = "Send") -> None:
+    def __init__(
+        self, title: str, hint: str = "", *, placeholder: str = "", submit_label: str = "Send", value: str = ""
+    ) -> None:
+        """``value`` is the text the input starts with (a prompt offered again after a failed send)."""
         super().__init__(classes="modal")
         self._title = title
         self._hint = hint
         self._placeholder = placeholder
         self._submit_label = submit_label
+        self._value = value
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(literal(self._title, style="bold"), classes="title")
             if self._hint:
                 yield Static(literal(self._hint), classes="hint")
-            yield LineInput(placeholder=self._placeholder, id="text")
+            yield LineInput(self._value, placeholder=self._placeholder, id="text")
             with Horizontal(classes="buttons"):
                 yield Button(self._submit_label, variant="primary", id="submit")
                 yield Button("Cancel", id="cancel")

@@ -12,6 +12,8 @@ and the user's choices.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from rich.text import Text
 from textual import events, on, work
 from textual.binding import Binding
@@ -20,6 +22,8 @@ from textual.worker import Worker, WorkerState
 from core.agent import Agent
 from core.checkpoint.base import Command
 from core.errors import CubepiError, RunError
+from core.events import AgentEvent, MessageEnd
+from core.messages import UserMessage
 from core.recovery import ResumeAction, ThreadState
 from core.supervise import ThreadCrashedError, ThreadNotRunningError
 from tui.messages import CloseThread, RunFinished, RunStarted
@@ -102,6 +106,7 @@ class ThreadScreen(ThreadView):
                 self.post_message(RunFinished(self.thread_id, error=str(error)))
                 return
             self.notify("Database upgraded; cubeloop can still read it.")
+        saved = _PromptSaved()
         try:
             self.workers.cancel_group(self, "follow")
             await self._stop_following()
@@ -114,13 +119,30 @@ class ThreadScreen(ThreadView):
                     on_start=self._run_begins,
                 )
             else:
-                outcome = await self.session.prompt(self.thread_id, text or "", on_start=self._run_begins)
+                outcome = await self.session.prompt(
+                    self.thread_id, text or "", on_start=lambda agent: self._run_begins(saved.watch(agent))
+                )
         except CubepiError as error:
+            saved.stop()
             if self.session.ending:
                 return  # the app is ending: the session saves the prompt itself (pending_prompts)
             self.post_message(RunFinished(self.thread_id, error=str(error)))
+            if kind == "prompt" and text:
+                self._offer_again(text, str(error))
             return
+        saved.stop()
         self.post_message(RunFinished(self.thread_id, outcome=str(outcome)))
+        if kind == "prompt" and text and not saved.saved and not self.session.ending:
+            agent = self.session.agents.get(self.thread_id)
+            self._offer_again(text, (agent.state.error if agent is not None else None) or f"The run {outcome}.")
+
+    @work(exit_on_error=False, group="offer")
+    async def _offer_again(self, text: str, why: str) -> None:
+        """The prompt ``text`` was never saved (``why``, one sentence): offer it again, as typed."""
+        hint = f"Not sent: {why} Press Enter to try again, or Escape to drop it."
+        again = await self.app.push_screen_wait(TextInputModal("New prompt", hint, value=text))
+        if again:
+            self.start_run("prompt", again)
 
     def _run_begins(self, agent: Agent) -> None:
         self._subscribe(agent)
@@ -315,7 +337,9 @@ class ThreadScreen(ThreadView):
         return command
 
     @work(exclusive=True, exit_on_error=False, group="input")
-    async def _send_queued(self, kind: str) -> None:
+    async def _send_queued(self, kind: str, value: str = "", why: str = "") -> None:
+        """Ask for a steer or follow-up and send or queue it. ``value`` and ``why``: the text
+        of one that could not be sent, offered again as typed, and why it was not sent."""
         words = KIND_WORDS[kind]
         if kind == "steer":
             hint = "Read by the agent before its next model call."
@@ -326,7 +350,9 @@ class ThreadScreen(ThreadView):
             hint += f" It goes to process {lease.pid} on {clean(lease.host)}, which runs the thread."
         elif not self.running:
             hint = "The agent is idle: you will be asked to send this as a new prompt."
-        text = await self.app.push_screen_wait(TextInputModal(words, hint))
+        if why:
+            hint = f"Not sent: {why} Press Enter to try again, or Escape to drop it. {hint}"
+        text = await self.app.push_screen_wait(TextInputModal(words, hint, value=value))
         if not text:
             return
         if self.elsewhere is not None and not self.running:
@@ -338,7 +364,7 @@ class ThreadScreen(ThreadView):
             except ThreadNotRunningError:
                 pass  # its run ended meanwhile: offer a new prompt below
             except CubepiError as error:
-                self.notify(clean(error), severity="error", timeout=10, markup=False)
+                self._send_queued(kind, text, str(error))  # e.g. the database stayed locked: keep the text
                 return
             else:
                 self._track_sent(command)
@@ -360,3 +386,28 @@ class ThreadScreen(ThreadView):
         if await self.app.push_screen_wait(ConfirmModal(f"{words}: agent idle", question, yes="Send")):
             self.start_run("prompt", text)
 
+
+class _PromptSaved:
+    """Notes whether a run's prompt was saved, from the agent's ``message_end`` events."""
+
+    def __init__(self) -> None:
+        self.saved = False
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def watch(self, agent: Agent) -> Agent:
+        """Start listening to ``agent`` (returned, for chaining)."""
+        self._unsubscribe = agent.subscribe(self._note)
+        return agent
+
+    def _note(self, event: AgentEvent) -> None:
+        if not isinstance(event, MessageEnd) or not event.persisted:
+            return
+        message = event.message
+        if isinstance(message, UserMessage) and (message.metadata or {}).get("kind", "prompt") == "prompt":
+            self.saved = True
+
+    def stop(self) -> None:
+        """Stop listening; idempotent."""
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()

@@ -1,0 +1,126 @@
+"""Tool output holding undecodable bytes (lone surrogates) is stored, shown escaped, and read back exact.
+
+Text decoded with ``errors="surrogateescape"`` (what ``os.fsdecode`` and a subprocess's
+output often are) keeps each undecodable byte as a lone surrogate such as ``'\\udcff'``,
+which UTF-8 cannot encode. Such a tool result used to make every append fail, so an
+idempotent tool's thread was stuck for good: its job was done, and resume and every new
+prompt tried to append the same unencodable result again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+from core.agent import Agent
+from core.checkpoint import codec
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.messages import AssistantMessage, ToolCall, ToolResultMessage, user_text
+from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
+from core.runner import plain
+from core.tool_execution import call_job_key, result_to_json
+from core.tools import AgentToolResult, tool
+from tui.text import clean
+
+WAIT = 30.0  # seconds; a liveness bound, reached only by a failing test
+RAW = b"name: caf\xe9 \xff\xfe end"
+TEXT = RAW.decode("utf-8", "surrogateescape")  # 'name: caf\udce9 \udcff\udcfe end'
+
+
+@tool(idempotent=True)
+async def read_name() -> str:
+    """Return a file name as the file system gave it (undecodable bytes kept as surrogates)."""
+    return TEXT
+
+
+def _agent(store: SQLiteCheckpointer, script: list) -> Agent:
+    return Agent(FauxProvider(script), store, "t1", tools=[read_name])
+
+
+async def test_a_result_with_lone_surrogates_is_saved_and_the_run_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "threads.sqlite"
+    store = await SQLiteCheckpointer.open(path)
+    try:
+        agent = _agent(store, [faux_reply("Reading.", faux_tool_call("read_name", {})), faux_reply("Done.")])
+        assert await asyncio.wait_for(agent.prompt("read the name"), WAIT) == "completed"
+        # The thread is not stuck: a new prompt in it runs too.
+        agent2 = _agent(store, [faux_reply("Again.")])
+        await agent2.load()
+        assert await asyncio.wait_for(agent2.prompt("and again"), WAIT) == "completed"
+    finally:
+        await store.close()
+
+    # Reopened from disk: the exact original str comes back.
+    store = await SQLiteCheckpointer.open(path, create=False)
+    try:
+        data = await store.load("t1")
+    finally:
+        await store.close()
+    assert data is not None and not data.problems
+    results = [m for m in data.messages if isinstance(m, ToolResultMessage)]
+    assert [r.text for r in results] == [TEXT]
+    assert results[0].text.encode("utf-8", "surrogateescape") == RAW
+    assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant", "user", "assistant"]
+
+    # Stored as valid UTF-8 JSON (the surrogates as JSON escapes, as cubeloop writes them).
+    with sqlite3.connect(path) as db:
+        rows = [r[0] for r in db.execute("SELECT message_json FROM messages ORDER BY id")]
+    raw = rows[2].encode("utf-8") if isinstance(rows[2], str) else rows[2]
+    raw.decode("utf-8")  # strict: raises on anything but valid UTF-8
+    assert "\\udcff" in raw.decode() and json.loads(raw)["content"][0]["text"] == TEXT
+
+
+async def test_a_thread_left_stuck_by_such_a_result_resumes(tmp_path: Path) -> None:
+    # What the old code left: the job done with the result, the result never appended.
+    store = await SQLiteCheckpointer.open(tmp_path / "threads.sqlite")
+    try:
+        call = ToolCall(id="call-1", name="read_name", arguments={})
+        await store.claim_run("t1", "r1")
+        await store.append("t1", [
+            user_text("read the name", run_id="r1"),
+            AssistantMessage(content=[call], stop_reason="tool_use", run_id="r1"),
+        ])
+        key = call_job_key(read_name, call)
+        assert key is not None
+        await store.job_begin("t1", key, call.id)
+        await store.job_finish("t1", key, "done", result_to_json(AgentToolResult(TEXT)))
+
+        agent = _agent(store, [faux_reply("Done.")])
+        await agent.load()
+        assert await asyncio.wait_for(agent.resume(), WAIT) == "completed"
+        data = await store.load("t1")
+    finally:
+        await store.close()
+    assert data is not None
+    results = [m for m in data.messages if isinstance(m, ToolResultMessage)]
+    assert [(r.tool_call_id, r.text) for r in results] == [("call-1", TEXT)]
+
+
+def test_the_codec_round_trips_lone_surrogates_and_keeps_other_text_readable() -> None:
+    message = ToolResultMessage(tool_call_id="c1", tool_name="t", content=[{"type": "text", "text": "é " + TEXT}])
+    text = codec.encode(message)
+    text.encode("utf-8")  # strict
+    assert "é" in text  # only the surrogates are escaped, not all non-ASCII text
+    assert codec.decode(text).text == "é " + TEXT
+    assert codec.decode(text.encode()).text == "é " + TEXT
+    plain = ToolResultMessage(tool_call_id="c2", tool_name="t", content=[{"type": "text", "text": "ok"}])
+    assert [m.text for m in codec.decode_many([codec.encode(plain), text])] == ["ok", "é " + TEXT]
+
+
+def test_a_cubeloop_row_with_a_lone_surrogate_escape_reads_exact() -> None:
+    # cubeloop stores json.dumps(message.model_dump()): lone surrogates become \\udcXX escapes.
+    row = json.dumps({"role": "tool_result", "tool_call_id": "c1", "tool_name": "t",
+                      "content": [{"type": "text", "text": TEXT}], "is_error": False})
+    assert codec.decode(row).text == TEXT
+
+
+def test_lone_surrogates_are_shown_escaped() -> None:
+    shown = clean(TEXT)
+    assert shown == "name: caf\\udce9 \\udcff\\udcfe end"
+    shown.encode("utf-8")  # a terminal can print it
+
+
+def test_the_runner_prints_lone_surrogates_escaped() -> None:
+    assert plain(TEXT) == "name: caf\\udce9 \\udcff\\udcfe end"

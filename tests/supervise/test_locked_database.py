@@ -1,0 +1,44 @@
+"""A runner started while another process holds the database's write lock waits it out.
+
+The store used to give up after about 11 s (5 attempts of SQLite's 2 s busy timeout plus
+0.75 s of pauses), so a runner started under a longer lock exited at once with status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.checkpoint.sqlite_file import LOCK_WAIT
+from core.recovery import ThreadState, diagnose
+from tests.helpers.locks import LockHolder
+
+HELD = 14.0
+"""Seconds the other process holds the lock: longer than the old ~11 s, well within LOCK_WAIT."""
+
+
+async def test_a_runner_waits_out_a_write_lock_held_longer_than_the_old_limit(db: Path, spawn) -> None:
+    assert HELD < LOCK_WAIT
+    holder = LockHolder(db, HELD).start()
+    try:
+        argv = [sys.executable, "-m", "core.runner", "run", "--db", str(db), "--thread", "t1", "--demo",
+                "--speed", "25", "Summarise the sales"]
+        runner = spawn(db, "t1", argv=argv)
+        status = await runner.wait(timeout=HELD + 60)
+        out, err = runner.output()
+        released_after = time.monotonic() - holder.held_at
+        assert holder.wait() == 0
+    finally:
+        holder.stop()
+    assert status == 0, err
+    assert err == "" and out.splitlines()[-1] == "run completed"
+    assert released_after >= HELD  # it really ran under the lock and waited for its release
+    store = await SQLiteCheckpointer.open(db, create=False)
+    try:
+        data = await store.load("t1")
+    finally:
+        await store.close()
+    assert data is not None and data.messages[0].text == "Summarise the sales"
+    assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED
