@@ -35,8 +35,9 @@ the messages appended since, so a model call costs the same at any history lengt
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UnknownMessage, UserMessage
 
@@ -400,3 +401,32 @@ def build_request(history: Sequence[AnyMessage]) -> BuiltRequest:
     builder = RequestBuilder()
     builder.update(history)
     return builder.built()
+
+
+# --- text a provider can carry ---------------------------------------------------------------
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def sendable(value: Any) -> Any:
+    """``value`` (JSON-shaped: dicts, lists, strings, numbers) with every lone surrogate in
+    its strings replaced by its escape, the six ASCII characters ``\\udcff``.
+
+    A lone surrogate is an undecodable byte kept by ``errors="surrogateescape"`` (a tool's
+    output, a file name); UTF-8 cannot encode it, so a request body holding one cannot be
+    sent at all (the Anthropic SDK encodes strictly and fails). The escape is the form the
+    store keeps it in and the app shows, so the model reads what the user sees. Containers
+    holding no such string are returned as they are (the same objects), changed ones are
+    copied: ``value`` itself is never modified, since it may hold stored messages' data.
+    """
+    if isinstance(value, str):
+        if value.isascii() or _LONE_SURROGATE.search(value) is None:
+            return value
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+    if isinstance(value, dict):
+        changed = {k: sendable(v) for k, v in value.items()}
+        return value if all(changed[k] is v for k, v in value.items()) else changed
+    if isinstance(value, list):
+        items = [sendable(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value

@@ -39,7 +39,7 @@ from core.messages import (
 from core.providers.anthropic_stream import ReplyBuilder
 from core.providers.base import ABORTED_TEXT, ModelRequest
 from core.providers.retry import RetryPolicy, retry_after, wait_or_abort
-from core.request import build_request
+from core.request import build_request, sendable
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 
@@ -147,7 +147,8 @@ class AnthropicProvider:
         return _period(base)
 
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
-        """The keyword arguments of ``messages.create`` for ``request`` (without ``stream``)."""
+        """The keyword arguments of ``messages.create`` for ``request`` (without ``stream``);
+        undecodable bytes in the history are sent escaped (:func:`core.request.sendable`)."""
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
@@ -161,7 +162,7 @@ class AnthropicProvider:
             params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
         if self.prompt_caching:
             add_cache_breakpoints(params)
-        return params
+        return sendable(params)
 
 
 # --- prompt caching -----------------------------------------------------------------------------

@@ -17,11 +17,14 @@ from pathlib import Path
 from core.agent import Agent
 from core.checkpoint import codec
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.messages import AssistantMessage, ToolCall, ToolResultMessage, user_text
+from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
+from core.providers.anthropic import AnthropicProvider
+from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.runner import plain
 from core.tool_execution import call_job_key, result_to_json
 from core.tools import AgentToolResult, tool
+from tests.helpers.messages_server import MessagesServer, text_stream
 from tui.text import clean
 
 WAIT = 30.0  # seconds; a liveness bound, reached only by a failing test
@@ -124,3 +127,24 @@ def test_lone_surrogates_are_shown_escaped() -> None:
 
 def test_the_runner_prints_lone_surrogates_escaped() -> None:
     assert plain(TEXT) == "name: caf\\udce9 \\udcff\\udcfe end"
+
+
+async def test_a_result_with_lone_surrogates_reaches_the_anthropic_api_escaped() -> None:
+    # The SDK encodes the request body as strict UTF-8, so a lone surrogate in the history
+    # used to fail every later model call of the thread ("The Anthropic stream failed").
+    call = ToolCall(id="c1", name="read_name")
+    history = [
+        user_text("Which file?"),
+        AssistantMessage(content=[call], stop_reason="tool_use"),
+        ToolResultMessage(tool_call_id="c1", tool_name="read_name", content=[TextContent(text=TEXT)]),
+    ]
+    async with MessagesServer() as server:
+        server.add(text_stream("It is café."))
+        provider = AnthropicProvider("claude-test-1", api_key="k", base_url=server.base_url, max_retries=0)
+        events = [e async for e in provider.stream(ModelRequest("", history), asyncio.Event())]
+    final = events[-1].message
+    assert final.stop_reason == "stop", final.error_message
+    sent = server.requests[0].body["messages"][-1]["content"][0]["content"][0]["text"]
+    assert sent == "name: caf\\udce9 \\udcff\\udcfe end"
+    assert history[-1].content[0].text == TEXT  # the stored message is not rewritten
+
