@@ -74,20 +74,27 @@ async def main(n_messages: int, n_appends: int) -> None:
         total = n_messages + n_appends
         for name, follower in followers.items():
             assert len(follower.model.messages) == total, name
-        print(f"one thread of {n_messages:,} messages; {n_appends} messages appended one at a time by another connection\n")
+        print(
+            f"one thread of {n_messages:,} messages; {n_appends} messages appended one at a time by another connection\n"
+        )
         print(f"{'':44}{'incremental':>12}{'whole reload':>14}{'ratio':>8}")
         rows = [
             ("first load (attach), ms", first["incremental"], first["whole reload"]),
-            ("refresh per persisted message, median ms", statistics.median(costs["incremental"]),
-             statistics.median(costs["whole reload"])),
+            (
+                "refresh per persisted message, median ms",
+                statistics.median(costs["incremental"]),
+                statistics.median(costs["whole reload"]),
+            ),
             ("refresh per persisted message, p95 ms", _p95(costs["incremental"]), _p95(costs["whole reload"])),
             ("refresh per persisted message, max ms", max(costs["incremental"]), max(costs["whole reload"])),
         ]
         for label, ours, whole in rows:
             print(f"{label:44}{ours:12.2f}{whole:14.2f}{whole / ours:7.1f}x")
         slow = {name: sum(c > KEY_PRESS_MS for c in cs) for name, cs in costs.items()}
-        print(f"\nrefreshes longer than {KEY_PRESS_MS:g} ms (a key press could wait):"
-              f" incremental {slow['incremental']}/{n_appends}, whole reload {slow['whole reload']}/{n_appends}")
+        print(
+            f"\nrefreshes longer than {KEY_PRESS_MS:g} ms (a key press could wait):"
+            f" incremental {slow['incremental']}/{n_appends}, whole reload {slow['whole reload']}/{n_appends}"
+        )
         for store in stores.values():
             await getattr(store, "_store", store).close()
         await writer.close()

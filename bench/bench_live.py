@@ -28,8 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS = 150.0
@@ -64,7 +64,9 @@ class PacedProvider:
                 sent += 1
                 yield TextDelta(0, token)
             await asyncio.sleep(0.001)
-        yield StreamEnd(AssistantMessage(content=[TextContent(text="".join(parts))], provider_id=self.name, model_id=self.model))
+        yield StreamEnd(
+            AssistantMessage(content=[TextContent(text="".join(parts))], provider_id=self.name, model_id=self.model)
+        )
 
 
 async def child(db: str, thread: str, rate: float, seconds: float, every: int) -> None:
@@ -79,8 +81,19 @@ async def child(db: str, thread: str, rate: float, seconds: float, every: int) -
         elapsed = time.perf_counter() - started
         live = sup.live
         assert live is not None
-        print(json.dumps({"outcome": outcome, "seconds": elapsed, "batches": live.batches, "rows": live.rows,
-                          "failures": live.failures, "deltas": int(rate * seconds)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "outcome": outcome,
+                    "seconds": elapsed,
+                    "batches": live.batches,
+                    "rows": live.rows,
+                    "failures": live.failures,
+                    "deltas": int(rate * seconds),
+                }
+            ),
+            flush=True,
+        )
 
 
 # --- the parent: follow and measure ----------------------------------------------------------
@@ -109,8 +122,17 @@ async def measure(db: Path, thread: str, rate: float, seconds: float, every: int
         follower.subscribe(on_change)
         async with follower:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.bench_live", "--child", str(db), thread, str(rate), str(seconds), str(every),
-                cwd=ROOT, stdout=subprocess.PIPE,
+                sys.executable,
+                "-m",
+                "bench.bench_live",
+                "--child",
+                str(db),
+                thread,
+                str(rate),
+                str(seconds),
+                str(every),
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
             )
             out, _ = await proc.communicate()
             await asyncio.sleep(0.3)
@@ -141,15 +163,23 @@ async def main(seconds: float, fast: float, slow: float) -> None:
             (f"fast stream ({fast:,.0f} tokens/s)", await measure(db, "fast", fast, seconds, 100)),
             (f"model pace ({slow:,.0f} tokens/s)", await measure(db, "slow", slow, seconds, 5)),
         ]
-    print(f"Delta in a runner process -> follower's model in this one (SQLite file, watch step 10 ms, batches every 50 ms);"
-          f" {seconds:g} s per stream\n")
-    print(f"{'':30}{'tokens/s':>9}{'samples':>8}{'median ms':>11}{'p95 ms':>8}{'max ms':>8}{'p95/target':>12}"
-          f"{'txn/s':>8}{'rows/s':>8}{'1 row/delta':>13}")
+    print(
+        f"Delta in a runner process -> follower's model in this one (SQLite file, watch step 10 ms, batches every 50 ms);"
+        f" {seconds:g} s per stream\n"
+    )
+    print(
+        f"{'':30}{'tokens/s':>9}{'samples':>8}{'median ms':>11}{'p95 ms':>8}{'max ms':>8}{'p95/target':>12}"
+        f"{'txn/s':>8}{'rows/s':>8}{'1 row/delta':>13}"
+    )
     for label, r in rows:
-        print(f"{label:30}{r['achieved']:>9,.0f}{r['samples']:>8}{r['median']:>11.0f}{r['p95']:>8.0f}{r['max']:>8.0f}"
-              f"{r['p95'] / TARGET_MS:>11.2f}x{r['txn_s']:>8.1f}{r['rows_s']:>8.1f}{r['naive_rows_s']:>13,.0f}")
-    print(f"\nTarget: p95 under {TARGET_MS:.0f} ms (ratio below 1.00 meets it). Rows are live events after joining consecutive"
-          " deltas of a block; '1 row/delta' is the rate without batching (and as many transactions).")
+        print(
+            f"{label:30}{r['achieved']:>9,.0f}{r['samples']:>8}{r['median']:>11.0f}{r['p95']:>8.0f}{r['max']:>8.0f}"
+            f"{r['p95'] / TARGET_MS:>11.2f}x{r['txn_s']:>8.1f}{r['rows_s']:>8.1f}{r['naive_rows_s']:>13,.0f}"
+        )
+    print(
+        f"\nTarget: p95 under {TARGET_MS:.0f} ms (ratio below 1.00 meets it). Rows are live events after joining consecutive"
+        " deltas of a block; '1 row/delta' is the rate without batching (and as many transactions)."
+    )
     if any(r["failures"] for _, r in rows):
         print("Some live-event batches could not be written (see the child's log).")
 
@@ -161,7 +191,11 @@ if __name__ == "__main__":
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds each stream lasts (default 5)")
-    parser.add_argument("--fast", type=float, default=5000.0, help="tokens per second of the fast stream (default 5000)")
-    parser.add_argument("--slow", type=float, default=50.0, help="tokens per second of the model-paced stream (default 50)")
+    parser.add_argument(
+        "--fast", type=float, default=5000.0, help="tokens per second of the fast stream (default 5000)"
+    )
+    parser.add_argument(
+        "--slow", type=float, default=50.0, help="tokens per second of the model-paced stream (default 50)"
+    )
     args = parser.parse_args()
     asyncio.run(main(args.seconds, args.fast, args.slow))

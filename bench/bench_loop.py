@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import statistics
 import time
 
@@ -58,7 +59,7 @@ async def per_call_ms(length: int, turns: int) -> tuple[float, float]:
     started = time.perf_counter()
     await run_loop(history, config, _nothing, asyncio.Event(), [user_text("go")])
     gc.unfreeze()
-    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
     return (stamps[0] - started) * 1000, statistics.median(gaps) * 1000
 
 

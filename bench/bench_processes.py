@@ -54,8 +54,10 @@ async def main() -> None:
     for mode in ("polite", "stubborn"):
         times = sorted([await one_run(mode, args.grace) * 1000 for _ in range(args.runs)])
         p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
-        print(f"{mode:9} child + grandchild: abort -> result median {statistics.median(times):.1f} ms, "
-              f"p95 {p95:.1f} ms, max {times[-1]:.1f} ms ({args.runs} runs)")
+        print(
+            f"{mode:9} child + grandchild: abort -> result median {statistics.median(times):.1f} ms, "
+            f"p95 {p95:.1f} ms, max {times[-1]:.1f} ms ({args.runs} runs)"
+        )
 
 
 if __name__ == "__main__":

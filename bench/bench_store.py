@@ -21,14 +21,24 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import aiosqlite
 
 from core.checkpoint import codec
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.messages import AnyMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage, Usage, UserMessage, user_text
+from core.messages import (
+    AnyMessage,
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+    user_text,
+)
 
 THREAD = "bench"
 _ROLES: dict[str, Any] = {"user": UserMessage, "assistant": AssistantMessage, "tool_result": ToolResultMessage}
@@ -44,8 +54,10 @@ def make_messages(n: int) -> list[AnyMessage]:
         elif kind == 1:
             out.append(
                 AssistantMessage(
-                    content=[TextContent(text=f"Reading file {i}."), ToolCall(id=f"call_{i}", name="read_file",
-                                                                            arguments={"path": f"src/mod_{i}.py"})],
+                    content=[
+                        TextContent(text=f"Reading file {i}."),
+                        ToolCall(id=f"call_{i}", name="read_file", arguments={"path": f"src/mod_{i}.py"}),
+                    ],
                     stop_reason="tool_use",
                     usage=Usage(input_tokens=1200 + i, output_tokens=40),
                     provider_id="faux",
@@ -55,8 +67,14 @@ def make_messages(n: int) -> list[AnyMessage]:
             )
         else:
             body = f"def handler_{i}(request):\n    return respond(request, status=200)\n" * 6
-            out.append(ToolResultMessage(tool_call_id=f"call_{i - 1}", tool_name="read_file",
-                                         content=[TextContent(text=body)], run_id="run-1"))
+            out.append(
+                ToolResultMessage(
+                    tool_call_id=f"call_{i - 1}",
+                    tool_name="read_file",
+                    content=[TextContent(text=body)],
+                    run_id="run-1",
+                )
+            )
     return out
 
 
@@ -108,7 +126,9 @@ class NaiveStore:
 
     async def load(self, thread_id: str) -> list[AnyMessage]:
         async with self.lock:
-            cur = await self.db.execute("SELECT message_json FROM messages WHERE thread_id = ? ORDER BY id", (thread_id,))
+            cur = await self.db.execute(
+                "SELECT message_json FROM messages WHERE thread_id = ? ORDER BY id", (thread_id,)
+            )
             rows = await cur.fetchall()
         out = []
         for (text,) in rows:
@@ -157,12 +177,16 @@ async def main(n_messages: int, n_appends: int) -> None:
         naive = await NaiveStore.open(Path(tmp) / "naive.sqlite")
         for store in (ours, naive):  # warm up: first statements, WAL and page growth
             await time_appends(store.append, extra[:200], "warm-up")
-        fresh = {"ours": await time_appends(ours.append, extra, "fresh"),
-                 "naive": await time_appends(naive.append, extra, "fresh")}
+        fresh = {
+            "ours": await time_appends(ours.append, extra, "fresh"),
+            "naive": await time_appends(naive.append, extra, "fresh"),
+        }
         await seed(ours.append, history)
         await seed(naive.append, history)
-        long = {"ours": await time_appends(ours.append, extra, THREAD),
-                "naive": await time_appends(naive.append, extra, THREAD)}
+        long = {
+            "ours": await time_appends(ours.append, extra, THREAD),
+            "naive": await time_appends(naive.append, extra, THREAD),
+        }
         await seed(ours.append, history, "load")
         await seed(naive.append, history, "load")
         load = {"ours": await time_load(ours.load, n_messages), "naive": await time_load(naive.load, n_messages)}
@@ -174,9 +198,11 @@ async def main(n_messages: int, n_appends: int) -> None:
     decode_ms = _timed(lambda: [codec.decode(r) for r in rows])
 
     size = sum(map(len, rows)) / len(rows)
-    print(f"{n_messages:,} messages per thread (mean {size:.0f} bytes of JSON); {n_appends:,} timed appends, one per call\n")
+    print(
+        f"{n_messages:,} messages per thread (mean {size:.0f} bytes of JSON); {n_appends:,} timed appends, one per call\n"
+    )
     print(f"{'':36}{'ours':>9}{'naive':>9}{'naive/ours':>12}{'target':>8}")
-    for label, figures, unit, target in (
+    for label, figures, _unit, target in (
         ("append to a new thread, µs/msg", fresh, "", "≤150"),
         (f"append after {n_messages:,} rows, µs/msg", long, "", "≤150"),
         (f"load {n_messages:,}, ms, best of 5", {k: v[0] for k, v in load.items()}, "", "≤40"),

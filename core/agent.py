@@ -24,8 +24,9 @@ import inspect
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
 
 from core.checkpoint.base import Checkpointer, CorruptRow, JournalEntry, PendingRequest, RunRecord
 from core.errors import (
@@ -55,7 +56,16 @@ from core.leases import HeldLease, LeaseHolder, LeaseStore
 from core.loop import LoopConfig, run_loop
 from core.messages import AnyMessage, AssistantMessage, UserMessage, ensure_message_id, user_text
 from core.providers.base import Provider
-from core.recovery import JOURNALED_KEY, CallPlan, Diagnosis, ResumeAction, ResumePlan, SettleChoice, diagnose, plan_call
+from core.recovery import (
+    JOURNALED_KEY,
+    CallPlan,
+    Diagnosis,
+    ResumeAction,
+    ResumePlan,
+    SettleChoice,
+    diagnose,
+    plan_call,
+)
 from core.request import build_request
 from core.tool_execution import call_job_key
 from core.tools import AgentTool, ToolExecutionMode
@@ -199,7 +209,9 @@ class Agent:
     def diagnosis(self) -> Diagnosis:
         """Where the loaded thread stands (see :func:`core.recovery.diagnose`)."""
         state = self._state
-        return diagnose(state.messages, state.runs, state.journal, problems=state.problems, pending=state.pending_request)
+        return diagnose(
+            state.messages, state.runs, state.journal, problems=state.problems, pending=state.pending_request
+        )
 
     async def load(self) -> None:
         """Load the thread's messages, runs and problems into ``state``.
@@ -583,8 +595,14 @@ class Agent:
             return None
         try:
             await self.checkpointer.record_tool_event(  # type: ignore[attr-defined]
-                self.thread_id, tool_call_id, phase, tool_name=tool_name, run_id=self._state.run_id, job_key=job_key,
-                at=at, **self._fence(),
+                self.thread_id,
+                tool_call_id,
+                phase,
+                tool_name=tool_name,
+                run_id=self._state.run_id,
+                job_key=job_key,
+                at=at,
+                **self._fence(),
             )
         except Exception as exc:
             # Even a lost end stops the run once the lease is gone (nothing more may be saved).
@@ -627,5 +645,3 @@ _JOB_METHODS = ("job_begin", "job_finish", "job_get")
 
 def _has(store: object, methods: Sequence[str]) -> bool:
     return all(callable(getattr(store, name, None)) for name in methods)
-
-

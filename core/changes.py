@@ -45,7 +45,7 @@ class StoreWatch:
     def __init__(
         self,
         store: Any,
-        path: str | os.PathLike[str] | None | bool = None,
+        path: str | os.PathLike[str] | bool | None = None,
         *,
         step_ms: int = 50,
         poll: float | None = None,

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from core.errors import ToolError
 from core.messages import AnyMessage, AssistantMessage, ToolResultMessage, UserMessage
@@ -83,8 +84,7 @@ def respond(request: ModelRequest) -> AssistantMessage:
     if kind == "follow_up":
         return faux_reply(
             faux_text(
-                f"{ack}Following up on “{asked}”. I will update the report with that in mind; "
-                "this takes a few seconds."
+                f"{ack}Following up on “{asked}”. I will update the report with that in mind; this takes a few seconds."
             ),
             faux_tool_call("write_report", {"title": asked, "sections": 2, "request": nth}),
         )
@@ -162,7 +162,7 @@ async def _work(ctx: ToolContext, seconds: float, steps: Sequence[str], speed: f
     for i in range(ticks):
         try:
             await asyncio.wait_for(ctx.signal.wait(), timeout=tick)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         if ctx.signal.is_set():
             raise ToolError("Stopped: the run was aborted.")
@@ -172,10 +172,7 @@ async def _work(ctx: ToolContext, seconds: float, steps: Sequence[str], speed: f
 
 # The child process of ``train_model``: prints each step (argv[2:]) after sleeping a tick (argv[1] s).
 _TRAINER = (
-    "import sys, time\n"
-    "for step in sys.argv[2:]:\n"
-    "    time.sleep(float(sys.argv[1]))\n"
-    "    print(step, flush=True)\n"
+    "import sys, time\nfor step in sys.argv[2:]:\n    time.sleep(float(sys.argv[1]))\n    print(step, flush=True)\n"
 )
 
 

@@ -12,8 +12,9 @@ Two families, both plain frozen dataclasses (cheap to build at thousands per sec
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Union
+from typing import Any, Literal
 
 from core.messages import AnyMessage, AssistantMessage, ToolResultMessage, Usage
 
@@ -99,7 +100,7 @@ class StreamEnd:
     type: Literal["stream_end"] = "stream_end"
 
 
-StreamEvent = Union[TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta, UsageUpdate, RetryWait, StreamEnd]
+StreamEvent = TextDelta | ThinkingDelta | ToolCallStart | ToolCallDelta | UsageUpdate | RetryWait | StreamEnd
 """One event of a provider's reply stream."""
 
 # --- agent lifecycle events -------------------------------------------------------------
@@ -210,19 +211,19 @@ class ToolExecutionEnd:
     type: Literal["tool_execution_end"] = "tool_execution_end"
 
 
-AgentEvent = Union[
-    AgentStart,
-    AgentEnd,
-    TurnStart,
-    TurnEnd,
-    MessageStart,
-    MessageUpdate,
-    MessageEnd,
-    ToolExecutionStart,
-    ToolExecutionUpdate,
-    ToolExecutionEnd,
-]
+AgentEvent = (
+    AgentStart
+    | AgentEnd
+    | TurnStart
+    | TurnEnd
+    | MessageStart
+    | MessageUpdate
+    | MessageEnd
+    | ToolExecutionStart
+    | ToolExecutionUpdate
+    | ToolExecutionEnd
+)
 """One of the ten lifecycle events a subscriber receives."""
 
-Listener = Callable[[AgentEvent], Union[None, Awaitable[None]]]
+Listener = Callable[[AgentEvent], Awaitable[None] | None]
 """A subscriber: called with each event, in order; may be sync or async."""

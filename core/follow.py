@@ -33,8 +33,9 @@ import inspect
 import logging
 import os
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Union
+from typing import Any
 
 from core.changes import StoreWatch
 from core.checkpoint.base import (
@@ -56,7 +57,15 @@ _log = logging.getLogger(__name__)
 _OPEN = ("pending", "delivered")
 """Command statuses that may still change (see ``core.checkpoint.base.Command``)."""
 
-__all__ = ["LiveTool", "PartialDelta", "ThreadChange", "ThreadFollower", "ThreadModel", "ThreadsSnapshot", "watch_threads"]
+__all__ = [
+    "LiveTool",
+    "PartialDelta",
+    "ThreadChange",
+    "ThreadFollower",
+    "ThreadModel",
+    "ThreadsSnapshot",
+    "watch_threads",
+]
 
 
 @dataclass(slots=True)
@@ -126,11 +135,20 @@ class ThreadChange:
     @property
     def empty(self) -> bool:
         """Whether nothing changed."""
-        return not (self.reset or self.added or self.partial_reset or self.deltas or self.tools
-                    or self.lease or self.commands or self.runs or self.ended)
+        return not (
+            self.reset
+            or self.added
+            or self.partial_reset
+            or self.deltas
+            or self.tools
+            or self.lease
+            or self.commands
+            or self.runs
+            or self.ended
+        )
 
 
-Subscriber = Callable[[ThreadChange], Union[None, Any]]
+Subscriber = Callable[[ThreadChange], Any | None]
 """A change callback: called with each :class:`ThreadChange`, in order; may be sync or async."""
 
 
@@ -237,8 +255,16 @@ class ThreadFollower:
         queue: asyncio.Queue[ThreadChange] = asyncio.Queue()
         unsubscribe = self.subscribe(queue.put_nowait)
         try:
-            yield ThreadChange(self.model, reset=True, added=tuple(self.model.messages), partial_reset=True,
-                               tools=True, lease=True, commands=tuple(self.model.commands), runs=True)
+            yield ThreadChange(
+                self.model,
+                reset=True,
+                added=tuple(self.model.messages),
+                partial_reset=True,
+                tools=True,
+                lease=True,
+                commands=tuple(self.model.commands),
+                runs=True,
+            )
             while True:
                 yield await queue.get()
         finally:
@@ -498,4 +524,3 @@ def _next_expiry(views: dict[str, LeaseView]) -> float | None:
     if not live:
         return None
     return min(1.0, max(min(live), 0.0) + 0.01)
-

@@ -43,8 +43,9 @@ import copy
 import hashlib
 import json
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from core.checkpoint.base import JobRecord
 

@@ -20,8 +20,9 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from core.checkpoint.base import Lease
 from core.errors import DatabaseGoneError, RunAlreadyClaimedError, error_sentence

@@ -33,8 +33,9 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from core.checkpoint.base import LiveEvent
 from core.events import (
@@ -112,8 +113,13 @@ class LiveLog:
         if isinstance(event, MessageUpdate):
             self._delta(event, index)
         elif isinstance(event, ToolExecutionUpdate):
-            row = {"type": "tool_execution_update", "id": event.tool_call_id, "name": event.tool_name,
-                   "progress": event.progress, "text": event.text}
+            row = {
+                "type": "tool_execution_update",
+                "id": event.tool_call_id,
+                "name": event.tool_name,
+                "progress": event.progress,
+                "text": event.text,
+            }
             at = self._updates.get(event.tool_call_id)
             if at is not None:
                 # Progress supersedes progress: only the newest matters to a reader.
@@ -130,12 +136,24 @@ class LiveLog:
                 self._partial = None
             self._push({"type": "message_end", "i": index, "role": event.message.role})
         elif isinstance(event, ToolExecutionStart):
-            self._push({"type": "tool_execution_start", "id": event.tool_call_id, "name": event.tool_name,
-                        "args": _jsonable(event.args)})
+            self._push(
+                {
+                    "type": "tool_execution_start",
+                    "id": event.tool_call_id,
+                    "name": event.tool_name,
+                    "args": _jsonable(event.args),
+                }
+            )
         elif isinstance(event, ToolExecutionEnd):
             self._updates.pop(event.tool_call_id, None)
-            self._push({"type": "tool_execution_end", "id": event.tool_call_id, "name": event.tool_name,
-                        "is_error": event.is_error})
+            self._push(
+                {
+                    "type": "tool_execution_end",
+                    "id": event.tool_call_id,
+                    "name": event.tool_name,
+                    "is_error": event.is_error,
+                }
+            )
         elif isinstance(event, AgentStart):
             self.run_id = event.run_id
             self._push({"type": "agent_start", "run_id": event.run_id})
@@ -175,8 +193,14 @@ class LiveLog:
         else:
             return  # tool call arguments: the persisted message carries them
         if self._since_anchor >= max(self.keep // 2, 1) and self._partial is not None:
-            self._push({"type": "message_snapshot", "i": self._partial_index, "model": self._partial.model_id,
-                        "content": [b.model_dump(mode="json") for b in self._partial.content]})
+            self._push(
+                {
+                    "type": "message_snapshot",
+                    "i": self._partial_index,
+                    "model": self._partial.model_id,
+                    "content": [b.model_dump(mode="json") for b in self._partial.content],
+                }
+            )
             self._since_anchor = 0
 
     def _push(self, row: dict[str, Any]) -> None:
@@ -309,8 +333,9 @@ class LiveFold:
                 call_id = str(data.get("id", ""))
                 if call_id not in answered:
                     args = data.get("args")
-                    self.tools[call_id] = LiveTool(call_id, str(data.get("name", "")),
-                                                   args if isinstance(args, dict) else {}, event.at)
+                    self.tools[call_id] = LiveTool(
+                        call_id, str(data.get("name", "")), args if isinstance(args, dict) else {}, event.at
+                    )
                     out.tools = True
             elif kind == "tool_execution_update":
                 call_id = str(data.get("id", ""))

@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import AsyncIterator, Callable, Mapping, Sequence
 
 from core.errors import ToolDefinitionError
 from core.events import (
@@ -37,6 +37,7 @@ from core.events import (
     TurnStart,
     UsageUpdate,
 )
+from core.jobs import Jobs
 from core.messages import (
     AnyMessage,
     AssistantMessage,
@@ -48,13 +49,11 @@ from core.messages import (
     UserMessage,
     error_tool_result,
 )
-from core.jobs import Jobs
 from core.providers.base import ABORTED_TEXT, ModelRequest, Provider, error_reply
 from core.recovery import SettleChoice
 from core.request import RequestBuilder, Unanswered
 from core.tool_execution import execute_tool_calls, publish
 from core.tools import AgentTool, Emit, ToolExecutionMode
-
 
 
 async def settle_interrupted(calls: Sequence[ToolCall], run_id: str | None) -> list[ToolResultMessage]:

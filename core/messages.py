@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -122,13 +122,11 @@ def _block_tag(value: Any) -> str:
 
 
 ContentBlock = Annotated[
-    Union[
-        Annotated[TextContent, Tag("text")],
-        Annotated[ThinkingContent, Tag("thinking")],
-        Annotated[ImageContent, Tag("image")],
-        Annotated[ToolCall, Tag("tool_call")],
-        Annotated[UnknownContent, Tag("unknown")],
-    ],
+    Annotated[TextContent, Tag("text")]
+    | Annotated[ThinkingContent, Tag("thinking")]
+    | Annotated[ImageContent, Tag("image")]
+    | Annotated[ToolCall, Tag("tool_call")]
+    | Annotated[UnknownContent, Tag("unknown")],
     Discriminator(_block_tag),
 ]
 """Any content block, chosen by its ``type``; unknown types become :class:`UnknownContent`."""
@@ -172,7 +170,7 @@ class UserMessage(_MessageBase):
     """
 
     role: Literal["user"] = "user"
-    content: Union[str, list[ContentBlock]] = Field(default_factory=list)
+    content: str | list[ContentBlock] = Field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -235,17 +233,15 @@ def _role_tag(value: Any) -> str:
 
 
 Message = Annotated[
-    Union[
-        Annotated[UserMessage, Tag("user")],
-        Annotated[AssistantMessage, Tag("assistant")],
-        Annotated[ToolResultMessage, Tag("tool_result")],
-        Annotated[UnknownMessage, Tag("unknown")],
-    ],
+    Annotated[UserMessage, Tag("user")]
+    | Annotated[AssistantMessage, Tag("assistant")]
+    | Annotated[ToolResultMessage, Tag("tool_result")]
+    | Annotated[UnknownMessage, Tag("unknown")],
     Discriminator(_role_tag),
 ]
 """Any message, chosen by its ``role``."""
 
-AnyMessage = Union[UserMessage, AssistantMessage, ToolResultMessage, UnknownMessage]
+AnyMessage = UserMessage | AssistantMessage | ToolResultMessage | UnknownMessage
 """The plain union of message classes, for type hints."""
 
 

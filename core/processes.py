@@ -31,8 +31,9 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from core.tools import AgentToolResult, ToolContext
 
@@ -174,7 +175,13 @@ async def run_process(
             if not task.done():
                 task.cancel()
     return ProcessOutcome(
-        tuple(argv), proc.returncode, sink.text(), sink.dropped, aborted=was_aborted, killed=killed, term_grace=grace,
+        tuple(argv),
+        proc.returncode,
+        sink.text(),
+        sink.dropped,
+        aborted=was_aborted,
+        killed=killed,
+        term_grace=grace,
         label=label,
     )
 
@@ -199,7 +206,8 @@ async def _exit_of(proc: asyncio.subprocess.Process) -> int:
             loop.remove_reader(pidfd)
             os.close(pidfd)
         poll = _REAP_POLL
-    while proc.returncode is None:
+    # No pidfd (an old kernel) or a child that outlived it: nothing to wait on but the clock.
+    while proc.returncode is None:  # noqa: ASYNC110
         await asyncio.sleep(poll)
     return proc.returncode
 

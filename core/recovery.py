@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Mapping, Sequence
+from typing import Literal
 
 from core.checkpoint.base import CorruptRow, JobStatus, JournalEntry, PendingRequest, RunRecord
 from core.errors import ResumeChoiceError
 from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UnknownMessage, UserMessage
-from core.request import BuiltRequest, Repair, Unanswered, build_request, repair_words
+from core.request import BuiltRequest, Repair, Unanswered, build_request
 
 
 class ThreadState(enum.StrEnum):
@@ -101,7 +102,7 @@ class DanglingCall:
 
     @property
     def status_words(self) -> str:
-        """"never started", "started HH:MM:SS, never finished" or "may have started" (no
+        """ "never started", "started HH:MM:SS, never finished" or "may have started" (no
         journal); "started HH:MM:SS, ended HH:MM:SS, result never saved" when the crash
         fell between the tool's end and the saving of its result."""
         if not self.journaled:
@@ -235,7 +236,9 @@ def diagnose(
     notes = _notes(messages, built, problems, tail_only)
     # Unanswered calls are settled before any model call, not left out: they are the
     # dangling calls of the diagnosis, not a repair.
-    repairs = tuple(r for r in built.repairs if r.kind != "unanswered_call" and not (tail_only and r.kind == "orphan_result"))
+    repairs = tuple(
+        r for r in built.repairs if r.kind != "unanswered_call" and not (tail_only and r.kind == "orphan_result")
+    )
     info = {"notes": notes, "repairs": repairs}
     if pending is not None:
         return Diagnosis(ThreadState.WAITING, pending=pending, detail=f"The run asked: {pending.question}", **info)
@@ -259,7 +262,9 @@ def diagnose(
         return _mid_tool(built.unanswered, dangling, answered, messages, **info)
     after = range(at + 1, len(messages))
     if last is None or any(isinstance(messages[i], UserMessage) for i in after):
-        return _crashed(CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL, "The last user message was never answered.", info)
+        return _crashed(
+            CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL, "The last user message was never answered.", info
+        )
     # Results saved after the last reply that the model has not seen yet (not orphans
     # or duplicates, which are never sent; in a tail, only results of the tail's calls).
     left_out = {r.index for r in built.repairs if r.kind in ("orphan_result", "duplicate_result")}
@@ -329,7 +334,9 @@ def _notes(
         notes.append(_count(duplicates, "duplicate result", "duplicate results"))
     if built.interleaved:
         n = len(built.interleaved)
-        notes.append(f"another run wrote between {_count(n, 'tool call and its result', 'tool calls and their results')}")
+        notes.append(
+            f"another run wrote between {_count(n, 'tool call and its result', 'tool calls and their results')}"
+        )
     return tuple(notes)
 
 
@@ -471,7 +478,9 @@ class ResumePlan:
         action that call does not offer.
         """
         by_id = {c.call.id: c for c in self.calls}
-        settle: dict[str, SettleChoice] = {c.call.id: "interrupt" if c.action == "interrupt" else "rerun" for c in self.calls}
+        settle: dict[str, SettleChoice] = {
+            c.call.id: "interrupt" if c.action == "interrupt" else "rerun" for c in self.calls
+        }
         for call_id, choice in choices.items():
             planned = by_id.get(call_id)
             if planned is None:

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UnknownMessage, UserMessage
 
@@ -93,12 +94,21 @@ class BuiltRequest:
 _WORDS: dict[RepairKind, tuple[str, str]] = {
     "user_placed": ("user message placed after the tool results", "user messages placed after the tool results"),
     "result_placed": ("result placed after its call", "results placed after their calls"),
-    "duplicate_result": ("duplicate tool result left out of what is sent", "duplicate tool results left out of what is sent"),
+    "duplicate_result": (
+        "duplicate tool result left out of what is sent",
+        "duplicate tool results left out of what is sent",
+    ),
     "orphan_result": ("orphan tool result left out of what is sent", "orphan tool results left out of what is sent"),
     "unknown_row": ("row of unknown role left out of what is sent", "rows of unknown role left out of what is sent"),
     "failed_reply": ("failed reply left out of what is sent", "failed replies left out of what is sent"),
-    "duplicate_call": ("repeated tool call id left out of what is sent", "repeated tool call ids left out of what is sent"),
-    "unanswered_call": ("unanswered tool call left out of what is sent", "unanswered tool calls left out of what is sent"),
+    "duplicate_call": (
+        "repeated tool call id left out of what is sent",
+        "repeated tool call ids left out of what is sent",
+    ),
+    "unanswered_call": (
+        "unanswered tool call left out of what is sent",
+        "unanswered tool calls left out of what is sent",
+    ),
 }
 
 
@@ -122,7 +132,7 @@ class RequestChecker:
     :func:`check_request` and the scripted provider both use it.
     """
 
-    __slots__ = ("_source", "_seen", "_expect", "_problem", "_ids")
+    __slots__ = ("_expect", "_ids", "_problem", "_seen", "_source")
 
     def __init__(self) -> None:
         self._source: Sequence[AnyMessage] | None = None
@@ -151,7 +161,9 @@ class RequestChecker:
         expect = self._expect
         if isinstance(message, ToolResultMessage):
             if message.tool_call_id not in expect:
-                return f"Message {i} is a tool result for {message.tool_call_id}, which is not a call awaiting its result."
+                return (
+                    f"Message {i} is a tool result for {message.tool_call_id}, which is not a call awaiting its result."
+                )
             del expect[message.tool_call_id]
             return None
         if expect:
@@ -191,8 +203,19 @@ class RequestBuilder:
     """
 
     __slots__ = (
-        "_source", "_seen", "_out", "_repairs", "_interleaved", "_issued", "_answered",
-        "_open", "_region", "_results", "_foreign", "_watch", "_waiting",
+        "_answered",
+        "_foreign",
+        "_interleaved",
+        "_issued",
+        "_open",
+        "_out",
+        "_region",
+        "_repairs",
+        "_results",
+        "_seen",
+        "_source",
+        "_waiting",
+        "_watch",
     )
 
     def __init__(self) -> None:

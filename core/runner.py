@@ -34,8 +34,9 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence, TextIO
+from typing import Any, TextIO
 
 from core.agent import Agent
 from core.errors import CubepiError, DatabaseGoneError, ThreadNotFoundError, error_sentence
@@ -124,7 +125,9 @@ async def run_headless(
                 )
             await store.upgrade()
         if resume and await store.load(thread_id) is None:
-            raise ThreadNotFoundError(f"There is no thread {thread_id!r} in {store.path}, so there is nothing to resume.")
+            raise ThreadNotFoundError(
+                f"There is no thread {thread_id!r} in {store.path}, so there is nothing to resume."
+            )
         try:
             runner = Agent(
                 spec.provider,
@@ -208,7 +211,9 @@ def _log_to(err: TextIO, quiet: logging.Filter) -> Iterator[None]:
         logger.propagate = propagate
 
 
-def _agent_spec(agent: str | Callable[[], AgentSpec] | None, *, demo: bool, speed: float, model: str | None) -> AgentSpec:
+def _agent_spec(
+    agent: str | Callable[[], AgentSpec] | None, *, demo: bool, speed: float, model: str | None
+) -> AgentSpec:
     if agent is not None:
         factory = _import_factory(agent) if isinstance(agent, str) else agent
         spec = factory()
@@ -281,7 +286,11 @@ def describe(message: Any) -> str | None:
         parts = [f"assistant: {plain(message.text)}".rstrip()]
         calls = message.tool_calls
         if calls:
-            parts.append("[calls " + ", ".join(f"{c.name}({plain(json.dumps(c.arguments, ensure_ascii=False))})" for c in calls) + "]")
+            parts.append(
+                "[calls "
+                + ", ".join(f"{c.name}({plain(json.dumps(c.arguments, ensure_ascii=False))})" for c in calls)
+                + "]"
+            )
         if message.stop_reason == "aborted":
             parts.append("(aborted)")
         elif message.stop_reason == "error":
@@ -339,8 +348,6 @@ def _say(stream: TextIO, line: str) -> None:
         pass  # a closed pipe must not stop the run
 
 
-
-
 # --- the command line ----------------------------------------------------------------------
 
 
@@ -380,21 +387,41 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--db", required=True, metavar="PATH", help="SQLite file of threads (created if missing)")
     p.add_argument("--thread", required=True, metavar="ID", help="the thread to run")
     p.add_argument("--resume", action="store_true", help="continue a crashed thread instead of sending a prompt")
-    p.add_argument("--include-pending", action="store_true",
-                   help="send steers and follow-ups a crashed runner never delivered with this run")
+    p.add_argument(
+        "--include-pending",
+        action="store_true",
+        help="send steers and follow-ups a crashed runner never delivered with this run",
+    )
     p.add_argument("--demo", action="store_true", help="use the built-in demo agent (no API key needed)")
-    p.add_argument("--speed", type=positive_number, default=1.0, metavar="X",
-                   help="demo pace multiplier (default 1; also --demo-speed, as in the app)")
+    p.add_argument(
+        "--speed",
+        type=positive_number,
+        default=1.0,
+        metavar="X",
+        help="demo pace multiplier (default 1; also --demo-speed, as in the app)",
+    )
     # Its own action, so an error names the flag the user typed.
     p.add_argument("--demo-speed", dest="speed", type=positive_number, default=1.0, help=argparse.SUPPRESS)
-    p.add_argument("--model", metavar="NAME", help=f"Anthropic model (default {DEFAULT_MODEL}; needs ANTHROPIC_API_KEY)")
+    p.add_argument(
+        "--model", metavar="NAME", help=f"Anthropic model (default {DEFAULT_MODEL}; needs ANTHROPIC_API_KEY)"
+    )
     p.add_argument("--agent", metavar="MODULE:FUNCTION", help="a function returning a core.runner.AgentSpec")
-    p.add_argument("--lease-ttl", type=positive_number, default=15.0, metavar="S",
-                   help="seconds the thread's lease stays valid without a heartbeat (default 15)")
-    p.add_argument("--heartbeat", type=positive_number, default=2.0, metavar="S", help="seconds between heartbeats (default 2)")
+    p.add_argument(
+        "--lease-ttl",
+        type=positive_number,
+        default=15.0,
+        metavar="S",
+        help="seconds the thread's lease stays valid without a heartbeat (default 15)",
+    )
+    p.add_argument(
+        "--heartbeat", type=positive_number, default=2.0, metavar="S", help="seconds between heartbeats (default 2)"
+    )
     p.add_argument("--no-create", dest="create", action="store_false", help="fail if the database does not exist")
-    p.add_argument("--upgrade", action="store_true",
-                   help="add cubepi-tui's tables to a cubeloop (or older) database before running")
+    p.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="add cubepi-tui's tables to a cubeloop (or older) database before running",
+    )
     return p
 
 

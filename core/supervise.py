@@ -40,8 +40,9 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from core.agent import Agent
 from core.changes import StoreWatch
@@ -321,7 +322,9 @@ async def discard(store: Any, thread_id: str, seqs: Sequence[int] | None = None)
     thread (nothing is discarded then), and the store's errors."""
     lease = await store.get_lease(thread_id)
     if lease_status(lease, (), time.time()).live:
-        raise CommandError(f"Thread {thread_id!r} is running; its steers and follow-ups are on their way and cannot be discarded.")
+        raise CommandError(
+            f"Thread {thread_id!r} is running; its steers and follow-ups are on their way and cannot be discarded."
+        )
     pending = {c.seq: c for c in await undelivered(store, thread_id)}
     wanted = list(pending) if seqs is None else list(seqs)
     for seq in wanted:
@@ -477,7 +480,11 @@ class Supervisor:
     async def _after_run(self) -> None:
         try:
             lease = await self.store.get_lease(self.thread_id)
-            if lease is not None and lease.holder_id != self.agent.holder.holder_id and lease_status(lease, (), time.time()).live:
+            if (
+                lease is not None
+                and lease.holder_id != self.agent.holder.holder_id
+                and lease_status(lease, (), time.time()).live
+            ):
                 # This run lost its lease and another runner holds the thread now: the
                 # pending commands and the live log are that runner's, not ours to settle.
                 return
@@ -618,4 +625,3 @@ class Supervisor:
         except Exception:
             _log.warning("could not mark command %s %s", seq, status, exc_info=True)
             return True
-

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -54,7 +55,9 @@ def result_from_json(value: Any) -> AgentToolResult:
     is returned as its JSON text, so a hand-edited store never breaks a run."""
     try:
         return AgentToolResult(
-            _BLOCKS.validate_python(value["content"]), details=value.get("details"), is_error=bool(value.get("is_error"))
+            _BLOCKS.validate_python(value["content"]),
+            details=value.get("details"),
+            is_error=bool(value.get("is_error")),
         )
     except Exception:
         return AgentToolResult(json.dumps(value, default=str))
@@ -111,7 +114,9 @@ class _Batch:
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
-            return _Prepared(call, failure=AgentToolResult(f"Unknown tool {call.name!r} (available: {known}).", is_error=True))
+            return _Prepared(
+                call, failure=AgentToolResult(f"Unknown tool {call.name!r} (available: {known}).", is_error=True)
+            )
         try:
             params = tool.parameters.model_validate(call.arguments)
         except ValidationError as exc:

@@ -25,8 +25,9 @@ import inspect
 import json
 import re
 import typing
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Literal, Mapping, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, create_model
 
@@ -37,7 +38,7 @@ from core.messages import ContentBlock, TextContent, ToolSpec
 Emit = Callable[[AgentEvent], Awaitable[None]]
 """Where events go: awaited once per event, never concurrently."""
 
-OnUpdate = Callable[[Union[float, None], Union[str, None]], None]
+OnUpdate = Callable[[float | None, str | None], None]
 """Progress callback of a running tool: ``(progress fraction 0..1 or None, short text or None)``."""
 
 ToolExecutionMode = Literal["parallel", "sequential"]

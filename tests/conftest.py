@@ -10,8 +10,9 @@ calls ``pytest.skip`` when its server is unreachable, unless ``CUBEPI_REQUIRE_SE
 from __future__ import annotations
 
 import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 

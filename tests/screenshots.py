@@ -57,7 +57,9 @@ async def _until(pilot, predicate, timeout: float = 30.0) -> None:  # type: igno
 
 
 async def _open(pilot, app: CubepiApp, thread_id: str) -> None:  # type: ignore[no-untyped-def]
-    await _until(pilot, lambda: isinstance(app.screen, ThreadsScreen) and thread_id in {r.thread_id for r in app.screen.rows})
+    await _until(
+        pilot, lambda: isinstance(app.screen, ThreadsScreen) and thread_id in {r.thread_id for r in app.screen.rows}
+    )
     table = app.screen.query_one(DataTable)
     table.move_cursor(row=table.get_row_index(thread_id))
     await pilot.press("enter")
@@ -73,14 +75,21 @@ async def notify_team(message: str) -> str:
 async def _write_killed_run(db: Path) -> None:
     """A thread whose runner was killed with three calls in flight (as our agent writes it)."""
     tools = {t.name: t for t in demo_tools()}
-    fetch = ToolCall(id="call_fetch", name="fetch_dataset", arguments={"name": "demo-sales", "rows": 50_000, "request": 1})
+    fetch = ToolCall(
+        id="call_fetch", name="fetch_dataset", arguments={"name": "demo-sales", "rows": 50_000, "request": 1}
+    )
     train = ToolCall(id="call_train", name="train_model", arguments={"model": "baseline", "epochs": 5, "request": 1})
     post = ToolCall(id="call_post", name="notify_team", arguments={"message": "baseline trained"})
     store = await SQLiteCheckpointer.open(db, create=False)
     try:
         await store.claim_run("killed-mid-tool", "run-1")
         reply = AssistantMessage(
-            content=[TextContent(text="Fetching and training in parallel; I will tell the team when done."), fetch, train, post],
+            content=[
+                TextContent(text="Fetching and training in parallel; I will tell the team when done."),
+                fetch,
+                train,
+                post,
+            ],
             stop_reason="tool_use",
             run_id="run-1",
             model_id="demo",
@@ -90,8 +99,15 @@ async def _write_killed_run(db: Path) -> None:
         for call in (fetch, train):
             key = call_job_key(tools[call.name], call)
             assert key is not None
-            await store.record_tool_event("killed-mid-tool", call.id, "start", tool_name=call.name, run_id="run-1",
-                                          job_key=key, at=time.time() - 120)
+            await store.record_tool_event(
+                "killed-mid-tool",
+                call.id,
+                "start",
+                tool_name=call.name,
+                run_id="run-1",
+                job_key=key,
+                at=time.time() - 120,
+            )
             await store.job_begin("killed-mid-tool", key, call.id)
         train_key = call_job_key(tools["train_model"], train)
         assert train_key is not None
@@ -131,20 +147,43 @@ async def main() -> None:
             await pilot.press("y")
             await _until(
                 pilot,
-                lambda: isinstance(app.screen, ThreadScreen)
-                and sum(v.status == "running" and (v.progress or 0) > 0.3 for v in app.screen.query(ToolCallView)) >= 2,
+                lambda: (
+                    isinstance(app.screen, ThreadScreen)
+                    and sum(v.status == "running" and (v.progress or 0) > 0.3 for v in app.screen.query(ToolCallView))
+                    >= 2
+                ),
             )
             app.save_screenshot("thread.svg", str(OUT))
             await pilot.press("q")
 
             # A headless runner in another process, on the same (now upgraded) file.
             runner = subprocess.Popen(
-                [sys.executable, "-m", "tui.cli", "run", "--db", str(db), "--thread", "nightly-report", "--demo",
-                 "--speed", "0.5", "Write the nightly sales report"],
-                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-m",
+                    "tui.cli",
+                    "run",
+                    "--db",
+                    str(db),
+                    "--thread",
+                    "nightly-report",
+                    "--demo",
+                    "--speed",
+                    "0.5",
+                    "Write the nightly sales report",
+                ],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
-            await _until(pilot, lambda: isinstance(app.screen, ThreadsScreen)
-                         and any(r.elsewhere for r in app.screen.rows) and any(r.running for r in app.screen.rows))
+            await _until(
+                pilot,
+                lambda: (
+                    isinstance(app.screen, ThreadsScreen)
+                    and any(r.elsewhere for r in app.screen.rows)
+                    and any(r.running for r in app.screen.rows)
+                ),
+            )
             app.screen.query_one(DataTable).move_cursor(row=0)
             await pilot.pause(0.3)
             app.save_screenshot("picker.svg", str(OUT))
@@ -152,8 +191,11 @@ async def main() -> None:
             await _open(pilot, app, "nightly-report")
             screen = app.screen
             assert isinstance(screen, ThreadScreen)
-            await _until(pilot, lambda: any(v.status == "running" and (v.progress or 0) > 0.2
-                                            for v in screen.query(ToolCallView)), timeout=60)
+            await _until(
+                pilot,
+                lambda: any(v.status == "running" and (v.progress or 0) > 0.2 for v in screen.query(ToolCallView)),
+                timeout=60,
+            )
             await pilot.press("s")
             await _until(pilot, lambda: isinstance(app.screen, TextInputModal))
             app.screen.query_one(Input).value = "Compare with the same night last year"

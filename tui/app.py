@@ -12,7 +12,7 @@ import contextlib
 import secrets
 import signal
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from textual import on, work
 from textual.app import App, SystemCommand
@@ -21,8 +21,8 @@ from textual.screen import Screen
 
 from core.errors import CubepiError
 from tui import hangup
-from tui.palette import CommandPalette
 from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreOpened, ThreadsLoaded
+from tui.palette import CommandPalette
 from tui.screens.modals import ConfirmModal, ErrorScreen, HelpScreen, TextInputModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
@@ -219,7 +219,7 @@ class CubepiApp(App[None]):
         count = self.session.running_count()
         body = (
             f"{count} agent(s) are running in this app. Quitting aborts them: each saves what it "
-            "has and its thread reads \"aborted\"; send a new message later to continue."
+            'has and its thread reads "aborted"; send a new message later to continue.'
         )
         queued = self.session.queued_count()
         if queued:

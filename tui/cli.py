@@ -10,8 +10,9 @@ import argparse
 import gc
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from core.checkpoint.base import Checkpointer
 from core.errors import DatabaseOpenError

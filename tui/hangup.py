@@ -16,8 +16,8 @@ import os
 import select
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
-from typing import Callable
 
 WATCHDOG_SECONDS = 30.0
 """How long the shutdown after a hang-up may take before the process is ended outright:

@@ -17,8 +17,8 @@ from core.events import AgentEvent, MessageUpdate, ToolExecutionUpdate
 if TYPE_CHECKING:
     from core.checkpoint.base import CheckpointData, Command
     from core.follow import ThreadChange
-    from core.supervise import LeaseView
     from core.recovery import Diagnosis
+    from core.supervise import LeaseView
     from tui.session import ThreadRow
 
 

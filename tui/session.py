@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from core.agent import Agent
 from core.checkpoint.base import CheckpointData, Checkpointer, Command, CommandKind, ThreadSummary
@@ -21,7 +22,16 @@ from core.errors import CubepiError, ThreadNotFoundError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, watch_threads
 from core.recovery import Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose, tail_is_enough
-from core.supervise import LeaseState, LeaseView, Supervisor, discard, lease_status, refuse_orphaned_aborts, send, undelivered
+from core.supervise import (
+    LeaseState,
+    LeaseView,
+    Supervisor,
+    discard,
+    lease_status,
+    refuse_orphaned_aborts,
+    send,
+    undelivered,
+)
 
 StoreOpener = Callable[[], Awaitable[Checkpointer]]
 """Opens the database; raises ``DatabaseOpenError`` with one sentence when it cannot."""
@@ -291,7 +301,9 @@ class Session:
             if must_exist:
                 raise ThreadNotFoundError(f"There is no thread {thread_id!r} in {self.location or 'this database'}.")
             data = CheckpointData()
-        return data, diagnose(data.messages, data.runs, data.journal, problems=data.problems, pending=data.pending_request)
+        return data, diagnose(
+            data.messages, data.runs, data.journal, problems=data.problems, pending=data.pending_request
+        )
 
     def is_running(self, thread_id: str) -> bool:
         """Whether an agent of this app is running ``thread_id`` now."""

@@ -29,8 +29,9 @@ is unfenced (cubeloop's ``append(thread_id, messages)``); a store that keeps no 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from core.errors import CommandTransitionError, LeaseLostError
 from core.messages import AnyMessage
@@ -112,7 +113,7 @@ class CheckpointData:
     problems: list[CorruptRow] = field(default_factory=list)
     message_ids: list[Any] = field(default_factory=list)
     parent_thread_id: str | None = None
-    journal: dict[str, "JournalEntry"] | None = None
+    journal: dict[str, JournalEntry] | None = None
     """Tool journal by tool call id; ``None`` when the store keeps none (cubeloop files)."""
     pending_request: PendingRequest | None = None
     """The human request the thread waits on, if any."""
@@ -135,7 +136,7 @@ class ThreadSummary:
     tail: tuple[AnyMessage, ...] = ()
     problems: tuple[CorruptRow, ...] = ()
     first_prompt: str = ""
-    lease: "Lease | None" = None
+    lease: Lease | None = None
     """The thread's lease record (live or expired), ``None`` if none or the store keeps none."""
     pending_request: PendingRequest | None = None
     """The human request the thread waits on, if any."""
@@ -203,7 +204,9 @@ class HumanRequests(Protocol):
     keeps it can be given one, as cubeloop gives it.
     """
 
-    async def save_pending_request(self, thread_id: str, request_json: str | None, *, run_id: str | None = None) -> None:
+    async def save_pending_request(
+        self, thread_id: str, request_json: str | None, *, run_id: str | None = None
+    ) -> None:
         """Set (or with ``None`` clear) the thread's pending request, in one transaction."""
         ...
 
@@ -296,7 +299,7 @@ def command_sources(status: str) -> tuple[str, ...]:
     return tuple(sorted(old for old, targets in COMMAND_TRANSITIONS.items() if status in targets))
 
 
-def check_command_move(current: "Command", status: str) -> None:
+def check_command_move(current: Command, status: str) -> None:
     """Raise ``CommandTransitionError`` (``command=current``) unless ``current`` may move to
     ``status`` (see :data:`COMMAND_TRANSITIONS`); each backend calls it in the update's transaction."""
     if status not in COMMAND_TRANSITIONS.get(current.status, frozenset()):
@@ -350,8 +353,15 @@ class SupervisedStore(Protocol):
 
     # tool journal
     async def record_tool_event(
-        self, thread_id: str, tool_call_id: str, phase: Literal["start", "end"], *,
-        tool_name: str = "", run_id: str | None = None, job_key: str | None = None, at: float | None = None,
+        self,
+        thread_id: str,
+        tool_call_id: str,
+        phase: Literal["start", "end"],
+        *,
+        tool_name: str = "",
+        run_id: str | None = None,
+        job_key: str | None = None,
+        at: float | None = None,
         holder_id: str | None = None,
     ) -> None:
         """Journal the start or end of a tool call (``at`` defaults to now, unix seconds).
@@ -382,7 +392,12 @@ class SupervisedStore(Protocol):
         ...
 
     async def job_finish(
-        self, thread_id: str, key: str, status: Literal["done", "failed"], result: Any = None, *,
+        self,
+        thread_id: str,
+        key: str,
+        status: Literal["done", "failed"],
+        result: Any = None,
+        *,
         holder_id: str | None = None,
     ) -> None:
         """Record the outcome and JSON ``result`` in one transaction. Raises ``KeyError`` if never
@@ -420,7 +435,9 @@ class SupervisedStore(Protocol):
         ...
 
     # live events (bounded log, pruned when a run ends)
-    async def append_live_events(self, thread_id: str, run_id: str | None, events: Sequence[dict[str, Any]], *, keep: int = 2000) -> None:
+    async def append_live_events(
+        self, thread_id: str, run_id: str | None, events: Sequence[dict[str, Any]], *, keep: int = 2000
+    ) -> None:
         """Append a batch in one transaction, then keep only the newest ``keep`` for the thread."""
         ...
 

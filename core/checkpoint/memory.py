@@ -11,8 +11,9 @@ import asyncio
 import bisect
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 from core.checkpoint.base import (
     CheckpointData,
@@ -147,7 +148,9 @@ class MemoryCheckpointer:
         out.sort(key=lambda s: s.last_activity or 0.0, reverse=True)
         return out
 
-    async def save_pending_request(self, thread_id: str, request_json: str | None, *, run_id: str | None = None) -> None:
+    async def save_pending_request(
+        self, thread_id: str, request_json: str | None, *, run_id: str | None = None
+    ) -> None:
         """See ``HumanRequests.save_pending_request``."""
         async with self._lock:
             t = self._threads.setdefault(thread_id, _Thread())
@@ -194,8 +197,15 @@ class MemoryCheckpointer:
     # --- tool journal ------------------------------------------------------------------------
 
     async def record_tool_event(
-        self, thread_id: str, tool_call_id: str, phase: Literal["start", "end"], *,
-        tool_name: str = "", run_id: str | None = None, job_key: str | None = None, at: float | None = None,
+        self,
+        thread_id: str,
+        tool_call_id: str,
+        phase: Literal["start", "end"],
+        *,
+        tool_name: str = "",
+        run_id: str | None = None,
+        job_key: str | None = None,
+        at: float | None = None,
         holder_id: str | None = None,
     ) -> None:
         """See ``SupervisedStore.record_tool_event``.
@@ -219,7 +229,9 @@ class MemoryCheckpointer:
                 job_key=job_key if job_key is not None else old.job_key,
             )
             # A start (again, when a resume re-runs the call) clears an old end.
-            entries[tool_call_id] = replace(new, started_at=when, ended_at=None) if phase == "start" else replace(new, ended_at=when)
+            entries[tool_call_id] = (
+                replace(new, started_at=when, ended_at=None) if phase == "start" else replace(new, ended_at=when)
+            )
             self._changes += 1
 
     async def load_journal(self, thread_id: str) -> dict[str, JournalEntry] | None:
@@ -256,7 +268,12 @@ class MemoryCheckpointer:
             return record
 
     async def job_finish(
-        self, thread_id: str, key: str, status: Literal["done", "failed"], result: Any = None, *,
+        self,
+        thread_id: str,
+        key: str,
+        status: Literal["done", "failed"],
+        result: Any = None,
+        *,
         holder_id: str | None = None,
     ) -> None:
         """See ``SupervisedStore.job_finish``.
@@ -388,7 +405,8 @@ class MemoryCheckpointer:
         wanted = None if statuses is None else set(statuses)
         async with self._lock:
             return [
-                c for c in self._commands.values()
+                c
+                for c in self._commands.values()
                 if c.thread_id == thread_id and c.seq > after and (wanted is None or c.status in wanted)
             ]
 
@@ -429,7 +447,9 @@ def _json_result(result: Any, key: str) -> Any:
     try:
         return json.loads(json.dumps(result))
     except (TypeError, ValueError):
-        raise TypeError(f"The result of job {key!r} cannot be stored: it is not JSON ({type(result).__name__}).") from None
+        raise TypeError(
+            f"The result of job {key!r} cannot be stored: it is not JSON ({type(result).__name__})."
+        ) from None
 
 
 def _tail(messages: list[AnyMessage]) -> list[AnyMessage]:

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Literal, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 from core.checkpoint import codec
 from core.checkpoint import sqlite_queries as queries
@@ -104,7 +105,9 @@ class SQLiteCheckpointer(SQLiteFile):
         self._check_writable()
         await self._run(lambda c: queries.mark_run_complete(c, thread_id, run_id, holder_id), "completion")
 
-    async def save_pending_request(self, thread_id: str, request_json: str | None, *, run_id: str | None = None) -> None:
+    async def save_pending_request(
+        self, thread_id: str, request_json: str | None, *, run_id: str | None = None
+    ) -> None:
         """See ``HumanRequests.save_pending_request``: cubeloop's own statement on its table."""
         self._check_writable()
         await self._run(lambda c: queries.save_pending_request(c, thread_id, request_json, run_id), "save")
@@ -121,8 +124,15 @@ class SQLiteCheckpointer(SQLiteFile):
     # --- SupervisedStore: tool journal and jobs ------------------------------------------
 
     async def record_tool_event(
-        self, thread_id: str, tool_call_id: str, phase: Literal["start", "end"], *,
-        tool_name: str = "", run_id: str | None = None, job_key: str | None = None, at: float | None = None,
+        self,
+        thread_id: str,
+        tool_call_id: str,
+        phase: Literal["start", "end"],
+        *,
+        tool_name: str = "",
+        run_id: str | None = None,
+        job_key: str | None = None,
+        at: float | None = None,
         holder_id: str | None = None,
     ) -> None:
         """See ``SupervisedStore.record_tool_event``: one upsert (after the lease fence, in one transaction).
@@ -134,8 +144,12 @@ class SQLiteCheckpointer(SQLiteFile):
         supervised.check_phase(phase)
         self._check_writable()
         when = time.time() if at is None else at
-        await self._run(lambda c: supervised.record_tool_event(
-            c, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when, holder_id), "journal write")
+        await self._run(
+            lambda c: supervised.record_tool_event(
+                c, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when, holder_id
+            ),
+            "journal write",
+        )
 
     async def load_journal(self, thread_id: str) -> dict[str, JournalEntry] | None:
         """See ``SupervisedStore.load_journal``: ``None`` for a file without the journal table."""
@@ -158,7 +172,12 @@ class SQLiteCheckpointer(SQLiteFile):
         return await self._run(lambda c: supervised.job_begin(c, thread_id, key, tool_call_id, holder_id), "job start")
 
     async def job_finish(
-        self, thread_id: str, key: str, status: Literal["done", "failed"], result: Any = None, *,
+        self,
+        thread_id: str,
+        key: str,
+        status: Literal["done", "failed"],
+        result: Any = None,
+        *,
         holder_id: str | None = None,
     ) -> None:
         """See ``SupervisedStore.job_finish``: status, JSON result and ``finished_at`` in one transaction.
@@ -200,7 +219,8 @@ class SQLiteCheckpointer(SQLiteFile):
         self._check_writable()
         called_at = time.time()
         return await self._run(
-            lambda c: supervised.renew_lease(c, thread_id, holder_id, heartbeat_at, expires_at, called_at), "heartbeat")
+            lambda c: supervised.renew_lease(c, thread_id, holder_id, heartbeat_at, expires_at, called_at), "heartbeat"
+        )
 
     async def release_lease(self, thread_id: str, holder_id: str) -> None:
         """See ``SupervisedStore.release_lease``."""

@@ -13,8 +13,9 @@ import asyncio
 import os
 import sqlite3
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import aiosqlite
 
@@ -61,9 +62,19 @@ class SQLiteFile:
     would report its writes saved into a file nobody can open again.
     """
 
-    def __init__(self, db: aiosqlite.Connection, path: Path, layout: schema.Layout, *, writable: bool,
-                 busy_timeout: float, lock_wait: float, retries: int | None, durable: bool,
-                 on_busy: Callable[[int], None] | None) -> None:
+    def __init__(
+        self,
+        db: aiosqlite.Connection,
+        path: Path,
+        layout: schema.Layout,
+        *,
+        writable: bool,
+        busy_timeout: float,
+        lock_wait: float,
+        retries: int | None,
+        durable: bool,
+        on_busy: Callable[[int], None] | None,
+    ) -> None:
         """Internal: use :meth:`open`."""
         self._db: aiosqlite.Connection | None = db
         self._path = path
@@ -109,8 +120,13 @@ class SQLiteFile:
         """
         p = Path(path).expanduser().absolute()
         exists = check_path(p, create=create)
-        settings = dict(busy_timeout=busy_timeout, lock_wait=lock_wait, retries=retries, durable=durable,
-                        on_busy=on_busy)
+        settings = {
+            "busy_timeout": busy_timeout,
+            "lock_wait": lock_wait,
+            "retries": retries,
+            "durable": durable,
+            "on_busy": on_busy,
+        }
         if not exists:
             return await cls._create(p, **settings)
         db, layout = await _read_existing(p, busy_timeout)
@@ -284,9 +300,7 @@ class SQLiteFile:
 # --- connection, paths, errors -----------------------------------------------------------------
 
 
-async def connect(
-    path: Path, *, read_only: bool, busy_timeout: float, immutable: bool = False
-) -> aiosqlite.Connection:
+async def connect(path: Path, *, read_only: bool, busy_timeout: float, immutable: bool = False) -> aiosqlite.Connection:
     """An aiosqlite connection in autocommit mode (we issue BEGIN/COMMIT ourselves).
 
     Read-only uses the ``mode=ro`` URI: SQLite then never writes the file, its journal, or
@@ -424,7 +438,9 @@ def call_error(path: Path, exc: sqlite3.Error, what: str, *, waited: float, read
     """One sentence for a failed call: ``what`` names it ("append", "lease", ...), ``waited`` is seconds."""
     text = str(exc).lower()
     if is_busy(exc):
-        return StoreBusyError(f"{path} stayed locked by another program for about {waited:.0f} s, so the {what} did not happen.")
+        return StoreBusyError(
+            f"{path} stayed locked by another program for about {waited:.0f} s, so the {what} did not happen."
+        )
     if "readonly" in text and read_only and has_hot_journal(path):
         return hot_journal_error(path)
     if "readonly" in text or "read-only" in text:

@@ -12,7 +12,8 @@ import contextlib
 import gc
 import json
 import sqlite3
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from core.checkpoint import codec
 from core.checkpoint.base import CheckpointData, CorruptRow, PendingRequest, RunRecord, ThreadSummary
@@ -39,10 +40,14 @@ def load(c: sqlite3.Connection, layout: Layout, thread_id: str, after_id: int | 
     """Messages in row-id order (only ids above ``after_id`` when given), extra, runs and
     the tool journal, from one read snapshot."""
     with read_txn(c):
-        rows = c.execute(
-            "SELECT id, CAST(message_json AS BLOB) FROM messages WHERE thread_id = ? AND id > ? ORDER BY id",
-            (thread_id, -1 if after_id is None else after_id),
-        ).fetchall() if layout.has("messages") else []
+        rows = (
+            c.execute(
+                "SELECT id, CAST(message_json AS BLOB) FROM messages WHERE thread_id = ? AND id > ? ORDER BY id",
+                (thread_id, -1 if after_id is None else after_id),
+            ).fetchall()
+            if layout.has("messages")
+            else []
+        )
         extra_row = None
         if layout.has("thread_extra"):
             parent = "parent_thread_id" if layout.has("thread_extra", "parent_thread_id") else "NULL"
@@ -64,8 +69,9 @@ def load(c: sqlite3.Connection, layout: Layout, thread_id: str, after_id: int | 
     return data
 
 
-def append(c: sqlite3.Connection, thread_id: str, rows: Sequence[tuple[str, str, str | None]],
-           holder_id: str | None = None) -> None:
+def append(
+    c: sqlite3.Connection, thread_id: str, rows: Sequence[tuple[str, str, str | None]], holder_id: str | None = None
+) -> None:
     """Insert ``(thread_id, json, run_id)`` rows in one transaction, unless a run named is
     completed or ``holder_id`` (when given) no longer holds the thread's live lease."""
     run_ids = sorted({r[2] for r in rows if r[2] is not None})
@@ -74,8 +80,7 @@ def append(c: sqlite3.Connection, thread_id: str, rows: Sequence[tuple[str, str,
         if run_ids:
             marks = ",".join("?" * len(run_ids))
             done = c.execute(
-                f"SELECT run_id FROM runs WHERE thread_id = ? AND run_id IN ({marks})"
-                " AND completed_at IS NOT NULL",
+                f"SELECT run_id FROM runs WHERE thread_id = ? AND run_id IN ({marks}) AND completed_at IS NOT NULL",
                 (thread_id, *run_ids),
             ).fetchall()
             if done:
@@ -175,7 +180,9 @@ def mark_run_complete(c: sqlite3.Connection, thread_id: str, run_id: str, holder
 # --- decoding and the listing ------------------------------------------------------------------
 
 
-def decode_rows(rows: Sequence[tuple[int, bytes]], thread_id: str) -> tuple[list[AnyMessage], list[int], list[CorruptRow]]:
+def decode_rows(
+    rows: Sequence[tuple[int, bytes]], thread_id: str
+) -> tuple[list[AnyMessage], list[int], list[CorruptRow]]:
     """Decode ``(id, raw)`` rows one by one; a row that fails becomes a ``CorruptRow``.
 
     One validator call per row: measured as fast as one call per batch of rows, and a
@@ -274,7 +281,9 @@ def list_threads(c: sqlite3.Connection, layout: Layout) -> list[ThreadSummary]:
         runs: dict[str, list[RunRecord]] = {}
         for tid, run in runs_of(c, layout, None):
             runs.setdefault(tid, []).append(run)
-        extra_ids = [r[0] for r in c.execute("SELECT thread_id FROM thread_extra")] if layout.has("thread_extra") else []
+        extra_ids = (
+            [r[0] for r in c.execute("SELECT thread_id FROM thread_extra")] if layout.has("thread_extra") else []
+        )
         leases = all_leases(c, layout)
         pending = pending_requests(c, layout, None)
 
@@ -283,8 +292,11 @@ def list_threads(c: sqlite3.Connection, layout: Layout) -> list[ThreadSummary]:
             count, first_id, _, last_at = stats.get(tid, (0, 0, 0, None))
             tail, problems = _tail_of(c, tid, tails.get(tid, []), count)
             thread_runs = runs.get(tid, [])
-            times = [t for t in (last_at, *(r.claimed_at for r in thread_runs), *(r.completed_at for r in thread_runs))
-                     if t is not None]
+            times = [
+                t
+                for t in (last_at, *(r.claimed_at for r in thread_runs), *(r.completed_at for r in thread_runs))
+                if t is not None
+            ]
             out.append(
                 ThreadSummary(
                     thread_id=tid,

@@ -15,8 +15,8 @@ Only :mod:`core.checkpoint.sqlite` and its ``sqlite_*`` helpers import this modu
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 _CUBELOOP_TABLES = (
     "CREATE TABLE IF NOT EXISTS messages (  id INTEGER PRIMARY KEY AUTOINCREMENT,  thread_id TEXT NOT NULL,"

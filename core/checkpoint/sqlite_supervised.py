@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from core.checkpoint.base import (
     Command,
@@ -57,7 +58,9 @@ def encode_result(key: str, status: str, result: Any) -> str:
     try:
         return json.dumps(result)
     except (TypeError, ValueError):
-        raise TypeError(f"The result of job {key!r} cannot be stored: it is not JSON ({type(result).__name__}).") from None
+        raise TypeError(
+            f"The result of job {key!r} cannot be stored: it is not JSON ({type(result).__name__})."
+        ) from None
 
 
 # --- tool journal ----------------------------------------------------------------------------
@@ -73,8 +76,17 @@ _JOURNAL_UPSERT = (
 )
 
 
-def record_tool_event(c: sqlite3.Connection, thread_id: str, tool_call_id: str, phase: str, tool_name: str,
-                      run_id: str | None, job_key: str | None, at: float, holder_id: str | None = None) -> None:
+def record_tool_event(
+    c: sqlite3.Connection,
+    thread_id: str,
+    tool_call_id: str,
+    phase: str,
+    tool_name: str,
+    run_id: str | None,
+    job_key: str | None,
+    at: float,
+    holder_id: str | None = None,
+) -> None:
     """Upsert the journal entry for one phase, fenced by ``holder_id``, in one transaction."""
     if phase == "start":
         sql = _JOURNAL_UPSERT + " started_at = excluded.started_at, ended_at = NULL"
@@ -100,8 +112,9 @@ def read_journal(c: sqlite3.Connection, layout: Layout, thread_id: str) -> dict[
 _JOB_COLUMNS = "key, status, result_json, tool_call_id, started_at, finished_at, attempts"
 
 
-def job_begin(c: sqlite3.Connection, thread_id: str, key: str, tool_call_id: str | None,
-              holder_id: str | None = None) -> JobRecord:
+def job_begin(
+    c: sqlite3.Connection, thread_id: str, key: str, tool_call_id: str | None, holder_id: str | None = None
+) -> JobRecord:
     """Look up and start ``key`` inside one ``BEGIN IMMEDIATE`` (see ``SQLiteCheckpointer.job_begin``)."""
     with write_txn(c):
         fence(c, thread_id, holder_id)
@@ -126,8 +139,9 @@ def job_begin(c: sqlite3.Connection, thread_id: str, key: str, tool_call_id: str
     return record
 
 
-def job_finish(c: sqlite3.Connection, thread_id: str, key: str, status: str, result_json: str,
-               holder_id: str | None = None) -> None:
+def job_finish(
+    c: sqlite3.Connection, thread_id: str, key: str, status: str, result_json: str, holder_id: str | None = None
+) -> None:
     """Record the outcome in one transaction; a ``done`` job stays as it is. ``KeyError`` if never begun."""
     with write_txn(c):
         fence(c, thread_id, holder_id)
@@ -172,12 +186,18 @@ def acquire_lease(c: sqlite3.Connection, lease: Lease, is_stale: Callable[[Lease
     with write_txn(c):
         shift = lock_wait_shift(called_at)
         if shift:
-            lease = replace(lease, acquired_at=lease.acquired_at + shift, heartbeat_at=lease.heartbeat_at + shift,
-                            expires_at=lease.expires_at + shift)
+            lease = replace(
+                lease,
+                acquired_at=lease.acquired_at + shift,
+                heartbeat_at=lease.heartbeat_at + shift,
+                expires_at=lease.expires_at + shift,
+            )
         current = _lease(c, lease.thread_id)
         if current is not None and current.holder_id != lease.holder_id and not is_stale(current):
             raise RunAlreadyClaimedError(lease_refusal(current), lease=current)
-        c.execute(f"INSERT OR REPLACE INTO {LEASES} ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _lease_row(lease))
+        c.execute(
+            f"INSERT OR REPLACE INTO {LEASES} ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _lease_row(lease)
+        )
     return lease
 
 
@@ -205,8 +225,9 @@ def fence(c: sqlite3.Connection, thread_id: str, holder_id: str | None) -> None:
         check_lease_holder(_lease(c, thread_id), thread_id, holder_id, time.time())
 
 
-def renew_lease(c: sqlite3.Connection, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float,
-                called_at: float) -> bool:
+def renew_lease(
+    c: sqlite3.Connection, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float, called_at: float
+) -> bool:
     """One UPDATE guarded by the holder: ``False`` when another holder took the lease (or none
     exists). The times move on by the call's wait for the lock (:func:`lock_wait_shift`)."""
     shift = lock_wait_shift(called_at)
@@ -249,15 +270,24 @@ def _lease(c: sqlite3.Connection, thread_id: str) -> Lease | None:
 
 
 def _lease_row(lease: Lease) -> tuple[Any, ...]:
-    return (lease.thread_id, lease.holder_id, lease.pid, lease.host, lease.run_id,
-            lease.acquired_at, lease.heartbeat_at, lease.expires_at)
+    return (
+        lease.thread_id,
+        lease.holder_id,
+        lease.pid,
+        lease.host,
+        lease.run_id,
+        lease.acquired_at,
+        lease.heartbeat_at,
+        lease.expires_at,
+    )
 
 
 # --- live events -----------------------------------------------------------------------------
 
 
-def append_live_events(c: sqlite3.Connection, thread_id: str, run_id: str | None, texts: Sequence[str],
-                       at: float, keep: int) -> None:
+def append_live_events(
+    c: sqlite3.Connection, thread_id: str, run_id: str | None, texts: Sequence[str], at: float, keep: int
+) -> None:
     """Insert the batch, then delete all but the thread's newest ``keep``, in one transaction.
 
     The prune is one index probe on ``(thread_id, seq)`` (the ``keep``-th newest seq) and

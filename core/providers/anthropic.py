@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Sequence
+from typing import Any
 
 import anthropic
 import httpx2

@@ -19,8 +19,9 @@ Contract, relied on by the loop:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import AsyncIterator, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from core.events import StreamEvent
 from core.messages import AnyMessage, AssistantMessage, ContentBlock, ToolSpec

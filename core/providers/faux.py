@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from typing import Any, AsyncIterator, Callable, Iterable, Union
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
 
 from core.events import StreamEnd, StreamEvent, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStart, UsageUpdate
 from core.messages import (
@@ -38,8 +39,8 @@ from core.messages import (
 from core.providers.base import ABORTED_TEXT, ModelRequest, error_reply
 from core.request import RequestChecker
 
-Reply = Union[AssistantMessage, str]
-ScriptEntry = Union[Reply, Callable[[ModelRequest], Reply]]
+Reply = AssistantMessage | str
+ScriptEntry = Reply | Callable[[ModelRequest], Reply]
 """One scripted model call: a reply, plain text, or a function of the request returning either."""
 
 _CHARS_PER_TOKEN = 4
@@ -123,7 +124,9 @@ class FauxProvider:
             self.requests.append(ModelRequest(request.system_prompt, tuple(request.messages), request.tools))
         problem = self._checker.check(request.messages)
         if problem is not None:
-            yield StreamEnd(error_reply(self, f"The faux provider refused the request (the API would answer 400): {problem}"))
+            yield StreamEnd(
+                error_reply(self, f"The faux provider refused the request (the API would answer 400): {problem}")
+            )
             return
         reply = self._next_reply(request)
         if reply is None:

@@ -11,8 +11,8 @@ import asyncio
 import email.utils
 import random
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,6 @@ async def wait_or_abort(signal: asyncio.Event, seconds: float) -> bool:
         return True
     try:
         await asyncio.wait_for(signal.wait(), timeout=max(seconds, 0.0))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
     return True

@@ -51,12 +51,14 @@ async def test_the_anthropic_provider_aborted_mid_stream_saves_the_usage_of_mess
     async with MessagesServer() as server:
         hold = Hold()  # the model goes quiet after its first words; the abort must not wait for more
         server.add(
-            Stream([
-                message_start(1834, output_tokens=1, cache_read=12000, cache_write=250),
-                block_start(0, {"type": "text", "text": ""}),
-                block_delta(0, {"type": "text_delta", "text": "The quarter"}),
-                hold,
-            ])
+            Stream(
+                [
+                    message_start(1834, output_tokens=1, cache_read=12000, cache_write=250),
+                    block_start(0, {"type": "text", "text": ""}),
+                    block_delta(0, {"type": "text_delta", "text": "The quarter"}),
+                    hold,
+                ]
+            )
         )
         provider = AnthropicProvider("claude-test-1", api_key="k", base_url=server.base_url)
         store = MemoryCheckpointer()

@@ -165,7 +165,9 @@ async def test_each_run_reloads_what_other_writers_added():
 async def test_abort_during_streaming_then_a_new_prompt_works():
     provider = FauxProvider([faux_reply("x" * 400), "Fresh answer."], chunk_size=1, delay=0.001)
     agent = make_agent(provider)
-    stop = agent.subscribe(lambda e: agent.abort() if isinstance(e, MessageUpdate) and len(e.message.text) == 5 else None)
+    stop = agent.subscribe(
+        lambda e: agent.abort() if isinstance(e, MessageUpdate) and len(e.message.text) == 5 else None
+    )
     assert await asyncio.wait_for(agent.prompt("go"), WAIT) == "aborted"
     stop()
     data = await stored(agent)
@@ -241,7 +243,7 @@ async def test_follow_up_waits_for_the_final_reply():
 
 async def test_steer_and_follow_up_need_a_run():
     agent = make_agent(FauxProvider())
-    with pytest.raises(RunError, match="No run is in progress; send it as a new prompt."):
+    with pytest.raises(RunError, match=r"No run is in progress; send it as a new prompt\."):
         agent.steer("x")
     with pytest.raises(RunError, match="No run is in progress"):
         agent.follow_up("x")
@@ -270,7 +272,10 @@ def crashed_mid_tool(run_id: str = "old-run") -> list:
     return [
         user_text("old prompt", run_id=run_id),
         AssistantMessage(
-            content=[ToolCall(id="c1", name="count", arguments={"n": 1}), ToolCall(id="c2", name="count", arguments={"n": 1})],
+            content=[
+                ToolCall(id="c1", name="count", arguments={"n": 1}),
+                ToolCall(id="c2", name="count", arguments={"n": 1}),
+            ],
             stop_reason="tool_use",
             run_id=run_id,
         ),
@@ -334,7 +339,8 @@ async def test_resume_settles_then_calls_the_model():
 
 
 async def test_resume_after_tool_results_calls_the_model():
-    messages = crashed_mid_tool()[:2] + [
+    messages = [
+        *crashed_mid_tool()[:2],
         ToolResultMessage(tool_call_id="c1", tool_name="count", run_id="old-run"),
         ToolResultMessage(tool_call_id="c2", tool_name="count", run_id="old-run"),
     ]
@@ -359,7 +365,9 @@ async def test_resume_waits_for_the_user_after_a_final_reply():
 
 
 async def test_resume_with_nothing_to_do_raises():
-    store = await seeded([user_text("hi", run_id="old-run"), AssistantMessage(content=[], run_id="old-run")], run_completed=True)
+    store = await seeded(
+        [user_text("hi", run_id="old-run"), AssistantMessage(content=[], run_id="old-run")], run_completed=True
+    )
     agent = make_agent(FauxProvider(), store)
     with pytest.raises(NothingToResumeError, match=r"^Nothing to resume: the thread is completed; send a new message"):
         await agent.resume()
@@ -592,11 +600,16 @@ async def test_parallel_results_are_saved_as_each_tool_finishes():
             await asyncio.sleep(0.005)
         raise AssertionError("the fast result was held back")
 
-    provider = FauxProvider([faux_reply(faux_tool_call("slow", id="c_slow"), faux_tool_call("fast", id="c_fast")), "ok"])
+    provider = FauxProvider(
+        [faux_reply(faux_tool_call("slow", id="c_slow"), faux_tool_call("fast", id="c_fast")), "ok"]
+    )
     agent = make_agent(provider, store, tools=(slow, fast))
     assert await asyncio.wait_for(agent.prompt("go"), WAIT) == "completed"
     results = [m for m in (await stored(agent)).messages if isinstance(m, ToolResultMessage)]
-    assert [(r.tool_call_id, r.text, r.is_error) for r in results] == [("c_fast", "fast", False), ("c_slow", "slow", False)]
+    assert [(r.tool_call_id, r.text, r.is_error) for r in results] == [
+        ("c_fast", "fast", False),
+        ("c_slow", "slow", False),
+    ]
 
 
 class JournalFails(MemoryCheckpointer):

@@ -71,7 +71,11 @@ def block_stop(index: int) -> dict:
 
 def message_end(stop_reason: str, output_tokens: int = 40) -> list[dict]:
     return [
-        {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None}, "usage": {"output_tokens": output_tokens}},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": output_tokens},
+        },
         {"type": "message_stop"},
     ]
 
@@ -286,7 +290,12 @@ def test_tool_results_open_the_user_turn_even_when_user_text_was_saved_before_th
     assert [m["role"] for m in api] == ["user", "assistant", "user"]
     assert api[2]["content"] == [
         {"type": "tool_result", "tool_use_id": "c2", "content": [{"type": "text", "text": "notified"}]},
-        {"type": "tool_result", "tool_use_id": "c1", "content": [{"type": "text", "text": "interrupted"}], "is_error": True},
+        {
+            "type": "tool_result",
+            "tool_use_id": "c1",
+            "content": [{"type": "text", "text": "interrupted"}],
+            "is_error": True,
+        },
         {"type": "text", "text": "are you done?"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "aGk="}},
     ]
@@ -361,7 +370,9 @@ async def test_error_event_mid_stream_keeps_the_partial_text():
 
 
 async def test_a_stream_cut_short_is_an_error():
-    body = sse(message_start(), block_start(0, {"type": "text", "text": ""}), delta(0, {"type": "text_delta", "text": "Hel"}))
+    body = sse(
+        message_start(), block_start(0, {"type": "text", "text": ""}), delta(0, {"type": "text_delta", "text": "Hel"})
+    )
     events = await collect(Server(body).provider(), ask())
     message = events[-1].message
     assert (message.stop_reason, message.error_message) == (
@@ -398,6 +409,16 @@ async def test_agent_runs_a_tool_through_the_sdk():
     second = server.bodies[1]["messages"]
     assert second[-1] == {
         "role": "user",
-        "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": [{"type": "text", "text": "contents of src/app.py"}]}],
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_01",
+                "content": [{"type": "text", "text": "contents of src/app.py"}],
+            }
+        ],
     }
-    assert second[1]["content"][0] == {"type": "thinking", "thinking": "The user wants the file.", "signature": "EqQBCgIYAhIM"}
+    assert second[1]["content"][0] == {
+        "type": "thinking",
+        "thinking": "The user wants the file.",
+        "signature": "EqQBCgIYAhIM",
+    }

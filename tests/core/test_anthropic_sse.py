@@ -51,9 +51,15 @@ ARGUMENTS = {"path": "src/caf\u00e9.py", "pattern": 'say "hi" \\ twice', "limit"
 ENCODED = json.dumps(ARGUMENTS)  # ensure_ascii: the é is the escape \u00e9
 # Fragments cut inside a key, right after a backslash, inside a \u escape, inside a number
 # and between "tru" and "e": a decoder that parses fragments on their own would fail.
-_CUTS = [3, ENCODED.index("\\u") + 1, ENCODED.index("\\u") + 4, ENCODED.index('\\\\') + 1, ENCODED.index("10") + 1,
-         ENCODED.index("true") + 3]
-FRAGMENTS = [ENCODED[a:b] for a, b in zip([0, *sorted(_CUTS)], [*sorted(_CUTS), len(ENCODED)])]
+_CUTS = [
+    3,
+    ENCODED.index("\\u") + 1,
+    ENCODED.index("\\u") + 4,
+    ENCODED.index("\\\\") + 1,
+    ENCODED.index("10") + 1,
+    ENCODED.index("true") + 3,
+]
+FRAGMENTS = [ENCODED[a:b] for a, b in zip([0, *sorted(_CUTS)], [*sorted(_CUTS), len(ENCODED)], strict=False)]
 
 
 @pytest.fixture
@@ -88,16 +94,18 @@ def assert_one_sentence(text: str | None) -> None:
 async def test_thinking_text_and_tool_use_from_partial_json_map_through_real_http(server):
     assert "".join(FRAGMENTS) == ENCODED and len(FRAGMENTS) == 7
     server.add(
-        Stream([
-            message_start(120, cache_read=100, cache_write=20, id="msg_real"),
-            ping(),
-            *thinking_block(0, ["The user wants ", "the file."], "EqQBCgIYAhIM+sig=="),
-            *text_block(1, "Reading it", " now."),
-            ping(),
-            *tool_use_block(2, "toolu_01", "read_file", FRAGMENTS),
-            message_delta("tool_use", 57),
-            message_stop(),
-        ])
+        Stream(
+            [
+                message_start(120, cache_read=100, cache_write=20, id="msg_real"),
+                ping(),
+                *thinking_block(0, ["The user wants ", "the file."], "EqQBCgIYAhIM+sig=="),
+                *text_block(1, "Reading it", " now."),
+                ping(),
+                *tool_use_block(2, "toolu_01", "read_file", FRAGMENTS),
+                message_delta("tool_use", 57),
+                message_stop(),
+            ]
+        )
     )
     events = await collect(provider_for(server), ask())
     content_events = [e for e in events[:-1] if not isinstance(e, UsageUpdate)]
@@ -137,12 +145,16 @@ async def test_thinking_text_and_tool_use_from_partial_json_map_through_real_htt
 async def test_usage_is_reported_as_it_arrives_and_message_delta_updates_every_count(server):
     # message_delta carries the cumulative usage; newer API versions repeat the input counts there.
     server.add(
-        Stream([
-            message_start(30, output_tokens=1, cache_read=7, cache_write=5),
-            *text_block(0, "ok"),
-            message_delta("end_turn", 12, input_tokens=31, cache_read_input_tokens=8, cache_creation_input_tokens=6),
-            message_stop(),
-        ])
+        Stream(
+            [
+                message_start(30, output_tokens=1, cache_read=7, cache_write=5),
+                *text_block(0, "ok"),
+                message_delta(
+                    "end_turn", 12, input_tokens=31, cache_read_input_tokens=8, cache_creation_input_tokens=6
+                ),
+                message_stop(),
+            ]
+        )
     )
     events = await collect(provider_for(server), ask())
     snapshots = [e.usage for e in events if isinstance(e, UsageUpdate)]
@@ -181,9 +193,17 @@ async def test_stop_reasons(server, raw, ours, metadata):
             Status(400, "invalid_request_error", "messages: roles must alternate between user and assistant"),
             "Anthropic API error 400 (invalid request): messages: roles must alternate between user and assistant.",
         ),
-        (Status(401, "authentication_error", "invalid x-api-key"), "Anthropic API error 401 (authentication): invalid x-api-key."),
         (
-            Status(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit.", {"retry-after": "1"}),
+            Status(401, "authentication_error", "invalid x-api-key"),
+            "Anthropic API error 401 (authentication): invalid x-api-key.",
+        ),
+        (
+            Status(
+                429,
+                "rate_limit_error",
+                "Number of request tokens has exceeded your per-minute rate limit.",
+                {"retry-after": "1"},
+            ),
             "Anthropic API error 429 (rate limit): Number of request tokens has exceeded your per-minute rate limit.",
         ),
         (Status(529, "overloaded_error", "Overloaded"), "Anthropic API error 529 (overloaded): Overloaded."),
@@ -199,7 +219,9 @@ async def test_http_errors_end_in_one_sentence_without_retries(server, status, s
     assert len(server.requests) == 1
 
 
-@pytest.mark.parametrize("status", [Status(400, "invalid_request_error", "bad"), Status(401, "authentication_error", "no")])
+@pytest.mark.parametrize(
+    "status", [Status(400, "invalid_request_error", "bad"), Status(401, "authentication_error", "no")]
+)
 async def test_client_errors_are_never_retried(server, status):
     server.add(status, text_stream("never sent"))
     events = await collect(provider_for(server), ask())
@@ -210,12 +232,14 @@ async def test_client_errors_are_never_retried(server, status):
 
 async def test_an_error_event_after_text_keeps_the_text_and_is_not_retried(server):
     server.add(
-        Stream([
-            message_start(),
-            *text_block(0, "Half an ans")[:2],
-            block_start(1, {"type": "tool_use", "id": "toolu_9", "name": "read_file", "input": {}}),
-            error_event("overloaded_error", "Overloaded"),
-        ]),
+        Stream(
+            [
+                message_start(),
+                *text_block(0, "Half an ans")[:2],
+                block_start(1, {"type": "tool_use", "id": "toolu_9", "name": "read_file", "input": {}}),
+                error_event("overloaded_error", "Overloaded"),
+            ]
+        ),
         text_stream("never sent"),
     )
     events = await collect(provider_for(server), ask())
@@ -227,8 +251,16 @@ async def test_an_error_event_after_text_keeps_the_text_and_is_not_retried(serve
 
 
 async def test_a_cut_connection_mid_reply_is_one_sentence_with_the_partial_text(server):
-    server.add(Stream([message_start(), block_start(0, {"type": "text", "text": ""}),
-                       block_delta(0, {"type": "text_delta", "text": "Hel"}), Cut()]))
+    server.add(
+        Stream(
+            [
+                message_start(),
+                block_start(0, {"type": "text", "text": ""}),
+                block_delta(0, {"type": "text_delta", "text": "Hel"}),
+                Cut(),
+            ]
+        )
+    )
     message = (await collect(provider_for(server), ask()))[-1].message
     assert message.stop_reason == "error" and message.text == "Hel"
     assert message.error_message.startswith("The connection to the Anthropic API was lost: ")
@@ -421,7 +453,9 @@ async def test_cache_breakpoints_on_system_last_tool_and_the_last_two_user_turns
         AssistantMessage(content=[TextContent(text="Send it.")], stop_reason="stop"),
         *[user_text("here"), AssistantMessage(content=[TextContent(text="Seen.")], stop_reason="stop")] * 3,
     ]
-    history.append(UserMessage(content=[TextContent(text="the last one"), ImageContent(data="aGk=", mime_type="image/png")]))
+    history.append(
+        UserMessage(content=[TextContent(text="the last one"), ImageContent(data="aGk=", mime_type="image/png")])
+    )
     server.add(text_stream("ok", input_tokens=12, cache_read=3000, cache_write=400))
     request = ModelRequest("You are a careful engineer.", history, (read_file.spec, list_dir.spec))
     events = await collect(provider_for(server), request)
@@ -434,7 +468,9 @@ async def test_cache_breakpoints_on_system_last_tool_and_the_last_two_user_turns
         f"messages[{last}].user[1].image",
     ]
     assert len(_breakpoints(body)) <= MAX_CACHE_BREAKPOINTS
-    assert body["system"] == [{"type": "text", "text": "You are a careful engineer.", "cache_control": {"type": "ephemeral"}}]
+    assert body["system"] == [
+        {"type": "text", "text": "You are a careful engineer.", "cache_control": {"type": "ephemeral"}}
+    ]
     assert body["tools"][1]["cache_control"] == {"type": "ephemeral"} and "cache_control" not in body["tools"][0]
     assert body["messages"][last]["content"][0] == {"type": "text", "text": "the last one"}
     # The cache counts the API reports are the reply's usage.
@@ -445,7 +481,9 @@ async def test_cache_breakpoints_on_system_last_tool_and_the_last_two_user_turns
 async def test_a_tool_turn_marks_its_results_and_the_prompt_before_them(server):
     history = [
         user_text("read a"),
-        AssistantMessage(content=[ToolCall(id="t1", name="read_file", arguments={"path": "a"})], stop_reason="tool_use"),
+        AssistantMessage(
+            content=[ToolCall(id="t1", name="read_file", arguments={"path": "a"})], stop_reason="tool_use"
+        ),
         ToolResultMessage(tool_call_id="t1", content=[TextContent(text="A")]),
     ]
     server.add(text_stream("ok"))

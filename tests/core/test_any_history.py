@@ -22,7 +22,7 @@ from core.errors import WaitingForAnswerError
 from core.messages import AnyMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
 from core.providers.anthropic import to_api_messages
 from core.providers.base import ModelRequest
-from core.providers.faux import FauxProvider, faux_reply, faux_text
+from core.providers.faux import FauxProvider
 from core.recovery import CrashPoint, ResumeAction, ThreadState, diagnose
 from core.request import check_request
 from core.tools import tool
@@ -102,7 +102,9 @@ async def test_resume_settles_it_with_the_issuing_run_and_sends_a_valid_request(
     # cubeloop checks each run's own messages for whole tool cycles before completing it.
     for run in ("r0", "r1", agent.state.run_id):
         check_tool_cycle([m for m in _as_cubeloop(data.messages) if m.run_id == run])
-    assert diagnose(data.messages, data.runs).label == "completed · another run wrote between 1 tool call and its result"
+    assert (
+        diagnose(data.messages, data.runs).label == "completed · another run wrote between 1 tool call and its result"
+    )
     # The crashed run is closed once its call is settled, before the resume run completes,
     # so cubeloop's fork (completed runs up to a cutoff) keeps its prompt and call.
     order = sorted((r.completion_seq, r.run_id) for r in data.runs if r.completed)
@@ -173,7 +175,9 @@ async def test_resume_of_a_failed_thread_retries_the_model_call_without_re_runni
     store = await _store(history, open_runs=("r0",))
     diagnosis = diagnose(history, (await store.load("t")).runs)
     assert (diagnosis.state, diagnosis.action, diagnosis.label) == (
-        ThreadState.FAILED, ResumeAction.RETRY_MODEL_CALL, "failed",
+        ThreadState.FAILED,
+        ResumeAction.RETRY_MODEL_CALL,
+        "failed",
     )
     assert diagnosis.detail == "The model call failed: The Anthropic API is overloaded (529)."
 
@@ -224,7 +228,9 @@ async def test_a_thread_waiting_for_an_answer_reads_so_and_is_never_settled(tmp_
         assert data.pending_request == summary.pending_request
         diagnosis = diagnose(data.messages, data.runs, pending=data.pending_request)
         assert (diagnosis.state, diagnosis.label, diagnosis.action) == (
-            ThreadState.WAITING, "waiting for an answer: Deploy to which environment?", ResumeAction.NONE,
+            ThreadState.WAITING,
+            "waiting for an answer: Deploy to which environment?",
+            ResumeAction.NONE,
         )
         assert diagnosis.detail == "The run asked: Deploy to which environment?"
 
@@ -250,5 +256,8 @@ def test_the_question_is_read_from_each_kind_of_request() -> None:
 
     assert question({"kind": "confirm", "prompt": "Delete the branch?"}) == "Delete the branch?"
     assert question({"kind": "approve", "tool_name": "rm", "tool_call_id": "c7", "args": {}}) == "approve rm (c7)?"
-    assert question({"kind": "ask", "questions": [{"key": "a", "prompt": "A?"}, {"key": "b", "prompt": "B?"}]}) == "A? / B?"
+    assert (
+        question({"kind": "ask", "questions": [{"key": "a", "prompt": "A?"}, {"key": "b", "prompt": "B?"}]})
+        == "A? / B?"
+    )
     assert PendingRequest("not json").question == "(a request this version cannot read)"

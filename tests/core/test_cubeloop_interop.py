@@ -122,7 +122,9 @@ async def test_a_cubeloop_steer_is_read_in_place_and_continued(tmp_path: Path) -
     assert isinstance(first[3], UserMessage) and first[3].text == "Run the tests first."
 
 
-async def test_calls_cubeloop_left_unanswered_before_its_last_reply_are_settled_before_our_model_call(tmp_path: Path) -> None:
+async def test_calls_cubeloop_left_unanswered_before_its_last_reply_are_settled_before_our_model_call(
+    tmp_path: Path,
+) -> None:
     # cubeloop continued a thread killed mid-tool with a new prompt and got a reply: the
     # killed call now sits, unanswered, before the last assistant message. A real API
     # refuses such a request (400); it must be diagnosed and settled before any model call,
@@ -215,7 +217,10 @@ async def test_a_thread_we_wrote_passes_cubeloops_checks_and_continues_there(tmp
     try:
         provider = FauxProvider(
             [
-                faux_reply(faux_tool_call("read_file", {"path": "a"}, id="c1"), faux_tool_call("read_file", {"path": "b"}, id="c2")),
+                faux_reply(
+                    faux_tool_call("read_file", {"path": "a"}, id="c1"),
+                    faux_tool_call("read_file", {"path": "b"}, id="c2"),
+                ),
                 faux_reply("Read both."),
                 faux_reply(faux_tool_call("read_file", {"path": "c"}, id="c3")),
                 faux_reply("Read c."),
@@ -227,8 +232,17 @@ async def test_a_thread_we_wrote_passes_cubeloops_checks_and_continues_there(tmp
     finally:
         await store.close()
     theirs = await cubeloop_load(db, "ours")
-    assert [m.role for m in theirs.messages] == ["user", "assistant", "tool_result", "tool_result", "assistant",
-                                                 "user", "assistant", "tool_result", "assistant"]
+    assert [m.role for m in theirs.messages] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "tool_result",
+        "assistant",
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+    ]
     check_cycles(theirs.messages)
     run_id = await cubeloop_continue(db, "ours")
     assert run_completed(db, "ours", run_id)
@@ -263,7 +277,9 @@ async def test_a_crash_we_settled_by_resume_passes_cubeloops_checks_per_run_and_
     db = tmp_path / "ours.sqlite"
     run_marked(
         [sys.executable, "-m", "tests.helpers.our_child", str(db), "mid_tool", "ours"],
-        "our child", kill_at=("tool_started:slow_step",), cwd=str(REPO_ROOT),
+        "our child",
+        kill_at=("tool_started:slow_step",),
+        cwd=str(REPO_ROOT),
     )
     store = await SQLiteCheckpointer.open(db, create=False)
     try:
@@ -301,7 +317,9 @@ def test_the_kill_left_both_calls_unanswered(tmp_path: Path) -> None:
     db = tmp_path / "ours.sqlite"
     run_marked(
         [sys.executable, "-m", "tests.helpers.our_child", str(db), "mid_tool", "ours"],
-        "our child", kill_at=("tool_started:slow_step",), cwd=str(REPO_ROOT),
+        "our child",
+        kill_at=("tool_started:slow_step",),
+        cwd=str(REPO_ROOT),
     )
     rows = read_rows(db, "ours")
     assert [r["role"] for r in rows] == ["user", "assistant"]

@@ -22,7 +22,15 @@ from hypothesis import strategies as st
 from core.agent import Agent
 from core.checkpoint import codec
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.messages import AssistantMessage, ImageContent, TextContent, ThinkingContent, ToolCall, ToolResultMessage, UserMessage
+from core.messages import (
+    AssistantMessage,
+    ImageContent,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
 from core.providers.anthropic import AnthropicProvider
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_thinking, faux_tool_call
@@ -73,26 +81,43 @@ async def read_file(path: str) -> str:
 
 
 def test_either_image_shape_is_read_and_cubeloops_is_written() -> None:
-    theirs = codec.decode(json.dumps({"role": "user", "content": [{"type": "image", "source": "QUJD", "media_type": "image/gif"}]}))
-    ours = codec.decode(json.dumps({"role": "user", "content": [{"type": "image", "data": "QUJD", "mime_type": "image/gif"}]}))
+    theirs = codec.decode(
+        json.dumps({"role": "user", "content": [{"type": "image", "source": "QUJD", "media_type": "image/gif"}]})
+    )
+    ours = codec.decode(
+        json.dumps({"role": "user", "content": [{"type": "image", "data": "QUJD", "mime_type": "image/gif"}]})
+    )
     for message in (theirs, ours):
         assert isinstance(message, UserMessage) and isinstance(message.content, list)
         (image,) = message.content
         assert isinstance(image, ImageContent) and (image.data, image.mime_type) == ("QUJD", "image/gif")
         (written,) = json.loads(codec.encode(message))["content"]
-        assert written == {"type": "image", "source": "QUJD", "media_type": "image/gif"}  # the bytes once, in cubeloop's shape
+        assert written == {
+            "type": "image",
+            "source": "QUJD",
+            "media_type": "image/gif",
+        }  # the bytes once, in cubeloop's shape
         assert codec.decode(codec.encode(message)) == message
     # A source that is not base64 text (another API's object) is not understood: kept as it was.
     odd = {"type": "url", "url": "https://example.com/a.png"}
     kept = codec.decode(json.dumps({"role": "user", "content": [{"type": "image", "source": odd}]}))
-    assert json.loads(codec.encode(kept))["content"][0] == {"type": "image", "data": "", "source": odd, "media_type": ""}
+    assert json.loads(codec.encode(kept))["content"][0] == {
+        "type": "image",
+        "data": "",
+        "source": odd,
+        "media_type": "",
+    }
 
 
 async def test_a_cubeloop_image_reaches_the_provider_with_its_bytes(tmp_path: Path) -> None:
     db = tmp_path / "cubeloop.sqlite"
     run_cubeloop(db, "images", "im")
     stored = read_rows(db, "im")
-    assert stored[0]["content"][1] == {"type": "image", "source": PIXEL_PNG, "media_type": "image/png"}  # cubeloop's shape
+    assert stored[0]["content"][1] == {
+        "type": "image",
+        "source": PIXEL_PNG,
+        "media_type": "image/png",
+    }  # cubeloop's shape
 
     store = await upgraded(db)
     try:
@@ -116,7 +141,9 @@ async def test_our_image_keeps_its_bytes_in_cubeloop(tmp_path: Path) -> None:
     sqlite_path = tmp_path / "ours.sqlite"
     store = await SQLiteCheckpointer.open(sqlite_path, create=True)
     try:
-        provider = FauxProvider([faux_reply(faux_tool_call("screenshot", {"name": "home"}, id="c1")), faux_reply("One pixel.")])
+        provider = FauxProvider(
+            [faux_reply(faux_tool_call("screenshot", {"name": "home"}, id="c1")), faux_reply("One pixel.")]
+        )
         agent = Agent(provider, store, "ours", tools=[screenshot])
         assert await agent.prompt("Take a screenshot.") == "completed", agent.state.error
     finally:
@@ -188,8 +215,13 @@ async def test_our_thinking_signature_survives_cubeloop_continuing_and_forking_t
     store = await SQLiteCheckpointer.open(sqlite_path, create=True)
     try:
         provider = FauxProvider(
-            [faux_reply(faux_thinking("Read a first.", signature="sig-Read-a"), faux_tool_call("read_file", {"path": "a"}, id="c1")),
-             faux_reply("Read.")]
+            [
+                faux_reply(
+                    faux_thinking("Read a first.", signature="sig-Read-a"),
+                    faux_tool_call("read_file", {"path": "a"}, id="c1"),
+                ),
+                faux_reply("Read."),
+            ]
         )
         agent = Agent(provider, store, "ours", tools=[read_file])
         assert await agent.prompt("Read a.") == "completed", agent.state.error
@@ -223,7 +255,9 @@ async def test_cubeloop_thinking_is_kept_here_and_there(tmp_path: Path) -> None:
         assert await agent.prompt("Anything else?") == "completed", agent.state.error
         # Unsigned thinking cannot be verified by the API: it is not sent (and not dropped from the thread).
         (request,) = provider.requests
-        assert not [b for t in anthropic_messages(list(request.messages)) for b in t["content"] if "thinking" in b["type"]]
+        assert not [
+            b for t in anthropic_messages(list(request.messages)) for b in t["content"] if "thinking" in b["type"]
+        ]
     finally:
         await store.close()
     theirs = await cubeloop_load(db, "tr")
@@ -255,7 +289,9 @@ _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 _b64 = st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode())
 _mime = st.sampled_from(["image/png", "image/jpeg", "image/gif", "image/webp"])
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | _text, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(_text, kids, max_size=3), max_leaves=6
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | _text,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(_text, kids, max_size=3),
+    max_leaves=6,
 )
 _args = st.dictionaries(_text, _json, max_size=3)
 _ids = st.one_of(st.none(), st.text("0123456789abcdef", min_size=32, max_size=32))
@@ -268,7 +304,13 @@ def view(message: Any) -> tuple[Any, ...]:
         if b.type == "text":
             blocks.append(("text", b.text))
         elif b.type == "image":
-            blocks.append(("image", getattr(b, "data", None) or getattr(b, "source", ""), getattr(b, "mime_type", None) or getattr(b, "media_type", "")))
+            blocks.append(
+                (
+                    "image",
+                    getattr(b, "data", None) or getattr(b, "source", ""),
+                    getattr(b, "mime_type", None) or getattr(b, "media_type", ""),
+                )
+            )
         elif b.type == "thinking":
             blocks.append(("thinking", b.thinking))
         elif b.type == "tool_call":
@@ -286,10 +328,20 @@ def ours_strategy() -> st.SearchStrategy[Any]:
     common = {"run_id": _ids, "id": _ids.map(lambda i: i or ""), "metadata": st.dictionaries(_text, _json, max_size=2)}
     return st.one_of(
         st.builds(UserMessage, content=st.lists(text | image, max_size=3), **common),
-        st.builds(AssistantMessage, content=st.lists(text | thinking | call, max_size=3),
-                  stop_reason=st.sampled_from(["stop", "tool_use", "length", "aborted", "error"]), **common),
-        st.builds(ToolResultMessage, tool_call_id=_text, tool_name=_text, content=st.lists(text | image, max_size=3),
-                  is_error=st.booleans(), **common),
+        st.builds(
+            AssistantMessage,
+            content=st.lists(text | thinking | call, max_size=3),
+            stop_reason=st.sampled_from(["stop", "tool_use", "length", "aborted", "error"]),
+            **common,
+        ),
+        st.builds(
+            ToolResultMessage,
+            tool_call_id=_text,
+            tool_name=_text,
+            content=st.lists(text | image, max_size=3),
+            is_error=st.booleans(),
+            **common,
+        ),
     )
 
 
@@ -299,15 +351,27 @@ def theirs_strategy() -> st.SearchStrategy[Any]:
     thinking = st.builds(cl.ThinkingContent, thinking=_text)
     call = st.builds(cl.ToolCall, id=_text, name=_text, arguments=_args)
     common = {
-        "run_id": _ids, "id": _ids.map(lambda i: i or ""), "metadata": st.dictionaries(_text, _json, max_size=2),
+        "run_id": _ids,
+        "id": _ids.map(lambda i: i or ""),
+        "metadata": st.dictionaries(_text, _json, max_size=2),
         "timestamp": st.none() | st.floats(0, 4e9),
     }
     return st.one_of(
         st.builds(cl.UserMessage, content=st.lists(text | image, max_size=3), **common),
-        st.builds(cl.AssistantMessage, content=st.lists(text | thinking | call, max_size=3),
-                  stop_reason=st.sampled_from(["stop", "tool_use", "length", "aborted", "error"]), **common),
-        st.builds(cl.ToolResultMessage, tool_call_id=_text, tool_name=_text, content=st.lists(text | image, max_size=3),
-                  is_error=st.booleans(), **common),
+        st.builds(
+            cl.AssistantMessage,
+            content=st.lists(text | thinking | call, max_size=3),
+            stop_reason=st.sampled_from(["stop", "tool_use", "length", "aborted", "error"]),
+            **common,
+        ),
+        st.builds(
+            cl.ToolResultMessage,
+            tool_call_id=_text,
+            tool_name=_text,
+            content=st.lists(text | image, max_size=3),
+            is_error=st.booleans(),
+            **common,
+        ),
     )
 
 

@@ -26,7 +26,6 @@ from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import ResumeAction, ThreadState, diagnose
 from core.tools import AgentTool, ToolContext, tool
-
 from tests.helpers.crashpoint_verdicts import EXPECTED, THREADS
 from tests.helpers.transcripts import assert_paired
 
@@ -44,7 +43,9 @@ def snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def assert_unchanged(
-    before: dict[str, list[tuple[Any, ...]]], after: dict[str, list[tuple[Any, ...]]], closed_runs: set[str] = frozenset()
+    before: dict[str, list[tuple[Any, ...]]],
+    after: dict[str, list[tuple[Any, ...]]],
+    closed_runs: set[str] = frozenset(),
 ) -> None:
     """Every row of ``before`` is as it was; a run in ``closed_runs`` (a crashed run whose
     calls the resume settled) may only have gained its completion (``completed_at``,
@@ -110,7 +111,9 @@ CASES = [pytest.param(t, False, id=t["thread_id"]) for t in THREADS] + [
 
 
 @pytest.mark.parametrize(("thread", "rerun_slow"), CASES)
-async def test_resume_each_fixture_thread_after_upgrade(fixture_db: Path, thread: dict[str, Any], rerun_slow: bool) -> None:
+async def test_resume_each_fixture_thread_after_upgrade(
+    fixture_db: Path, thread: dict[str, Any], rerun_slow: bool
+) -> None:
     thread_id = thread["thread_id"]
     before = snapshot(fixture_db)
     store = await upgraded(fixture_db)
@@ -170,7 +173,8 @@ async def test_resume_each_fixture_thread_after_upgrade(fixture_db: Path, thread
         # resume settled is closed now.
         unanswered = set(thread["unanswered_tool_call_ids"])
         closed = {
-            m.run_id for m in data.messages
+            m.run_id
+            for m in data.messages
             if isinstance(m, AssistantMessage) and m.run_id and unanswered & {c.id for c in m.tool_calls}
         }
         assert_unchanged(before, snapshot(fixture_db), closed)

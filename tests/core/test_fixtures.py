@@ -33,7 +33,9 @@ async def store(fixture_db: Path):
 
 
 @pytest.mark.parametrize("thread", THREADS, ids=[t["thread_id"] for t in THREADS])
-async def test_load_and_diagnose(store: SQLiteCheckpointer, thread: dict[str, Any], fixture_json: dict[str, Any]) -> None:
+async def test_load_and_diagnose(
+    store: SQLiteCheckpointer, thread: dict[str, Any], fixture_json: dict[str, Any]
+) -> None:
     thread = made(fixture_json, thread)
     data = await store.load(thread["thread_id"])
     assert data is not None and data.problems == []
@@ -95,22 +97,28 @@ def test_the_generated_database_holds_what_each_thread_says(fixture_db: Path) ->
         assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert set(CUBELOOP_TABLES) <= tables and not any(t.startswith("cubepi_") for t in tables)
-        indexed = {r[0] for r in c.execute("SELECT tbl_name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")}
+        indexed = {
+            r[0] for r in c.execute("SELECT tbl_name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
+        }
         assert "messages" not in indexed  # cubeloop creates no index on messages.thread_id
         extra = {r[0] for r in c.execute("SELECT thread_id FROM thread_extra")}
         for t in CRASHPOINT_THREADS:
-            rows = [json.loads(r[0]) for r in c.execute(
-                "SELECT message_json FROM messages WHERE thread_id = ? ORDER BY id", (t.thread_id,))]
+            rows = [
+                json.loads(r[0])
+                for r in c.execute("SELECT message_json FROM messages WHERE thread_id = ? ORDER BY id", (t.thread_id,))
+            ]
             runs = c.execute("SELECT run_id, completed_at FROM runs WHERE thread_id = ?", (t.thread_id,)).fetchall()
             assert tuple(r["role"] for r in rows) == t.roles, t.thread_id
             last = max(i for i, r in enumerate(rows) if r["role"] == "assistant") if "assistant" in t.roles else None
             calls = [b["id"] for b in rows[last]["content"] if b["type"] == "tool_call"] if last is not None else []
-            answered = {r["tool_call_id"] for r in rows[(last or 0) + 1:] if r["role"] == "tool_result"}
+            answered = {r["tool_call_id"] for r in rows[(last or 0) + 1 :] if r["role"] == "tool_result"}
             assert tuple(calls) == t.tool_calls_in_last_assistant, t.thread_id
             assert tuple(x for x in calls if x not in answered) == t.unanswered_tool_call_ids, t.thread_id
             assert len(runs) == 1 and (runs[0][1] is not None) == t.run_completed, t.thread_id
             assert all(r["run_id"] == runs[0][0] for r in rows), t.thread_id
-            assert all(len(r["id"]) == 32 and int(r["id"], 16) >= 0 for r in rows), t.thread_id  # cubeloop's uuid4().hex
+            assert all(len(r["id"]) == 32 and int(r["id"], 16) >= 0 for r in rows), (
+                t.thread_id
+            )  # cubeloop's uuid4().hex
             assert (t.thread_id in extra) == t.thread_extra_row, t.thread_id
     finally:
         c.close()

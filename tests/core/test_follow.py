@@ -70,8 +70,14 @@ def test_the_fold_tracks_tools_and_survives_a_pruned_start() -> None:
 def test_a_snapshot_replaces_the_partial_when_its_start_was_pruned() -> None:
     fold = LiveFold()
     fold.apply([ev(10, type="text_delta", i=3, b=0, d="tail of a")], 3, set())  # start pruned
-    fold.apply([ev(11, type="message_snapshot", i=3, content=[{"type": "text", "text": "whole text so far"}]),
-                ev(12, type="text_delta", i=3, b=0, d="!")], 3, set())
+    fold.apply(
+        [
+            ev(11, type="message_snapshot", i=3, content=[{"type": "text", "text": "whole text so far"}]),
+            ev(12, type="text_delta", i=3, b=0, d="!"),
+        ],
+        3,
+        set(),
+    )
     assert fold.partial is not None and fold.partial.text == "whole text so far!"
 
 
@@ -91,8 +97,14 @@ async def test_follower_shows_a_run_in_this_process_once_each() -> None:
         return "slow done"
 
     provider = FauxProvider(
-        [faux_reply(faux_thinking("Plan."), faux_text("Let me work on that for a while."), faux_tool_call("slow", {}, id="s1")),
-         "All finished now."],
+        [
+            faux_reply(
+                faux_thinking("Plan."),
+                faux_text("Let me work on that for a while."),
+                faux_tool_call("slow", {}, id="s1"),
+            ),
+            "All finished now.",
+        ],
         delay=0.005,
         chunk_size=3,
     )
@@ -287,11 +299,20 @@ async def test_watch_threads_lists_again_on_changes_and_on_expiry() -> None:
 
 def test_the_streaming_reply_carries_its_model() -> None:
     fold = LiveFold()
-    fold.apply([ev(1, type="message_start", i=0, role="assistant", model="claude-x"),
-                ev(2, type="text_delta", i=0, b=0, d="Hi")], persisted=0, answered=set())
+    fold.apply(
+        [
+            ev(1, type="message_start", i=0, role="assistant", model="claude-x"),
+            ev(2, type="text_delta", i=0, b=0, d="Hi"),
+        ],
+        persisted=0,
+        answered=set(),
+    )
     assert fold.partial is not None and fold.partial.model_id == "claude-x"
-    fold.apply([ev(3, type="message_snapshot", i=1, model="claude-y", content=[{"type": "text", "text": "So"}])],
-               persisted=1, answered=set())
+    fold.apply(
+        [ev(3, type="message_snapshot", i=1, model="claude-y", content=[{"type": "text", "text": "So"}])],
+        persisted=1,
+        answered=set(),
+    )
     assert fold.partial is not None and fold.partial.model_id == "claude-y" and fold.partial.text == "So"
     fold.apply([ev(4, type="message_start", i=2, role="assistant")], persisted=2, answered=set())  # an older writer
     assert fold.partial is not None and fold.partial.model_id == ""

@@ -292,7 +292,12 @@ async def test_a_broken_key_function_fails_the_call_not_the_run():
         """Charge."""
         return "charged"
 
-    agent = Agent(FauxProvider(calling(("charge", {"order": "o"}))), MemoryCheckpointer(), "t", tools=[idempotent(charge, key=lambda a: 7)])
+    agent = Agent(
+        FauxProvider(calling(("charge", {"order": "o"}))),
+        MemoryCheckpointer(),
+        "t",
+        tools=[idempotent(charge, key=lambda a: 7)],
+    )
     assert await agent.prompt("go") == "completed"
     (result,) = results(agent.state.messages)
     assert result.is_error and result.text.startswith("Could not build the job key")
@@ -300,7 +305,12 @@ async def test_a_broken_key_function_fails_the_call_not_the_run():
 
 async def test_without_a_job_store_idempotent_tools_simply_run_and_still_get_their_key():
     counter = Counter()
-    agent = Agent(FauxProvider(calling(("fetch", {"url": "a"}), ("fetch", {"url": "a"}))), PlainStore(), "t", tools=[fetch_tool(counter)])
+    agent = Agent(
+        FauxProvider(calling(("fetch", {"url": "a"}), ("fetch", {"url": "a"}))),
+        PlainStore(),
+        "t",
+        tools=[fetch_tool(counter)],
+    )
     await agent.prompt("one")
     await agent.prompt("two")
     assert len(counter.done) == 2

@@ -73,7 +73,12 @@ async def test_a_second_agent_is_refused_while_the_first_runs_then_may_run():
     task, _ = await running(first)
 
     lease = await store.get_lease("t")
-    assert (lease.holder_id, lease.pid, lease.host, lease.run_id) == (first.holder.holder_id, os.getpid(), HOST, first.state.run_id)
+    assert (lease.holder_id, lease.pid, lease.host, lease.run_id) == (
+        first.holder.holder_id,
+        os.getpid(),
+        HOST,
+        first.state.run_id,
+    )
     with pytest.raises(RunAlreadyClaimedError) as refused:
         await second.prompt("me too")
     sentence = str(refused.value)
@@ -293,8 +298,14 @@ async def test_a_runner_whose_lease_expired_mid_tool_never_writes_after_the_next
         resumed.append(await b.resume())
         return "A's deploy finished"
 
-    a = Agent(FauxProvider([faux_reply(faux_tool_call("deploy", id="c1")), "A's final reply"]), store_a, "t",
-              tools=[deploy], lease_ttl=30.0, heartbeat_interval=10.0)
+    a = Agent(
+        FauxProvider([faux_reply(faux_tool_call("deploy", id="c1")), "A's final reply"]),
+        store_a,
+        "t",
+        tools=[deploy],
+        lease_ttl=30.0,
+        heartbeat_interval=10.0,
+    )
     assert await asyncio.wait_for(a.prompt("go"), WAIT) == "failed"
     assert resumed == ["completed"]
     assert a.state.error == (

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 
 from core.errors import ToolDefinitionError
 from core.events import AgentEnd, MessageEnd, MessageStart, MessageUpdate, StreamEnd, TextDelta, UsageUpdate
 from core.loop import LoopConfig, run_loop
-from core.recovery import unanswered_calls
 from core.messages import (
     AnyMessage,
     AssistantMessage,
@@ -21,8 +20,8 @@ from core.messages import (
     user_text,
 )
 from core.providers.base import ModelRequest
-from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_tool_call
-from core.recovery import ThreadState, diagnose
+from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
+from core.recovery import ThreadState, diagnose, unanswered_calls
 from core.tools import ToolContext, tool
 from tests.helpers.transcripts import assert_every_call_answered, assert_valid_api_order, squash
 
@@ -128,7 +127,13 @@ async def test_streamed_deltas_update_one_partial_message_in_place():
     start = next(e for e in run.events if isinstance(e, MessageStart) and e.message.role == "assistant")
     updates = [e for e in run.events if isinstance(e, MessageUpdate)]
     usage = UsageUpdate(Usage(input_tokens=1))
-    assert [u.delta for u in updates] == [usage, TextDelta(0, "abc"), TextDelta(0, "def"), TextDelta(0, "ghi"), TextDelta(0, "j")]
+    assert [u.delta for u in updates] == [
+        usage,
+        TextDelta(0, "abc"),
+        TextDelta(0, "def"),
+        TextDelta(0, "ghi"),
+        TextDelta(0, "j"),
+    ]
     assert all(u.message is start.message for u in updates)
     assert start.message.text == "abcdefghij"
     end = [e for e in run.events if isinstance(e, MessageEnd)][-1]
@@ -157,7 +162,10 @@ async def test_dangling_calls_are_settled_before_the_prompt():
     crashed = [
         user_text("old prompt", run_id="run-0"),
         AssistantMessage(
-            content=[ToolCall(id="c1", name="count", arguments={"n": 1}), ToolCall(id="c2", name="count", arguments={"n": 1})],
+            content=[
+                ToolCall(id="c1", name="count", arguments={"n": 1}),
+                ToolCall(id="c2", name="count", arguments={"n": 1}),
+            ],
             stop_reason="tool_use",
             run_id="run-0",
         ),

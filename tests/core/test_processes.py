@@ -171,8 +171,9 @@ async def test_the_agents_abort_reaches_the_process_group_through_the_tool(tmp_p
 async def test_the_demos_trainer_runs_in_a_child_and_says_so_when_aborted() -> None:
     store = MemoryCheckpointer()
     tools = [t for t in demo_tools(speed=1.0) if t.name == "train_model"]
-    provider = FauxProvider([faux_reply("Training.", faux_tool_call("train_model", {"model": "m", "epochs": 2})),
-                             faux_reply("Stopped.")])
+    provider = FauxProvider(
+        [faux_reply("Training.", faux_tool_call("train_model", {"model": "m", "epochs": 2})), faux_reply("Stopped.")]
+    )
     agent = Agent(provider, store, "t1", tools=tools)
     before = set(_children(os.getpid()))  # this process's other children (of earlier tests)
     progressed = asyncio.Event()

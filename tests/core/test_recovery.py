@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import pytest
 
 from core.checkpoint.base import RunRecord
-from core.recovery import unanswered_calls
 from core.messages import (
     AnyMessage,
     AssistantMessage,
@@ -17,7 +16,16 @@ from core.messages import (
     UnknownMessage,
     user_text,
 )
-from core.recovery import JOURNALED_KEY, CrashPoint, JournalEntry, ResumeAction, ThreadState, dangling_calls, diagnose
+from core.recovery import (
+    JOURNALED_KEY,
+    CrashPoint,
+    JournalEntry,
+    ResumeAction,
+    ThreadState,
+    dangling_calls,
+    diagnose,
+    unanswered_calls,
+)
 
 RUN = "r1"
 
@@ -37,7 +45,9 @@ def call(*ids: str) -> AnyMessage:
 
 
 def answer(call_id: str) -> AnyMessage:
-    return ToolResultMessage(tool_call_id=call_id, tool_name=f"tool_{call_id}", content=[TextContent(text="ok")], run_id=RUN)
+    return ToolResultMessage(
+        tool_call_id=call_id, tool_name=f"tool_{call_id}", content=[TextContent(text="ok")], run_id=RUN
+    )
 
 
 OPEN = (RunRecord(RUN, claimed_at=1.0),)
@@ -58,63 +68,110 @@ class Case:
 
 CASES = {
     "empty": Case([], (), ThreadState.EMPTY),
-    "only unknown roles": Case([UnknownMessage(role="system")], (), ThreadState.EMPTY, notes=("1 row of unknown role",)),
+    "only unknown roles": Case(
+        [UnknownMessage(role="system")], (), ThreadState.EMPTY, notes=("1 row of unknown role",)
+    ),
     "completed": Case([ask(), call("c1"), answer("c1"), say()], DONE, ThreadState.COMPLETED),
     "completed, store without runs": Case([ask(), say()], (), ThreadState.COMPLETED),
     "aborted": Case([ask(), call("c1"), answer("c1"), say("", stop="aborted")], OPEN, ThreadState.ABORTED),
     "failed": Case(
-        [ask(), say("", stop="error", error="overloaded")], OPEN, ThreadState.FAILED, action=ResumeAction.RETRY_MODEL_CALL
+        [ask(), say("", stop="error", error="overloaded")],
+        OPEN,
+        ThreadState.FAILED,
+        action=ResumeAction.RETRY_MODEL_CALL,
     ),
     "between turns: first prompt unanswered": Case(
         [ask()], OPEN, ThreadState.CRASHED, CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL
     ),
     "between turns: follow-up after a final reply": Case(
-        [ask(), say(), ask("and the tests?", kind="follow_up")], DONE, ThreadState.CRASHED,
-        CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL,
+        [ask(), say(), ask("and the tests?", kind="follow_up")],
+        DONE,
+        ThreadState.CRASHED,
+        CrashPoint.BETWEEN_TURNS,
+        ResumeAction.CALL_MODEL,
     ),
     "between turns: steer after tool results": Case(
-        [ask(), call("c1"), answer("c1"), ask("also check docs", kind="steer")], OPEN, ThreadState.CRASHED,
-        CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL,
+        [ask(), call("c1"), answer("c1"), ask("also check docs", kind="steer")],
+        OPEN,
+        ThreadState.CRASHED,
+        CrashPoint.BETWEEN_TURNS,
+        ResumeAction.CALL_MODEL,
     ),
     "between turns: final reply, run never completed": Case(
         [ask(), say()], OPEN, ThreadState.CRASHED, CrashPoint.BETWEEN_TURNS, ResumeAction.WAIT_FOR_USER
     ),
     "after tool result": Case(
-        [ask(), call("c1"), answer("c1")], OPEN, ThreadState.CRASHED, CrashPoint.AFTER_TOOL_RESULT,
+        [ask(), call("c1"), answer("c1")],
+        OPEN,
+        ThreadState.CRASHED,
+        CrashPoint.AFTER_TOOL_RESULT,
         ResumeAction.CALL_MODEL,
     ),
     "after tool result: whole parallel batch answered": Case(
-        [ask(), call("c1", "c2"), answer("c2"), answer("c1")], OPEN, ThreadState.CRASHED,
-        CrashPoint.AFTER_TOOL_RESULT, ResumeAction.CALL_MODEL,
+        [ask(), call("c1", "c2"), answer("c2"), answer("c1")],
+        OPEN,
+        ThreadState.CRASHED,
+        CrashPoint.AFTER_TOOL_RESULT,
+        ResumeAction.CALL_MODEL,
     ),
     "mid-tool": Case(
-        [ask(), call("c1")], OPEN, ThreadState.CRASHED, CrashPoint.MID_TOOL, ResumeAction.SETTLE_THEN_CALL_MODEL,
+        [ask(), call("c1")],
+        OPEN,
+        ThreadState.CRASHED,
+        CrashPoint.MID_TOOL,
+        ResumeAction.SETTLE_THEN_CALL_MODEL,
         dangling=("c1",),
     ),
     "mid-tool: parallel batch, nothing answered": Case(
-        [ask(), call("c1", "c2")], OPEN, ThreadState.CRASHED, CrashPoint.MID_TOOL,
-        ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c1", "c2"),
+        [ask(), call("c1", "c2")],
+        OPEN,
+        ThreadState.CRASHED,
+        CrashPoint.MID_TOOL,
+        ResumeAction.SETTLE_THEN_CALL_MODEL,
+        dangling=("c1", "c2"),
     ),
     "mid-tool: parallel batch partly answered": Case(
-        [ask(), call("c1", "c2", "c3"), answer("c2")], OPEN, ThreadState.CRASHED, CrashPoint.MID_TOOL,
-        ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c1", "c3"), answered=("c2",),
+        [ask(), call("c1", "c2", "c3"), answer("c2")],
+        OPEN,
+        ThreadState.CRASHED,
+        CrashPoint.MID_TOOL,
+        ResumeAction.SETTLE_THEN_CALL_MODEL,
+        dangling=("c1", "c3"),
+        answered=("c2",),
     ),
     "mid-tool: an older turn's result does not answer the new call": Case(
-        [ask(), call("c1"), answer("c1"), call("c1b")], OPEN, ThreadState.CRASHED, CrashPoint.MID_TOOL,
-        ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c1b",),
+        [ask(), call("c1"), answer("c1"), call("c1b")],
+        OPEN,
+        ThreadState.CRASHED,
+        CrashPoint.MID_TOOL,
+        ResumeAction.SETTLE_THEN_CALL_MODEL,
+        dangling=("c1b",),
     ),
     "mid-tool: a user message after the unanswered call": Case(
-        [ask(), call("c1"), ask("are you done?", kind="steer")], OPEN, ThreadState.CRASHED, CrashPoint.MID_TOOL,
-        ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c1",),
+        [ask(), call("c1"), ask("are you done?", kind="steer")],
+        OPEN,
+        ThreadState.CRASHED,
+        CrashPoint.MID_TOOL,
+        ResumeAction.SETTLE_THEN_CALL_MODEL,
+        dangling=("c1",),
     ),
     "mid-tool: a user message inside a partly answered batch": Case(
-        [ask(), call("c1", "c2"), answer("c1"), ask("hurry up", kind="steer"), ask("please")], OPEN,
-        ThreadState.CRASHED, CrashPoint.MID_TOOL, ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c2",),
+        [ask(), call("c1", "c2"), answer("c1"), ask("hurry up", kind="steer"), ask("please")],
+        OPEN,
+        ThreadState.CRASHED,
+        CrashPoint.MID_TOOL,
+        ResumeAction.SETTLE_THEN_CALL_MODEL,
+        dangling=("c2",),
         answered=("c1",),
     ),
     "mid-tool: unknown rows after the call are ignored": Case(
-        [ask(), call("c1"), UnknownMessage(role="note")], OPEN, ThreadState.CRASHED, CrashPoint.MID_TOOL,
-        ResumeAction.SETTLE_THEN_CALL_MODEL, dangling=("c1",), notes=("1 row of unknown role",),
+        [ask(), call("c1"), UnknownMessage(role="note")],
+        OPEN,
+        ThreadState.CRASHED,
+        CrashPoint.MID_TOOL,
+        ResumeAction.SETTLE_THEN_CALL_MODEL,
+        dangling=("c1",),
+        notes=("1 row of unknown role",),
     ),
 }
 
@@ -151,7 +208,9 @@ def test_the_loop_settles_exactly_the_calls_diagnose_reports(name: str) -> None:
 
 def test_user_messages_after_dangling_calls_are_said_to_wait() -> None:
     diagnosis = diagnose([ask(), call("c1"), ask("are you done?", kind="steer")], OPEN)
-    assert diagnosis.detail == "1 tool call(s) have no result; 1 user message(s) after them wait until they are settled."
+    assert (
+        diagnosis.detail == "1 tool call(s) have no result; 1 user message(s) after them wait until they are settled."
+    )
     assert "tool_c1 (c1)" in diagnosis.resume_plan
 
 

@@ -12,8 +12,6 @@ from hypothesis import strategies as st
 from core.messages import (
     AnyMessage,
     AssistantMessage,
-    TextContent,
-    ToolCall,
     ToolResultMessage,
     UnknownMessage,
     UserMessage,

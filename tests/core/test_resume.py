@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -108,7 +109,13 @@ async def test_plan_for_an_idempotent_and_a_non_idempotent_dangling_call():
     plan = await agent.plan_resume()
     assert (plan.diagnosis.crash_point, plan.action) == (CrashPoint.MID_TOOL, ResumeAction.SETTLE_THEN_CALL_MODEL)
     fetch, email = plan.calls
-    assert (fetch.call, fetch.known, fetch.idempotent, fetch.job_key, fetch.job_status) == (FETCH, True, True, FETCH_KEY, None)
+    assert (fetch.call, fetch.known, fetch.idempotent, fetch.job_key, fetch.job_status) == (
+        FETCH,
+        True,
+        True,
+        FETCH_KEY,
+        None,
+    )
     assert (fetch.action, fetch.choices) == ("rerun", ())
     assert (email.known, email.idempotent, email.job_key, email.job_status) == (True, False, None, None)
     assert (email.action, email.choices) == ("interrupt", ("interrupt", "rerun"))
@@ -157,7 +164,11 @@ async def test_a_done_job_is_reused_without_repeating_the_work():
     assert await asyncio.wait_for(agent.resume(), WAIT) == "completed"
     assert world.effects["fetch"] == []
     reused = results_by_id((await store.load("t")).messages)["c_fetch"]
-    assert (reused.text, reused.is_error, reused.metadata) == ("contents of a (first run)", False, {"settled": "reused"})
+    assert (reused.text, reused.is_error, reused.metadata) == (
+        "contents of a (first run)",
+        False,
+        {"settled": "reused"},
+    )
 
 
 async def test_choosing_rerun_runs_a_non_idempotent_call_again():
@@ -191,7 +202,11 @@ async def test_a_partly_answered_parallel_batch_is_settled_call_by_call():
     assert await asyncio.wait_for(agent.resume(), WAIT) == "completed"
     data = await store.load("t")
     results = [m for m in data.messages if isinstance(m, ToolResultMessage)]
-    assert sorted(r.tool_call_id for r in results) == ["c_email", "c_fetch", "c_read"]  # one each, the answered one untouched
+    assert sorted(r.tool_call_id for r in results) == [
+        "c_email",
+        "c_fetch",
+        "c_read",
+    ]  # one each, the answered one untouched
     by_id = results_by_id(data.messages)
     assert by_id["c_read"].metadata == {} and by_id["c_read"].text == "c_read done"
     assert (by_id["c_fetch"].metadata, by_id["c_email"].metadata) == ({"settled": "rerun"}, {"settled": "interrupted"})
@@ -294,7 +309,9 @@ async def test_a_steer_is_delivered_only_after_the_dangling_calls_are_settled():
     ]
     steers = [[user_text("also check b", kind="steer")]]
     model = provider("ok")
-    config = LoopConfig(model, tools=tuple(tools_for(world)), run_id="r", get_steering=lambda: steers.pop() if steers else [])
+    config = LoopConfig(
+        model, tools=tuple(tools_for(world)), run_id="r", get_steering=lambda: steers.pop() if steers else []
+    )
     messages = list(history)
 
     async def emit(event) -> None:
@@ -353,7 +370,11 @@ async def test_resume_between_turns_and_after_tool_results_calls_the_model():
     model = provider("Answered.")
     agent = Agent(model, store, "t")
     plan = await agent.plan_resume()
-    assert (plan.diagnosis.crash_point, plan.action, plan.calls) == (CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL, ())
+    assert (plan.diagnosis.crash_point, plan.action, plan.calls) == (
+        CrashPoint.BETWEEN_TURNS,
+        ResumeAction.CALL_MODEL,
+        (),
+    )
     assert await agent.resume() == "completed"
 
     store = await crashed(FETCH, answered=("c_fetch",))
@@ -367,7 +388,9 @@ async def test_resume_between_turns_and_after_tool_results_calls_the_model():
 async def test_resume_after_a_final_reply_waits_and_then_has_nothing_to_do():
     store = MemoryCheckpointer()
     await store.claim_run("t", OLD)
-    await store.append("t", [user_text("hi", run_id=OLD), AssistantMessage(content=[TextContent(text="Hello.")], run_id=OLD)])
+    await store.append(
+        "t", [user_text("hi", run_id=OLD), AssistantMessage(content=[TextContent(text="Hello.")], run_id=OLD)]
+    )
     model = provider()
     agent = Agent(model, store, "t")
     plan = await agent.plan_resume()
@@ -399,7 +422,12 @@ async def test_a_crash_while_an_idempotent_tool_ran_resumes_without_doing_the_wo
             await super().append(thread_id, messages, **fence)
 
     store = DiesBeforeTheResult()
-    first = Agent(provider(faux_reply(faux_tool_call("build", {"target": "app"}, id="c_build")), "never"), store, "t", tools=[build])
+    first = Agent(
+        provider(faux_reply(faux_tool_call("build", {"target": "app"}, id="c_build")), "never"),
+        store,
+        "t",
+        tools=[build],
+    )
     assert await first.prompt("build it") == "failed"
     store.dead = False
 
@@ -410,4 +438,7 @@ async def test_a_crash_while_an_idempotent_tool_ran_resumes_without_doing_the_wo
     assert await second.resume() == "completed"
     assert done_work == ["app"]
     result = results_by_id((await store.load("t")).messages)["c_build"]
-    assert result.metadata == {"settled": "reused"} and result.text == f"built app under {job_key('build', {'target': 'app'})}"
+    assert (
+        result.metadata == {"settled": "reused"}
+        and result.text == f"built app under {job_key('build', {'target': 'app'})}"
+    )

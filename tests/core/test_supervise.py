@@ -6,7 +6,8 @@ import asyncio
 import os
 import socket
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -40,8 +41,15 @@ HOST = socket.gethostname()
 NOW = 1_800_000_000.0
 
 
-def _lease(*, host: str = "other-host", pid: int = 4242, run_id: str | None = "r1", heartbeat: float = NOW - 1,
-           expires: float = NOW + 5, thread: str = "t") -> Lease:
+def _lease(
+    *,
+    host: str = "other-host",
+    pid: int = 4242,
+    run_id: str | None = "r1",
+    heartbeat: float = NOW - 1,
+    expires: float = NOW + 5,
+    thread: str = "t",
+) -> Lease:
     return Lease(thread, "holder-1", pid, host, run_id, NOW - 60, heartbeat, expires)
 
 
@@ -76,7 +84,11 @@ def test_on_this_host_a_gone_process_is_crashed_at_once() -> None:
     lease = _lease(host=HOST, pid=999_999)
     assert lease_status(lease, [], NOW, alive=lambda pid: True).state is LeaseState.RUNNING_ELSEWHERE
     view = lease_status(lease, [], NOW, alive=lambda pid: False)
-    assert view.state is LeaseState.CRASHED and view.gone and view.label == f"crashed (pid 999999 on {HOST}; its process is gone)"
+    assert (
+        view.state is LeaseState.CRASHED
+        and view.gone
+        and view.label == f"crashed (pid 999999 on {HOST}; its process is gone)"
+    )
 
 
 def test_this_process_runs_here() -> None:
@@ -109,7 +121,9 @@ class RecordingStore(MemoryCheckpointer):
         super().__init__()
         self.batches: list[list[dict[str, Any]]] = []
 
-    async def append_live_events(self, thread_id: str, run_id: str | None, events: Sequence[dict[str, Any]], *, keep: int = 2000) -> None:
+    async def append_live_events(
+        self, thread_id: str, run_id: str | None, events: Sequence[dict[str, Any]], *, keep: int = 2000
+    ) -> None:
         self.batches.append([dict(e) for e in events])
         await super().append_live_events(thread_id, run_id, events, keep=keep)
 
@@ -131,7 +145,9 @@ def gated_tool(gate: asyncio.Event, started: asyncio.Event | None = None):
 
 
 def provider_with_tool(final: Any = "Finished.") -> FauxProvider:
-    return FauxProvider([faux_reply(faux_text("Calling the tool."), faux_tool_call("wait_for_gate", {}, id="call_1")), final])
+    return FauxProvider(
+        [faux_reply(faux_text("Calling the tool."), faux_tool_call("wait_for_gate", {}, id="call_1")), final]
+    )
 
 
 async def wait_until(predicate, what: str, timeout: float = 30.0) -> None:
@@ -157,7 +173,12 @@ async def test_consecutive_text_deltas_are_joined_into_few_batches() -> None:
     assert len(deltas) <= len(store.batches) < len(text) // 10  # one joined row per block per batch
     assert sup.live is not None and sup.live.batches == len(store.batches) and sup.live.rows == len(rows)
     assert [r["type"] for r in rows if r["type"] != "text_delta"] == [
-        "agent_start", "message_end", "message_start", "message_end", "agent_end"]
+        "agent_start",
+        "message_end",
+        "message_start",
+        "message_end",
+        "agent_end",
+    ]
     assert [r["i"] for r in rows if r["type"] in ("message_start", "message_end")] == [0, 1, 1]
     assert await store.read_live_events("t") == []  # pruned at the end
 
@@ -232,8 +253,14 @@ async def test_abort_steer_and_follow_up_through_the_command_table() -> None:
     assert await run == "completed"
     messages = (await store.load("t")).messages
     assert [(m.role, (m.metadata or {}).get("kind")) for m in messages] == [
-        ("user", "prompt"), ("assistant", None), ("tool_result", None), ("user", "steer"), ("assistant", None),
-        ("user", "follow_up"), ("assistant", None)]
+        ("user", "prompt"),
+        ("assistant", None),
+        ("tool_result", None),
+        ("user", "steer"),
+        ("assistant", None),
+        ("user", "follow_up"),
+        ("assistant", None),
+    ]
     assert messages[3].metadata["command_seq"] == steer.seq and messages[5].metadata["command_seq"] == follow.seq
     assert [c.status for c in await store.list_commands("t")] == ["applied", "applied"]
 
@@ -285,7 +312,9 @@ async def test_a_run_refused_its_lease_leaves_the_other_runners_commands_alone()
     store = MemoryCheckpointer()
     other = LeaseHolder(host="other-host")
     now = time.time()
-    await store.acquire_lease(Lease("t", other.holder_id, 1, "other-host", "r0", now, now, now + 60), is_stale=lambda _l: True)
+    await store.acquire_lease(
+        Lease("t", other.holder_id, 1, "other-host", "r0", now, now, now + 60), is_stale=lambda _l: True
+    )
     await store.append_live_events("t", "r0", [{"type": "agent_start", "run_id": "r0"}])
     steer = await send(store, "t", "steer", "For the other runner.")
     with pytest.raises(RunAlreadyClaimedError):
@@ -308,7 +337,10 @@ def test_a_store_without_live_events_is_refused() -> None:
 
 async def test_send_refuses_a_thread_that_is_not_running() -> None:
     store = MemoryCheckpointer()
-    with pytest.raises(ThreadNotRunningError, match=r"^Thread 't' is not running \(its last run ended\); send the steer as a new prompt\.$"):
+    with pytest.raises(
+        ThreadNotRunningError,
+        match=r"^Thread 't' is not running \(its last run ended\); send the steer as a new prompt\.$",
+    ):
         await send(store, "t", "steer", "Hi")
     with pytest.raises(ThreadNotRunningError, match="follow-up as a new prompt"):
         await send(store, "t", "follow_up", "Hi")
@@ -326,7 +358,10 @@ async def test_send_refuses_a_crashed_thread() -> None:
     await store.claim_run("t", "r1")
     old = time.time() - 100
     await store.acquire_lease(Lease("t", "h", 1, "other-host", "r1", old, old, old + 15), is_stale=lambda _l: True)
-    with pytest.raises(ThreadCrashedError, match="process 1 on other-host stopped without finishing the run; resume the thread first, then send the steer"):
+    with pytest.raises(
+        ThreadCrashedError,
+        match="process 1 on other-host stopped without finishing the run; resume the thread first, then send the steer",
+    ):
         await send(store, "t", "steer", "Hi")
 
 
@@ -383,7 +418,12 @@ async def test_pending_steers_go_with_a_resume_between_turns() -> None:
     assert await Supervisor(agent).resume(include_pending=True) == "completed"
     messages = (await store.load("t")).messages
     assert [(m.role, (m.metadata or {}).get("kind")) for m in messages] == [
-        ("user", "prompt"), ("user", "steer"), ("assistant", None), ("user", "follow_up"), ("assistant", None)]
+        ("user", "prompt"),
+        ("user", "steer"),
+        ("assistant", None),
+        ("user", "follow_up"),
+        ("assistant", None),
+    ]
     assert [c.status for c in await store.list_commands("t")] == ["applied", "applied"]
     assert {m.metadata.get("command_seq") for m in messages if m.role == "user"} == {None, follow.seq, steer.seq}
 
@@ -462,7 +502,9 @@ async def test_a_steer_whose_message_could_not_be_saved_stays_undelivered() -> N
 async def test_a_steer_refused_by_the_lease_fence_stays_undelivered() -> None:
     store = SavesNoSteer(taken_over)
     agent, seq = await steered_run(store)
-    assert agent.state.error.startswith("This run lost its lease on thread 't' (process 1 on other-host took the thread over)")
+    assert agent.state.error.startswith(
+        "This run lost its lease on thread 't' (process 1 on other-host took the thread over)"
+    )
     assert [m.role for m in (await store.load("t")).messages] == ["user", "assistant", "tool_result"]
     assert await status_of(store, "t", seq) == "delivered"
     assert await undelivered(store, "t") == [], "in flight while the new holder runs"
@@ -507,7 +549,9 @@ async def test_a_run_that_lost_its_lease_leaves_the_new_holders_commands_and_liv
     supervisor = Supervisor(Agent(FauxProvider(["ok"]), store, "t"), store)
     supervisor._started.set()  # as after a run that started and then lost its lease
     now = time.time()
-    await store.acquire_lease(Lease("t", "new-holder", 1, "other-host", "r2", now, now, now + 30), is_stale=lambda _l: True)
+    await store.acquire_lease(
+        Lease("t", "new-holder", 1, "other-host", "r2", now, now, now + 30), is_stale=lambda _l: True
+    )
     await store.append_live_events("t", "r2", [{"type": "agent_start", "run_id": "r2"}])
     await store.send_command("t", "steer", "for the new run")
     await supervisor._after_run()
@@ -527,8 +571,9 @@ async def test_an_abort_whose_runner_died_is_refused_once_the_lease_is_not_live(
     abort = await send(store, "t", "abort")
     steer = await send(store, "t", "steer", "keep going")
     assert await refuse_orphaned_aborts(store, "t") == []  # the runner may still take it
-    await store.acquire_lease(Lease("t", "runner", 1, "other-host", "r1", now - 60, now - 60, now - 30),
-                              is_stale=lambda _l: True)  # its heartbeat stopped: the lease expired
+    await store.acquire_lease(
+        Lease("t", "runner", 1, "other-host", "r1", now - 60, now - 60, now - 30), is_stale=lambda _l: True
+    )  # its heartbeat stopped: the lease expired
     (refused,) = await refuse_orphaned_aborts(store, "t")
     assert (refused.seq, refused.status, refused.note) == (abort.seq, "refused", ORPHANED_ABORT)
     statuses = {c.seq: c.status for c in await store.list_commands("t")}

@@ -208,7 +208,11 @@ async def test_return_values_become_results():
     assert by_name["structured"].text == '{"count": 2}'
     assert by_name["structured"].details == {"count": 2}
     assert by_name["nothing"].content == []
-    assert (by_name["explicit"].text, by_name["explicit"].details, by_name["explicit"].is_error) == ("partial", {"n": 1}, True)
+    assert (by_name["explicit"].text, by_name["explicit"].details, by_name["explicit"].is_error) == (
+        "partial",
+        {"n": 1},
+        True,
+    )
 
 
 async def test_subclassed_agent_tool():
@@ -357,7 +361,9 @@ async def test_abort_tool_that_honours_the_signal_returns_promptly():
 async def test_abort_cancels_a_tool_that_ignores_the_signal_after_the_grace():
     signal, recorder = asyncio.Event(), Recorder()
     emit = await abort_when_started(signal, recorder, 2)
-    results, _ = await run([call("stubborn"), call("obedient")], [stubborn, obedient], signal=signal, grace=0.05, emit=emit)
+    results, _ = await run(
+        [call("stubborn"), call("obedient")], [stubborn, obedient], signal=signal, grace=0.05, emit=emit
+    )
     by_name = {r.tool_name: r for r in results}
     assert by_name["obedient"].text.startswith("stopped early")
     cancelled = by_name["stubborn"]

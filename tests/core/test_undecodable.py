@@ -81,10 +81,13 @@ async def test_a_thread_left_stuck_by_such_a_result_resumes(tmp_path: Path) -> N
     try:
         call = ToolCall(id="call-1", name="read_name", arguments={})
         await store.claim_run("t1", "r1")
-        await store.append("t1", [
-            user_text("read the name", run_id="r1"),
-            AssistantMessage(content=[call], stop_reason="tool_use", run_id="r1"),
-        ])
+        await store.append(
+            "t1",
+            [
+                user_text("read the name", run_id="r1"),
+                AssistantMessage(content=[call], stop_reason="tool_use", run_id="r1"),
+            ],
+        )
         key = call_job_key(read_name, call)
         assert key is not None
         await store.job_begin("t1", key, call.id)
@@ -114,8 +117,15 @@ def test_the_codec_round_trips_lone_surrogates_and_keeps_other_text_readable() -
 
 def test_a_cubeloop_row_with_a_lone_surrogate_escape_reads_exact() -> None:
     # cubeloop stores json.dumps(message.model_dump()): lone surrogates become \\udcXX escapes.
-    row = json.dumps({"role": "tool_result", "tool_call_id": "c1", "tool_name": "t",
-                      "content": [{"type": "text", "text": TEXT}], "is_error": False})
+    row = json.dumps(
+        {
+            "role": "tool_result",
+            "tool_call_id": "c1",
+            "tool_name": "t",
+            "content": [{"type": "text", "text": TEXT}],
+            "is_error": False,
+        }
+    )
     assert codec.decode(row).text == TEXT
 
 
@@ -147,4 +157,3 @@ async def test_a_result_with_lone_surrogates_reaches_the_anthropic_api_escaped()
     sent = server.requests[0].body["messages"][-1]["content"][0]["content"][0]["text"]
     assert sent == "name: caf\\udce9 \\udcff\\udcfe end"
     assert history[-1].content[0].text == TEXT  # the stored message is not rewritten
-

@@ -92,11 +92,13 @@ def main() -> None:
             if pid == 0:
                 break
             children.discard(pid)
-            _send({
-                "exit": pid,
-                "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-                "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            })
+            _send(
+                {
+                    "exit": pid,
+                    "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                    "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                }
+            )
     for pid in children:
         try:
             os.kill(pid, signal.SIGKILL)

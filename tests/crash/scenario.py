@@ -35,8 +35,9 @@ import os
 import random
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from core.agent import Agent
 from core.checkpoint import codec
@@ -95,7 +96,9 @@ def build_tools(thread_id: str, ledger: str, speed: float = 1.0, process: str = 
 
     async def attempt(name: str, ctx: ToolContext, phase: str) -> None:
         sql = "INSERT INTO attempts (thread_id, tool, tool_call_id, job_key, phase, pid) VALUES (?, ?, ?, ?, ?, ?)"
-        await asyncio.to_thread(_ledger_write, ledger, [(sql, (thread_id, name, ctx.tool_call_id, ctx.job_key, phase, pid))])
+        await asyncio.to_thread(
+            _ledger_write, ledger, [(sql, (thread_id, name, ctx.tool_call_id, ctx.job_key, phase, pid))]
+        )
 
     async def effect(name: str, ctx: ToolContext) -> None:
         assert ctx.job_key, "an idempotent tool always gets its job key"
@@ -244,7 +247,11 @@ def make_agent(
         fallback=replier(scenario), delay=scenario["delay"] if delay is None else delay, record=record
     )
     return Agent(
-        provider, store, thread_id, tools=build_tools(thread_id, ledger, speed, process), tool_execution=scenario["mode"]
+        provider,
+        store,
+        thread_id,
+        tools=build_tools(thread_id, ledger, speed, process),
+        tool_execution=scenario["mode"],
     )
 
 

@@ -50,23 +50,19 @@ from typing import Any
 
 import pytest
 
-from core.agent import Agent
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import NothingToResumeError
 from core.messages import AssistantMessage, ToolResultMessage
 from core.recovery import CrashPoint, ThreadState, diagnose
 from core.tool_execution import call_job_key
-
-from tests.helpers.crash_report import REPORT
 from tests.crash.scenario import (
-    IDEMPOTENT_TOOLS,
-    build_tools,
     create_ledger,
     estimate_seconds,
     make_agent,
     make_scenario,
     prompt_text,
 )
+from tests.helpers.crash_report import REPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLS = int(os.environ.get("CUBEPI_CRASH_KILLS") or 300)
@@ -94,8 +90,13 @@ class ForkServer:
     async def start(cls, stderr: Path) -> ForkServer:
         with stderr.open("ab") as err:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "tests.crash.forkserver",
-                cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+                sys.executable,
+                "-m",
+                "tests.crash.forkserver",
+                cwd=ROOT,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
             )
         assert proc.stdout is not None
         first = await asyncio.wait_for(proc.stdout.readline(), 60)
@@ -150,7 +151,9 @@ class ForkServer:
 def raw_rows(db: Path, thread_id: str) -> list[tuple[int, str]]:
     c = sqlite3.connect(db, timeout=30)
     try:
-        return c.execute("SELECT id, message_json FROM messages WHERE thread_id = ? ORDER BY id", (thread_id,)).fetchall()
+        return c.execute(
+            "SELECT id, message_json FROM messages WHERE thread_id = ? ORDER BY id", (thread_id,)
+        ).fetchall()
     finally:
         c.close()
 
@@ -234,7 +237,9 @@ def assert_paired(messages: list[Any], where: str) -> None:
                         open_calls[b["id"] if isinstance(b, dict) else b.id] = 0
         elif role == "tool_result":
             call_id = m.tool_call_id if not isinstance(m, dict) else m["tool_call_id"]
-            assert call_id in open_calls, f"{where}: result {i} answers {call_id}, not a call of the last assistant message"
+            assert call_id in open_calls, (
+                f"{where}: result {i} answers {call_id}, not a call of the last assistant message"
+            )
             open_calls[call_id] += 1
             assert open_calls[call_id] == 1, f"{where}: tool call {call_id} has two results"
     unanswered = [c for c, n in open_calls.items() if n == 0]
@@ -280,15 +285,25 @@ class Run:
 
 
 async def kill_once(
-    run: Run, lane: Lane, mode: str, episode: int, threads: dict[str, dict[str, Any]],
-    before: dict[str, list[tuple[int, str]]], delay: float,
+    run: Run,
+    lane: Lane,
+    mode: str,
+    episode: int,
+    threads: dict[str, dict[str, Any]],
+    before: dict[str, list[tuple[int, str]]],
+    delay: float,
 ) -> dict[str, tuple[Verdict, list[tuple[int, str]]]]:
     """Fork a child running ``mode`` on ``threads``, SIGKILL it after ``delay`` s, check a. and b."""
     notes, log = lane.dir / f"e{episode}-{mode}.jsonl", lane.dir / f"e{episode}-{mode}.log"
     process = f"child e{episode}-{mode} of lane {lane.n}"
     request = {
-        "mode": mode, "db": str(lane.db), "ledger": str(lane.ledger), "notes": str(notes), "log": str(log),
-        "process": process, "threads": [{"thread": t, "scenario": s} for t, s in threads.items()],
+        "mode": mode,
+        "db": str(lane.db),
+        "ledger": str(lane.ledger),
+        "notes": str(notes),
+        "log": str(log),
+        "process": process,
+        "threads": [{"thread": t, "scenario": s} for t, s in threads.items()],
     }
     pid = await run.server.spawn(request)
     await asyncio.sleep(delay)
@@ -328,19 +343,29 @@ async def check_after_kill(
     data = await lane.store.load(thread_id)
     assert data is None or not data.problems
     verdict = diagnose(data.messages, data.runs, data.journal) if data is not None else diagnose([])
-    want_state = {"empty": ThreadState.EMPTY, "completed": ThreadState.COMPLETED}.get(expected.state, ThreadState.CRASHED)
+    want_state = {"empty": ThreadState.EMPTY, "completed": ThreadState.COMPLETED}.get(
+        expected.state, ThreadState.CRASHED
+    )
     assert verdict.state is want_state, (thread_id, expected, verdict)
-    assert verdict.crash_point == (CrashPoint(expected.point) if expected.point else None), (thread_id, expected, verdict)
+    assert verdict.crash_point == (CrashPoint(expected.point) if expected.point else None), (
+        thread_id,
+        expected,
+        verdict,
+    )
     assert tuple(d.call.id for d in verdict.dangling) == expected.missing
     assert tuple(verdict.answered) == expected.answered
     for dangling in verdict.dangling:
         body_started = ledger_rows(
-            lane.ledger, "SELECT COUNT(*) FROM attempts WHERE thread_id = ? AND tool_call_id = ? AND phase = 'start'",
-            thread_id, dangling.call.id,
+            lane.ledger,
+            "SELECT COUNT(*) FROM attempts WHERE thread_id = ? AND tool_call_id = ? AND phase = 'start'",
+            thread_id,
+            dangling.call.id,
         )[0][0]
         assert dangling.journaled
         if body_started:
-            assert dangling.started_at is not None, f"{thread_id}: {dangling.call.id} ran but its start was not journaled"
+            assert dangling.started_at is not None, (
+                f"{thread_id}: {dangling.call.id} ran but its start was not journaled"
+            )
     run.points[expected.key] += 1
     return expected, rows
 
@@ -349,8 +374,16 @@ async def resume_and_check(run: Run, lane: Lane, thread_id: str, scenario: dict[
     """c., d., e.: resume in this process and check the whole thread and the ledger."""
     before = raw_rows(lane.db, thread_id)
     attempts_before = tool_rows(lane.ledger, thread_id)
-    agent = make_agent(lane.store, thread_id, scenario, str(lane.ledger), speed=RESUME_SPEED, delay=0.0, record=True,
-                       process=f"resumer of {thread_id} in the test process")
+    agent = make_agent(
+        lane.store,
+        thread_id,
+        scenario,
+        str(lane.ledger),
+        speed=RESUME_SPEED,
+        delay=0.0,
+        record=True,
+        process=f"resumer of {thread_id} in the test process",
+    )
     plan = await agent.plan_resume()
     tools = agent._config.tools_by_name
     for call in plan.calls:
@@ -414,8 +447,10 @@ async def resume_and_check(run: Run, lane: Lane, thread_id: str, scenario: dict[
             success_keys.add(key)
         elif not result.is_error:
             done = ledger_rows(
-                lane.ledger, "SELECT COUNT(*) FROM attempts WHERE thread_id = ? AND tool_call_id = ? AND phase = 'done'",
-                thread_id, call_id,
+                lane.ledger,
+                "SELECT COUNT(*) FROM attempts WHERE thread_id = ? AND tool_call_id = ? AND phase = 'done'",
+                thread_id,
+                call_id,
             )[0][0]
             assert done == 1, (thread_id, call_id)
     tries: dict[str, list[tuple[str, float]]] = {}
@@ -425,8 +460,10 @@ async def resume_and_check(run: Run, lane: Lane, thread_id: str, scenario: dict[
         tries.setdefault(key, []).append((process, at))
     assert set(tries) == success_keys, (thread_id, set(tries) ^ success_keys)
     starts = Counter(
-        k for (k,) in ledger_rows(
-            lane.ledger, "SELECT job_key FROM attempts WHERE thread_id = ? AND phase = 'start' AND job_key IS NOT NULL",
+        k
+        for (k,) in ledger_rows(
+            lane.ledger,
+            "SELECT job_key FROM attempts WHERE thread_id = ? AND phase = 'start' AND job_key IS NOT NULL",
             thread_id,
         )
     )
@@ -439,14 +476,18 @@ async def resume_and_check(run: Run, lane: Lane, thread_id: str, scenario: dict[
         # Never an attempt after the job was recorded done (reuse must answer instead).
         assert all(at < done_at for _, at in tries[key]), f"an effect attempt after its job was done: {history}"
         # The last attempt is the one the done record is for: its process lived until then.
-        assert run.killed.get(last, float("inf")) > done_at, f"the job became done after its last attempter died: {history}"
+        assert run.killed.get(last, float("inf")) > done_at, (
+            f"the job became done after its last attempter died: {history}"
+        )
         # Any earlier attempt lies in the crash window: its process (each a different one)
         # was killed while the job was still started, i.e. before it became done.
         assert len({process for process, _ in tries[key]}) == len(tries[key]), f"one process attempted twice: {history}"
         for process, _ in earlier:
             killed_at = run.killed.get(process)
             assert killed_at is not None, f"attempted again although {process} was never killed: {history}"
-            assert killed_at < done_at, f"attempted again although {process} was killed after the job was done: {history}"
+            assert killed_at < done_at, (
+                f"attempted again although {process} was killed after the job was done: {history}"
+            )
             run.repeats_by_point[run.kill_points[(process, thread_id)]] += 1
         assert job.attempts >= starts[key] >= len(tries[key]), (history, job, starts[key])
         run.body_reruns += starts[key] - 1
@@ -490,7 +531,9 @@ async def run_lane(run: Run, lane: Lane, deadline: float) -> None:
 
 async def test_random_sigkills_recover_every_crash_point(tmp_path: Path) -> None:
     started = time.monotonic()
-    REPORT.append(f"crash injection: seed {SEED} (set CUBEPI_CRASH_SEED={SEED} to repeat the same scenarios and kill delays)")
+    REPORT.append(
+        f"crash injection: seed {SEED} (set CUBEPI_CRASH_SEED={SEED} to repeat the same scenarios and kill delays)"
+    )
     server = await ForkServer.start(tmp_path / "forkserver.err")
     run = Run(server)
     stores: list[SQLiteCheckpointer] = []

@@ -29,9 +29,8 @@ from core.checkpoint.base import Lease
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
 from core.recovery import CrashPoint, ThreadState, diagnose
-
-from tests.helpers.crash_report import REPORT
 from tests.crash.resume_worker import FINAL
+from tests.helpers.crash_report import REPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = 50
@@ -55,8 +54,13 @@ class Worker:
     async def start(cls, stderr: Path) -> Worker:
         with stderr.open("ab") as err:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "tests.crash.resume_worker",
-                cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+                sys.executable,
+                "-m",
+                "tests.crash.resume_worker",
+                cwd=ROOT,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
             )
         worker = cls(proc)
         assert "ready" in await worker.read(), stderr.read_text()
@@ -85,7 +89,9 @@ def dead_pid() -> int:
     return child.pid
 
 
-async def write_crashed_thread(store: SQLiteCheckpointer, thread_id: str, trial: int, gone: int) -> tuple[list[str], set[str]]:
+async def write_crashed_thread(
+    store: SQLiteCheckpointer, thread_id: str, trial: int, gone: int
+) -> tuple[list[str], set[str]]:
     """A run that died mid-tool; returns the call ids and the ids of calls without results."""
     calls_spec, answered = SHAPES[trial % len(SHAPES)]
     run_id = uuid.uuid4().hex
@@ -124,7 +130,7 @@ async def test_two_resumers_at_once_exactly_one_runs(tmp_path: Path) -> None:
     try:
         for trial in range(TRIALS):
             thread_id = f"trial-{trial}"
-            call_ids, dangling = await write_crashed_thread(store, thread_id, trial, gone)
+            _call_ids, dangling = await write_crashed_thread(store, thread_id, trial, gone)
             before = await store.load(thread_id)
             assert before is not None
             verdict = diagnose(before.messages, before.runs, before.journal)
@@ -145,7 +151,10 @@ async def test_two_resumers_at_once_exactly_one_runs(tmp_path: Path) -> None:
             won = [i for i, a in enumerate(answers) if a["outcome"] == "completed" and a["error"] is None]
             assert len(won) == 1, (trial, answers)
             loser = answers[1 - won[0]]
-            assert loser["error"] == "RunAlreadyClaimedError" and "already running" in loser["message"], (trial, answers)
+            assert loser["error"] == "RunAlreadyClaimedError" and "already running" in loser["message"], (
+                trial,
+                answers,
+            )
             winners[won[0]] += 1
 
             data = await store.load(thread_id)

@@ -6,8 +6,8 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The repository root: the working directory for ``python -m tests.…`` children."""
@@ -21,7 +21,12 @@ class ChildFailed(RuntimeError):
 
 
 def run_marked(
-    argv: Sequence[str], what: str, *, kill_at: Sequence[str] = (), timeout: float = CHILD_TIMEOUT, cwd: str | None = None
+    argv: Sequence[str],
+    what: str,
+    *,
+    kill_at: Sequence[str] = (),
+    timeout: float = CHILD_TIMEOUT,
+    cwd: str | None = None,
 ) -> list[str]:
     """Run ``argv``; return the marks it printed on stdout (``MARK <name>`` lines, flushed).
 
@@ -61,7 +66,9 @@ def run_marked(
                 stream.close()
     if kill_at:
         if not killed or proc.returncode != -signal.SIGKILL:
-            raise ChildFailed(f"{what} ended {proc.returncode} before its marks {sorted(wanted)} (got {marks}): {stderr[-2000:]}")
+            raise ChildFailed(
+                f"{what} ended {proc.returncode} before its marks {sorted(wanted)} (got {marks}): {stderr[-2000:]}"
+            )
     elif proc.returncode != 0 or "done" not in marks:
         raise ChildFailed(f"{what} ended {proc.returncode} (marks {marks}): {stderr[-2000:]}")
     return marks

@@ -47,13 +47,17 @@ FILE_TEXT = ("test path line module file def import value self return " * 100)[:
 """What ``read_file`` returns (1,024 characters)."""
 
 
-
 def _png_1x1() -> bytes:
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", 1, 1, 8, 6, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0\xff\x00\x00\xff")) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0\xff\x00\x00\xff"))
+        + chunk(b"IEND", b"")
+    )
 
 
 PIXEL_PNG = base64.b64encode(_png_1x1()).decode()
@@ -207,7 +211,10 @@ async def scenario(name: str, store: SQLiteCheckpointer, thread_id: str, arg: st
         await a.prompt("Answer again, in one line.")
     elif name == "steer":
         provider.set_responses(
-            [reply(faux_tool_call("steerable_step", {"label": "lint"}, id="call_steer_1")), reply(text("Steered: tests first."))]
+            [
+                reply(faux_tool_call("steerable_step", {"label": "lint"}, id="call_steer_1")),
+                reply(text("Steered: tests first.")),
+            ]
         )
         a = agent()
 
@@ -219,7 +226,10 @@ async def scenario(name: str, store: SQLiteCheckpointer, thread_id: str, arg: st
         await a.prompt(prompt_text(thread_id))
     elif name == "images":
         provider.set_responses(
-            [reply(faux_tool_call("screenshot", {"name": "home"}, id="call_shot_1")), reply(text("The page shows one pixel."))]
+            [
+                reply(faux_tool_call("screenshot", {"name": "home"}, id="call_shot_1")),
+                reply(text("The page shows one pixel.")),
+            ]
         )
         message = UserMessage(
             content=[text(prompt_text(thread_id)), ImageContent(source=PIXEL_PNG, media_type="image/png")],
@@ -236,8 +246,12 @@ async def scenario(name: str, store: SQLiteCheckpointer, thread_id: str, arg: st
         )
         provider.set_responses([reply(ask)])
         a = Agent(
-            model=model, system_prompt=SYSTEM, tools=[*tools, ask_user_tool(channel)], checkpointer=store,
-            thread_id=thread_id, channel=channel,
+            model=model,
+            system_prompt=SYSTEM,
+            tools=[*tools, ask_user_tool(channel)],
+            checkpointer=store,
+            thread_id=thread_id,
+            channel=channel,
         )
 
         async def on_event(event: Any, signal: Any = None) -> None:
@@ -249,11 +263,17 @@ async def scenario(name: str, store: SQLiteCheckpointer, thread_id: str, arg: st
         await a.prompt(prompt_text(thread_id), run_id=run_id)
     elif name == "respond":
         # ARG = the human's answer to the pending question of THREAD_ID.
-        channel = CheckpointedChannel(checkpointer=store, thread_id=thread_id, run_id=await store.load_pending_run_id(thread_id))
+        channel = CheckpointedChannel(
+            checkpointer=store, thread_id=thread_id, run_id=await store.load_pending_run_id(thread_id)
+        )
         provider.set_responses([reply(text(f"Checking {arg} as you asked."))])
         a = Agent(
-            model=model, system_prompt=SYSTEM, tools=[*tools, ask_user_tool(channel)], checkpointer=store,
-            thread_id=thread_id, channel=channel,
+            model=model,
+            system_prompt=SYSTEM,
+            tools=[*tools, ask_user_tool(channel)],
+            checkpointer=store,
+            thread_id=thread_id,
+            channel=channel,
         )
         await a.respond(answer={"target": arg})
     elif name == "continue":

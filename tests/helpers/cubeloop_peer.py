@@ -58,7 +58,9 @@ def run_completed(db: Path, thread_id: str, run_id: str) -> bool:
     """Whether ``runs`` marks the run completed, read with plain ``sqlite3``."""
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        row = c.execute("SELECT completed_at FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id)).fetchone()
+        row = c.execute(
+            "SELECT completed_at FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id)
+        ).fetchone()
     finally:
         c.close()
     return row is not None and row[0] is not None

@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tests.helpers.children import ChildFailed, run_marked
 from tests.helpers.cubeloop_child import FILE_TEXT, FINAL, PIXEL_PNG
@@ -32,10 +33,10 @@ CUBELOOP_TABLES = ("messages", "runs", "thread_extra", "thread_pending_request",
 
 __all__ = [
     "CRASHPOINT_THREADS",
-    "ChildFailed",
     "FILE_TEXT",
     "FINAL",
     "PIXEL_PNG",
+    "ChildFailed",
     "CubeloopThread",
     "make_crashpoint_db",
     "read_rows",
@@ -106,60 +107,113 @@ _USER, _ASSISTANT, _RESULT = "user", "assistant", "tool_result"
 
 CRASHPOINT_THREADS: tuple[CubeloopThread, ...] = (
     CubeloopThread(
-        "crash-after-user", "crash_after_user", ("model_thinking",), "after_user_before_assistant",
-        (_USER,), (), (), False, False,
+        "crash-after-user",
+        "crash_after_user",
+        ("model_thinking",),
+        "after_user_before_assistant",
+        (_USER,),
+        (),
+        (),
+        False,
+        False,
         "FauxProvider step is an async factory that drops a marker and sleeps before streaming; "
         "child SIGKILLed while the first model call is in flight.",
         1_795_954_405.39,
     ),
     CubeloopThread(
-        "crash-after-tool-result", "crash_after_tool_result", ("model_thinking",),
+        "crash-after-tool-result",
+        "crash_after_tool_result",
+        ("model_thinking",),
         "after_tool_result_before_next_assistant",
-        (_USER, _ASSISTANT, _RESULT), (), ("call_read_1",), False, True,
+        (_USER, _ASSISTANT, _RESULT),
+        (),
+        ("call_read_1",),
+        False,
+        True,
         "turn 1: tool call to fast read_file (result persisted); turn 2: faux factory sleeps; "
         "SIGKILL during the second model call.",
         1_795_954_405.76,
     ),
     CubeloopThread(
-        "crash-mid-tool", "crash_mid_tool", ("tool_started:slow_step",), "mid_tool_dangling_tool_call",
-        (_USER, _ASSISTANT), ("call_slow_1",), ("call_slow_1",), False, False,
+        "crash-mid-tool",
+        "crash_mid_tool",
+        ("tool_started:slow_step",),
+        "mid_tool_dangling_tool_call",
+        (_USER, _ASSISTANT),
+        ("call_slow_1",),
+        ("call_slow_1",),
+        False,
+        False,
         "assistant calls slow_step, which drops a marker and sleeps; SIGKILL during the sleep, "
         "so the tool_call has no tool_result.",
         1_795_954_406.13,
     ),
     CubeloopThread(
-        "completed", "completed", (), "none_completed",
-        (_USER, _ASSISTANT, _RESULT, _ASSISTANT), (), (), True, True,
+        "completed",
+        "completed",
+        (),
+        "none_completed",
+        (_USER, _ASSISTANT, _RESULT, _ASSISTANT),
+        (),
+        (),
+        True,
+        True,
         "tool call to read_file, then final text answer; normal exit.",
         1_795_954_406.50,
     ),
     CubeloopThread(
-        "aborted", "aborted", (), "aborted_by_host",
-        (_USER, _ASSISTANT, _RESULT, _ASSISTANT), (), (), False, True,
+        "aborted",
+        "aborted",
+        (),
+        "aborted_by_host",
+        (_USER, _ASSISTANT, _RESULT, _ASSISTANT),
+        (),
+        (),
+        False,
+        True,
         "assistant calls wait_for_abort (waits on the tool's signal); the child calls agent.abort() "
         "once the tool has started; prompt() returns; normal exit.",
         1_795_954_406.70,
     ),
     CubeloopThread(
-        "multi-tool-partial", "batch_sequential", ("tool_started:slow_step",), "mid_tool_batch_partial_results",
-        (_USER, _ASSISTANT, _RESULT), ("call_slow_2",), ("call_read_1", "call_slow_2"), False, False,
+        "multi-tool-partial",
+        "batch_sequential",
+        ("tool_started:slow_step",),
+        "mid_tool_batch_partial_results",
+        (_USER, _ASSISTANT, _RESULT),
+        ("call_slow_2",),
+        ("call_read_1", "call_slow_2"),
+        False,
+        False,
         "Agent(tool_execution='sequential'); one assistant message with two tool calls (read_file fast, "
         "then slow_step); read_file's result is persisted as soon as it finishes; SIGKILL during slow_step.",
         1_795_954_406.94,
     ),
     CubeloopThread(
-        "multi-tool-parallel-mid-batch", "batch_parallel", ("tool_done:read_file:src/app.py", "tool_started:slow_step"),
+        "multi-tool-parallel-mid-batch",
+        "batch_parallel",
+        ("tool_done:read_file:src/app.py", "tool_started:slow_step"),
         "mid_tool_dangling_tool_call",
-        (_USER, _ASSISTANT), ("call_read_1", "call_slow_2"), ("call_read_1", "call_slow_2"), False, False,
+        (_USER, _ASSISTANT),
+        ("call_read_1", "call_slow_2"),
+        ("call_read_1", "call_slow_2"),
+        False,
+        False,
         "default tool_execution='parallel'; two tool calls (read_file fast, slow_step sleeps); read_file "
         "FINISHED but parallel mode persists results only after the whole batch settles, so SIGKILL "
         "during slow_step leaves both calls unanswered.",
         1_795_954_407.31,
     ),
     CubeloopThread(
-        "multi-tool-partial-parallel-injected", "batch_parallel_listener_blocked", ("listener_blocked",),
+        "multi-tool-partial-parallel-injected",
+        "batch_parallel_listener_blocked",
+        ("listener_blocked",),
         "mid_tool_batch_partial_results",
-        (_USER, _ASSISTANT, _RESULT), ("call_read_2",), ("call_read_1", "call_read_2"), False, False,
+        (_USER, _ASSISTANT, _RESULT),
+        ("call_read_2",),
+        ("call_read_1", "call_read_2"),
+        False,
+        False,
         "default parallel mode, two fast tools; a subscribed listener blocks on the message_end of the "
         "FIRST tool_result (listeners run after the checkpoint append), then SIGKILL.",
         1_795_954_407.97,
@@ -188,7 +242,9 @@ def make_crashpoint_db(db: Path) -> dict[str, Any]:
         journal_mode = c.execute("PRAGMA journal_mode").fetchone()[0]
         threads = []
         for t in CRASHPOINT_THREADS:
-            row_ids = [r[0] for r in c.execute("SELECT id FROM messages WHERE thread_id = ? ORDER BY id", (t.thread_id,))]
+            row_ids = [
+                r[0] for r in c.execute("SELECT id FROM messages WHERE thread_id = ? ORDER BY id", (t.thread_id,))
+            ]
             runs = [
                 {"run_id": run_id, "completed": completed is not None, "completion_seq": seq}
                 for run_id, completed, seq in c.execute(

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from core.messages import AnyMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage, UnknownMessage, user_text
+from core.messages import (
+    AnyMessage,
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UnknownMessage,
+    user_text,
+)
 
 
 def assistant(*ids: str, run: str | None = "r1", stop: str | None = None, text: str = "") -> AssistantMessage:
@@ -31,7 +39,9 @@ def histories(draw: st.DrawFn) -> list[AnyMessage]:
     issued: list[str] = []
     counter = 0
     for _ in range(draw(st.integers(0, 30))):
-        kind = draw(st.sampled_from(["user", "assistant", "assistant", "result", "result", "orphan", "unknown", "failed"]))
+        kind = draw(
+            st.sampled_from(["user", "assistant", "assistant", "result", "result", "orphan", "unknown", "failed"])
+        )
         run = draw(_RUNS)
         if kind == "user":
             out.append(user_text("u", run_id=run))

@@ -25,8 +25,9 @@ import asyncio
 import contextlib
 import json
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence, Union
+from typing import Any
 
 # --- the documented events ------------------------------------------------------------------
 
@@ -92,7 +93,12 @@ def thinking_block(index: int, pieces: Sequence[str], signature: str) -> list[di
     before ``content_block_stop``, as the streaming page shows it."""
     deltas = [block_delta(index, {"type": "thinking_delta", "thinking": p}) for p in pieces]
     signed = block_delta(index, {"type": "signature_delta", "signature": signature})
-    return [block_start(index, {"type": "thinking", "thinking": "", "signature": ""}), *deltas, signed, block_stop(index)]
+    return [
+        block_start(index, {"type": "thinking", "thinking": "", "signature": ""}),
+        *deltas,
+        signed,
+        block_stop(index),
+    ]
 
 
 def tool_use_block(index: int, id: str, name: str, fragments: Sequence[str]) -> list[dict[str, Any]]:
@@ -160,7 +166,7 @@ class Stream:
     client's event decoder must join them. ``headers`` are added to the response.
     """
 
-    events: Sequence[Union[dict[str, Any], Hold, Cut]]
+    events: Sequence[dict[str, Any] | Hold | Cut]
     split: bool = True
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -175,7 +181,7 @@ class Status:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Response = Union[Stream, Status]
+Response = Stream | Status
 
 
 @dataclass
@@ -188,8 +194,15 @@ class Received:
     body: Any
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 429: "Too Many Requests", 500: "Internal Server Error",
-            503: "Service Unavailable", 529: "Overloaded"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+    529: "Overloaded",
+}
 
 
 class MessagesServer:
@@ -269,7 +282,9 @@ class MessagesServer:
             self.requests.append(Received(method, path, headers, json.loads(body) if body else None))
             self._arrived.notify_all()
         if not self._script:
-            await _send_status(writer, Status(400, "invalid_request_error", "The test server has no scripted response left."))
+            await _send_status(
+                writer, Status(400, "invalid_request_error", "The test server has no scripted response left.")
+            )
             return False
         response = self._script.popleft()
         if isinstance(response, Status):
@@ -289,8 +304,12 @@ async def _send_status(writer: asyncio.StreamWriter, status: Status) -> None:
 
 
 async def _send_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stream: Stream) -> None:
-    headers = {"content-type": "text/event-stream", "cache-control": "no-cache", "transfer-encoding": "chunked",
-               **stream.headers}
+    headers = {
+        "content-type": "text/event-stream",
+        "cache-control": "no-cache",
+        "transfer-encoding": "chunked",
+        **stream.headers,
+    }
     writer.write(_head(200, headers))
     await writer.drain()
     for item in stream.events:
@@ -307,7 +326,7 @@ async def _send_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
                 return  # the client went away
             continue
         if isinstance(item, Cut):
-            writer.write(b"400\r\nevent: content_block_delta\ndata: {\"type\": \"content_blo")
+            writer.write(b'400\r\nevent: content_block_delta\ndata: {"type": "content_blo')
             await writer.drain()
             transport = writer.transport
             transport.abort()  # no terminating chunk: the body is cut short

@@ -9,6 +9,4 @@ from tui.widgets.tool_call import ToolCallView
 
 def running_tool(app: CubepiApp) -> bool:
     """Whether the thread screen on top shows a tool call running."""
-    return isinstance(app.screen, ThreadScreen) and any(
-        v.status == "running" for v in app.screen.query(ToolCallView)
-    )
+    return isinstance(app.screen, ThreadScreen) and any(v.status == "running" for v in app.screen.query(ToolCallView))

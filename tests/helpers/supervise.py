@@ -8,8 +8,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -104,7 +105,7 @@ async def until(
             changed.clear()
             try:
                 await asyncio.wait_for(changed.wait(), 0.5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
     finally:
         unsubscribe()
@@ -121,7 +122,9 @@ async def command_status(store: SQLiteCheckpointer, thread: str, seq: int) -> st
     return next(c.status for c in await store.list_commands(thread) if c.seq == seq)
 
 
-async def until_status(store: SQLiteCheckpointer, thread: str, seq: int, statuses: set[str], timeout: float = TIMEOUT) -> list[str]:
+async def until_status(
+    store: SQLiteCheckpointer, thread: str, seq: int, statuses: set[str], timeout: float = TIMEOUT
+) -> list[str]:
     """Poll command ``seq`` until its status is in ``statuses``; return every status seen, in order."""
     seen: list[str] = []
     deadline = time.monotonic() + timeout

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.providers.anthropic import to_api_messages
@@ -27,7 +28,9 @@ def assert_every_call_answered(requests: Sequence[ModelRequest]) -> None:
         for message in req.messages:
             if isinstance(message, ToolResultMessage):
                 early = [m.text for m in waiting if m.run_id == message.run_id]
-                assert not early, f"request {n}: user message(s) {early} delivered before the result of {message.tool_call_id}"
+                assert not early, (
+                    f"request {n}: user message(s) {early} delivered before the result of {message.tool_call_id}"
+                )
                 open_calls.discard(message.tool_call_id)
                 continue
             if open_calls and isinstance(message, UserMessage):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from textual.app import App
 from textual.pilot import Pilot
@@ -116,7 +116,7 @@ async def fill_dialog(pilot: Pilot[object], key: str, text: str) -> None:
     from tui.screens.modals import TextInputModal
 
     app = pilot.app
-    await wait_for(pilot, lambda: getattr(app, "session").store is not None, what="store open")
+    await wait_for(pilot, lambda: app.session.store is not None, what="store open")
     await pilot.press(key)
     await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what=f"the dialog of {key!r}")
     await type_text(pilot, text)

@@ -26,8 +26,8 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 from core.errors import ToolError
 from core.events import StreamEnd, StreamEvent, TextDelta, ToolCallStart
@@ -94,9 +94,14 @@ class GatedProvider:
         k = 1 + sum(1 for m in request.messages if isinstance(m, AssistantMessage) and m.stop_reason == "tool_use")
         if k <= self.turns:
             text = reply_text(k)
-            content: list = [TextContent(text=text), ToolCall(id=f"call_work_{k}", name="work", arguments={"label": str(k)})]
+            content: list = [
+                TextContent(text=text),
+                ToolCall(id=f"call_work_{k}", name="work", arguments={"label": str(k)}),
+            ]
         else:
-            steers = [m.text for m in request.messages if isinstance(m, UserMessage) and m.metadata.get("kind") == "steer"]
+            steers = [
+                m.text for m in request.messages if isinstance(m, UserMessage) and m.metadata.get("kind") == "steer"
+            ]
             text = "All done." + (" Steers: " + "; ".join(steers) if steers else "")
             content = [TextContent(text=text)]
         points = pause_points(text, self.pauses)
@@ -106,15 +111,22 @@ class GatedProvider:
                     await _until(pause_gate(k, j), signal)
             await asyncio.sleep(0.01)
             if signal.is_set():
-                yield StreamEnd(error_reply(self, "Aborted by the user.", stop_reason="aborted",
-                                            content=[TextContent(text=text[:i])]))
+                yield StreamEnd(
+                    error_reply(
+                        self, "Aborted by the user.", stop_reason="aborted", content=[TextContent(text=text[:i])]
+                    )
+                )
                 return
             yield TextDelta(0, text[i : i + DELTA])
         for index, block in enumerate(content):
             if isinstance(block, ToolCall):
                 yield ToolCallStart(index, block.id, block.name)
-        reply = AssistantMessage(content=content, stop_reason="tool_use" if len(content) > 1 else "stop",
-                                 provider_id=self.name, model_id=self.model)
+        reply = AssistantMessage(
+            content=content,
+            stop_reason="tool_use" if len(content) > 1 else "stop",
+            provider_id=self.name,
+            model_id=self.model,
+        )
         yield StreamEnd(reply)
 
 
@@ -142,5 +154,16 @@ def make_agent() -> AgentSpec:
 if __name__ == "__main__":
     db, thread, prompt, host, ttl, heartbeat = sys.argv[1:7]
     holder = LeaseHolder(host=host)
-    sys.exit(asyncio.run(run_headless(db, thread, prompt, agent=make_agent, holder=holder,
-                                      lease_ttl=float(ttl), heartbeat_interval=float(heartbeat))))
+    sys.exit(
+        asyncio.run(
+            run_headless(
+                db,
+                thread,
+                prompt,
+                agent=make_agent,
+                holder=holder,
+                lease_ttl=float(ttl),
+                heartbeat_interval=float(heartbeat),
+            )
+        )
+    )

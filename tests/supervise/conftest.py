@@ -20,10 +20,21 @@ def spawn(tmp_path: Path):
     gates = tmp_path / "gates"
     gates.mkdir()
 
-    def start(db: Path, thread: str, *args: str, env: dict[str, str] | None = None, argv: list[str] | None = None) -> Runner:
+    def start(
+        db: Path, thread: str, *args: str, env: dict[str, str] | None = None, argv: list[str] | None = None
+    ) -> Runner:
         command = argv or [
-            sys.executable, "-m", "core.runner", "run", "--db", str(db), "--thread", thread,
-            "--agent", "tests.supervise.child:make_agent", *args,
+            sys.executable,
+            "-m",
+            "core.runner",
+            "run",
+            "--db",
+            str(db),
+            "--thread",
+            thread,
+            "--agent",
+            "tests.supervise.child:make_agent",
+            *args,
         ]
         runner = Runner(command, gates, env or {})
         runners.append(runner)

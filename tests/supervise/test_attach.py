@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.follow import ThreadChange, ThreadFollower
-
 from tests.helpers.supervise import until
 
 
@@ -22,7 +21,7 @@ class Session:
         self.changes += 1
         if change.reset:
             self.ids = []
-        self.ids.extend(model.message_ids[len(model.message_ids) - len(change.added):])
+        self.ids.extend(model.message_ids[len(model.message_ids) - len(change.added) :])
         assert self.ids == model.message_ids, "what was shown differs from the model"
         if model.partial is not None:
             # Never a partial for a message already shown: it would appear twice.
@@ -44,8 +43,12 @@ async def test_attach_detach_reattach_shows_every_message_once(db: Path, store, 
 
     # 1. Attach while reply 1 is half streamed (the runner waits for resume-1).
     first = await attach(store, sessions[0])
-    await until(first, lambda m: m.partial is not None and m.partial_index == 1 and len(m.partial.text) > 20,
-                "half of reply 1", runner=runner)
+    await until(
+        first,
+        lambda m: m.partial is not None and m.partial_index == 1 and len(m.partial.text) > 20,
+        "half of reply 1",
+        runner=runner,
+    )
     assert [m.role for m in first.model.messages] == ["user"]
     runner.gate("resume-1")
     await until(first, lambda m: m.running_tools and len(m.messages) == 2, "tool 1 running", runner=runner)
@@ -56,8 +59,12 @@ async def test_attach_detach_reattach_shows_every_message_once(db: Path, store, 
     assert len(second.model.messages) == 2 and second.model.partial is None
     assert [t.name for t in second.model.running_tools.values()] == ["work"]
     runner.gate("release-1")
-    await until(second, lambda m: m.partial is not None and m.partial_index == 3 and len(m.partial.text) > 20,
-                "half of reply 2", runner=runner)
+    await until(
+        second,
+        lambda m: m.partial is not None and m.partial_index == 3 and len(m.partial.text) > 20,
+        "half of reply 2",
+        runner=runner,
+    )
     await second.stop()
 
     # 3. Re-attach mid-stream of reply 2 and stay to the end.
@@ -66,7 +73,9 @@ async def test_attach_detach_reattach_shows_every_message_once(db: Path, store, 
     runner.gate("resume-2")
     await runner.file("started-2")
     runner.gate("release-2")
-    await until(third, lambda m: m.partial is not None and m.partial_index == 5, "the final reply streaming", runner=runner)
+    await until(
+        third, lambda m: m.partial is not None and m.partial_index == 5, "the final reply streaming", runner=runner
+    )
     runner.gate("resume-3")
     assert await runner.wait() == 0
     await until(third, lambda m: len(m.messages) == 6 and not m.lease_view.live and m.partial is None, "the end")
@@ -77,7 +86,14 @@ async def test_attach_detach_reattach_shows_every_message_once(db: Path, store, 
     await fourth.stop()
 
     data = await store.load("t-attach")
-    assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant", "tool_result", "assistant"]
+    assert [m.role for m in data.messages] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+        "tool_result",
+        "assistant",
+    ]
     for session in sessions:
         assert len(session.ids) == len(set(session.ids)), "a message appeared twice"
         assert session.ids == data.message_ids[: len(session.ids)]

@@ -13,9 +13,9 @@ from core.follow import ThreadFollower
 from core.messages import ToolResultMessage, UserMessage
 from core.recovery import ThreadState
 from core.supervise import LeaseState, Supervisor, ThreadCrashedError, discard, send, undelivered
+from tests.helpers.supervise import SIGKILL, SIGSTOP, until, until_status
 
 from .child import GatedProvider, work
-from tests.helpers.supervise import SIGKILL, SIGSTOP, until, until_status
 
 
 async def test_killed_runner_on_this_host_is_crashed_once_its_process_is_gone(db: Path, store, spawn) -> None:
@@ -37,11 +37,25 @@ async def test_killed_runner_on_this_host_is_crashed_once_its_process_is_gone(db
         await send(store, "t-kill", "steer", "Too late.")
 
 
-async def test_killed_runner_elsewhere_stays_running_until_its_lease_expires(db: Path, store, spawn, tmp_path: Path) -> None:
+async def test_killed_runner_elsewhere_stays_running_until_its_lease_expires(
+    db: Path, store, spawn, tmp_path: Path
+) -> None:
     # A holder on another host cannot be probed: only expiry (no heartbeat for ttl seconds) decides.
-    runner = spawn(db, "t-away", argv=[
-        sys.executable, "-m", "tests.supervise.child", str(db), "t-away", "Do the work.", "elsewhere.invalid", "3", "0.5",
-    ])
+    runner = spawn(
+        db,
+        "t-away",
+        argv=[
+            sys.executable,
+            "-m",
+            "tests.supervise.child",
+            str(db),
+            "t-away",
+            "Do the work.",
+            "elsewhere.invalid",
+            "3",
+            "0.5",
+        ],
+    )
     async with ThreadFollower(store, "t-away") as follower:
         await until(follower, lambda m: m.running_tools, "the tool to run", runner=runner)
         runner.signal(SIGKILL)
@@ -78,7 +92,10 @@ async def _crash_with_undelivered_steers(db: Path, store, spawn, thread: str):
 async def test_undelivered_steers_after_a_crash_go_with_the_resume(db: Path, store, spawn) -> None:
     a, b = await _crash_with_undelivered_steers(db, store, spawn, "t-outbox")
     pending = await undelivered(store, "t-outbox")
-    assert [(c.seq, c.text, c.status) for c in pending] == [(a.seq, "Steer A.", "delivered"), (b.seq, "Steer B.", "pending")]
+    assert [(c.seq, c.text, c.status) for c in pending] == [
+        (a.seq, "Steer A.", "delivered"),
+        (b.seq, "Steer B.", "pending"),
+    ]
 
     agent = Agent(GatedProvider(turns=1, pause=False), store, "t-outbox", tools=[work])
     async with Supervisor(agent) as sup:
@@ -88,7 +105,9 @@ async def test_undelivered_steers_after_a_crash_go_with_the_resume(db: Path, sto
     messages = (await store.load("t-outbox")).messages
     assert [m.role for m in messages] == ["user", "assistant", "tool_result", "user", "user", "assistant"]
     settled = messages[2]
-    assert isinstance(settled, ToolResultMessage) and settled.is_error and settled.metadata.get("settled") == "interrupted"
+    assert (
+        isinstance(settled, ToolResultMessage) and settled.is_error and settled.metadata.get("settled") == "interrupted"
+    )
     steers = messages[3:5]
     assert all(isinstance(m, UserMessage) and m.metadata.get("kind") == "steer" for m in steers)
     assert [m.metadata["command_seq"] for m in steers] == [a.seq, b.seq]
@@ -107,6 +126,8 @@ async def test_undelivered_steers_after_a_crash_can_be_discarded(db: Path, store
     async with Supervisor(agent) as sup:
         assert await sup.resume(include_pending=True) == "completed"
     messages = (await store.load("t-drop")).messages
-    assert [m.text for m in messages if isinstance(m, UserMessage) and m.metadata.get("kind") == "steer"] == ["Steer B."]
+    assert [m.text for m in messages if isinstance(m, UserMessage) and m.metadata.get("kind") == "steer"] == [
+        "Steer B."
+    ]
     assert messages[-1].text == "All done. Steers: Steer B."
     assert {c.seq: c.status for c in await store.list_commands("t-drop")} == {a.seq: "discarded", b.seq: "applied"}

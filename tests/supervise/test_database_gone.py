@@ -19,12 +19,26 @@ from core.errors import DatabaseGoneError
 
 
 def _argv(db: Path) -> list[str]:
-    return [sys.executable, "-m", "core.runner", "run", "--db", str(db), "--thread", "t1",
-            "--agent", "tests.supervise.child:make_agent", "do the work"]
+    return [
+        sys.executable,
+        "-m",
+        "core.runner",
+        "run",
+        "--db",
+        str(db),
+        "--thread",
+        "t1",
+        "--agent",
+        "tests.supervise.child:make_agent",
+        "do the work",
+    ]
 
 
-@pytest.mark.parametrize("how, release", [("deleted", True), ("replaced", True), ("deleted", False)],
-                         ids=["deleted, then a message", "replaced, then a message", "deleted, seen by the heartbeat"])
+@pytest.mark.parametrize(
+    "how, release",
+    [("deleted", True), ("replaced", True), ("deleted", False)],
+    ids=["deleted, then a message", "replaced, then a message", "deleted, seen by the heartbeat"],
+)
 async def test_a_runner_whose_database_vanished_stops_non_zero(db: Path, spawn, how: str, release: bool) -> None:
     runner = spawn(db, "t1", argv=_argv(db))
     await runner.file("started-1")  # the tool runs: the user message and the first reply are saved
@@ -59,4 +73,3 @@ async def test_a_store_refuses_calls_once_its_file_is_replaced(tmp_path: Path) -
             store.check_file()
     finally:
         await store.close()
-

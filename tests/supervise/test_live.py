@@ -10,9 +10,9 @@ from core.follow import ThreadFollower
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState
 from core.supervise import LeaseState, ThreadNotRunningError, send
+from tests.helpers.supervise import until, until_status
 
 from .child import pause_gate, pause_points, reply_text
-from tests.helpers.supervise import until, until_status
 
 
 async def test_deltas_and_tool_progress_arrive_before_the_run_ends(db: Path, store, spawn) -> None:
@@ -41,8 +41,11 @@ async def test_deltas_and_tool_progress_arrive_before_the_run_ends(db: Path, sto
         for j, point in enumerate(points, 1):
             await until(
                 follower,
-                lambda m, prefix=text[:point]: m.partial is not None and m.partial_index == 1 and m.partial.text == prefix,
-                f"reply 1 streamed up to pause {j} ({point} characters)", runner=runner,
+                lambda m, prefix=text[:point]: (
+                    m.partial is not None and m.partial_index == 1 and m.partial.text == prefix
+                ),
+                f"reply 1 streamed up to pause {j} ({point} characters)",
+                runner=runner,
             )
             assert [m.role for m in follower.model.messages] == ["user"]  # nothing persisted yet
             reached.append(shown.index(text[:point]))
@@ -74,8 +77,11 @@ async def test_deltas_and_tool_progress_arrive_before_the_run_ends(db: Path, sto
         await until(follower, lambda m: len(m.messages) == 4, "every message", runner=runner)
 
     data = await store.load("t-live")
-    assert [m.role for m in follower.model.messages] == [m.role for m in data.messages] == [
-        "user", "assistant", "tool_result", "assistant"]
+    assert (
+        [m.role for m in follower.model.messages]
+        == [m.role for m in data.messages]
+        == ["user", "assistant", "tool_result", "assistant"]
+    )
     assert follower.model.message_ids == data.message_ids
     # What streamed was the persisted reply, growing: every partial seen is a prefix of it.
     assert partials and all(data.messages[1].text.startswith(text) for text in partials)
@@ -114,7 +120,9 @@ async def test_a_steer_lands_at_the_next_turn_boundary(db: Path, store, spawn) -
         command = await send(store, "t-steer", "steer", "Use the 2024 figures.")
         await until_status(store, "t-steer", command.seq, {"delivered"})
         # Delivered, not yet in the conversation: the tool still runs.
-        assert not any(isinstance(m, UserMessage) and m.metadata.get("kind") == "steer" for m in follower.model.messages)
+        assert not any(
+            isinstance(m, UserMessage) and m.metadata.get("kind") == "steer" for m in follower.model.messages
+        )
         runner.gate("release-1")
         assert await runner.wait() == 0
         assert (await until_status(store, "t-steer", command.seq, {"applied", "refused"}))[-1] == "applied"

@@ -23,8 +23,20 @@ async def test_a_runner_waits_out_a_write_lock_held_longer_than_the_old_limit(db
     assert HELD < LOCK_WAIT
     holder = LockHolder(db, HELD).start()
     try:
-        argv = [sys.executable, "-m", "core.runner", "run", "--db", str(db), "--thread", "t1", "--demo",
-                "--speed", "25", "Summarise the sales"]
+        argv = [
+            sys.executable,
+            "-m",
+            "core.runner",
+            "run",
+            "--db",
+            str(db),
+            "--thread",
+            "t1",
+            "--demo",
+            "--speed",
+            "25",
+            "Summarise the sales",
+        ]
         runner = spawn(db, "t1", argv=argv)
         status = await runner.wait(timeout=HELD + 60)
         out, err = runner.output()

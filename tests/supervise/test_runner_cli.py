@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from core.follow import ThreadChange, ThreadFollower
+from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
 from core.runner import describe, main, plain
-from core.messages import AssistantMessage, ToolCall, ToolResultMessage, TextContent, user_text
 from core.supervise import LeaseState
-
 from tests.helpers.supervise import ROOT, until
 
 
@@ -21,8 +20,20 @@ async def test_demo_runner_is_followed_live(db: Path, store, spawn) -> None:
     # streams for about a second, its two first tools overlap for about two. So every change
     # the follower published is looked at (not just the model whenever the test looks),
     # and what each showed is kept with the lease state of that moment.
-    argv = [sys.executable, "-m", "core.runner", "run", "--db", str(db), "--thread", "t-demo", "--demo", "--speed", "2",
-            "Analyse the sales figures"]
+    argv = [
+        sys.executable,
+        "-m",
+        "core.runner",
+        "run",
+        "--db",
+        str(db),
+        "--thread",
+        "t-demo",
+        "--demo",
+        "--speed",
+        "2",
+        "Analyse the sales figures",
+    ]
     runner = spawn(db, "t-demo", argv=argv)
     streaming: list[LeaseState] = []  # a change that showed the first reply's text streaming
     both: list[LeaseState] = []  # a change that showed both first tools running with progress
@@ -55,7 +66,10 @@ async def test_demo_runner_is_followed_live(db: Path, store, spawn) -> None:
         (["--thread", "t"], "Give either a prompt or --resume"),
         (["--thread", "t", "--resume", "hello"], "Give either a prompt or --resume"),
         (["hello"], "The following arguments are required: --thread"),
-        (["--thread", "t", "--demo", "--lease-ttl", "1", "--heartbeat", "2", "hi"], "must be positive and shorter than --lease-ttl"),
+        (
+            ["--thread", "t", "--demo", "--lease-ttl", "1", "--heartbeat", "2", "hi"],
+            "must be positive and shorter than --lease-ttl",
+        ),
         (["--thread", "t", "--demo", "--resume"], "There is no thread 't'"),
         (["--thread", "t", "--agent", "no_such_module:make", "hi"], "Cannot import 'no_such_module'"),
     ],
@@ -63,7 +77,10 @@ async def test_demo_runner_is_followed_live(db: Path, store, spawn) -> None:
 def test_bad_input_exits_2_with_one_sentence(tmp_path: Path, args: list[str], sentence: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "core.runner", "run", "--db", str(tmp_path / "x.sqlite"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert sentence in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -71,16 +88,23 @@ def test_bad_input_exits_2_with_one_sentence(tmp_path: Path, args: list[str], se
 
 
 def test_a_database_that_cannot_be_opened_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--db", str(tmp_path / "missing" / "x.sqlite"), "--thread", "t", "--demo", "--no-create", "hi"]) == 2
+    assert (
+        main(["run", "--db", str(tmp_path / "missing" / "x.sqlite"), "--thread", "t", "--demo", "--no-create", "hi"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_lines_escape_control_characters() -> None:
     assert plain("a\nb\x1b[31mred\x07") == "a\\nb\\x1b[31mred\\x07"
-    reply = AssistantMessage(content=[TextContent(text="Done\n\x1b]0;title\x07"), ToolCall(id="c1", name="ls", arguments={"p": "/"})])
+    reply = AssistantMessage(
+        content=[TextContent(text="Done\n\x1b]0;title\x07"), ToolCall(id="c1", name="ls", arguments={"p": "/"})]
+    )
     assert describe(reply) == 'assistant: Done\\n\\x1b]0;title\\x07 [calls ls({"p": "/"})]'
-    result = ToolResultMessage(tool_call_id="c1", tool_name="ls", content=[TextContent(text="\x1b[2Jboom")], is_error=True)
+    result = ToolResultMessage(
+        tool_call_id="c1", tool_name="ls", content=[TextContent(text="\x1b[2Jboom")], is_error=True
+    )
     assert describe(result) == "tool ls failed: \\x1b[2Jboom"
     assert describe(user_text("Go", kind="follow_up")) == "follow-up: Go"
 

@@ -4,13 +4,14 @@ their arguments) shows as saved: the cards of those calls go, here and when foll
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
+
+from textual.app import App, ComposeResult
 
 from core.events import StreamEvent, TextDelta, ToolCallDelta, ToolCallStart
 from core.messages import AssistantMessage, TextContent, ToolCall, user_text
 from core.providers.base import ModelRequest
 from tests.helpers.tui import Db, fast_session, fill_dialog, screen_text, wait_for, wait_for_text
-from textual.app import App, ComposeResult
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 from tui.widgets.message_view import AssistantMessageView
@@ -116,8 +117,11 @@ async def test_a_saved_reply_unlike_the_streamed_one_is_shown_as_saved() -> None
             stop_reason="tool_use",
         )
         await transcript.end_reply(saved)
-        await wait_for(pilot, lambda: "only text" in screen_text(app) and '{"x": 1}' in screen_text(app),
-                       what="the saved reply drawn")
+        await wait_for(
+            pilot,
+            lambda: "only text" in screen_text(app) and '{"x": 1}' in screen_text(app),
+            what="the saved reply drawn",
+        )
         text = screen_text(app)
         assert "first" not in text and "between" not in text
         assert "second" in text

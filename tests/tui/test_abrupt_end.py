@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 from textual.message import Message
 
 from core.messages import UserMessage
 from core.recovery import ThreadState, diagnose
-from tests.helpers.tui import Db, fast_session, fill_dialog, wait_for
 from tests.helpers.screens import running_tool
+from tests.helpers.tui import Db, fast_session, fill_dialog, wait_for
 from tui.app import CubepiApp, make_app
 from tui.messages import OpenThread, RunStarted
 from tui.screens.thread import ThreadScreen

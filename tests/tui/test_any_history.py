@@ -39,6 +39,7 @@ EXPECTED = {
 async def _threads(path: Path) -> None:
     store = await SQLiteCheckpointer.open(path, create=True)
     try:
+
         async def thread(tid: str, messages: list, done: tuple[str, ...] = (), open_: tuple[str, ...] = ()) -> None:
             for run in (*done, *open_):
                 await store.claim_run(tid, run)
@@ -52,18 +53,31 @@ async def _threads(path: Path) -> None:
         call = AssistantMessage(content=[ToolCall(id="c1", name="lookup")], stop_reason="tool_use", run_id="r0")
         await thread(
             "interleaved",
-            [user_text("look", run_id="r0"), call, user_text("go on", run_id="r1"), _final("Went on.", "r1"),
-             _result("c1", "r0")],
-            done=("r1",), open_=("r0",),
+            [
+                user_text("look", run_id="r0"),
+                call,
+                user_text("go on", run_id="r1"),
+                _final("Went on.", "r1"),
+                _result("c1", "r0"),
+            ],
+            done=("r1",),
+            open_=("r0",),
         )
         await thread(
             "failed",
-            [user_text("hi", run_id="a"), _final("Half", "a", stop="error", error="The Anthropic API is overloaded (529).")],
+            [
+                user_text("hi", run_id="a"),
+                _final("Half", "a", stop="error", error="The Anthropic API is overloaded (529)."),
+            ],
             open_=("a",),
         )
         ask = AssistantMessage(content=[ToolCall(id="q1", name="ask_user")], stop_reason="tool_use", run_id="h")
         await thread("waiting", [user_text("ship it", run_id="h"), ask], open_=("h",))
-        request = {"question_id": "q", "thread_id": "waiting", "payload": {"kind": "confirm", "prompt": "Ship it to production?"}}
+        request = {
+            "question_id": "q",
+            "thread_id": "waiting",
+            "payload": {"kind": "confirm", "prompt": "Ship it to production?"},
+        }
         await store.save_pending_request("waiting", json.dumps(request), run_id="h")
     finally:
         await store.close()
@@ -117,7 +131,9 @@ async def test_the_thread_view_says_what_is_sent_and_shows_the_question_and_the_
         )
         await pilot.press("q")
         await open_from_picker(pilot, "failed")
-        await wait_for_text(pilot, "The last model call failed  The model call failed: The Anthropic API is overloaded (529).")
+        await wait_for_text(
+            pilot, "The last model call failed  The model call failed: The Anthropic API is overloaded (529)."
+        )
         assert "Crashed" not in screen_text(app)
 
 
@@ -133,8 +149,12 @@ async def test_r_on_a_failed_thread_retries_the_model_call_and_the_thread_goes_o
         await pilot.press("y")
         await wait_for(
             pilot,
-            lambda: isinstance(app.screen, ThreadScreen) and not app.screen.running
-            and app.screen.diagnosis is not None and app.screen.diagnosis.state is ThreadState.COMPLETED,
+            lambda: (
+                isinstance(app.screen, ThreadScreen)
+                and not app.screen.running
+                and app.screen.diagnosis is not None
+                and app.screen.diagnosis.state is ThreadState.COMPLETED
+            ),
             what="the retried run completed",
         )
     store = await SQLiteCheckpointer.open(path, create=False)

@@ -43,8 +43,16 @@ PROMPT = "Forecast the revenue of every region for Q3"
 
 
 async def test_the_first_prompt_takes_the_width_a_run_elsewhere_no_longer_needs() -> None:
-    lease = Lease("multi-tool-partial-parallel-injected", "holder", 4242, "build-box", "r9",
-                  time.time(), time.time(), time.time() + 600)
+    lease = Lease(
+        "multi-tool-partial-parallel-injected",
+        "holder",
+        4242,
+        "build-box",
+        "r9",
+        time.time(),
+        time.time(),
+        time.time() + 600,
+    )
     ids = ("multi-tool-partial-parallel-injected", "nightly-report")
 
     class Store(MemoryCheckpointer):
@@ -53,10 +61,21 @@ async def test_the_first_prompt_takes_the_width_a_run_elsewhere_no_longer_needs(
         async def list_threads(self) -> list[ThreadSummary]:
             now = time.time()
             return [
-                ThreadSummary(ids[0], 2, now, tail=(user_text("hi"), AssistantMessage(content=[TextContent(text="ok")])),
-                              first_prompt="hi", lease=lease if self.leased else None),
-                ThreadSummary(ids[1], 2, now - 60, tail=(user_text(PROMPT), AssistantMessage(content=[TextContent(text="ok")])),
-                              first_prompt=PROMPT),
+                ThreadSummary(
+                    ids[0],
+                    2,
+                    now,
+                    tail=(user_text("hi"), AssistantMessage(content=[TextContent(text="ok")])),
+                    first_prompt="hi",
+                    lease=lease if self.leased else None,
+                ),
+                ThreadSummary(
+                    ids[1],
+                    2,
+                    now - 60,
+                    tail=(user_text(PROMPT), AssistantMessage(content=[TextContent(text="ok")])),
+                    first_prompt=PROMPT,
+                ),
             ]
 
     store = Store()

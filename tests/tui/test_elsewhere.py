@@ -7,18 +7,19 @@ import asyncio
 import contextlib
 import socket
 import time
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, TypeVar
+from typing import Any, TypeVar
 
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, UserMessage
 from core.recovery import ThreadState, diagnose
 from tests.helpers.tui import (
     fast_session,
+    fill_dialog,
     open_from_picker,
     screen_text,
     squeezed_lines,
-    fill_dialog,
     wait_for,
     wait_for_text,
     widget_text,
@@ -44,7 +45,7 @@ async def _within(awaitable: Awaitable[T], what: str) -> T:
     """``await awaitable``, failing with ``what`` after TIMEOUT seconds instead of hanging."""
     try:
         return await asyncio.wait_for(awaitable, TIMEOUT)
-    except asyncio.TimeoutError as exc:
+    except TimeoutError as exc:
         raise AssertionError(f"stuck for {TIMEOUT:.0f} s: {what}") from exc
 
 
@@ -98,8 +99,19 @@ def _tool_running(screen: ThreadScreen) -> bool:
 async def test_picker_shows_a_demo_runner_elsewhere_then_crashed_once_its_process_is_killed(
     shared_db: Path, children
 ) -> None:
-    child = children("-m", "core.runner", "run", "--db", str(shared_db), "--thread", "t-away", "--demo",
-                     "--speed", "0.3", "Forecast next quarter")
+    child = children(
+        "-m",
+        "core.runner",
+        "run",
+        "--db",
+        str(shared_db),
+        "--thread",
+        "t-away",
+        "--demo",
+        "--speed",
+        "0.3",
+        "Forecast next quarter",
+    )
     app = make_app(fast_session(path=shared_db))
     async with app.run_test(size=(150, 30)) as pilot:
         where = f"running elsewhere (pid {child.pid} on {socket.gethostname()}, heartbeat"
@@ -109,8 +121,10 @@ async def test_picker_shows_a_demo_runner_elsewhere_then_crashed_once_its_proces
         child.kill()
         # Same host, process gone: the lease is stale at once (no need to wait for its expiry).
         await wait_for(
-            pilot, lambda: (r := _row(app, "t-away")) is not None and r.state.startswith("crashed"),
-            timeout=TIMEOUT, what="the row to turn crashed",
+            pilot,
+            lambda: (r := _row(app, "t-away")) is not None and r.state.startswith("crashed"),
+            timeout=TIMEOUT,
+            what="the row to turn crashed",
         )
         row = _row(app, "t-away")
         assert row is not None and row.note == "runner gone" and not row.elsewhere
@@ -120,9 +134,7 @@ async def test_picker_shows_a_demo_runner_elsewhere_then_crashed_once_its_proces
         assert "crashed at point" in line and "runner gone" in line and "running elsewhere" not in line
 
 
-async def test_picker_waits_for_the_lease_of_a_runner_on_another_host_to_expire(
-    shared_db: Path, children
-) -> None:
+async def test_picker_waits_for_the_lease_of_a_runner_on_another_host_to_expire(shared_db: Path, children) -> None:
     # The child claims to run on another machine, so its pid cannot be checked from here:
     # only the lease's expiry (3 s without a heartbeat) may turn the thread crashed.
     child = children("-m", "tests.supervise.child", str(shared_db), "t-remote", "Do the work.", "far-box", "3", "0.5")
@@ -141,8 +153,10 @@ async def test_picker_waits_for_the_lease_of_a_runner_on_another_host_to_expire(
         child.kill()
         killed_at = time.time()
         await wait_for(
-            pilot, lambda: (r := _row(app, "t-remote")) is not None and r.state.startswith("crashed"),
-            timeout=TIMEOUT, what="the row to turn crashed",
+            pilot,
+            lambda: (r := _row(app, "t-remote")) is not None and r.state.startswith("crashed"),
+            timeout=TIMEOUT,
+            what="the row to turn crashed",
         )
         row = _row(app, "t-remote")
         assert row is not None and row.state == "crashed at point 3 (mid-tool)" and row.note == "lease expired"
@@ -168,7 +182,9 @@ async def test_a_thread_view_follows_a_run_elsewhere_and_aborts_it(shared_db: Pa
         await wait_for(pilot, lambda: _tool_running(screen), timeout=TIMEOUT, what="tool progress")
         assert child.proc.poll() is None and screen.elsewhere is not None
         # Drawn a moment after the widgets changed: the status bar, and the tool's own status text.
-        await wait_for(pilot, lambda: "running elsewhere (pid" in screen_text(app).splitlines()[-2], what="the status bar")
+        await wait_for(
+            pilot, lambda: "running elsewhere (pid" in screen_text(app).splitlines()[-2], what="the status bar"
+        )
         await wait_for_text(pilot, "step")
 
         # `r` is refused while the other process holds a live lease.
@@ -191,14 +207,19 @@ async def test_a_thread_view_follows_a_run_elsewhere_and_aborts_it(shared_db: Pa
         await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "applied", timeout=TIMEOUT, what="applied")
         assert await child.exit_code() == 130
         await wait_for(
-            pilot, lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.ABORTED,
-            timeout=TIMEOUT, what="an aborted thread",
+            pilot,
+            lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.ABORTED,
+            timeout=TIMEOUT,
+            what="an aborted thread",
         )
         # Drawn a moment after the screen's state changed: the commands bar and the status bar.
         await wait_for(
             pilot,
-            lambda: "abort #1: pending" in (text := screen_text(app)) and "applied" in text
-            and "aborted" in text.splitlines()[-2],
+            lambda: (
+                "abort #1: pending" in (text := screen_text(app))
+                and "applied" in text
+                and "aborted" in text.splitlines()[-2]
+            ),
             what="the commands bar and the status bar drawn",
         )
         assert screen.elsewhere is None and not screen.check_action("abort", ())
@@ -223,9 +244,12 @@ async def test_a_steer_sent_to_a_runner_that_then_crashed_is_sent_with_the_resum
         await wait_for_text(pilot, "It goes to process")  # drawn after the push
         await pilot.press("enter")
         # The runner reads it (delivered) but its tool never reaches a turn boundary.
-        await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "delivered", timeout=TIMEOUT, what="delivered")
         await wait_for(
-            pilot, lambda: "steer #1 “focus on europe”: pending → delivered" in squeezed_lines(screen_text(app)),
+            pilot, lambda: screen.commands_bar.status_of(1) == "delivered", timeout=TIMEOUT, what="delivered"
+        )
+        await wait_for(
+            pilot,
+            lambda: "steer #1 “focus on europe”: pending → delivered" in squeezed_lines(screen_text(app)),
             what="the commands bar drawn",
         )
         child.kill()
@@ -271,12 +295,17 @@ async def test_a_run_in_the_app_can_be_followed_and_aborted_from_another_connect
             # may come and go between two looks of the test; a change never goes unseen).
             live: list[bool] = []
             follower.subscribe(
-                lambda c: live.append(c.model.lease_view.live)
-                if c.model.partial is not None or c.model.running_tools else None
+                lambda c: (
+                    live.append(c.model.lease_view.live)
+                    if c.model.partial is not None or c.model.running_tools
+                    else None
+                )
             )
             await _within(follower.start(), "the follower starting")
             try:
-                await wait_for(pilot, lambda: bool(live), timeout=TIMEOUT, what="the other connection to see the run live")
+                await wait_for(
+                    pilot, lambda: bool(live), timeout=TIMEOUT, what="the other connection to see the run live"
+                )
                 assert live[0]  # ...under the app's live lease
                 command = await _within(send(other, screen.thread_id, "abort"), "sending the abort")
                 await wait_for(pilot, lambda: not screen.running, timeout=TIMEOUT, what="the run to stop")
@@ -288,6 +317,8 @@ async def test_a_run_in_the_app_can_be_followed_and_aborted_from_another_connect
         finally:
             await _within(other.close(), "closing the other connection")
         await wait_for(
-            pilot, lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.ABORTED,
-            timeout=TIMEOUT, what="aborted",
+            pilot,
+            lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.ABORTED,
+            timeout=TIMEOUT,
+            what="aborted",
         )

@@ -28,9 +28,7 @@ stuck.put("blocks for good")  # like Textual's output queue behind a terminal th
 
 def test_sigterm_ends_a_process_whose_main_thread_is_blocked(tmp_path: Path) -> None:
     marker = tmp_path / "told"
-    child = subprocess.Popen(
-        [sys.executable, "-c", _STUCK_CHILD, str(marker)], stdout=subprocess.PIPE, text=True
-    )
+    child = subprocess.Popen([sys.executable, "-c", _STUCK_CHILD, str(marker)], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "stuck"
         child.send_signal(signal.SIGTERM)

@@ -11,12 +11,12 @@ from core.checkpoint.memory import MemoryCheckpointer
 from core.providers.faux import FauxProvider
 from tests.helpers.tui import (
     fast_session,
+    fill_dialog,
     open_from_picker,
     screen_text,
-    fill_dialog,
+    squeezed,
     wait_for,
     wait_for_text,
-    squeezed,
 )
 from tui.app import make_app
 from tui.cli import build_session
@@ -34,7 +34,9 @@ async def _expect_error(app, fragment: str, quit_key: str = "q") -> str:  # type
     async with app.run_test(size=(110, 30)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="error screen")
         # The screen is pushed before it is drawn: wait for its sentence on screen, not one pause.
-        await wait_for(pilot, lambda: squeezed(_error_sentence(app)) in squeezed(screen_text(app)), what="the sentence drawn")
+        await wait_for(
+            pilot, lambda: squeezed(_error_sentence(app)) in squeezed(screen_text(app)), what="the sentence drawn"
+        )
         sentence = _error_sentence(app)
         text = screen_text(app)
         assert fragment in sentence
@@ -95,7 +97,9 @@ async def test_malformed_json_row(fixture_copy: Path) -> None:
         # Continuing the thread is refused with one sentence, and nothing is written.
         await fill_dialog(pilot, "n", "go on")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: "unreadable row(s)" in " ".join(n.message for n in app._notifications), what="refusal")
+        await wait_for(
+            pilot, lambda: "unreadable row(s)" in " ".join(n.message for n in app._notifications), what="refusal"
+        )
         assert app.is_running
 
 
@@ -121,9 +125,7 @@ async def test_missing_api_key_when_a_model_is_asked_for(monkeypatch: pytest.Mon
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await fill_dialog(pilot, "n", "hello")
         await pilot.press("enter")
-        await wait_for(
-            pilot, lambda: any("ANTHROPIC_API_KEY" in n.message for n in app._notifications), what="refusal"
-        )
+        await wait_for(pilot, lambda: any("ANTHROPIC_API_KEY" in n.message for n in app._notifications), what="refusal")
         assert app.is_running
 
 

@@ -63,10 +63,10 @@ def test_closing_the_terminal_during_a_run_aborts_it_and_ends_the_process(tmp_pa
     db = tmp_path / "threads.sqlite"
     socket = f"cubepi-hangup-{os.getpid()}"
     launcher = "" if sighup else f"-c {shlex.quote(_BLOCK_SIGHUP_THEN_EXEC)}"
-    command = (
-        f"exec env XDG_DATA_HOME={tmp_path / 'data'} {sys.executable} {launcher} -m tui.cli --demo --demo-speed 0.5 {db}"
+    command = f"exec env XDG_DATA_HOME={tmp_path / 'data'} {sys.executable} {launcher} -m tui.cli --demo --demo-speed 0.5 {db}"
+    subprocess.run(
+        ["tmux", "-L", socket, "new-session", "-d", "-s", "app", "-x", "120", "-y", "40", command], check=True
     )
-    subprocess.run(["tmux", "-L", socket, "new-session", "-d", "-s", "app", "-x", "120", "-y", "40", command], check=True)
     try:
         _wait_for_screen(socket, "Help")
         _tmux(socket, "send-keys", "-t", "app", "n")

@@ -41,4 +41,3 @@ def test_writes_queued_for_a_dead_writer_no_longer_block() -> None:
 
     threading.Thread(target=write_more, daemon=True).start()
     assert done.wait(10), "writes to the dead writer's queue blocked"
-

@@ -44,6 +44,8 @@ async def test_the_status_bar_counts_the_heartbeat_age_up() -> None:
         # What r says of it is as current as the status bar.
         assert _ages(screen.elsewhere.label) and _ages(screen.elsewhere.label)[0] >= first + 2
         await pilot.press("r")
-        await wait_for(pilot, lambda: any("cannot be resumed" in n.message for n in app._notifications), what="the notice")
+        await wait_for(
+            pilot, lambda: any("cannot be resumed" in n.message for n in app._notifications), what="the notice"
+        )
         (notice,) = [n.message for n in app._notifications if "cannot be resumed" in n.message]
         assert _ages(notice)[0] >= first + 2, notice

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
+
+from textual.app import App
 
 from core.checkpoint.memory import MemoryCheckpointer
 from core.events import StreamEvent, TextDelta
 from core.messages import AssistantMessage, TextContent, user_text
 from core.providers.base import ModelRequest
 from tests.helpers.tui import fast_session, fill_dialog, wait_for
-from textual.app import App
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 
@@ -31,7 +32,9 @@ async def _press_and_hear(pilot, key: str, words: str) -> str:  # type: ignore[n
 
 async def test_r_and_a_on_a_completed_thread_say_why_they_do_nothing() -> None:
     store = MemoryCheckpointer()
-    await store.append("done", [user_text("hi"), AssistantMessage(content=[TextContent(text="hello")], stop_reason="stop")])
+    await store.append(
+        "done", [user_text("hi"), AssistantMessage(content=[TextContent(text="hello")], stop_reason="stop")]
+    )
     app = make_app(fast_session(store), thread_id="done")
     async with app.run_test(size=(110, 30)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
@@ -47,7 +50,9 @@ async def test_r_and_a_on_a_completed_thread_say_why_they_do_nothing() -> None:
 
 async def test_r_on_an_aborted_thread_says_why_it_does_nothing() -> None:
     store = MemoryCheckpointer()
-    await store.append("stopped", [user_text("hi"), AssistantMessage(content=[TextContent(text="hel")], stop_reason="aborted")])
+    await store.append(
+        "stopped", [user_text("hi"), AssistantMessage(content=[TextContent(text="hel")], stop_reason="aborted")]
+    )
     app = make_app(fast_session(store), thread_id="stopped")
     async with app.run_test(size=(110, 30)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
@@ -87,7 +92,9 @@ async def test_r_and_n_while_a_run_here_is_going_say_why_they_do_nothing() -> No
 
 async def test_e_with_every_message_shown_says_so() -> None:
     store = MemoryCheckpointer()
-    await store.append("short", [user_text("hi"), AssistantMessage(content=[TextContent(text="hello")], stop_reason="stop")])
+    await store.append(
+        "short", [user_text("hi"), AssistantMessage(content=[TextContent(text="hello")], stop_reason="stop")]
+    )
     app = make_app(fast_session(store), thread_id="short")
     async with app.run_test(size=(110, 30)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")

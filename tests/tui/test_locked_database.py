@@ -50,8 +50,12 @@ async def test_a_prompt_sent_under_a_long_lock_waits_and_runs(db: Db) -> None:
             await wait_for(pilot, lambda: _running_or_done(app), what="the run started")
             screen = app.screen
             assert isinstance(screen, ThreadScreen)
-            await wait_for(pilot, lambda: screen.run_worker_ref is not None and screen.run_worker_ref.is_finished
-                           and not screen.running, timeout=HELD + 60, what="the run finished")
+            await wait_for(
+                pilot,
+                lambda: screen.run_worker_ref is not None and screen.run_worker_ref.is_finished and not screen.running,
+                timeout=HELD + 60,
+                what="the run finished",
+            )
             assert not isinstance(app.screen, TextInputModal)  # nothing to offer again: it went through
         assert holder.wait() == 0
     finally:
@@ -81,8 +85,12 @@ async def test_a_prompt_that_could_not_be_sent_is_offered_again_as_typed(db: Db)
             await wait_for(pilot, lambda: not isinstance(app.screen, TextInputModal), what="the dialog closed")
             screen = app.screen
             assert isinstance(screen, ThreadScreen)
-            await wait_for(pilot, lambda: screen.run_worker_ref is not None and screen.run_worker_ref.is_finished
-                           and not screen.running, timeout=60, what="the run finished")
+            await wait_for(
+                pilot,
+                lambda: screen.run_worker_ref is not None and screen.run_worker_ref.is_finished and not screen.running,
+                timeout=60,
+                what="the run finished",
+            )
     finally:
         holder.stop()
         await store.close()
@@ -105,8 +113,12 @@ async def test_a_steer_for_a_run_elsewhere_that_could_not_be_sent_is_offered_aga
             await open_from_picker(pilot, "t-steer")
             screen = app.screen
             assert isinstance(screen, ThreadScreen)
-            await wait_for(pilot, lambda: screen.elsewhere is not None and (child.gates / "started-1").exists(),
-                           timeout=60, what="the runner's tool running")
+            await wait_for(
+                pilot,
+                lambda: screen.elsewhere is not None and (child.gates / "started-1").exists(),
+                timeout=60,
+                what="the runner's tool running",
+            )
             holder.start()
             await fill_dialog(pilot, "s", "focus on europe")
             await pilot.press("enter")
@@ -118,8 +130,12 @@ async def test_a_steer_for_a_run_elsewhere_that_could_not_be_sent_is_offered_aga
             await wait_for(pilot, offered, timeout=60, what="the steer offered again")
             holder.stop()
             await pilot.press("enter")
-            await wait_for(pilot, lambda: screen.commands_bar.status_of(1) in ("delivered", "applied"), timeout=60,
-                           what="the steer delivered")
+            await wait_for(
+                pilot,
+                lambda: screen.commands_bar.status_of(1) in ("delivered", "applied"),
+                timeout=60,
+                what="the steer delivered",
+            )
             child.gate("release-1")
             assert await child.exit_code() == 0
     finally:

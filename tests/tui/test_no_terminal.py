@@ -25,7 +25,11 @@ def _app(tmp_path: Path, **streams: object) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
     return subprocess.run(
         [sys.executable, "-m", "tui.cli", "--demo", str(tmp_path / "threads.sqlite")],
-        text=True, timeout=LIVENESS, check=False, env=env, **streams,  # type: ignore[call-overload]
+        text=True,
+        timeout=LIVENESS,
+        check=False,
+        env=env,
+        **streams,  # type: ignore[call-overload]
     )
 
 
@@ -49,6 +53,12 @@ def test_keys_from_a_terminal_but_the_screen_piped_exits_too(tmp_path: Path) -> 
 
 
 def test_help_still_works_without_a_terminal(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "tui.cli", "--help"], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=LIVENESS, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "--help"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=LIVENESS,
+        check=False,
+    )
     assert done.returncode == 0 and "cubepi-tui run" in done.stdout

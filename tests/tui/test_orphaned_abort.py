@@ -16,8 +16,11 @@ async def test_an_abort_a_dead_runner_never_took_is_shown_refused_once_its_lease
     async with app.run_test(size=(130, 30)) as pilot:
         await wait_for_text(pilot, "running elsewhere")
         await open_from_picker(pilot, "busy")
-        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.elsewhere is not None,
-                       what="the thread followed")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ThreadScreen) and app.screen.elsewhere is not None,
+            what="the thread followed",
+        )
         screen = app.screen
         await pilot.press("a")
         await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "pending", what="the abort sent")

@@ -17,8 +17,11 @@ async def test_page_keys_before_the_first_layout_of_the_palette_list_do_not_cras
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(pilot, lambda: app.screen is app.threads_screen, what="the picker")
         await pilot.press("ctrl+p")
-        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette)
-                       and app.screen.query_one(CommandList).option_count > 0, what="the palette's commands")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, CommandPalette) and app.screen.query_one(CommandList).option_count > 0,
+            what="the palette's commands",
+        )
         palette = app.screen
         commands = palette.query_one(CommandList)
         commands._index_to_line.clear()  # as it is before the list's first layout

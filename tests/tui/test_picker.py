@@ -113,9 +113,7 @@ async def test_declining_the_upgrade_leaves_the_file_alone(fixture_copy: Path) -
         await pilot.press("y")
         await wait_for(pilot, lambda: "Upgrade this database?" in screen_text(app), what="upgrade question")
         await pilot.press("n")
-        await wait_for(
-            pilot, lambda: any("stays browse-only" in n.message for n in app._notifications), what="notice"
-        )
+        await wait_for(pilot, lambda: any("stays browse-only" in n.message for n in app._notifications), what="notice")
     assert fixture_copy.read_bytes() == before
 
 
@@ -146,9 +144,7 @@ async def test_a_thread_leased_by_another_process_shows_as_running_elsewhere() -
 
     class LeasedStore(MemoryCheckpointer):
         async def list_threads(self) -> list[ThreadSummary]:
-            return [
-                ThreadSummary("busy", 1, time.time(), tail=(user_text("work"),), first_prompt="work", lease=lease)
-            ]
+            return [ThreadSummary("busy", 1, time.time(), tail=(user_text("work"),), first_prompt="work", lease=lease)]
 
     session = fast_session(LeasedStore())
     assert isinstance(session, Session)

@@ -21,8 +21,12 @@ async def test_keys_typed_after_enter_do_not_join_the_prompt(db: Db) -> None:
             app.post_message(events.Key(key, character))
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="the thread")
         screen = app.screen
-        await wait_for(pilot, lambda: screen.loaded and not screen.running and screen.transcript.shown_count > 1,
-                       timeout=60, what="the run")
+        await wait_for(
+            pilot,
+            lambda: screen.loaded and not screen.running and screen.transcript.shown_count > 1,
+            timeout=60,
+            what="the run",
+        )
         thread_id = screen.thread_id
     data = await db.load(thread_id)
     assert data is not None

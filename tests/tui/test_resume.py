@@ -135,7 +135,9 @@ async def test_crash_banner_names_the_point_the_dangling_call_and_the_plan() -> 
         assert "crashed at point 3 (mid-tool)" in text  # the status bar
 
 
-async def test_the_confirmation_shows_each_call_and_by_default_interrupts_the_non_idempotent_one(tmp_path: Path) -> None:
+async def test_the_confirmation_shows_each_call_and_by_default_interrupts_the_non_idempotent_one(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "threads.sqlite"
     started = await _crash_in_a_file(path)
     at = time.strftime("%H:%M:%S", time.localtime(started))
@@ -145,9 +147,18 @@ async def test_the_confirmation_shows_each_call_and_by_default_interrupts_the_no
         modal = await _open_resume_modal(pilot)
         text = widget_text(modal)
         # Each call: where it stopped, and what resume will do with it.
-        assert f"fetch_dataset call_fetch {{\"name\": \"demo-sales\", \"rows\": 1000, \"request\": 1}} started {at}, never finished → re-run (idempotent; job not done)" in text
-        assert f"train_model call_train {{\"model\": \"baseline\", \"epochs\": 2, \"request\": 1}} started {at}, never finished → already done — stored result reused" in text
-        assert "notify_team call_notify {\"message\": \"model ready\"} never started (•) marked interrupted, not re-run ( ) re-run anyway" in text
+        assert (
+            f'fetch_dataset call_fetch {{"name": "demo-sales", "rows": 1000, "request": 1}} started {at}, never finished → re-run (idempotent; job not done)'
+            in text
+        )
+        assert (
+            f'train_model call_train {{"model": "baseline", "epochs": 2, "request": 1}} started {at}, never finished → already done — stored result reused'
+            in text
+        )
+        assert (
+            'notify_team call_notify {"message": "model ready"} never started (•) marked interrupted, not re-run ( ) re-run anyway'
+            in text
+        )
         assert modal.decision().choices == {"call_notify": "interrupt"}  # the default
         await pilot.press("y")
         screen = app.screen
@@ -200,7 +211,10 @@ async def test_resume_of_a_foreign_tool_call_records_it_interrupted_and_finishes
     async with app.run_test(size=(110, 40)) as pilot:
         modal = await _open_resume_modal(pilot)
         text = widget_text(modal)
-        assert "slow_step call_slow_1 {\"seconds\": 30} may have started → marked interrupted, not re-run (this agent has no tool named slow_step)" in text
+        assert (
+            'slow_step call_slow_1 {"seconds": 30} may have started → marked interrupted, not re-run (this agent has no tool named slow_step)'
+            in text
+        )
         await pilot.press("y")
         screen = app.screen_stack[-1]
         assert isinstance(screen, ThreadScreen)

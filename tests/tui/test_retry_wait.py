@@ -55,7 +55,9 @@ async def test_a_rate_limit_wait_counts_down_and_a_aborts_it_at_once():
 async def test_a_short_wait_is_shown_then_replaced_by_the_reply():
     store = MemoryCheckpointer()
     async with MessagesServer() as server:
-        server.add(Status(529, "overloaded_error", "Overloaded", {"retry-after": "2"}), text_stream("Sales rose by 4 %."))
+        server.add(
+            Status(529, "overloaded_error", "Overloaded", {"retry-after": "2"}), text_stream("Sales rose by 4 %.")
+        )
         app = _anthropic_app(server, store)
         async with app.run_test(size=SIZE) as pilot:
             await fill_dialog(pilot, "n", "summarise the sales")

@@ -9,23 +9,23 @@ import pytest
 
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState, diagnose
+from tests.helpers.screens import running_tool
 from tests.helpers.tui import (
     Db,
     fast_session,
+    fill_dialog,
     open_from_picker,
     screen_text,
     send_via_dialog,
-    fill_dialog,
     wait_for,
     wait_for_text,
 )
-from tests.helpers.screens import running_tool
 from tui.app import CubepiApp, make_app
-from tui.session import Session
 from tui.messages import AgentEventReceived, RunFinished
 from tui.screens.modals import ConfirmModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
+from tui.session import Session
 
 
 def _thread_screen(app: CubepiApp) -> ThreadScreen:
@@ -111,9 +111,7 @@ async def test_steer_lands_in_the_conversation_and_follow_up_comes_after(db: Db)
         thread_id = screen.thread_id
     data = await db.load(thread_id)
     assert data is not None
-    kinds = [
-        (m.metadata or {}).get("kind") if isinstance(m, UserMessage) else m.role for m in data.messages
-    ]
+    kinds = [(m.metadata or {}).get("kind") if isinstance(m, UserMessage) else m.role for m in data.messages]
     steer_at = kinds.index("steer")
     follow_at = kinds.index("follow_up")
     # The steer arrives after the first tool batch's results and before the next reply...
@@ -241,8 +239,11 @@ async def test_after_a_run_here_the_view_follows_the_thread_again_showing_each_m
             await other.close()
         await wait_for_text(pilot, "a note from another program", timeout=60)
         assert len(screen.transcript._entries) == len(data.messages) + 1
-        await wait_for(pilot, lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.CRASHED,
-                       what="an unanswered message")
+        await wait_for(
+            pilot,
+            lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.CRASHED,
+            what="an unanswered message",
+        )
         assert screen_text(app).count("a note from another program") == 1
 
 

@@ -14,7 +14,9 @@ from tui.widgets.transcript import Transcript
 
 
 def _reply(*blocks: object, stop_reason: str = "stop") -> AssistantMessage:
-    return AssistantMessage(content=list(blocks), stop_reason=stop_reason, model_id="demo", usage=Usage(input_tokens=1, output_tokens=1))
+    return AssistantMessage(
+        content=list(blocks), stop_reason=stop_reason, model_id="demo", usage=Usage(input_tokens=1, output_tokens=1)
+    )
 
 
 def _turns(count: int) -> list[object]:
@@ -25,7 +27,11 @@ def _turns(count: int) -> list[object]:
         i += 1
         messages += [
             user_text(f"prompt {i}"),
-            _reply(TextContent(text=f"calling for {i}"), ToolCall(id=f"c{i}", name="fetch", arguments={"n": i}), stop_reason="tool_use"),
+            _reply(
+                TextContent(text=f"calling for {i}"),
+                ToolCall(id=f"c{i}", name="fetch", arguments={"n": i}),
+                stop_reason="tool_use",
+            ),
             ToolResultMessage(tool_call_id=f"c{i}", tool_name="fetch", content=[TextContent(text=f"result {i}")]),
             _reply(TextContent(text=f"answer {i}")),
         ]
@@ -67,8 +73,11 @@ async def test_new_messages_keep_the_view_at_the_end_unless_the_user_scrolled_up
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
         transcript = app.screen.query_one(Transcript)
-        await wait_for(pilot, lambda: transcript.max_scroll_y > 0 and transcript.scroll_y == transcript.max_scroll_y,
-                       what="the view at the end")
+        await wait_for(
+            pilot,
+            lambda: transcript.max_scroll_y > 0 and transcript.scroll_y == transcript.max_scroll_y,
+            what="the view at the end",
+        )
         await transcript.append_message(user_text("one more"))
         await wait_for(pilot, lambda: "one more" in screen_text(app), what="the new message followed")
         assert transcript.scroll_y == transcript.max_scroll_y
@@ -111,8 +120,11 @@ async def test_sending_a_prompt_while_scrolled_up_brings_the_end_back_into_view(
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
         screen = app.screen
         transcript = screen.query_one(Transcript)
-        await wait_for(pilot, lambda: transcript.max_scroll_y > 0 and transcript.scroll_y == transcript.max_scroll_y,
-                       what="the view at the end")
+        await wait_for(
+            pilot,
+            lambda: transcript.max_scroll_y > 0 and transcript.scroll_y == transcript.max_scroll_y,
+            what="the view at the end",
+        )
         transcript.focus()
         await pilot.press("pageup", "pageup")
         await wait_for(pilot, lambda: transcript.scroll_y < transcript.max_scroll_y, what="scrolled up")

@@ -29,7 +29,10 @@ def test_help_explains_every_option() -> None:
     ("argv", "sentence"),
     [
         (["--bogus"], "cubepi-tui: Unrecognized arguments: --bogus (see --help)."),
-        (["--demo-speed", "0"], "cubepi-tui: Argument --demo-speed: expected a number above zero, not '0' (see --help)."),
+        (
+            ["--demo-speed", "0"],
+            "cubepi-tui: Argument --demo-speed: expected a number above zero, not '0' (see --help).",
+        ),
     ],
     ids=["unknown flag", "bad value"],
 )
@@ -74,8 +77,20 @@ async def test_run_subcommand_runs_the_demo_headless_into_the_database(tmp_path:
     from core.recovery import ThreadState, diagnose
 
     db = tmp_path / "headless.sqlite"
-    argv = [sys.executable, "-m", "tui.cli", "run", "--db", str(db), "--thread", "t-cli", "--demo", "--speed", "25",
-            "Summarise the sales"]
+    argv = [
+        sys.executable,
+        "-m",
+        "tui.cli",
+        "run",
+        "--db",
+        str(db),
+        "--thread",
+        "t-cli",
+        "--demo",
+        "--speed",
+        "25",
+        "Summarise the sales",
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "run completed"
@@ -134,7 +149,9 @@ async def test_help_screen_and_palette_commands() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
-        await wait_for(pilot, lambda: "Crash points" in screen_text(app) and "steer" in screen_text(app), what="help drawn")
+        await wait_for(
+            pilot, lambda: "Crash points" in screen_text(app) and "steer" in screen_text(app), what="help drawn"
+        )
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="closed")
         titles = [c.title for c in app.get_system_commands(app.screen)]

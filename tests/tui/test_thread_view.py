@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from textual.widgets import Button
+
 from core.checkpoint.memory import MemoryCheckpointer
 from core.messages import (
     AssistantMessage,
@@ -11,8 +13,6 @@ from core.messages import (
     Usage,
     user_text,
 )
-from textual.widgets import Button
-
 from tests.helpers.tui import fast_session, screen_text, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
@@ -21,7 +21,9 @@ from tui.widgets.transcript import WINDOW, Transcript
 
 
 def _reply(*blocks: object, stop_reason: str = "stop") -> AssistantMessage:
-    return AssistantMessage(content=list(blocks), stop_reason=stop_reason, model_id="faux-1", usage=Usage(input_tokens=10, output_tokens=5))
+    return AssistantMessage(
+        content=list(blocks), stop_reason=stop_reason, model_id="faux-1", usage=Usage(input_tokens=10, output_tokens=5)
+    )
 
 
 async def _store_with(thread_id: str, *messages: object) -> MemoryCheckpointer:
@@ -34,7 +36,11 @@ async def test_opening_a_thread_shows_its_messages() -> None:
     store = await _store_with(
         "t1",
         user_text("Count the files in /data"),
-        _reply(TextContent(text="Let me look."), ToolCall(id="c1", name="list_files", arguments={"path": "/data"}), stop_reason="tool_use"),
+        _reply(
+            TextContent(text="Let me look."),
+            ToolCall(id="c1", name="list_files", arguments={"path": "/data"}),
+            stop_reason="tool_use",
+        ),
         ToolResultMessage(tool_call_id="c1", tool_name="list_files", content=[TextContent(text="a.txt\nb.txt")]),
         _reply(TextContent(text="There are **2** files.")),
     )
@@ -96,7 +102,9 @@ async def test_long_thread_mounts_only_the_tail_and_shows_earlier_on_demand() ->
 
 async def test_hostile_thread_ids_and_links_are_inert() -> None:
     hostile_id = "[bold red]id[/]\x1b[31m"
-    store = await _store_with(hostile_id, user_text("hi"), _reply(TextContent(text="see [here](https://evil.example/x)")))
+    store = await _store_with(
+        hostile_id, user_text("hi"), _reply(TextContent(text="see [here](https://evil.example/x)"))
+    )
     app = make_app(fast_session(store))
     async with app.run_test(size=(110, 30)) as pilot:
         await wait_for_text(pilot, "[bold red]id[/]␛[31m")  # the picker shows the id as characters

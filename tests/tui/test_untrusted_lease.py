@@ -15,8 +15,11 @@ async def test_a_hostile_lease_host_is_shown_literally_in_the_picker_and_the_sta
     async with app.run_test(size=(160, 30)) as pilot:
         await wait_for_text(pilot, "running elsewhere (pid 4242 on box␛[2J[bold red]evil[/]\\u202e")
         await open_from_picker(pilot, "busy")
-        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.elsewhere is not None,
-                       what="the thread view")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ThreadScreen) and app.screen.elsewhere is not None,
+            what="the thread view",
+        )
         status = screen_text(app).splitlines()[-2]
         assert "on box␛[2J[bold red]evil[/]\\u202e" in status, status
         assert "\x1b" not in screen_text(app) and "\u202e" not in screen_text(app)

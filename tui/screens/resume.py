@@ -11,8 +11,8 @@ with a :class:`ResumeDecision`, or ``None`` when cancelled.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from rich.text import Text
 from textual import on

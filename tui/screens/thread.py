@@ -12,7 +12,7 @@ and the user's choices.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rich.text import Text
 from textual import events, on, work
@@ -52,8 +52,16 @@ class ThreadScreen(ThreadView):
 
     BINDINGS = [
         Binding("a", "abort", "Abort", id="thread.abort", tooltip="Abort the running agent"),
-        Binding("s", "steer", "Steer", id="thread.steer", tooltip="Send a message the agent reads before its next model call"),
-        Binding("f", "follow_up", "Follow-up", id="thread.follow_up", tooltip="Queue a message for after the current work"),
+        Binding(
+            "s",
+            "steer",
+            "Steer",
+            id="thread.steer",
+            tooltip="Send a message the agent reads before its next model call",
+        ),
+        Binding(
+            "f", "follow_up", "Follow-up", id="thread.follow_up", tooltip="Queue a message for after the current work"
+        ),
         Binding("r", "resume", "Resume", id="thread.resume", tooltip="Resume the crashed run (shows the plan first)"),
         Binding("n", "new_prompt", "Prompt", id="thread.prompt", tooltip="Send a new prompt in this thread"),
         Binding("e", "earlier", "Earlier", id="thread.earlier", tooltip="Show earlier messages", show=False),
@@ -191,7 +199,6 @@ class ThreadScreen(ThreadView):
             if event.worker is self.run_worker_ref:
                 self.running = self.session.is_running(self.thread_id)
                 self._refresh_diagnosis()
-
 
     # --- keys ---------------------------------------------------------------------------
 

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from textual import on, work
 from textual.app import ComposeResult
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.css.query import NoMatches
 from textual.widget import MountError, Widget
 from textual.widgets import Footer, Static
 
@@ -59,6 +60,9 @@ from tui.text import clean, literal
 from tui.widgets.commands import CommandsBar
 from tui.widgets.crash_banner import CrashBanner, repairs_line
 from tui.widgets.status_bar import StatusBar, retry_label
+
+if TYPE_CHECKING:
+    from textual.worker import Worker
 from tui.widgets.transcript import Transcript, merge_rows
 
 FLUSH_INTERVAL = 1 / 20
@@ -73,7 +77,6 @@ class _Flush(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, _Flush)
-
 
 
 _Handler = TypeVar("_Handler", bound=Callable[..., Awaitable[None]])
@@ -103,7 +106,6 @@ def while_attached(handler: _Handler) -> _Handler:
 
 class ThreadView(Screen[None]):
     """The live view of one thread, run here or followed; see the module docstring."""
-
 
     running: reactive[bool] = reactive(False, bindings=True)
     """Whether this app's agent is running the thread (enables abort, disables resume)."""
@@ -370,7 +372,6 @@ class ThreadView(Screen[None]):
         self._sent.add(command.seq)
         self.commands_bar.track(command)
 
-
     def _subscribe(self, agent: Agent) -> None:
         if self._unsubscribe is None:
             thread_id = self.thread_id
@@ -379,7 +380,6 @@ class ThreadView(Screen[None]):
                 self.post_message(AgentEventReceived(thread_id, event))
 
             self._unsubscribe = agent.subscribe(listener)
-
 
     @work(exclusive=True, exit_on_error=False, group="load")
     async def _refresh_diagnosis(self) -> None:
@@ -476,4 +476,3 @@ class ThreadView(Screen[None]):
                 self.transcript.tool_progress(call_id, fraction, text)
         if self._mirror is not None:
             await self._mirror.flush()
-

@@ -196,7 +196,7 @@ class ThreadsScreen(Screen[None]):
         """Redraw the cells of rows that changed (a heartbeat, a new message)."""
         table = self.query_one(DataTable)
         width = self._prompt_width()
-        for before, row in zip(old, self.rows):
+        for before, row in zip(old, self.rows, strict=False):
             if before == row:
                 continue
             key = row.thread_id

@@ -24,7 +24,7 @@ _STATE_HEADLINES = {
 
 
 def crash_headline(diagnosis: Diagnosis) -> str:
-    """"Crashed mid-tool (point 3)" and the like, "The last model call failed", "Waiting
+    """ "Crashed mid-tool (point 3)" and the like, "The last model call failed", "Waiting
     for an answer"; the diagnosis label for clean states."""
     if diagnosis.crash_point is None:
         return _STATE_HEADLINES.get(diagnosis.state, diagnosis.label)

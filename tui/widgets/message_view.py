@@ -337,7 +337,7 @@ def view_for_message(message: AnyMessage) -> Widget:
 def _dump(message: Any) -> str:
     try:
         return json.dumps(message.model_dump(mode="json"), ensure_ascii=False, indent=1, default=str)
-    except Exception:  # noqa: BLE001 - a display fallback must never raise
+    except Exception:
         return repr(message)
 
 

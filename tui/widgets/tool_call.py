@@ -183,7 +183,17 @@ class ToolCallView(Widget):
     def _apply_status(self) -> None:
         if not self._ready:
             return
-        for name in ("streaming", "pending", "unanswered", "running", "ok", "error", "interrupted", "aborted", "dangling"):
+        for name in (
+            "streaming",
+            "pending",
+            "unanswered",
+            "running",
+            "ok",
+            "error",
+            "interrupted",
+            "aborted",
+            "dangling",
+        ):
             self.set_class(self.status == name, f"-{name}")
         for name in ("rerun", "reused"):
             self.set_class(self.settled == name, f"-{name}")

@@ -7,8 +7,9 @@ touch only the reply being streamed and the tool calls that changed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence, Union
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -25,7 +26,7 @@ from tui.widgets.tool_call import ToolCallView
 WINDOW = 60
 """Entries mounted at first, and mounted again by each "show earlier"."""
 
-Entry = Union[AnyMessage, CorruptRow]
+Entry = AnyMessage | CorruptRow
 """One transcript row: a decoded message, or a stored row that could not be decoded."""
 
 
@@ -94,7 +95,11 @@ class Transcript(VerticalScroll, can_focus=True):
     def _pin_when_tall(self) -> None:
         # Follow the tail only once there is more than a screenful: an anchored widget
         # bottom-aligns short content, which would leave a short thread hanging low.
-        if self.is_mounted and not self.is_anchored and self.virtual_size.height > self.scrollable_content_region.height:
+        if (
+            self.is_mounted
+            and not self.is_anchored
+            and self.virtual_size.height > self.scrollable_content_region.height
+        ):
             self.anchor()
 
     def follow_tail(self) -> None:
@@ -188,7 +193,9 @@ class Transcript(VerticalScroll, can_focus=True):
             return
         hidden = self._first_shown
         button.display = hidden > 0
-        button.label = Text(f"▲ {hidden} earlier message(s) hidden: click or press e to show {min(hidden, WINDOW)} more")
+        button.label = Text(
+            f"▲ {hidden} earlier message(s) hidden: click or press e to show {min(hidden, WINDOW)} more"
+        )
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "earlier":
@@ -217,8 +224,10 @@ class Transcript(VerticalScroll, can_focus=True):
         prefix of them: only the rest is appended. Otherwise everything is shown afresh.
         Returns how many entries were appended (all of them after a fresh show)."""
         shown = len(self._entries)
-        if self.live is None and shown <= len(entries) and all(
-            _same(a, b) for a, b in zip(self._entries[-3:], entries[max(shown - 3, 0) : shown])
+        if (
+            self.live is None
+            and shown <= len(entries)
+            and all(_same(a, b) for a, b in zip(self._entries[-3:], entries[max(shown - 3, 0) : shown], strict=False))
         ):
             for entry in entries[shown:]:
                 if isinstance(entry, CorruptRow):

@@ -225,7 +225,12 @@ async def test_list_threads_counts_tail_and_first_prompt(checkpointer: Checkpoin
     await checkpointer.append("asked", [user_text("only a question")])
     await checkpointer.append(
         "tools",
-        [user_text("inspect the repo"), reply("looking", calls=("c1",)), result("c1"), reply("done", calls=("c2", "c3"))],
+        [
+            user_text("inspect the repo"),
+            reply("looking", calls=("c1",)),
+            result("c1"),
+            reply("done", calls=("c2", "c3")),
+        ],
     )
     await checkpointer.append("tools", [result("c2")])
     await checkpointer.append("steered", [user_text("first"), reply("ok"), user_text("and then?", run_id=None)])
@@ -238,7 +243,11 @@ async def test_list_threads_counts_tail_and_first_prompt(checkpointer: Checkpoin
     assert [m.role for m in tools.tail] == ["assistant", "tool_result"]
     assert tools.tail[0].text == "done" and tools.tail[1].tool_call_id == "c2"  # type: ignore[union-attr]
     assert [m.role for m in steered.tail] == ["assistant", "user"]
-    assert (asked.first_prompt, tools.first_prompt, steered.first_prompt) == ("only a question", "inspect the repo", "first")
+    assert (asked.first_prompt, tools.first_prompt, steered.first_prompt) == (
+        "only a question",
+        "inspect the repo",
+        "first",
+    )
     assert all(s.problems == () and s.last_activity is not None for s in by_id.values())
 
 
@@ -268,16 +277,27 @@ async def test_list_threads_tail_is_a_copy(checkpointer: Checkpointer) -> None:
 
 # --- SupervisedStore: tool journal, jobs, leases, live events, commands ----------------------
 
+
 @pytest.fixture
 def store(checkpointer: Checkpointer) -> Any:
     """The same backend, seen as a ``SupervisedStore`` (every backend implements both)."""
     return checkpointer
 
 
-def lease_for(holder: str, *, thread: str = "t", now: float | None = None, ttl: float = 30.0, run: str | None = "r1") -> Lease:
+def lease_for(
+    holder: str, *, thread: str = "t", now: float | None = None, ttl: float = 30.0, run: str | None = "r1"
+) -> Lease:
     at = time.time() if now is None else now
-    return Lease(thread, holder, pid=1000 + len(holder), host="box", run_id=run, acquired_at=at, heartbeat_at=at,
-                 expires_at=at + ttl)
+    return Lease(
+        thread,
+        holder,
+        pid=1000 + len(holder),
+        host="box",
+        run_id=run,
+        acquired_at=at,
+        heartbeat_at=at,
+        expires_at=at + ttl,
+    )
 
 
 def never_stale(_lease: Lease) -> bool:
@@ -330,7 +350,13 @@ async def test_load_has_an_empty_journal_when_no_tool_ran(store: Any) -> None:
 async def test_job_begin_finish_get(store: Any) -> None:
     assert await store.job_get("t", "k") is None
     first = await store.job_begin("t", "k", tool_call_id="c1")
-    assert (first.key, first.status, first.attempts, first.tool_call_id, first.result) == ("k", "started", 1, "c1", None)
+    assert (first.key, first.status, first.attempts, first.tool_call_id, first.result) == (
+        "k",
+        "started",
+        1,
+        "c1",
+        None,
+    )
     assert first.started_at is not None and first.finished_at is None
     again = await store.job_begin("t", "k")  # started -> started: an earlier start crashed or still runs
     assert (again.status, again.attempts, again.tool_call_id) == ("started", 2, "c1")
@@ -390,7 +416,9 @@ async def test_lease_acquire_reacquire_refuse_and_take_over(store: Any) -> None:
         await store.acquire_lease(lease_for("you"), is_stale=never_stale)
     assert error.value.lease == renewed
     message = str(error.value)
-    assert message.startswith("Thread t is already running (holder pid 1002 on box, heartbeat ") and message.endswith("s ago).")
+    assert message.startswith("Thread t is already running (holder pid 1002 on box, heartbeat ") and message.endswith(
+        "s ago)."
+    )
     assert await store.get_lease("t") == renewed, "a refused acquire changes nothing"
 
     seen: list[Lease] = []
@@ -402,7 +430,10 @@ async def test_lease_acquire_reacquire_refuse_and_take_over(store: Any) -> None:
     assert await store.renew_lease("t", "you", yours.heartbeat_at + 5, yours.expires_at + 5) is True
     got = await store.get_lease("t")
     assert (got.heartbeat_at, got.expires_at, got.acquired_at) == (
-        yours.heartbeat_at + 5, yours.expires_at + 5, yours.acquired_at)
+        yours.heartbeat_at + 5,
+        yours.expires_at + 5,
+        yours.acquired_at,
+    )
 
 
 async def test_an_expired_lease_is_taken_over(store: Any) -> None:
@@ -449,7 +480,9 @@ async def test_thread_summary_carries_its_lease(store: Any) -> None:
 
 
 async def test_live_events_in_order_after_seq_and_pruned(store: Any) -> None:
-    await store.append_live_events("t", "r1", [{"type": "text_delta", "text": "a"}, {"type": "text_delta", "text": "b"}])
+    await store.append_live_events(
+        "t", "r1", [{"type": "text_delta", "text": "a"}, {"type": "text_delta", "text": "b"}]
+    )
     await store.append_live_events("u", None, [{"type": "tool_progress", "pct": 10}])
     await store.append_live_events("t", "r1", [{"type": "text_delta", "text": "c"}])
     await store.append_live_events("t", "r1", [])
@@ -472,7 +505,9 @@ async def test_live_events_in_order_after_seq_and_pruned(store: Any) -> None:
 async def test_live_events_are_bounded_per_thread(store: Any) -> None:
     await store.append_live_events("other", None, [{"type": "x", "i": -1}])
     for start in range(0, 30, 7):
-        await store.append_live_events("t", "r1", [{"type": "x", "i": i} for i in range(start, min(start + 7, 30))], keep=10)
+        await store.append_live_events(
+            "t", "r1", [{"type": "x", "i": i} for i in range(start, min(start + 7, 30))], keep=10
+        )
     events = await store.read_live_events("t")
     assert [e.data["i"] for e in events] == list(range(20, 30))
     await store.append_live_events("t", "r1", [{"type": "x", "i": i} for i in range(30, 45)], keep=10)
@@ -527,7 +562,13 @@ async def test_commands_lifecycle(store: Any) -> None:
     abort = await store.send_command("t", "abort")
     other = await store.send_command("u", "follow_up", "then deploy")
     assert isinstance(steer, Command) and steer.seq < abort.seq < other.seq
-    assert (steer.thread_id, steer.kind, steer.text, steer.status, steer.note) == ("t", "steer", "look at tests first", "pending", "")
+    assert (steer.thread_id, steer.kind, steer.text, steer.status, steer.note) == (
+        "t",
+        "steer",
+        "look at tests first",
+        "pending",
+        "",
+    )
     assert before - 1 <= steer.created_at == steer.updated_at <= time.time() + 1
     assert abort.text == ""
     assert await store.list_commands("t") == [steer, abort]
@@ -617,7 +658,9 @@ async def snapshot(store: Any) -> tuple[Any, ...]:
         ("expired", "it expired without a heartbeat"),
     ],
 )
-async def test_fenced_writes_without_the_live_lease_raise_and_write_nothing(store: Any, lease: str | None, why: str) -> None:
+async def test_fenced_writes_without_the_live_lease_raise_and_write_nothing(
+    store: Any, lease: str | None, why: str
+) -> None:
     await store.claim_run("t", "r1")
     await store.append("t", [user_text("go", run_id="r1")])
     await store.record_tool_event("t", "c1", "start", tool_name="read", run_id="r1", at=1.0)
@@ -662,8 +705,14 @@ async def test_fenced_writes_of_the_live_holder_and_unfenced_writes_go_through(s
 
 STATUSES = ("pending", "delivered", "applied", "refused", "discarded")
 ALLOWED_MOVES = {
-    ("pending", "delivered"), ("pending", "applied"), ("pending", "refused"), ("pending", "discarded"),
-    ("delivered", "delivered"), ("delivered", "applied"), ("delivered", "refused"), ("delivered", "discarded"),
+    ("pending", "delivered"),
+    ("pending", "applied"),
+    ("pending", "refused"),
+    ("pending", "discarded"),
+    ("delivered", "delivered"),
+    ("delivered", "applied"),
+    ("delivered", "refused"),
+    ("delivered", "discarded"),
 }
 """Written out, not derived from ``COMMAND_TRANSITIONS``: applied, refused and discarded are
 final, and nothing goes back to pending."""

@@ -14,8 +14,9 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -72,7 +73,7 @@ async def test_new_file_has_the_full_schema_in_wal(sqlite_path: Path) -> None:
         assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(len(MIGRATIONS),)]
     assert {"messages", "thread_extra", "runs", "thread_pending_request", "thread_hitl_answers"} <= tables
     assert {"ix_runs_thread_completion", "ix_messages_thread_id"} <= indexes
-    assert SUPERVISION_TABLES <= tables and len(MIGRATIONS) == 2
+    assert tables >= SUPERVISION_TABLES and len(MIGRATIONS) == 2
     assert {"ix_cubepi_live_events_thread", "ix_cubepi_commands_thread_status"} <= indexes
 
 
@@ -102,7 +103,7 @@ async def test_message_we_write_reads_the_way_cubeloop_reads_it(sqlite_path: Pat
         await store.save_extra("t", {"title": "greeting"})
         await store.mark_run_complete("t", "r1")
     with plain(sqlite_path) as db:
-        (thread_id, text, created, run_id, kind), = db.execute(
+        ((thread_id, text, created, run_id, kind),) = db.execute(
             "SELECT thread_id, message_json, created_at, run_id, typeof(created_at) FROM messages"
         ).fetchall()
         runs = db.execute("SELECT run_id, completed_at, completion_seq FROM runs").fetchall()
@@ -126,7 +127,7 @@ async def test_cubeloop_threads_load_with_every_field_kept(fixture_db: Path) -> 
         for thread_id in {t for t, _, _ in stored}:
             data = await store.load(thread_id)
             assert data is not None and data.problems == []
-            loaded.update(zip(data.message_ids, (m.model_dump(mode="json") for m in data.messages)))
+            loaded.update(zip(data.message_ids, (m.model_dump(mode="json") for m in data.messages), strict=False))
     assert sorted(loaded) == [row_id for _, row_id, _ in stored]
     for _, row_id, text in stored:
         assert loaded[row_id] == json.loads(text), f"row {row_id} changed on load"
@@ -192,7 +193,9 @@ async def test_upgrade_then_write_and_cubeloop_still_reads(fixture_db: Path) -> 
         assert not store.read_only and not store.needs_upgrade and store.schema_version == len(MIGRATIONS)
         await store.upgrade()  # a no-op now
         await store.claim_run("crash-after-user", "r-new")
-        await store.append("crash-after-user", [AssistantMessage(content=[TextContent(text="resumed")], run_id="r-new")])
+        await store.append(
+            "crash-after-user", [AssistantMessage(content=[TextContent(text="resumed")], run_id="r-new")]
+        )
         await store.mark_run_complete("crash-after-user", "r-new")
         data = await store.load("crash-after-user")
         assert [m.role for m in data.messages] == ["user", "assistant"]  # type: ignore[union-attr]
@@ -226,7 +229,9 @@ async def write_v1_file(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def table_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
     with plain(path) as db:
-        return {t: db.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in ("messages", "thread_extra", "runs")}
+        return {
+            t: db.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in ("messages", "thread_extra", "runs")
+        }
 
 
 async def test_v1_file_of_ours_browses_then_upgrades_to_v2_keeping_every_row(
@@ -265,7 +270,7 @@ async def test_v1_file_of_ours_browses_then_upgrades_to_v2_keeping_every_row(
     with plain(sqlite_path) as db:
         assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(2,)]
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert SUPERVISION_TABLES <= tables
+    assert tables >= SUPERVISION_TABLES
     assert table_rows(sqlite_path) == rows_before, "the upgrade changed no existing row"
 
 
@@ -288,7 +293,9 @@ async def test_a_failed_upgrade_from_v1_adds_no_table(sqlite_path: Path, monkeyp
         assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(1,)]
 
 
-async def test_a_later_schema_step_upgrades_our_current_file(sqlite_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_later_schema_step_upgrades_our_current_file(
+    sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sqlite_path.parent.mkdir()
     async with await SQLiteCheckpointer.open(sqlite_path) as store:
         await store.append("t", [user_text("from version 2")])
@@ -501,7 +508,7 @@ async def test_rows_that_would_join_into_valid_json_are_kept_apart(sqlite_path: 
         with plain(sqlite_path) as db:
             db.executemany(
                 "INSERT INTO messages (thread_id, message_json) VALUES ('t', ?)",
-                [('{"role": "user", "content": "a", "x": [1',), ('2]}',)],
+                [('{"role": "user", "content": "a", "x": [1',), ("2]}",)],
             )
         await store.append("t", [user_text("after")])
         data = await store.load("t")
@@ -544,7 +551,9 @@ async def test_tail_reaches_past_the_window(sqlite_path: Path) -> None:
 async def test_first_prompt_is_one_shortened_line(sqlite_path: Path) -> None:
     sqlite_path.parent.mkdir()
     async with await SQLiteCheckpointer.open(sqlite_path) as store:
-        await store.append("t", [AssistantMessage(content=[TextContent(text="greeting first")]), user_text("x\n  y " * 200)])
+        await store.append(
+            "t", [AssistantMessage(content=[TextContent(text="greeting first")]), user_text("x\n  y " * 200)]
+        )
         (summary,) = await store.list_threads()
     assert summary.first_prompt.startswith("x y x y") and "\n" not in summary.first_prompt
     assert len(summary.first_prompt) == sqlite_module.FIRST_PROMPT_CHARS and summary.first_prompt.endswith("…")
@@ -654,7 +663,7 @@ async def test_watch_reports_commits_from_another_connection(sqlite_path: Path) 
         try:
             await asyncio.wait_for(seen.wait(), timeout=1)
             break
-        except asyncio.TimeoutError:
+        except TimeoutError:
             continue
     assert seen.is_set(), "no change reported for commits from another connection"
     assert (await reader.load("t")).messages[0].text == "news 0"  # type: ignore[union-attr]
@@ -721,8 +730,12 @@ async def test_unreadable_file() -> None:
         else:
             try:
                 child = subprocess.run(
-                    [sys.executable, "-c", _OPEN_AND_PRINT, str(path)], cwd=ROOT, capture_output=True, text=True,
-                    user="nobody", env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                    [sys.executable, "-c", _OPEN_AND_PRINT, str(path)],
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    user="nobody",
+                    env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
                 )
             except OSError as exc:
                 child = subprocess.CompletedProcess([], 1, "", str(exc))

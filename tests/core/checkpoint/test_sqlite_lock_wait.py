@@ -78,4 +78,3 @@ async def test_a_lock_held_past_the_budget_gives_up_within_it_in_one_sentence(tm
         await store.append("t1", [user_text("through")])  # the lock released: it works again
     finally:
         await store.close()
-

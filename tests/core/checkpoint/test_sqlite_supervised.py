@@ -77,23 +77,26 @@ async def test_two_processes_racing_for_a_lease_have_exactly_one_winner_each_rou
     async with await SQLiteCheckpointer.open(sqlite_path) as store:
         long_ago = time.time() - 3600
         for i in range(ROUNDS):  # each round's thread is held by a crashed holder: both racers may take over
-            await store.acquire_lease(Lease(f"race-{i}", "ghost", 1, "gone", None, long_ago, long_ago, long_ago + 1),
-                                      is_stale=racers.expired)
+            await store.acquire_lease(
+                Lease(f"race-{i}", "ghost", 1, "gone", None, long_ago, long_ago, long_ago + 1), is_stale=racers.expired
+            )
 
     results = await run_racers(racers.race_leases, sqlite_path, ROUNDS)
 
     left, right = results["left"], results["right"]
     async with await SQLiteCheckpointer.open(sqlite_path) as store:
         leases = await store.list_leases()
-    for (i, left_won, left_saw, _), (j, right_won, right_saw, _) in zip(left, right):
+    for (i, left_won, left_saw, _), (j, right_won, right_saw, _) in zip(left, right, strict=False):
         assert i == j
         assert left_won != right_won, f"round {i}: both or neither won"
         winner, loser_saw = ("left", right_saw) if left_won else ("right", left_saw)
         assert loser_saw == winner, f"round {i}: the loser was refused with a lease other than the winner's"
         assert leases[f"race-{i}"].holder_id == winner
     # The barrier made them race: both started each round within a few milliseconds.
-    gaps = [abs(a[3] - b[3]) for a, b in zip(left, right)]
-    assert statistics.median(gaps) < 0.05, f"the racers did not start together (median gap {statistics.median(gaps):.3f} s)"
+    gaps = [abs(a[3] - b[3]) for a, b in zip(left, right, strict=False)]
+    assert statistics.median(gaps) < 0.05, (
+        f"the racers did not start together (median gap {statistics.median(gaps):.3f} s)"
+    )
 
 
 async def test_two_processes_beginning_one_job_give_exactly_one_fresh_start(sqlite_path: Path) -> None:
@@ -103,7 +106,9 @@ async def test_two_processes_beginning_one_job_give_exactly_one_fresh_start(sqli
     results = await run_racers(racers.race_jobs, sqlite_path, ROUNDS)
 
     async with await SQLiteCheckpointer.open(sqlite_path) as store:
-        for (i, left_attempts, left_status), (_, right_attempts, right_status) in zip(results["left"], results["right"]):
+        for (i, left_attempts, left_status), (_, right_attempts, right_status) in zip(
+            results["left"], results["right"], strict=False
+        ):
             assert (left_status, right_status) == ("started", "started")
             assert sorted((left_attempts, right_attempts)) == [1, 2], f"round {i}: {left_attempts}, {right_attempts}"
             record = await store.job_get("jobs", f"k{i}")
@@ -133,7 +138,9 @@ async def test_a_process_killed_between_job_begin_and_finish_leaves_the_job_star
     sqlite_path.parent.mkdir()
     await (await SQLiteCheckpointer.open(sqlite_path)).close()
     marker = sqlite_path.parent / "started"
-    child = await asyncio.create_subprocess_exec(sys.executable, "-c", _DIES_MID_JOB, str(sqlite_path), str(marker), cwd=ROOT)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _DIES_MID_JOB, str(sqlite_path), str(marker), cwd=ROOT
+    )
     try:
         for _ in range(600):
             if marker.exists() and marker.read_text():
@@ -147,7 +154,12 @@ async def test_a_process_killed_between_job_begin_and_finish_leaves_the_job_star
     async with await SQLiteCheckpointer.open(sqlite_path) as store:
         record = await store.job_get("t", "deploy:v2")
         assert record is not None
-        assert (record.status, record.attempts, record.finished_at, record.tool_call_id) == ("started", 1, None, "call-1")
+        assert (record.status, record.attempts, record.finished_at, record.tool_call_id) == (
+            "started",
+            1,
+            None,
+            "call-1",
+        )
         entry = (await store.load_journal("t"))["call-1"]  # type: ignore[index]
         assert entry.started_at is not None and entry.ended_at is None and entry.job_key == "deploy:v2"
         assert [e.data["pct"] for e in await store.read_live_events("t")] == [40]
@@ -208,7 +220,9 @@ async def test_live_event_log_stays_bounded_under_many_batches(sqlite_path: Path
     sqlite_path.parent.mkdir()
     async with await SQLiteCheckpointer.open(sqlite_path) as store:
         for batch in range(200):
-            await store.append_live_events("t", "r1", [{"type": "text_delta", "i": batch * 5 + k} for k in range(5)], keep=50)
+            await store.append_live_events(
+                "t", "r1", [{"type": "text_delta", "i": batch * 5 + k} for k in range(5)], keep=50
+            )
         events = await store.read_live_events("t")
         assert [e.data["i"] for e in events] == list(range(950, 1000))
         await store.prune_live_events("t")

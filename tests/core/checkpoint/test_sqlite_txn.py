@@ -18,9 +18,8 @@ def test_a_commit_refused_as_busy_rolls_back_so_the_next_call_works(tmp_path: Pa
     reader = sqlite3.connect(path, isolation_level=None)
     reader.execute("BEGIN")
     reader.execute("SELECT * FROM t").fetchall()  # a SHARED lock: the writer's COMMIT is busy
-    with pytest.raises(sqlite3.OperationalError, match="locked"):
-        with write_txn(writer):
-            writer.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(sqlite3.OperationalError, match="locked"), write_txn(writer):
+        writer.execute("INSERT INTO t VALUES (1)")
     assert not writer.in_transaction
     reader.execute("COMMIT")
     with write_txn(writer):
