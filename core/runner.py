@@ -46,6 +46,7 @@ from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.providers.base import Provider
 from core.supervise import Supervisor
 from core.tools import AgentTool
+from core.untrusted import UNSAFE, escape
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 """The Anthropic model used without ``--demo``, ``--agent`` or ``--model``."""
@@ -304,27 +305,12 @@ def describe(message: Any) -> str | None:
     return None
 
 
-# Line separators, and the bidi overrides and isolates that can visually reorder text
-# (the "Trojan Source" characters, CVE-2021-42574).
-_UNSAFE_FORMAT = frozenset("\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
 def plain(text: str) -> str:
-    """``text`` on one line with every control character escaped (``\\n``, ``\\x1b``, ...), so
-    model or tool output can never drive the terminal. A lone surrogate (an undecodable byte
-    kept by ``surrogateescape``) is escaped too (``\\udcff``): no stdout encoding can print it."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif code < 0x20 or 0x7F <= code < 0xA0 or 0xD800 <= code < 0xE000 or ch in _UNSAFE_FORMAT:
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    """``text`` on one line with every character of :data:`core.untrusted.UNSAFE` escaped
+    (``\\x1b``, ``\\u202e``, a lone surrogate as ``\\udcff``) and newlines and tabs as
+    ``\\n`` and ``\\t``, so model or tool output can never drive the terminal."""
+    text = text.replace("\n", "\\n").replace("\t", "\\t")
+    return UNSAFE.sub(lambda match: escape(match.group()), text)
 
 
 def _printer(out: TextIO) -> Callable[[AgentEvent], None]:

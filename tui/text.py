@@ -4,8 +4,9 @@ Every string that comes from a store, a model or a tool is untrusted: it may hol
 or Textual markup (``[bold red]``), terminal escape sequences (``\\x1b[31m``) or other
 control characters that would repaint, hide or fake parts of the screen. The app shows
 such strings only through :func:`literal` (a :class:`rich.text.Text`, never parsed as
-markup) after :func:`clean` has replaced every control character by a visible stand-in,
-so the user sees exactly what was stored.
+markup) after :func:`clean` has replaced every character of the one rule,
+:data:`core.untrusted.UNSAFE`, by a visible stand-in, so the user sees exactly what was
+stored.
 """
 
 from __future__ import annotations
@@ -17,11 +18,7 @@ from typing import Any
 
 from rich.text import Text
 
-# C0 controls except tab and newline, DEL, C1 controls, the Unicode bidi overrides
-# and isolates that can visually reorder text (the "Trojan Source" characters), and
-# lone surrogates (undecodable bytes kept by ``surrogateescape``), which no terminal
-# encoding can print.
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+from core.untrusted import UNSAFE, escape
 
 
 def _stand_in(match: re.Match[str]) -> str:
@@ -32,7 +29,7 @@ def _stand_in(match: re.Match[str]) -> str:
         return chr(0x2400 + code)
     if code == 0x7F:
         return "\u2421"  # ␡
-    return f"\\u{code:04x}" if code > 0xFF else f"\\x{code:02x}"
+    return escape(char)
 
 
 def clean(value: object) -> str:
@@ -44,7 +41,7 @@ def clean(value: object) -> str:
     """
     text = value if isinstance(value, str) else str(value)
     text = text.replace("\r\n", "\n")
-    return _UNSAFE.sub(_stand_in, text)
+    return UNSAFE.sub(_stand_in, text)
 
 
 def literal(value: object, style: str = "") -> Text:

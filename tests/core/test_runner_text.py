@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 from core.runner import plain
+from tui.text import clean
 
 
 def test_bidi_overrides_and_isolates_are_escaped_like_control_characters() -> None:
     assert plain("ok\u202egnp.exe\u2066x\u2069") == "ok\\u202egnp.exe\\u2066x\\u2069"
     assert plain("line\u2028sep") == "line\\u2028sep"
     assert plain("héllo wörld ✓") == "héllo wörld ✓"  # other non-ASCII text is kept
+
+
+def test_the_runner_and_the_app_hide_exactly_the_same_characters() -> None:
+    # One rule (core.untrusted.UNSAFE) for both places text is shown: a character one of
+    # them lets through raw must be let through by the other too. The app used to let the
+    # line and paragraph separators through, which split a row of the screen in two.
+    for code in [*range(0x00, 0xA0), *range(0x2000, 0x2070), 0xD800, 0xDCFF, 0xDFFF]:
+        char = chr(code)
+        if char in "\n\t":
+            continue
+        assert (char in plain(f"a{char}b")) == (char in clean(f"a{char}b")), f"U+{code:04X}"
