@@ -5,6 +5,7 @@ anew by the real cubeloop, see ``tests/helpers/cubeloop_threads.py``) with the d
 child process, and saves:
 
 * ``screenshots/crash.svg``: the crash banner of a cubeloop thread that crashed mid-tool;
+* ``screenshots/waiting.svg``: a cubeloop thread whose run asked a human question (HITL);
 * ``screenshots/thread.svg``: a live demo run in the app, tools reporting progress;
 * ``screenshots/picker.svg``: the thread list, one thread "running here", one "running elsewhere";
 * ``screenshots/elsewhere.svg``: the thread the child process runs, followed live, with a
@@ -33,7 +34,7 @@ from core.messages import AssistantMessage, TextContent, ToolCall, user_text
 from core.recovery import JOURNALED_KEY
 from core.tool_execution import call_job_key, result_to_json
 from core.tools import AgentToolResult, tool
-from tests.helpers.cubeloop_threads import make_crashpoint_db
+from tests.helpers.cubeloop_threads import make_crashpoint_db, run_cubeloop
 from tui.app import CubepiApp, make_app
 from tui.cli import build_session
 from tui.screens.modals import ConfirmModal, TextInputModal
@@ -118,7 +119,7 @@ async def _write_killed_run(db: Path) -> None:
 
 
 async def main() -> None:
-    """Write the five SVGs into ``screenshots/``."""
+    """Write the six SVGs into ``screenshots/``."""
     OUT.mkdir(exist_ok=True)
     # A fixed place, so the path shown in the picker's title is the same every time.
     work = Path(tempfile.gettempdir()) / "cubepi-tui-screenshots"
@@ -126,6 +127,7 @@ async def main() -> None:
     work.mkdir()
     db = work / "threads.sqlite"
     make_crashpoint_db(db)  # written by the real cubeloop, as the tests do
+    run_cubeloop(db, "ask_and_detach", "which-file", arg="run-ask-1")
     runner: subprocess.Popen[bytes] | None = None
     try:
         session = build_session(db, demo=True, demo_speed=1.0)
@@ -135,6 +137,12 @@ async def main() -> None:
             await _open(pilot, app, "crash-mid-tool")
             await pilot.pause(0.3)
             app.save_screenshot("crash.svg", str(OUT))
+            await pilot.press("q")
+
+            await _until(pilot, lambda: isinstance(app.screen, ThreadsScreen))
+            await _open(pilot, app, "which-file")
+            await pilot.pause(0.3)
+            app.save_screenshot("waiting.svg", str(OUT))
             await pilot.press("q")
 
             # A new thread: the first write asks to upgrade cubeloop's file.
@@ -220,7 +228,7 @@ async def main() -> None:
             os.kill(runner.pid, signal.SIGKILL)
             runner.wait()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"wrote crash.svg, thread.svg, picker.svg, elsewhere.svg, resume.svg to {OUT}")
+    print(f"wrote crash.svg, waiting.svg, thread.svg, picker.svg, elsewhere.svg, resume.svg to {OUT}")
 
 
 if __name__ == "__main__":

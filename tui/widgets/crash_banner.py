@@ -80,6 +80,8 @@ class CrashBanner(Static):
         background: $error 15%;
         border: tall $error;
         &.-crashed { display: block; }
+        /* Not a fault: the run is paused on a person, so no error colours. */
+        &.-waiting { background: $warning 10%; border: tall $warning; }
     }
     """
 
@@ -89,4 +91,5 @@ class CrashBanner(Static):
     def watch_diagnosis(self, diagnosis: Diagnosis | None) -> None:
         crashed = diagnosis is not None and diagnosis.state in _SHOWN
         self.set_class(crashed, "-crashed")
+        self.set_class(diagnosis is not None and diagnosis.state is ThreadState.WAITING, "-waiting")
         self.update(describe(diagnosis) if crashed and diagnosis is not None else "")
