@@ -31,6 +31,7 @@ from typing import Any
 from core.checkpoint.base import Checkpointer, CorruptRow, JournalEntry, PendingRequest, RunRecord
 from core.errors import (
     AgentBusyError,
+    EmptyMessageError,
     LeaseLostError,
     NothingToResumeError,
     RunError,
@@ -66,11 +67,21 @@ from core.recovery import (
     diagnose,
     plan_call,
 )
-from core.request import build_request
+from core.request import blank, build_request
 from core.tool_execution import call_job_key
 from core.tools import AgentTool, ToolExecutionMode
 
 _log = logging.getLogger(__name__)
+
+
+def check_user_text(text: str, what: str = "prompt") -> None:
+    """Refuse a user message that could not be sent: raises
+    :class:`~core.errors.EmptyMessageError` when ``text`` is empty or only whitespace
+    (:func:`core.request.blank`; the API refuses such text). ``what`` names it in the
+    sentence ("prompt", "steer", "follow-up"). The one check of ``Agent.prompt``,
+    ``steer``, ``follow_up`` and the headless runner."""
+    if blank(text):
+        raise EmptyMessageError(f"The {what} is empty; type some text to send.")
 
 
 @dataclass(slots=True)
@@ -232,11 +243,13 @@ class Agent:
         is running, ``RunAlreadyClaimedError`` if another holder runs the thread,
         ``UnreadableThreadError`` if the thread has undecodable rows,
         ``WaitingForAnswerError`` if it waits for a human answer (cubeloop's pending
-        request, left as it is), ``LeaseLostError``
+        request, left as it is), ``EmptyMessageError`` (nothing taken or loaded) if
+        ``text`` is empty or only whitespace, ``LeaseLostError``
         if the lease was lost before the run was claimed, and the checkpointer's errors
         from loading or claiming. Failures during the run do not raise: they end the run
         ``"failed"`` with ``state.error`` set.
         """
+        check_user_text(text)
         async with self._exclusive(), self._leased() as run_id:
             await self._load_runnable()
             await self._claim(run_id)
@@ -267,10 +280,12 @@ class Agent:
         from that fresh view. Call model / settle then call model: a new run settles
         each dangling call (results carry ``metadata["settled"]`` = ``"rerun"``,
         ``"reused"`` or ``"interrupted"``, and the ``run_id`` of the run that issued the
-        call), then calls the model. Retry (a failed thread): a new run calls the model
-        again with the saved history, the failed reply left out of what is sent, no tool
-        run again. Wait for user: the old run is marked complete and ``"completed"`` is
-        returned.
+        call), then calls the model. Settle then wait: the same settling, then the run
+        ends ``"completed"`` without a model call (what would be sent ends with a final
+        reply). Retry (a failed thread): a new run settles any dangling call the same
+        way and calls the model again with the saved history, the failed reply left out
+        of what is sent, no answered call run again. Wait for user: the old run is
+        marked complete and ``"completed"`` is returned.
 
         Raises ``NothingToResumeError`` when the thread is clean, ``ResumeChoiceError``
         when a choice names a call that is not dangling or does not offer that choice,
@@ -285,13 +300,14 @@ class Agent:
                 )
             settle = plan.settlement(choices or {})
             if plan.action is ResumeAction.WAIT_FOR_USER:
-                last = next(m for m in reversed(self._state.messages) if isinstance(m, AssistantMessage))
-                if last.run_id:
-                    await self._mark_complete(last.run_id)
+                await self._close_final_reply()
                 self._state.last_outcome, self._state.error = "completed", None
                 return "completed"
             await self._claim(run_id)
-            return await self._run(run_id, [], settle)
+            outcome = await self._run(run_id, [], settle)
+            if plan.action is ResumeAction.SETTLE_THEN_WAIT and outcome == "completed" and not self._fenced:
+                await self._close_final_reply()
+            return outcome
 
     def abort(self) -> None:
         """Ask the current run to stop; idempotent, and a no-op when idle.
@@ -306,13 +322,17 @@ class Agent:
         """Queue ``text`` for delivery at the next turn boundary (after the running tools,
         before the next model call). Raises ``RunError`` when no run is in progress.
 
-        A steer still queued when the run is aborted stays queued for the next run."""
+        A steer still queued when the run is aborted stays queued for the next run.
+        Raises ``EmptyMessageError`` when ``text`` is empty or only whitespace."""
+        check_user_text(text, "steer")
         self._require_run()
         self._state.pending_steers.append(user_text(text, kind="steer"))
 
     def follow_up(self, text: str) -> None:
         """Queue ``text`` for delivery when the agent would otherwise stop. Raises
-        ``RunError`` when no run is in progress; stays queued for the next run after an abort."""
+        ``RunError`` when no run is in progress (``EmptyMessageError`` when ``text`` is
+        empty or only whitespace); stays queued for the next run after an abort."""
+        check_user_text(text, "follow-up")
         self._require_run()
         self._state.pending_follow_ups.append(user_text(text, kind="follow_up"))
 
@@ -430,6 +450,15 @@ class Agent:
         await self.checkpointer.claim_run(self.thread_id, run_id, **self._fence())
         self._state.runs.append(RunRecord(run_id, time.time()))
         self._state.run_id = run_id
+
+    async def _close_final_reply(self) -> None:
+        """Mark complete the open run of the last reply, which is final (nothing for the
+        model to answer after it). A run of this thread's records only: a run id no claim
+        names (a hand-made row) has nothing to complete."""
+        last = next((m for m in reversed(self._state.messages) if isinstance(m, AssistantMessage)), None)
+        run_id = last.run_id if last is not None else None
+        if run_id and any(r.run_id == run_id and not r.completed for r in self._state.runs):
+            await self._mark_complete(run_id)
 
     async def _mark_complete(self, run_id: str) -> None:
         await self.checkpointer.mark_run_complete(self.thread_id, run_id, **self._fence())

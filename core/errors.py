@@ -129,6 +129,11 @@ class AgentBusyError(RunError):
     """Raised when ``prompt()`` or ``resume()`` is called while this agent is already running."""
 
 
+class EmptyMessageError(RunError):
+    """Raised by ``prompt()``, ``steer()`` and ``follow_up()`` (and the runner, before it
+    opens anything) when the text is empty or only whitespace: such text is never sent."""
+
+
 class NothingToResumeError(RunError):
     """Raised by ``resume()`` on a thread that is completed, empty or waiting for a new user message."""
 

@@ -50,7 +50,7 @@ from core.messages import (
     error_tool_result,
 )
 from core.providers.base import ABORTED_TEXT, ModelRequest, Provider, error_reply
-from core.recovery import SettleChoice
+from core.recovery import SettleChoice, default_settlement
 from core.request import RequestBuilder, Unanswered
 from core.tool_execution import execute_tool_calls, publish
 from core.tools import AgentTool, Emit, ToolExecutionMode
@@ -93,9 +93,11 @@ class LoopConfig:
     (tool call id -> ``"rerun"`` / ``"interrupt"``) overrides that per call. ``jobs`` is
     the thread's job store for idempotent tools (``None``: they simply run). Each settled
     result carries the ``run_id`` of the run that issued its call (cubeloop checks tool
-    cycles per run, ``cubeloop/agent/_tool_cycle.py``), unless that run is in
-    ``completed_runs`` (a store refuses messages of a completed run) or unknown: then this
-    run's. Raises :class:`~core.errors.ToolDefinitionError` when two tools share a name.
+    cycles per run, ``cubeloop/agent/_tool_cycle.py``), ``None`` when its assistant
+    message has none (rows written before run ids: the result joins the same group), unless
+    that run is in ``completed_runs``: a store refuses messages naming a completed run,
+    so such a result carries this run's id (its call and result then sit in different
+    runs, which cubeloop's per-run check reports; nothing better can be stored). Raises :class:`~core.errors.ToolDefinitionError` when two tools share a name.
     """
 
     provider: Provider
@@ -118,7 +120,7 @@ class LoopConfig:
         if chosen is not None:
             return chosen
         tool = self.tools_by_name.get(call.name)
-        return "rerun" if tool is not None and tool.idempotent else "interrupt"
+        return default_settlement(known=tool is not None, idempotent=tool is not None and tool.idempotent)
 
     def __post_init__(self) -> None:
         tools = tuple(self.tools)
@@ -146,20 +148,30 @@ async def run_loop(
     model call, every tool call of the whole history that has no result is settled, and
     the provider is given what :class:`~core.request.RequestBuilder` builds from the
     transcript (kept for the run and fed only the new messages, so no copy and no full
-    pass per call). ``prompts`` are delivered first.
+    pass per call). ``prompts`` are delivered first. The model is never called when that
+    request would end with an assistant message (``RequestBuilder.needs_reply``: e.g. a
+    resumed thread another writer continued past its dangling calls): the last reply is
+    final, so the calls are settled, outside any turn (no model call is made), and the
+    run ends ``"completed"``, waiting for the user.
     Emits ``agent_start`` ... ``agent_end``. Setting ``signal`` aborts: the run then ends
     with an assistant message whose ``stop_reason`` is ``"aborted"``. Exceptions raised
     by ``emit`` propagate (running tools are cancelled first).
     """
-    emit = _recording(messages, emit, config.run_id)
+    keep_unstamped: set[str] = set()
+    emit = _recording(messages, emit, config.run_id, keep_unstamped)
     builder = RequestBuilder()
     await emit(AgentStart(config.run_id or ""))
     pending = [*prompts, *_poll(config.get_steering, signal)]
     has_tool_calls = True
     while True:
         while has_tool_calls or pending:
+            builder.update(messages)
+            if not pending and not builder.needs_reply():
+                await _settle_dangling(messages, builder, config, emit, signal, keep_unstamped)
+                has_tool_calls = False
+                break
             await emit(TurnStart())
-            await _settle_dangling(messages, builder, config, emit, signal)
+            await _settle_dangling(messages, builder, config, emit, signal, keep_unstamped)
             for message in pending:
                 await publish(message, emit)
             reply = await _stream_reply(messages, builder, config, emit, signal)
@@ -177,13 +189,18 @@ async def run_loop(
     return "completed"
 
 
-def _recording(messages: list[AnyMessage], emit: Emit, run_id: str | None) -> Emit:
+def _recording(messages: list[AnyMessage], emit: Emit, run_id: str | None, keep_unstamped: set[str]) -> Emit:
     # Every message_end goes through here, so the transcript is exactly the finished
-    # messages in emission order, each tagged with the run.
+    # messages in emission order, each tagged with the run - except the settled results
+    # of calls whose assistant message has no run id (tool call ids in
+    # ``keep_unstamped``): those keep ``None``, their call's group.
     async def record(event) -> None:  # type: ignore[no-untyped-def]
         if type(event) is MessageEnd:
-            if event.message.run_id is None:
-                event.message.run_id = run_id
+            message = event.message
+            if message.run_id is None and not (
+                isinstance(message, ToolResultMessage) and message.tool_call_id in keep_unstamped
+            ):
+                message.run_id = run_id
             messages.append(event.message)
         await emit(event)
 
@@ -197,7 +214,12 @@ def _poll(get: Callable[[], list[UserMessage]], signal: asyncio.Event) -> list[U
 
 
 async def _settle_dangling(
-    messages: list[AnyMessage], builder: RequestBuilder, config: LoopConfig, emit: Emit, signal: asyncio.Event
+    messages: list[AnyMessage],
+    builder: RequestBuilder,
+    config: LoopConfig,
+    emit: Emit,
+    signal: asyncio.Event,
+    keep_unstamped: set[str],
 ) -> None:
     # Call by call, over the whole history: a partly answered batch only has its missing
     # calls here, and calls left unanswered before a later reply (another writer went on)
@@ -208,7 +230,10 @@ async def _settle_dangling(
         return
     groups: dict[str | None, list[Unanswered]] = {}
     for pending in calls:
-        groups.setdefault(_issuing_run(pending, config), []).append(pending)
+        run_id = _issuing_run(pending, config)
+        if run_id is None:
+            keep_unstamped.add(pending.call.id)
+        groups.setdefault(run_id, []).append(pending)
     for run_id, group in groups.items():
         interrupt = [p.call for p in group if config.settle_choice(p.call) != "rerun"]
         for result in await settle_interrupted(interrupt, run_id):
@@ -220,7 +245,7 @@ async def _settle_dangling(
 
 def _issuing_run(pending: Unanswered, config: LoopConfig) -> str | None:
     run_id = pending.message.run_id
-    if run_id is None or run_id in config.completed_runs:
+    if run_id is not None and run_id in config.completed_runs:
         return config.run_id
     return run_id
 

@@ -81,6 +81,10 @@ class ResumeAction(enum.StrEnum):
     """The last reply is final; close the run and wait for the next user message."""
     SETTLE_THEN_CALL_MODEL = "settle_then_call_model"
     """Give each dangling tool call a result, then call the model."""
+    SETTLE_THEN_WAIT = "settle_then_wait"
+    """Give each dangling tool call a result, then wait for the next user message: the
+    request would end with a later reply (another writer went on past the calls), which
+    is final, so the model is not called (:attr:`core.request.BuiltRequest.needs_reply`)."""
     RETRY_MODEL_CALL = "retry_model_call"
     """The last model call failed: call the model again with the saved history (the
     failed reply is not sent, no tool runs again)."""
@@ -169,29 +173,45 @@ class Diagnosis:
 
     @property
     def resume_plan(self) -> str:
-        """One sentence saying what resume will do."""
+        """One sentence saying what resume will do. How each dangling call is settled
+        depends on the agent's tools, so it is said as the rule (:data:`SETTLE_RULE`);
+        :attr:`ResumePlan.sentence` says it call by call."""
         if self.action is ResumeAction.CALL_MODEL:
             return "Resume calls the model again with the saved conversation."
         if self.action is ResumeAction.RETRY_MODEL_CALL:
-            settle = _settle_words(self.dangling)
-            return (
-                f"Resume {settle}retries the failed model call with the saved conversation; the failed reply "
-                "is not sent and no tool runs again."
-            )
+            return f"Resume {_settle_words(self.dangling)}{_RETRY_WORDS if self.dangling else _RETRY_ONLY_WORDS}"
         if self.action is ResumeAction.WAIT_FOR_USER:
             return "The last reply is final: resume closes the run and waits for your next message."
         if self.action is ResumeAction.SETTLE_THEN_CALL_MODEL:
             return f"Resume {_settle_words(self.dangling)}then calls the model again."
+        if self.action is ResumeAction.SETTLE_THEN_WAIT:
+            return f"Resume {_settle_words(self.dangling)}{_WAIT_WORDS}"
         if self.state is ThreadState.WAITING:
             return "Nothing to resume: the thread waits for an answer to its question, in the program that asked it."
         return "Nothing to resume; send a new message to continue."
+
+
+SETTLE_RULE = (
+    "a call of an idempotent tool is re-run (or its done job's result reused), any other call is recorded as "
+    "interrupted (its effects must be checked) unless you choose to re-run it"
+)
+"""How resume settles dangling calls by default, in words: the rule of :func:`default_settlement`."""
+
+_RETRY_WORDS = (
+    "retries the failed model call with the saved conversation; the failed reply is not sent and no call "
+    "that has its result runs again."
+)
+_RETRY_ONLY_WORDS = (
+    "retries the failed model call with the saved conversation; the failed reply is not sent and no tool runs again."
+)
+_WAIT_WORDS = "then waits for your next message: the last reply is final, so the model is not called."
 
 
 def _settle_words(dangling: Sequence[DanglingCall]) -> str:
     if not dangling:
         return ""
     names = ", ".join(f"{d.call.name} ({d.call.id})" for d in dangling)
-    return f"first records {names} as interrupted (its effects must be checked), "
+    return f"first settles {names} ({SETTLE_RULE}), "
 
 
 JOURNALED_KEY = "cubepi_journaled"
@@ -232,7 +252,7 @@ def diagnose(
     the diagnosis is what the loop does, and the calls are in the resume plan so the
     user can choose how each is settled.
     """
-    built = build_request(messages)
+    built = build_request(messages, tail=tail_only)
     notes = _notes(messages, built, problems, tail_only)
     # Unanswered calls are settled before any model call, not left out: they are the
     # dangling calls of the diagnosis, not a repair.
@@ -249,19 +269,15 @@ def diagnose(
     last = messages[at] if at >= 0 else None
     dangling, answered = _dangling_of(built.unanswered, journal)
     if isinstance(last, AssistantMessage) and last.stop_reason == "error" and at == known[-1]:
-        reason = last.error_message or "unknown provider error"
-        return Diagnosis(
-            ThreadState.FAILED,
-            dangling=dangling,
-            answered=answered,
-            action=ResumeAction.RETRY_MODEL_CALL,
-            detail=f"The model call failed: {reason}",
-            **info,
-        )
+        return _failed(last, built, dangling, answered, info)
     if dangling:
-        return _mid_tool(built.unanswered, dangling, answered, messages, **info)
+        return _mid_tool(built, dangling, answered, messages, **info)
     after = range(at + 1, len(messages))
-    if last is None or any(isinstance(messages[i], UserMessage) for i in after):
+    # The model is called only when the request ends with a user message or a tool
+    # result (``needs_reply``): the same test the loop makes, so the verdict is what
+    # resume does. A reply that is last in what is sent is final even when results or
+    # empty messages were stored after it.
+    if built.needs_reply and (last is None or any(isinstance(messages[i], UserMessage) for i in after)):
         return _crashed(
             CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL, "The last user message was never answered.", info
         )
@@ -269,21 +285,19 @@ def diagnose(
     # or duplicates, which are never sent; in a tail, only results of the tail's calls).
     left_out = {r.index for r in built.repairs if r.kind in ("orphan_result", "duplicate_result")}
     fresh = [i for i in after if isinstance(messages[i], ToolResultMessage) and i not in left_out]
-    if fresh:
+    if built.needs_reply and fresh:
         return _crashed(
             CrashPoint.AFTER_TOOL_RESULT,
             ResumeAction.CALL_MODEL,
             "Every tool call has its result, but the next model call never finished.",
             info,
         )
-    assert isinstance(last, AssistantMessage)
+    if last is None:
+        return Diagnosis(ThreadState.EMPTY, detail="The thread has no message that can be sent to the model.", **info)
     if last.stop_reason == "aborted":
         return Diagnosis(ThreadState.ABORTED, detail="The run was aborted.", **info)
     if last.stop_reason == "error":
-        reason = last.error_message or "unknown provider error"
-        return Diagnosis(
-            ThreadState.FAILED, action=ResumeAction.RETRY_MODEL_CALL, detail=f"The model call failed: {reason}", **info
-        )
+        return _failed(last, built, (), (), info)
     run_id = last.run_id
     run = next((r for r in runs if r.run_id == run_id), None) if run_id else None
     if run is not None and not run.completed:
@@ -351,8 +365,33 @@ def _dangling_of(
     return dangling, answered
 
 
+def _failed(
+    last: AssistantMessage,
+    built: BuiltRequest,
+    dangling: tuple[DanglingCall, ...],
+    answered: tuple[str, ...],
+    info: Mapping[str, tuple],
+) -> Diagnosis:
+    """A thread whose last reply ended in a provider error: retry the model call (after
+    settling), unless what is sent would end with an earlier final reply."""
+    detail = f"The model call failed: {last.error_message or 'unknown provider error'}"
+    if built.needs_reply:
+        action = ResumeAction.RETRY_MODEL_CALL
+    else:
+        action = ResumeAction.SETTLE_THEN_WAIT if dangling else ResumeAction.NONE
+        detail += "; the reply before it is final, so the model is not called again"
+    return Diagnosis(
+        ThreadState.FAILED,
+        dangling=dangling,
+        answered=answered,
+        action=action,
+        detail=detail,
+        **info,  # type: ignore[arg-type]
+    )
+
+
 def _mid_tool(
-    unanswered: Sequence[Unanswered],
+    built: BuiltRequest,
     dangling: tuple[DanglingCall, ...],
     answered: tuple[str, ...],
     messages: Sequence[AnyMessage],
@@ -360,7 +399,7 @@ def _mid_tool(
 ) -> Diagnosis:
     calls = len(dangling) + len(answered)
     partly = f"; {len(answered)} of {calls} calls in the batch have results" if answered else ""
-    first = unanswered[0].index
+    first = built.unanswered[0].index
     users = sum(isinstance(m, UserMessage) for m in messages[first + 1 :])
     waiting = f"; {users} user message(s) after them wait until they are settled" if users else ""
     replies = sum(isinstance(m, AssistantMessage) for m in messages[first + 1 :])
@@ -370,7 +409,7 @@ def _mid_tool(
         CrashPoint.MID_TOOL,
         dangling=dangling,
         answered=answered,
-        action=ResumeAction.SETTLE_THEN_CALL_MODEL,
+        action=ResumeAction.SETTLE_THEN_CALL_MODEL if built.needs_reply else ResumeAction.SETTLE_THEN_WAIT,
         detail=f"{len(dangling)} tool call(s) have no result{partly}{waiting}{later}.",
         **info,  # type: ignore[arg-type]
     )
@@ -499,14 +538,25 @@ class ResumePlan:
     @property
     def sentence(self) -> str:
         """What resume will do, with the default action of each call."""
-        if not self.calls or self.action not in (ResumeAction.SETTLE_THEN_CALL_MODEL, ResumeAction.RETRY_MODEL_CALL):
+        then = _THEN.get(self.action)
+        if not self.calls or then is None:
             return self.diagnosis.resume_plan
-        then = (
-            "Then it retries the failed model call (the failed reply is not sent)."
-            if self.action is ResumeAction.RETRY_MODEL_CALL
-            else "Then it calls the model again."
-        )
         return "Resume first settles each dangling call - " + " ".join(c.words for c in self.calls) + " " + then
+
+
+_THEN = {
+    ResumeAction.RETRY_MODEL_CALL: "Then it " + _RETRY_WORDS,
+    ResumeAction.SETTLE_THEN_CALL_MODEL: "Then it calls the model again.",
+    ResumeAction.SETTLE_THEN_WAIT: "It " + _WAIT_WORDS,
+}
+
+
+def default_settlement(*, known: bool, idempotent: bool) -> SettleChoice:
+    """How a dangling call is settled unless the user chooses (:data:`SETTLE_RULE`):
+    re-run (``"rerun"``, which reuses a done job's result) for a known idempotent tool,
+    else ``"interrupt"``. The one decision both :func:`plan_call` and the loop's
+    default (``LoopConfig.settle_choice``) make."""
+    return "rerun" if known and idempotent else "interrupt"
 
 
 def plan_call(
@@ -524,14 +574,11 @@ def plan_call(
     idempotent: interrupt by default, the user may choose rerun.
     """
     idempotent = known and idempotent
-    action: SettleAction
+    action: SettleAction = default_settlement(known=known, idempotent=idempotent)
     choices: tuple[SettleChoice, ...] = ()
-    if not known:
-        action = "interrupt"
-    elif idempotent:
-        action = "reuse" if job_status == "done" else "rerun"
-    else:
-        action = "interrupt"
+    if action == "rerun" and job_status == "done":
+        action = "reuse"
+    elif known and not idempotent:
         choices = ("interrupt", "rerun")
     return CallPlan(
         dangling.call,

@@ -12,7 +12,13 @@ check (``cubeloop/agent/_tool_cycle.py``):
   before any other message;
 * no tool result without its call (in the window right after it);
 * no user text between a call and its result;
-* no row of unknown role.
+* no row of unknown role;
+* it starts with a user message and ends with a user message or a tool result (the
+  model is asked to answer it: a request ending with an assistant message is a
+  "prefill", which the API refuses with extended thinking on, or when it ends in
+  whitespace, and which otherwise makes the model continue an old reply);
+* no empty or whitespace-only text (the API answers 400 "text content blocks must
+  contain non-whitespace text"), no message without content, and no image without data.
 
 The builder places and leaves out, in what is *sent* only; stored rows are never
 rewritten. What it did is returned as :class:`Repair` records, which the thread view
@@ -26,7 +32,21 @@ words with :func:`repair_words`:
   assistant message that ended in a provider error (so a retry never sends a broken
   partial reply); a call repeated under an id already used is left out;
 * a call answered nowhere is left out of what is sent (the loop settles every such call
-  first, see :meth:`RequestBuilder.unanswered`, so in a run this never happens).
+  first, see :meth:`RequestBuilder.unanswered`, so in a run this never happens);
+* empty and whitespace-only text blocks are left out silently (they hold nothing), as is
+  an assistant message left with no content; a user message left with nothing to send
+  (no text, no image: e.g. only a block of a type this version does not know) is left
+  out and said, and so is an image without data (:func:`image_source`);
+* an assistant message stored before the first user message that is sent (a history
+  whose first user message was left out, or a hand-made one) is left out and said, with
+  its calls (their results are then orphans). The API requires the first message to be
+  a user message; inventing a user message instead would send words nobody wrote, and
+  merging the reply into a later turn would change who said it, so leaving it out is
+  the one repair that sends only stored words in their stored roles.
+
+Whether the model may be called is :attr:`BuiltRequest.needs_reply`: the request, once
+every unanswered call is settled, ends with a user message or a tool result. The loop
+never calls the model otherwise (the last reply is final: the run waits for the user).
 
 :class:`RequestBuilder` is incremental: fed the same growing list again, it reads only
 the messages appended since, so a model call costs the same at any history length.
@@ -38,9 +58,19 @@ import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UnknownMessage, UserMessage
+from core.messages import (
+    AnyMessage,
+    AssistantMessage,
+    ContentBlock,
+    ImageContent,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UnknownMessage,
+    UserMessage,
+)
 
 RepairKind = Literal[
     "user_placed",
@@ -51,6 +81,9 @@ RepairKind = Literal[
     "failed_reply",
     "duplicate_call",
     "unanswered_call",
+    "empty_user",
+    "image_left_out",
+    "leading_reply",
 ]
 """What the builder did with one stored message (see the module docstring)."""
 
@@ -83,12 +116,18 @@ class BuiltRequest:
     ``interleaved`` lists the stored indices of assistant messages whose calls were
     answered only after messages of another run (another writer) were stored in
     between; ``unanswered`` the calls answered nowhere (left out of ``messages``).
+    ``needs_reply``: once every unanswered call is settled (its result placed right
+    after its call), the request ends with a user message or a tool result, so the model
+    may be called; false when it ends with an assistant message (the last reply is
+    final) or is empty. Without unanswered calls, ``messages`` passes
+    :func:`check_request` exactly when ``needs_reply`` is true.
     """
 
     messages: Sequence[AnyMessage]
     repairs: tuple[Repair, ...] = ()
     interleaved: tuple[int, ...] = ()
     unanswered: tuple[Unanswered, ...] = ()
+    needs_reply: bool = False
 
 
 _WORDS: dict[RepairKind, tuple[str, str]] = {
@@ -108,6 +147,15 @@ _WORDS: dict[RepairKind, tuple[str, str]] = {
     "unanswered_call": (
         "unanswered tool call left out of what is sent",
         "unanswered tool calls left out of what is sent",
+    ),
+    "empty_user": (
+        "user message with nothing to send left out of what is sent",
+        "user messages with nothing to send left out of what is sent",
+    ),
+    "image_left_out": ("image without data left out of what is sent", "images without data left out of what is sent"),
+    "leading_reply": (
+        "reply before the first user message left out of what is sent",
+        "replies before the first user message left out of what is sent",
     ),
 }
 
@@ -155,6 +203,13 @@ class RequestChecker:
         if self._expect:
             ids = ", ".join(self._expect)
             return f"Tool call(s) {ids} have no result at the end of the request."
+        if not messages:
+            return "The request has no messages."
+        if isinstance(messages[-1], AssistantMessage):
+            return (
+                f"The request ends with an assistant message (message {len(messages) - 1}, a prefill); "
+                "it must end with a user message or a tool result."
+            )
         return None
 
     def _step(self, i: int, message: AnyMessage) -> str | None:
@@ -165,19 +220,48 @@ class RequestChecker:
                     f"Message {i} is a tool result for {message.tool_call_id}, which is not a call awaiting its result."
                 )
             del expect[message.tool_call_id]
-            return None
+            return _content_problem(i, message.content)
         if expect:
             ids = ", ".join(expect)
             return f"Message {i} ({message.role}) comes before the results of tool call(s) {ids}."
         if isinstance(message, UnknownMessage):
             return f"Message {i} has the unknown role {message.role!r}."
+        if i == 0 and not isinstance(message, UserMessage):
+            return f"The request starts with an {message.role} message; the first message must be a user message."
+        if isinstance(message, UserMessage):
+            content = message.content
+            if isinstance(content, str):
+                return f"Message {i} (user) is empty or only whitespace." if blank(content) else None
+            if not any(_carries(b) for b in content):
+                return f"Message {i} (user) has no text or image to send."
+            return _content_problem(i, content)
         if isinstance(message, AssistantMessage):
+            if not message.content:
+                return f"Message {i} (assistant) has no content."
             for call in message.tool_calls:
                 if call.id in self._ids:
                     return f"Message {i} repeats the tool call id {call.id}."
                 self._ids.add(call.id)
                 expect[call.id] = i
+            return _content_problem(i, message.content)
         return None
+
+
+def _content_problem(i: int, content: Sequence[ContentBlock]) -> str | None:
+    for block in content:
+        if isinstance(block, TextContent) and blank(block.text):
+            return f"Message {i} has an empty or whitespace-only text block."
+        if isinstance(block, ImageContent) and image_source(block) is None:
+            return f"Message {i} has an image without data."
+    return None
+
+
+def _carries(block: ContentBlock) -> bool:
+    # What makes a user message worth sending: text or an image (a provider sends no
+    # block of a type this version does not know).
+    if isinstance(block, TextContent):
+        return not blank(block.text)
+    return isinstance(block, ImageContent) and image_source(block) is not None
 
 
 def check_request(messages: Sequence[AnyMessage]) -> str | None:
@@ -186,7 +270,40 @@ def check_request(messages: Sequence[AnyMessage]) -> str | None:
     return RequestChecker().check(messages)
 
 
+def blank(text: str) -> bool:
+    """Whether ``text`` is empty or only whitespace (``str.strip``'s). Such text is never
+    sent: the Messages API answers 400 to a text block that is ("text content blocks
+    must contain non-whitespace text"), so the builder leaves those blocks out and a
+    prompt, steer or follow-up of it is refused (:func:`core.agent.check_user_text`)."""
+    return not text.strip()
+
+
+def image_source(block: ImageContent) -> dict[str, Any] | None:
+    """The image's data as a Messages API ``source`` object, or ``None`` when it has none
+    that can be sent (then it is left out of what is sent).
+
+    Ours and cubeloop's shape give ``{"type": "base64", "media_type", "data"}`` (both
+    needed); a ``source`` that is already such an object (``{"type": "base64", ...}``
+    with its data and media type, or ``{"type": "url", "url": ...}``, kept by
+    :class:`~core.messages.ImageContent` as an unknown field) is given as it is, copied.
+    Source of the shapes: the API's image content block
+    (https://platform.claude.com/docs/en/build-with-claude/vision).
+    """
+    if block.data:
+        return {"type": "base64", "media_type": block.mime_type, "data": block.data} if block.mime_type else None
+    source = (block.model_extra or {}).get("source")
+    if isinstance(source, dict):
+        kind = source.get("type")
+        if kind == "base64" and source.get("data") and source.get("media_type"):
+            return dict(source)
+        if kind == "url" and source.get("url"):
+            return dict(source)
+    return None
+
+
 # --- the builder -----------------------------------------------------------------------------
+
+_M = TypeVar("_M", UserMessage, AssistantMessage, ToolResultMessage)
 
 
 class RequestBuilder:
@@ -194,7 +311,10 @@ class RequestBuilder:
 
     Feed it with :meth:`update` (the same list again, grown, costs only the new
     messages; any other sequence, or a shorter one, starts over), then read
-    :meth:`request`, :meth:`built` and :meth:`unanswered`.
+    :meth:`request`, :meth:`built`, :meth:`unanswered` and :meth:`needs_reply`.
+    ``tail=True`` reads a history that is the tail of a longer one (a thread summary's
+    messages from its last assistant message on): a user message is taken to have been
+    sent before it, so its first assistant message is not left out as leading.
 
     Internals: ``_out`` holds the finished part of the request and only ever grows in
     place (so the list a provider was given stays valid and its readers can go on
@@ -214,11 +334,15 @@ class RequestBuilder:
         "_results",
         "_seen",
         "_source",
+        "_started",
+        "_tail",
         "_waiting",
         "_watch",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, tail: bool = False) -> None:
+        self._tail = tail
+        self._started = tail  # a user message is in the request (else replies are leading)
         self._source: Sequence[AnyMessage] | None = None
         self._seen = 0
         self._out: list[AnyMessage] = []
@@ -236,7 +360,7 @@ class RequestBuilder:
     def update(self, history: Sequence[AnyMessage]) -> None:
         """Read the messages of ``history`` not read yet (all of it if it is a new sequence)."""
         if history is not self._source or len(history) < self._seen:
-            self.__init__()  # type: ignore[misc]
+            self.__init__(tail=self._tail)  # type: ignore[misc]
             self._source = history
         for i in range(self._seen, len(history)):
             self._add(i, history[i])
@@ -254,14 +378,32 @@ class RequestBuilder:
         """The request with every repair and finding (a new object; cost grows with the
         open part and the number of repairs, not with the history)."""
         if not self._region:
-            return BuiltRequest(self._out, tuple(self._repairs), tuple(self._interleaved))
+            return BuiltRequest(self._out, tuple(self._repairs), tuple(self._interleaved), (), self.needs_reply())
         tail, repairs, interleaved = self._emit(final=False)
         return BuiltRequest(
             self._out + tail,
             tuple(self._repairs) + repairs,
             tuple(self._interleaved) + interleaved,
             tuple(self._open.values()),
+            self.needs_reply(),
         )
+
+    def needs_reply(self) -> bool:
+        """Whether the request, once every unanswered call is settled, ends with a user
+        message or a tool result (see :attr:`BuiltRequest.needs_reply`). Constant cost.
+
+        Settling places each result right after its call, so the end is the open part's
+        last stored message: a user message, or an assistant message whose calls the
+        results then follow; a reply without calls there is final. A tail with nothing
+        to send is taken to end as the thread before it did, with a user-side message
+        (the tail starts at the last reply, so only a failed one, left out, leaves it so).
+        """
+        if self._region:
+            last = self._region[-1][1]
+            return not isinstance(last, AssistantMessage) or bool(last.tool_calls)
+        if not self._out:
+            return self._tail
+        return not isinstance(self._out[-1], AssistantMessage)
 
     def unanswered(self) -> list[Unanswered]:
         """Calls with no result anywhere after them, in the order they were made; the
@@ -274,13 +416,42 @@ class RequestBuilder:
         if self._watch and message.run_id is not None:
             self._note_writer(message)
         if isinstance(message, ToolResultMessage):
-            self._add_result(i, message)
+            self._add_result(i, self._trimmed(i, message))
         elif isinstance(message, AssistantMessage):
             self._add_assistant(i, message)
         elif isinstance(message, UserMessage):
-            self._add_plain(i, message)
+            self._add_user(i, message)
         else:
             self._repairs.append(Repair("unknown_row", i))
+
+    def _trimmed(self, i: int, message: _M) -> _M:
+        # The message without blank text and images without data (a copy only if it had any).
+        content = message.content
+        if isinstance(content, str):
+            return message
+        if not any(
+            (isinstance(b, TextContent) and blank(b.text)) or (isinstance(b, ImageContent) and image_source(b) is None)
+            for b in content
+        ):
+            return message
+        kept = []
+        for block in content:
+            if isinstance(block, TextContent) and blank(block.text):
+                continue
+            if isinstance(block, ImageContent) and image_source(block) is None:
+                self._repairs.append(Repair("image_left_out", i))
+                continue
+            kept.append(block)
+        return message.model_copy(update={"content": kept})
+
+    def _add_user(self, i: int, message: UserMessage) -> None:
+        content = message.content
+        if blank(content) if isinstance(content, str) else not any(_carries(b) for b in content):
+            self._trimmed(i, message)  # says which images were left out
+            self._repairs.append(Repair("empty_user", i))
+            return
+        self._started = True
+        self._add_plain(i, self._trimmed(i, message))
 
     def _add_plain(self, i: int, message: AnyMessage) -> None:
         # A message that makes no call: sent where it is, or after the open calls' results.
@@ -307,6 +478,12 @@ class RequestBuilder:
         if message.stop_reason == "error":
             self._repairs.append(Repair("failed_reply", i))
             return
+        message = self._trimmed(i, message)
+        if not message.content:
+            return  # nothing in it to send (and nothing lost)
+        if not self._started:
+            self._repairs.append(Repair("leading_reply", i))
+            return
         calls = message.tool_calls
         if not calls:
             self._add_plain(i, message)
@@ -325,7 +502,8 @@ class RequestBuilder:
             message = message.model_copy(update={"content": keep})
             calls = message.tool_calls
         if not calls:  # every call repeated an id already used
-            self._add_plain(i, message)
+            if message.content:
+                self._add_plain(i, message)
             return
         for call in calls:
             self._issued.add(call.id)
@@ -415,13 +593,16 @@ class RequestBuilder:
         return out, tuple(repairs), tuple(interleaved)
 
 
-def build_request(history: Sequence[AnyMessage]) -> BuiltRequest:
+def build_request(history: Sequence[AnyMessage], *, tail: bool = False) -> BuiltRequest:
     """The request for ``history`` in one pass (see the module docstring); never raises.
+    ``tail``: ``history`` is the tail of a longer thread (see :class:`RequestBuilder`).
 
-    ``BuiltRequest.messages`` always passes :func:`check_request`; every call of a sent
-    assistant message that has a result anywhere after it is sent, with its first result.
+    ``BuiltRequest.messages`` passes :func:`check_request` whenever it has no unanswered
+    calls and ``needs_reply`` is true (otherwise it may end with a reply, or be empty);
+    every call of a sent assistant message that has a result anywhere after it is sent,
+    with its first result.
     """
-    builder = RequestBuilder()
+    builder = RequestBuilder(tail=tail)
     builder.update(history)
     return builder.built()
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from core.agent import Agent
+from core.agent import Agent, check_user_text
 from core.errors import CubepiError, DatabaseGoneError, ThreadNotFoundError, error_sentence
 from core.events import AgentEnd, AgentEvent, MessageEnd, RunOutcome
 from core.leases import LeaseHolder
@@ -109,8 +109,8 @@ async def run_headless(
     try:
         if (prompt is None) == (not resume):
             raise BadInput("Give either a prompt or --resume (exactly one of them).")
-        if prompt is not None and not prompt.strip():
-            raise BadInput("The prompt is empty.")
+        if prompt is not None:
+            check_user_text(prompt)
         if not thread_id.strip():
             raise BadInput("The thread id is empty.")
         spec = _agent_spec(agent, demo=demo, speed=speed, model=model)

@@ -47,7 +47,7 @@ from typing import Any
 from core.agent import Agent
 from core.changes import StoreWatch
 from core.checkpoint.base import Command, CommandKind, Lease, RunRecord
-from core.errors import AgentBusyError, CommandTransitionError, RunError
+from core.errors import AgentBusyError, CommandTransitionError, EmptyMessageError, RunError
 from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome
 from core.leases import pid_alive
 from core.live import BATCH_INTERVAL, KEEP, LiveLog
@@ -611,6 +611,9 @@ class Supervisor:
             else:
                 agent.follow_up(c.text)
                 message = agent.state.pending_follow_ups[-1]
+        except EmptyMessageError as exc:
+            await self._update(c.seq, "refused", str(exc))
+            return
         except RunError:
             await self._update(c.seq, "refused", RUN_ENDED)
             return

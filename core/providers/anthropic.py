@@ -40,7 +40,7 @@ from core.messages import (
 from core.providers.anthropic_stream import ReplyBuilder
 from core.providers.base import ABORTED_TEXT, ModelRequest
 from core.providers.retry import RetryPolicy, retry_after, wait_or_abort
-from core.request import build_request, sendable
+from core.request import build_request, image_source, sendable
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 
@@ -227,9 +227,10 @@ def to_api_messages(messages: Sequence[AnyMessage]) -> list[dict[str, Any]]:
     user message between a call and its result (one written by cubeloop or by hand,
     settled by resume later): the messages are first put in an order the API accepts by
     :func:`core.request.build_request` (the one request builder; it also leaves out
-    orphan and duplicate results, unknown rows and failed replies). Empty text, and
-    thinking without a signature (which the API cannot verify) are left out; a message
-    left empty is dropped. Never raises.
+    orphan and duplicate results, unknown rows, failed replies, blank text and images
+    without data). An image is sent with the source :func:`core.request.image_source`
+    gives. Thinking without a signature (which the API cannot verify) is left out; a
+    message left empty is dropped. Never raises.
     """
     out: list[dict[str, Any]] = []
     for message in build_request(messages).messages:
@@ -264,8 +265,8 @@ def _plain_blocks(content: Sequence[ContentBlock]) -> list[dict[str, Any]]:
     for b in content:
         if isinstance(b, TextContent) and b.text:
             blocks.append({"type": "text", "text": b.text})
-        elif isinstance(b, ImageContent):
-            blocks.append({"type": "image", "source": {"type": "base64", "media_type": b.mime_type, "data": b.data}})
+        elif isinstance(b, ImageContent) and (source := image_source(b)) is not None:
+            blocks.append({"type": "image", "source": source})
     return blocks
 
 

@@ -76,25 +76,34 @@ def _continued() -> list[AnyMessage]:
 
 
 def test_an_unanswered_call_before_a_later_reply_is_diagnosed_mid_tool() -> None:
+    # Settled, c1's result is sent right after c1, so the request would end with the later
+    # reply: it is final, and resume waits for the user after settling.
     diagnosis = diagnose(_continued(), ())
-    assert (diagnosis.crash_point, diagnosis.action) == (CrashPoint.MID_TOOL, ResumeAction.SETTLE_THEN_CALL_MODEL)
+    assert (diagnosis.crash_point, diagnosis.action) == (CrashPoint.MID_TOOL, ResumeAction.SETTLE_THEN_WAIT)
     assert [d.call.id for d in diagnosis.dangling] == ["c1"]
     assert diagnosis.detail == (
         "1 tool call(s) have no result; 1 user message(s) after them wait until they are settled; "
         "1 later reply went on without them."
     )
-    assert "lookup (c1)" in diagnosis.resume_plan
+    assert diagnosis.resume_plan == (
+        "Resume first settles lookup (c1) (a call of an idempotent tool is re-run (or its done job's result "
+        "reused), any other call is recorded as interrupted (its effects must be checked) unless you choose to "
+        "re-run it), then waits for your next message: the last reply is final, so the model is not called."
+    )
 
 
-async def test_resume_settles_it_with_the_issuing_run_and_sends_a_valid_request() -> None:
+async def test_resume_settles_it_with_the_issuing_run_and_waits_without_calling_the_model() -> None:
     store = await _store(_continued(), open_runs=("r0",), done_runs=("r1",))
     model = FauxProvider(["Done now."])
     agent = Agent(model, store, "t")
+    assert (await agent.plan_resume()).sentence == (
+        "Resume first settles each dangling call - lookup (c1): may have started; this agent does not have that "
+        "tool, so it is recorded as interrupted. It then waits for your next message: the last reply is final, "
+        "so the model is not called."
+    )
     assert await agent.resume() == "completed"
 
-    (request,) = model.requests
-    assert check_request(request.messages) is None
-    assert [m.role for m in request.messages] == ["user", "assistant", "tool_result", "user", "assistant"]
+    assert model.requests == []  # the request would have ended with "Carrying on." (a prefill)
     data = await store.load("t")
     settled = data.messages[4]
     assert isinstance(settled, ToolResultMessage) and settled.tool_call_id == "c1"

@@ -23,7 +23,8 @@ from core.errors import RunError
 from core.events import ToolExecutionStart
 from core.messages import ToolResultMessage, UserMessage
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
-from core.recovery import ThreadState, diagnose
+from core.recovery import ResumeAction, ThreadState, diagnose
+from core.request import check_request
 from core.tools import ToolContext, tool
 from tests.helpers.children import REPO_ROOT, run_marked
 from tests.helpers.cubeloop_peer import (
@@ -324,3 +325,30 @@ def test_the_kill_left_both_calls_unanswered(tmp_path: Path) -> None:
     rows = read_rows(db, "ours")
     assert [r["role"] for r in rows] == ["user", "assistant"]
     assert [b["id"] for b in rows[1]["content"] if b["type"] == "tool_call"] == ["call_read_1", "call_slow_1"]
+
+
+async def test_resuming_a_mid_tool_thread_cubeloop_continued_settles_and_waits_without_a_prefill(
+    tmp_path: Path,
+) -> None:
+    # Settled, the killed call's result is sent right after its call, so what would be sent
+    # ends with cubeloop's final reply: a prefill (refused with thinking on). Resume settles
+    # and waits for the user, as the plan says; the next prompt is answered normally.
+    db = tmp_path / "cubeloop.sqlite"
+    run_cubeloop(db, "crash_mid_tool", "cp", kill_at=("tool_started:slow_step",))
+    run_cubeloop(db, "continue", "cp", arg="Never mind, just say hi. ")
+    async with await upgraded(db) as store:
+        provider = FauxProvider(fallback=lambda request: faux_reply("hi"))
+        agent = Agent(provider, store, "cp")
+        plan = await agent.plan_resume()
+        assert plan.action is ResumeAction.SETTLE_THEN_WAIT
+        assert plan.sentence.endswith(
+            "then waits for your next message: the last reply is final, so the model is not called."
+        )
+        assert "calls the model" not in plan.sentence and "calls the model" not in plan.diagnosis.resume_plan
+        assert await agent.resume() == "completed"
+        assert provider.requests == []
+        assert agent.diagnosis().state is ThreadState.COMPLETED
+        assert await agent.prompt(NEXT) == "completed"
+        (request,) = provider.requests
+        assert check_request(request.messages) is None
+        assert isinstance(request.messages[-1], UserMessage) and request.messages[-1].text == NEXT

@@ -192,8 +192,11 @@ def test_unanswered_calls_are_found_anywhere_in_the_history():
     a = AssistantMessage(content=[ToolCall(id="x", name="t")], stop_reason="tool_use")
     b = AssistantMessage(content=[ToolCall(id="y", name="t"), ToolCall(id="z", name="t")], stop_reason="tool_use")
     answered_y = ToolResultMessage(tool_call_id="y")
-    assert [c.id for c in unanswered_calls([a, b, answered_y])] == ["x", "z"]
-    assert unanswered_calls([a, ToolResultMessage(tool_call_id="x"), user_text("next")]) == []
+    go = user_text("go")
+    assert [c.id for c in unanswered_calls([go, a, b, answered_y])] == ["x", "z"]
+    assert unanswered_calls([go, a, ToolResultMessage(tool_call_id="x"), user_text("next")]) == []
+    # A reply before the first user message is never sent, so neither are its calls.
+    assert unanswered_calls([a, b, answered_y]) == []
     assert unanswered_calls([]) == []
 
 

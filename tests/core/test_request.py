@@ -1,7 +1,8 @@
 """The request builder: any stored history becomes a request that keeps the rule.
 
 Property-based (hypothesis) over random histories: calls, results, orphans, duplicates,
-user messages interleaved, unknown rows, failed replies, other runs' messages.
+user messages interleaved, unknown rows, failed replies, other runs' messages, empty and
+whitespace-only text, images without data, histories not starting with a user message.
 """
 
 from __future__ import annotations
@@ -12,22 +13,53 @@ from hypothesis import strategies as st
 from core.messages import (
     AnyMessage,
     AssistantMessage,
+    ImageContent,
+    TextContent,
     ToolResultMessage,
+    UnknownContent,
     UnknownMessage,
     UserMessage,
     user_text,
 )
-from core.request import RequestBuilder, RequestChecker, build_request, check_request, repair_words
+from core.request import (
+    RequestBuilder,
+    RequestChecker,
+    blank,
+    build_request,
+    check_request,
+    image_source,
+    repair_words,
+)
 from tests.helpers.histories import assistant as _assistant
 from tests.helpers.histories import histories
 from tests.helpers.histories import result as _result
 
 
+def _words(message: UserMessage) -> list[str]:
+    """The text of a user message that can be sent (blank text is never sent)."""
+    content = message.content
+    texts = [content] if isinstance(content, str) else [b.text for b in content if isinstance(b, TextContent)]
+    return [t for t in texts if not blank(t)]
+
+
+def _sendable_user(message: AnyMessage) -> bool:
+    if not isinstance(message, UserMessage):
+        return False
+    images = [] if isinstance(message.content, str) else [b for b in message.content if isinstance(b, ImageContent)]
+    return bool(_words(message)) or any(image_source(b) is not None for b in images)
+
+
+def _leading(history: list[AnyMessage]) -> int:
+    """How many messages come before the first user message that can be sent."""
+    return next((i for i, m in enumerate(history) if _sendable_user(m)), len(history))
+
+
 def _first_results(history: list[AnyMessage]) -> dict[str, tuple[AssistantMessage, ToolResultMessage]]:
-    """Call id -> (the sent assistant message that first made it, its first result after it)."""
+    """Call id -> (the sent assistant message that first made it, its first result after it);
+    replies before the first sendable user message are never sent, nor are their calls."""
     made: dict[str, AssistantMessage] = {}
     out: dict[str, tuple[AssistantMessage, ToolResultMessage]] = {}
-    for m in history:
+    for m in history[_leading(history) :]:
         if isinstance(m, AssistantMessage) and m.stop_reason != "error":
             for c in m.tool_calls:
                 made.setdefault(c.id, m)
@@ -39,27 +71,55 @@ def _first_results(history: list[AnyMessage]) -> dict[str, tuple[AssistantMessag
 @settings(max_examples=400, deadline=None)
 @given(histories())
 def test_the_built_request_keeps_the_rule_and_loses_nothing_that_may_be_sent(history: list[AnyMessage]) -> None:
+    for n, m in enumerate(history):
+        if isinstance(m, ToolResultMessage):
+            m.metadata["n"] = n  # which stored result a sent one is (blank text makes a copy)
     stored = [m.model_dump() for m in history]
     built = build_request(history)
     sent = list(built.messages)
 
-    assert check_request(sent) is None
+    # The rule holds for every message sent; the end is what needs_reply says (with every
+    # call answered), and a user message after it could always be sent.
+    assert check_request([*sent, user_text("next")]) is None
+    if not built.unanswered:
+        assert (check_request(sent) is None) == built.needs_reply
+    if sent:
+        assert isinstance(sent[0], UserMessage)
     assert [m.model_dump() for m in history] == stored, "stored rows were changed"
     assert not any(isinstance(m, UnknownMessage) for m in sent)
     assert not any(isinstance(m, AssistantMessage) and m.stop_reason == "error" for m in sent)
     # Every call that has a result is sent, right after its assistant message's text, with its first result.
     sent_calls = {c.id for m in sent if isinstance(m, AssistantMessage) for c in m.tool_calls}
-    sent_results = {id(m) for m in sent if isinstance(m, ToolResultMessage)}
+    sent_results = [m for m in sent if isinstance(m, ToolResultMessage)]
+    sent_ids = {m.metadata["n"] for m in sent_results}
     for call_id, (_, first) in _first_results(history).items():
         assert call_id in sent_calls, call_id
-        assert id(first) in sent_results, call_id
-    # User messages are all sent, in their order.
-    assert [id(m) for m in sent if isinstance(m, UserMessage)] == [id(m) for m in history if isinstance(m, UserMessage)]
+        assert first.metadata["n"] in sent_ids, call_id
+    # User messages that hold text or an image are all sent, in their order, without blank text.
+    assert [_words(m) for m in sent if isinstance(m, UserMessage)] == [_words(m) for m in history if _sendable_user(m)]
     # What is left out is said.
+    leading = _leading(history)
     left_out = sum(1 for m in history if isinstance(m, (ToolResultMessage, UnknownMessage))) - len(sent_results)
     left_out += sum(1 for m in history if isinstance(m, AssistantMessage) and m.stop_reason == "error")
-    said = sum(r.kind in ("duplicate_result", "orphan_result", "unknown_row", "failed_reply") for r in built.repairs)
-    assert said == left_out
+    left_out += sum(1 for m in history if isinstance(m, UserMessage) and not _sendable_user(m))
+    left_out += sum(
+        1
+        for m in history[:leading]
+        if isinstance(m, AssistantMessage) and m.stop_reason != "error" and any(_sent_block(b) for b in m.content)
+    )
+    kinds = ("duplicate_result", "orphan_result", "unknown_row", "failed_reply", "empty_user", "leading_reply")
+    assert sum(r.kind in kinds for r in built.repairs) == left_out
+    dataless = sum(
+        isinstance(b, ImageContent) and image_source(b) is None
+        for m in history
+        if isinstance(m, (UserMessage, ToolResultMessage)) and not isinstance(m.content, str)
+        for b in m.content
+    )
+    assert sum(r.kind == "image_left_out" for r in built.repairs) == dataless
+
+
+def _sent_block(block: object) -> bool:
+    return not (isinstance(block, TextContent) and blank(block.text))
 
 
 @settings(max_examples=200, deadline=None)
@@ -85,7 +145,12 @@ def test_fed_as_it_grows_the_builder_sends_what_one_pass_sends(history: list[Any
 @given(histories())
 def test_unanswered_calls_are_exactly_those_with_no_result_after_them(history: list[AnyMessage]) -> None:
     answered = _first_results(history)
-    made = [c.id for m in history if isinstance(m, AssistantMessage) and m.stop_reason != "error" for c in m.tool_calls]
+    made = [
+        c.id
+        for m in history[_leading(history) :]
+        if isinstance(m, AssistantMessage) and m.stop_reason != "error"
+        for c in m.tool_calls
+    ]
     expected = [c for c in dict.fromkeys(made) if c not in answered]
     assert [u.call.id for u in build_request(history).unanswered] == expected
 
@@ -153,17 +218,92 @@ def test_the_builder_grows_its_own_list_in_place_when_every_call_is_answered() -
 
 
 def test_the_rule_names_what_is_wrong() -> None:
-    assert check_request([_assistant("c1"), user_text("x"), _result("c1")]) == (
-        "Message 1 (user) comes before the results of tool call(s) c1."
+    go = user_text("go")
+    assert check_request([go, _assistant("c1"), user_text("x"), _result("c1")]) == (
+        "Message 2 (user) comes before the results of tool call(s) c1."
     )
     assert check_request([user_text("x"), _result("c9")]) == (
         "Message 1 is a tool result for c9, which is not a call awaiting its result."
     )
-    assert check_request([_assistant("c1")]) == "Tool call(s) c1 have no result at the end of the request."
+    assert check_request([go, _assistant("c1")]) == "Tool call(s) c1 have no result at the end of the request."
     assert check_request([UnknownMessage(role="system")]) == "Message 0 has the unknown role 'system'."
-    assert check_request([_assistant("c1"), _result("c1"), _assistant("c1"), _result("c1")]) == (
-        "Message 2 repeats the tool call id c1."
+    assert check_request([go, _assistant("c1"), _result("c1"), _assistant("c1"), _result("c1")]) == (
+        "Message 3 repeats the tool call id c1."
     )
+    assert check_request([_assistant(text="hi"), go]) == (
+        "The request starts with an assistant message; the first message must be a user message."
+    )
+    assert check_request([go, _assistant(text="answer  ")]) == (
+        "The request ends with an assistant message (message 1, a prefill); it must end with a user message or a "
+        "tool result."
+    )
+    assert check_request([]) == "The request has no messages."
+    assert check_request([user_text("   ")]) == "Message 0 (user) has no text or image to send."
+    assert check_request([UserMessage(content=[TextContent(text="a"), TextContent(text=" ")])]) == (
+        "Message 0 has an empty or whitespace-only text block."
+    )
+    assert check_request([UserMessage(content="")]) == "Message 0 (user) is empty or only whitespace."
+    assert check_request([UserMessage(content=[UnknownContent(type="document")])]) == (
+        "Message 0 (user) has no text or image to send."
+    )
+    no_data = UserMessage(content=[TextContent(text="look"), ImageContent()])
+    assert check_request([no_data]) == "Message 0 has an image without data."
+
+
+# --- what may be sent, and whether the model may be called ----------------------------------------
+
+
+def test_a_reply_stored_after_a_dangling_call_is_final_so_no_reply_is_needed() -> None:
+    # cubeloop continued a mid-tool thread: once c1 is settled (its result placed after
+    # its call) the request would end with cubeloop's reply, a prefill.
+    history = [user_text("go"), _assistant("c1", run="r1"), user_text("hi", run_id="r2"), _assistant(text="hello")]
+    assert not build_request(history).needs_reply
+    assert build_request([*history, _result("c1")]).messages[-1] is history[-1]
+    assert build_request(history[:2]).needs_reply  # the call is the last thing: its result follows it
+    assert build_request([*history, user_text("more")]).needs_reply
+
+
+def test_blank_text_is_left_out_and_a_user_message_with_nothing_to_send_is_said() -> None:
+    history = [
+        UserMessage(content=[TextContent(text="look"), TextContent(text="  ")]),
+        _assistant(text="seen"),
+        UserMessage(content=" \n"),
+        UserMessage(content=[UnknownContent(type="document")]),
+    ]
+    built = build_request(history)
+    assert [m.role for m in built.messages] == ["user", "assistant"]
+    assert built.messages[0].content == [TextContent(text="look")]
+    assert not built.needs_reply
+    assert repair_words(built.repairs) == ["2 user messages with nothing to send left out of what is sent"]
+
+
+def test_replies_before_the_first_user_message_are_left_out_with_their_calls() -> None:
+    history = [
+        UserMessage(content=[UnknownContent(type="document")]),
+        _assistant("c1", text="about that document"),
+        _result("c1"),
+        user_text("and now?"),
+    ]
+    built = build_request(history)
+    assert built.messages == [history[3]]
+    assert built.unanswered == ()
+    assert repair_words(built.repairs) == [
+        "1 orphan tool result left out of what is sent",
+        "1 user message with nothing to send left out of what is sent",
+        "1 reply before the first user message left out of what is sent",
+    ]
+    # The tail of a thread (its summary) starts with a reply: that one is not leading.
+    assert [m.role for m in build_request(history[1:3], tail=True).messages] == ["assistant", "tool_result"]
+
+
+def test_an_image_is_sent_with_its_data_in_either_shape_and_left_out_without_any() -> None:
+    ours = ImageContent(data="iVBORw0KGgo=", mime_type="image/png")
+    url = ImageContent.model_validate({"type": "image", "source": {"type": "url", "url": "https://x/y.png"}})
+    empty = ImageContent.model_validate({"type": "image", "source": "", "media_type": "image/png"})
+    message = UserMessage(content=[TextContent(text="q"), ours, url, empty, ImageContent()])
+    built = build_request([message])
+    assert built.messages[0].content == [TextContent(text="q"), ours, url]
+    assert repair_words(built.repairs) == ["2 images without data left out of what is sent"]
 
 
 # --- the loop on any history -------------------------------------------------------------------
@@ -198,4 +338,29 @@ async def test_a_run_on_any_history_settles_every_call_and_is_never_refused(hist
                 issuers.setdefault(c.id, m.run_id)  # a reused id belongs to its first call
     for settled in transcript[len(history) :]:
         if isinstance(settled, ToolResultMessage):
-            assert settled.run_id == (issuers[settled.tool_call_id] or "run-new")
+            assert settled.run_id == issuers[settled.tool_call_id]  # None stays None: cubeloop groups by it
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories())
+async def test_resumed_on_any_history_the_model_is_called_only_when_a_reply_is_needed(
+    history: list[AnyMessage],
+) -> None:
+    # No prompt: the run settles what is dangling, then calls the model only if the
+    # request would end with a user message or a tool result (never a prefill).
+    import asyncio
+
+    from core.loop import LoopConfig, run_loop
+    from core.providers.faux import FauxProvider
+
+    async def nothing(event: object) -> None:
+        return None
+
+    provider = FauxProvider(["ok"])
+    transcript = list(history)
+    outcome = await run_loop(transcript, LoopConfig(provider, run_id="run-new"), nothing, asyncio.Event())
+    assert outcome == "completed", transcript[-1]
+    assert len(provider.requests) == (1 if build_request(history).needs_reply else 0)
+    if provider.requests:
+        assert check_request(provider.requests[0].messages) is None
+    assert not build_request(transcript).unanswered

@@ -1,6 +1,8 @@
 """Random stored histories for property-based tests (hypothesis): as any writer might
 leave them - calls, results, orphans, duplicates, reused call ids, user messages
-interleaved, unknown rows, failed replies, messages of several runs."""
+interleaved, unknown rows, failed replies, messages of several runs, empty and
+whitespace-only text, user messages with nothing to send, images with and without data,
+and histories that do not start with a sendable user message."""
 
 from __future__ import annotations
 
@@ -9,10 +11,13 @@ from hypothesis import strategies as st
 from core.messages import (
     AnyMessage,
     AssistantMessage,
+    ImageContent,
     TextContent,
     ToolCall,
     ToolResultMessage,
+    UnknownContent,
     UnknownMessage,
+    UserMessage,
     user_text,
 )
 
@@ -31,11 +36,48 @@ def result(call_id: str, run: str | None = "r1") -> ToolResultMessage:
 
 _RUNS = st.sampled_from(["r1", "r2", None])
 
+PNG = "iVBORw0KGgo="
+"""A few base64 bytes standing for an image."""
+
+_IMAGES = st.sampled_from(
+    [
+        ImageContent(data=PNG, mime_type="image/png"),
+        ImageContent.model_validate({"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}),
+        ImageContent(),  # no data at all
+        ImageContent.model_validate({"type": "image", "source": "", "media_type": "image/png"}),
+    ]
+)
+_TEXT = st.sampled_from(["u", "", "  ", "\n\t"])
+
+
+@st.composite
+def _user(draw: st.DrawFn, run: str | None) -> UserMessage:
+    # Text (perhaps empty or only whitespace), a plain string, images, an unknown block.
+    shape = draw(st.sampled_from(["text", "text", "string", "mixed"]))
+    if shape == "text":
+        return user_text(draw(_TEXT), run_id=run)
+    if shape == "string":
+        return UserMessage(content=draw(_TEXT), run_id=run)
+    blocks = draw(
+        st.lists(
+            st.one_of(_TEXT.map(lambda t: TextContent(text=t)), _IMAGES, st.just(UnknownContent(type="document"))),
+            min_size=0,
+            max_size=3,
+        )
+    )
+    return UserMessage(content=blocks, run_id=run)
+
 
 @st.composite
 def histories(draw: st.DrawFn) -> list[AnyMessage]:
-    """A stored history as any writer might leave it."""
-    out: list[AnyMessage] = [user_text("start", run_id="r1")]
+    """A stored history as any writer might leave it; most start with a user message
+    that can be sent, the rest with one that cannot, or with a reply."""
+    start = draw(st.sampled_from(["user"] * 6 + ["nothing", "reply"]))
+    out: list[AnyMessage] = []
+    if start == "user":
+        out.append(user_text("start", run_id="r1"))
+    elif start == "nothing":
+        out.append(UserMessage(content=[UnknownContent(type="document")], run_id="r1"))
     issued: list[str] = []
     counter = 0
     for _ in range(draw(st.integers(0, 30))):
@@ -44,7 +86,7 @@ def histories(draw: st.DrawFn) -> list[AnyMessage]:
         )
         run = draw(_RUNS)
         if kind == "user":
-            out.append(user_text("u", run_id=run))
+            out.append(draw(_user(run)))
         elif kind in ("assistant", "failed"):
             ids = []
             for _ in range(draw(st.integers(0, 3))):
@@ -54,9 +96,15 @@ def histories(draw: st.DrawFn) -> list[AnyMessage]:
                     counter += 1
                     ids.append(f"c{counter}")
             issued.extend(ids)
-            out.append(assistant(*ids, run=run, stop="error" if kind == "failed" else None, text="t"))
+            text = draw(st.sampled_from(["t", "t", "", " "]))
+            reply = assistant(*ids, run=run, stop="error" if kind == "failed" else None, text="x")
+            reply.content[0] = TextContent(text=text)  # empty or whitespace-only text, sometimes
+            out.append(reply)
         elif kind == "result" and issued:
-            out.append(result(draw(st.sampled_from(issued)), run))
+            answer = result(draw(st.sampled_from(issued)), run)
+            if draw(st.integers(0, 3)) == 0:
+                answer.content = [TextContent(text=draw(_TEXT)), draw(_IMAGES)]
+            out.append(answer)
         elif kind == "orphan":
             out.append(result(f"x{draw(st.integers(0, 99))}", run))
         elif kind == "unknown":

@@ -30,7 +30,7 @@ EXPECTED = {
     "orphan": "completed · 1 orphan result",
     "unknown": "completed · 1 row of unknown role",
     "unreadable": "completed · 1 unreadable row",
-    "interleaved": "crashed at point 2 (after tool result) · another run wrote between 1 tool call and its result",
+    "interleaved": "completed · another run wrote between 1 tool call and its result",  # the late result is placed; the reply is final
     "failed": "failed",
     "waiting": "waiting for an answer: Ship it to production?",
 }

@@ -28,6 +28,17 @@ from tui.text import clean, literal, one_line, short_json
 from tui.widgets.crash_banner import crash_headline
 
 INTERRUPT_WORDS = "marked interrupted, not re-run"
+
+_SETTLE_HEADING = "Each call without a result is settled first, then the model is called again:"
+_SETTLE_HEADINGS = {
+    ResumeAction.SETTLE_THEN_WAIT: (
+        "Each call without a result is settled; then the thread waits for your next message (the last reply "
+        "is final, so the model is not called):"
+    ),
+    ResumeAction.RETRY_MODEL_CALL: (
+        "Each call without a result is settled first, then the failed model call is retried:"
+    ),
+}
 """What resume does with a call it does not run again (the default for a tool that is not idempotent)."""
 
 RERUN_ANYWAY_WORDS = "re-run anyway (not idempotent: its effects may happen twice)"
@@ -108,11 +119,8 @@ class ResumeModal(OnceModal[ResumeDecision | None]):
                 head.append_text(literal(diagnosis.detail))
             yield Static(head, classes="body")
             with VerticalScroll(id="resume-body"):
-                if plan.action is ResumeAction.SETTLE_THEN_CALL_MODEL:
-                    yield Static(
-                        Text("Each call without a result is settled first, then the model is called again:"),
-                        classes="body",
-                    )
+                if plan.calls and plan.action is not ResumeAction.NONE:
+                    yield Static(Text(_SETTLE_HEADINGS.get(plan.action, _SETTLE_HEADING)), classes="body")
                     for index, call in enumerate(plan.calls):
                         yield from self._call_rows(index, call)
                 else:

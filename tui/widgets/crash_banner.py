@@ -47,16 +47,11 @@ def describe(diagnosis: Diagnosis) -> Text:
         text.append(f"  — {dangling.status_words}", style="italic")
     text.append("\n")
     text.append("r: ", style="bold")
-    if diagnosis.action is ResumeAction.SETTLE_THEN_CALL_MODEL:
+    if diagnosis.dangling and diagnosis.action is not ResumeAction.NONE:
         # What happens to each call depends on the agent's tools and their jobs: the
         # confirmation shows it call by call (and the choices) before anything runs.
-        text.append(
-            "shows what resume will do with each call and asks first: an idempotent tool is re-run "
-            "(or its done job's result reused), any other call is marked interrupted unless you choose "
-            "to re-run it; then the model is called again."
-        )
-    else:
-        text.append(diagnosis.resume_plan)
+        text.append("shows what resume will do with each call and asks first. ")
+    text.append(diagnosis.resume_plan)
     return text
 
 
