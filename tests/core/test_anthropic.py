@@ -301,6 +301,29 @@ def test_tool_results_open_the_user_turn_even_when_user_text_was_saved_before_th
     ]
 
 
+def test_an_image_is_sent_in_the_shape_it_has_and_one_without_data_is_left_out():
+    base64 = {"type": "base64", "media_type": "image/png", "data": "aGk="}
+    url = {"type": "url", "url": "https://example.com/a.png"}
+    blocks = [
+        {"type": "text", "text": "look"},
+        {"type": "image", "source": base64},  # the API's own shape
+        {"type": "image", "source": url},
+        {"type": "image", "source": "", "media_type": "image/png"},  # cubeloop's shape, no bytes
+        {"type": "image"},
+    ]
+    api = to_api_messages([UserMessage.model_validate({"role": "user", "content": blocks})])
+    assert api == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image", "source": base64},
+                {"type": "image", "source": url},
+            ],
+        }
+    ]
+
+
 async def test_thinking_budget_and_redacted_thinking_round_trip():
     redacted = sse(
         message_start(),

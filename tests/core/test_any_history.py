@@ -14,18 +14,20 @@ from cubeloop.agent._tool_cycle import check_tool_cycle
 from cubeloop.checkpointer.sqlite import SQLiteCheckpointer as CubeloopSQLite
 from cubeloop.hitl.types import AskRequest, HitlRequest, Question
 from cubeloop.providers import base as cubeloop_messages
+from hypothesis import given, settings
 
 from core.agent import Agent
 from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.errors import WaitingForAnswerError
-from core.messages import AnyMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
+from core.errors import EmptyMessageError, NothingToResumeError, WaitingForAnswerError
+from core.messages import AnyMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage, user_text
 from core.providers.anthropic import to_api_messages
 from core.providers.base import ModelRequest
-from core.providers.faux import FauxProvider
+from core.providers.faux import FauxProvider, faux_reply
 from core.recovery import CrashPoint, ResumeAction, ThreadState, diagnose
 from core.request import check_request
 from core.tools import tool
+from tests.helpers.histories import histories
 
 
 def _call(call_id: str, run: str, name: str = "lookup") -> AssistantMessage:
@@ -270,3 +272,109 @@ def test_the_question_is_read_from_each_kind_of_request() -> None:
         == "A? / B?"
     )
     assert PendingRequest("not json").question == "(a request this version cannot read)"
+
+
+# --- what the plan says is what resume does -------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(histories())
+async def test_on_any_history_resume_calls_the_model_exactly_when_its_plan_says_so(history: list[AnyMessage]) -> None:
+    store = await _store(history, open_runs=("r1", "r2"))
+    model = FauxProvider(fallback=lambda request: faux_reply("ok"))
+    agent = Agent(model, store, "t")
+    plan = await agent.plan_resume()
+    calls = plan.action in (ResumeAction.CALL_MODEL, ResumeAction.SETTLE_THEN_CALL_MODEL, ResumeAction.RETRY_MODEL_CALL)
+    said = "calls the model again" in plan.sentence or "retries the failed model call" in plan.sentence
+    assert said == calls, plan.sentence
+    if plan.action is ResumeAction.NONE:
+        with pytest.raises(NothingToResumeError):
+            await agent.resume()
+        return
+    assert await agent.resume() == "completed", agent.state.error
+    assert len(model.requests) == (1 if calls else 0)
+    for request in model.requests:
+        assert check_request(request.messages) is None
+
+
+# --- empty prompts ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t"])
+async def test_an_empty_or_whitespace_prompt_is_refused_with_one_sentence_and_nothing_is_saved(text: str) -> None:
+    store = MemoryCheckpointer()
+    model = FauxProvider(["never"])
+    agent = Agent(model, store, "t")
+    with pytest.raises(EmptyMessageError) as refused:
+        await agent.prompt(text)
+    assert str(refused.value) == "The prompt is empty; type some text to send."
+    assert await store.load("t") is None and model.requests == []
+    assert not agent.state.is_running
+
+
+# --- the words of a failed thread's plan ----------------------------------------------------------
+
+
+async def test_a_failed_thread_with_dangling_calls_is_planned_in_the_words_of_what_resume_does() -> None:
+    ran: list[str] = []
+
+    @tool(idempotent=True)
+    async def fetch() -> str:
+        """Fetch (safe to repeat)."""
+        ran.append("fetch")
+        return "fetched"
+
+    @tool
+    async def send() -> str:
+        """Send (not safe to repeat)."""
+        ran.append("send")
+        return "sent"
+
+    history = [
+        user_text("hi", run_id="r0"),
+        AssistantMessage(
+            content=[ToolCall(id="c1", name="fetch"), ToolCall(id="c2", name="send")],
+            stop_reason="tool_use",
+            run_id="r0",
+        ),
+        _reply("", "r0", stop="error", error="overloaded"),
+    ]
+    store = await _store(history, open_runs=("r0",))
+    agent = Agent(FauxProvider(["Done."]), store, "t", tools=[fetch, send])
+    plan = await agent.plan_resume()
+    assert plan.action is ResumeAction.RETRY_MODEL_CALL
+    # The diagnosis does not know the tools: it states the rule resume applies, not "interrupted".
+    assert plan.diagnosis.resume_plan == (
+        "Resume first settles fetch (c1), send (c2) (a call of an idempotent tool is re-run (or its done job's "
+        "result reused), any other call is recorded as interrupted (its effects must be checked) unless you choose "
+        "to re-run it), retries the failed model call with the saved conversation; the failed reply is not sent "
+        "and no call that has its result runs again."
+    )
+    assert plan.sentence == (
+        "Resume first settles each dangling call - fetch (c1): may have started; it is idempotent, so it runs again. "
+        "send (c2): may have started; it is recorded as interrupted and not run again (its effects must be checked). "
+        "Then it retries the failed model call with the saved conversation; the failed reply is not sent and no "
+        "call that has its result runs again."
+    )
+    assert await agent.resume() == "completed"
+    assert ran == ["fetch"]
+
+
+# --- settled results of calls written without a run id -----------------------------------------
+
+
+async def test_a_call_without_a_run_id_is_settled_with_none_so_cubeloops_per_run_check_passes() -> None:
+    history = [
+        UserMessage(content=[TextContent(text="hi")]),
+        AssistantMessage(content=[ToolCall(id="c1", name="lookup")], stop_reason="tool_use"),
+    ]
+    store = await _store(history)
+    agent = Agent(FauxProvider(["Ok."]), store, "t")
+    assert await agent.resume() == "completed"
+    data = await store.load("t")
+    settled = data.messages[2]
+    assert isinstance(settled, ToolResultMessage) and settled.tool_call_id == "c1"
+    assert settled.run_id is None
+    assert data.messages[3].run_id == agent.state.run_id  # the reply is the resume run's
+    for run in {m.run_id for m in data.messages}:
+        check_tool_cycle([m for m in _as_cubeloop(data.messages) if m.run_id == run])

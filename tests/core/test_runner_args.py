@@ -34,3 +34,14 @@ def test_resuming_an_unknown_thread_says_there_is_no_such_thread(
     code = main(["run", "--db", str(db), "--thread", "nosuch", "--resume", "--demo"])
     err = capsys.readouterr().err.strip()
     assert code == BAD_INPUT and err == f"There is no thread 'nosuch' in {db}, so there is nothing to resume."
+
+
+@pytest.mark.parametrize("prompt", ["", "   "])
+def test_an_empty_prompt_is_refused_by_the_agents_own_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], prompt: str
+) -> None:
+    db = tmp_path / "t.sqlite"
+    code = main(["run", "--db", str(db), "--thread", "t1", "--demo", prompt])
+    err = capsys.readouterr().err.strip()
+    assert code == BAD_INPUT and err == "The prompt is empty; type some text to send."
+    assert not db.exists()  # refused before anything was opened

@@ -16,6 +16,7 @@ from tui.app import make_app
 from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
+from tui.widgets.crash_banner import describe
 
 
 def _final(text: str, run: str, stop: str = "stop", error: str | None = None) -> AssistantMessage:
@@ -168,3 +169,15 @@ async def test_r_on_a_failed_thread_retries_the_model_call_and_the_thread_goes_o
     assert data.messages[1].stop_reason == "error"
     assert data.messages[2].run_id != "a" and data.messages[-1].stop_reason == "stop"
     assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+
+
+def test_the_banner_of_a_thread_another_writer_continued_says_resume_settles_then_waits() -> None:
+    # The call c1 was left unanswered before a later, final reply: settled, it would leave
+    # that reply last in what is sent, so resume does not call the model.
+    call = AssistantMessage(content=[ToolCall(id="c1", name="lookup")], stop_reason="tool_use", run_id="r0")
+    history = [user_text("look", run_id="r0"), call, user_text("go on", run_id="r1"), _final("Went on.", "r1")]
+    text = describe(diagnose(history)).plain
+    assert text.startswith("Crashed mid-tool (point 3)")
+    assert "r: shows what resume will do with each call and asks first. Resume first settles lookup (c1)" in text
+    assert text.endswith("then waits for your next message: the last reply is final, so the model is not called.")
+    assert "model is called again" not in text and "calls the model" not in text
