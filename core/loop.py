@@ -94,10 +94,11 @@ class LoopConfig:
     the thread's job store for idempotent tools (``None``: they simply run). Each settled
     result carries the ``run_id`` of the run that issued its call (cubeloop checks tool
     cycles per run, ``cubeloop/agent/_tool_cycle.py``), ``None`` when its assistant
-    message has none (rows written before run ids: the result joins the same group), unless
-    that run is in ``completed_runs``: a store refuses messages naming a completed run,
-    so such a result carries this run's id (its call and result then sit in different
-    runs, which cubeloop's per-run check reports; nothing better can be stored). Raises :class:`~core.errors.ToolDefinitionError` when two tools share a name.
+    message has none (rows written before run ids: the result joins the same group),
+    unless that run is in ``completed_runs``: a store refuses messages naming a completed
+    run, so such a result carries this run's id (its call and result then sit in
+    different runs, which cubeloop's per-run check reports; nothing better can be
+    stored). Raises :class:`~core.errors.ToolDefinitionError` when two tools share a name.
     """
 
     provider: Provider

@@ -20,6 +20,13 @@ Whatever the state, what the request builder (:mod:`core.request`) has to leave 
 place, unreadable rows and writes another run interleaved are said in
 :attr:`Diagnosis.notes`.
 
+Whether resume calls the model is decided by the one test the loop makes,
+:attr:`core.request.BuiltRequest.needs_reply` (what is sent, once dangling calls are
+settled, ends with a user message or a tool result): when the request would end with a
+reply, that reply is final and resume settles, then waits for the user
+(``SETTLE_THEN_WAIT``, ``WAIT_FOR_USER``) instead of calling the model - e.g. a result
+stored after a later reply is placed after its call and is not a point-2 crash.
+
 For mid-tool, :func:`plan_call` decides each dangling call's settlement from facts the
 agent gathers (is the tool known, idempotent, is its job done) and :class:`ResumePlan`
 applies the user's choices (:meth:`ResumePlan.settlement`).
@@ -179,39 +186,40 @@ class Diagnosis:
         if self.action is ResumeAction.CALL_MODEL:
             return "Resume calls the model again with the saved conversation."
         if self.action is ResumeAction.RETRY_MODEL_CALL:
-            return f"Resume {_settle_words(self.dangling)}{_RETRY_WORDS if self.dangling else _RETRY_ONLY_WORDS}"
+            return _settle_words(self.dangling) + _RETRY_WORDS if self.dangling else f"Resume {_RETRY_ONLY_WORDS}"
         if self.action is ResumeAction.WAIT_FOR_USER:
             return "The last reply is final: resume closes the run and waits for your next message."
         if self.action is ResumeAction.SETTLE_THEN_CALL_MODEL:
-            return f"Resume {_settle_words(self.dangling)}then calls the model again."
+            return _settle_words(self.dangling) + _CALL_WORDS
         if self.action is ResumeAction.SETTLE_THEN_WAIT:
-            return f"Resume {_settle_words(self.dangling)}{_WAIT_WORDS}"
+            return _settle_words(self.dangling) + _WAIT_WORDS
         if self.state is ThreadState.WAITING:
             return "Nothing to resume: the thread waits for an answer to its question, in the program that asked it."
         return "Nothing to resume; send a new message to continue."
 
 
 SETTLE_RULE = (
-    "a call of an idempotent tool is re-run (or its done job's result reused), any other call is recorded as "
-    "interrupted (its effects must be checked) unless you choose to re-run it"
+    "a call of an idempotent tool is re-run or its done job's result reused, and any other call is recorded "
+    "as interrupted, its effects to be checked, unless you choose to re-run it"
 )
 """How resume settles dangling calls by default, in words: the rule of :func:`default_settlement`."""
 
 _RETRY_WORDS = (
-    "retries the failed model call with the saved conversation; the failed reply is not sent and no call "
-    "that has its result runs again."
+    "retries the failed model call with the saved conversation (the failed reply is not sent, and no call "
+    "that has its result runs again)."
 )
+_CALL_WORDS = "calls the model again."
 _RETRY_ONLY_WORDS = (
     "retries the failed model call with the saved conversation; the failed reply is not sent and no tool runs again."
 )
-_WAIT_WORDS = "then waits for your next message: the last reply is final, so the model is not called."
+_WAIT_WORDS = "waits for your next message (the last reply is final, so the model is not called)."
 
 
 def _settle_words(dangling: Sequence[DanglingCall]) -> str:
     if not dangling:
-        return ""
+        return "Resume "
     names = ", ".join(f"{d.call.name} ({d.call.id})" for d in dangling)
-    return f"first settles {names} ({SETTLE_RULE}), "
+    return f"Resume first settles {names}: {SETTLE_RULE}; then it "
 
 
 JOURNALED_KEY = "cubepi_journaled"
@@ -546,8 +554,8 @@ class ResumePlan:
 
 _THEN = {
     ResumeAction.RETRY_MODEL_CALL: "Then it " + _RETRY_WORDS,
-    ResumeAction.SETTLE_THEN_CALL_MODEL: "Then it calls the model again.",
-    ResumeAction.SETTLE_THEN_WAIT: "It " + _WAIT_WORDS,
+    ResumeAction.SETTLE_THEN_CALL_MODEL: "Then it " + _CALL_WORDS,
+    ResumeAction.SETTLE_THEN_WAIT: "Then it " + _WAIT_WORDS,
 }
 
 

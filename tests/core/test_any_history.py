@@ -88,9 +88,9 @@ def test_an_unanswered_call_before_a_later_reply_is_diagnosed_mid_tool() -> None
         "1 later reply went on without them."
     )
     assert diagnosis.resume_plan == (
-        "Resume first settles lookup (c1) (a call of an idempotent tool is re-run (or its done job's result "
-        "reused), any other call is recorded as interrupted (its effects must be checked) unless you choose to "
-        "re-run it), then waits for your next message: the last reply is final, so the model is not called."
+        "Resume first settles lookup (c1): a call of an idempotent tool is re-run or its done job's result "
+        "reused, and any other call is recorded as interrupted, its effects to be checked, unless you choose to "
+        "re-run it; then it waits for your next message (the last reply is final, so the model is not called)."
     )
 
 
@@ -100,8 +100,8 @@ async def test_resume_settles_it_with_the_issuing_run_and_waits_without_calling_
     agent = Agent(model, store, "t")
     assert (await agent.plan_resume()).sentence == (
         "Resume first settles each dangling call - lookup (c1): may have started; this agent does not have that "
-        "tool, so it is recorded as interrupted. It then waits for your next message: the last reply is final, "
-        "so the model is not called."
+        "tool, so it is recorded as interrupted. Then it waits for your next message (the last reply is final, "
+        "so the model is not called)."
     )
     assert await agent.resume() == "completed"
 
@@ -345,16 +345,16 @@ async def test_a_failed_thread_with_dangling_calls_is_planned_in_the_words_of_wh
     assert plan.action is ResumeAction.RETRY_MODEL_CALL
     # The diagnosis does not know the tools: it states the rule resume applies, not "interrupted".
     assert plan.diagnosis.resume_plan == (
-        "Resume first settles fetch (c1), send (c2) (a call of an idempotent tool is re-run (or its done job's "
-        "result reused), any other call is recorded as interrupted (its effects must be checked) unless you choose "
-        "to re-run it), retries the failed model call with the saved conversation; the failed reply is not sent "
-        "and no call that has its result runs again."
+        "Resume first settles fetch (c1), send (c2): a call of an idempotent tool is re-run or its done job's "
+        "result reused, and any other call is recorded as interrupted, its effects to be checked, unless you "
+        "choose to re-run it; then it retries the failed model call with the saved conversation (the failed "
+        "reply is not sent, and no call that has its result runs again)."
     )
     assert plan.sentence == (
         "Resume first settles each dangling call - fetch (c1): may have started; it is idempotent, so it runs again. "
         "send (c2): may have started; it is recorded as interrupted and not run again (its effects must be checked). "
-        "Then it retries the failed model call with the saved conversation; the failed reply is not sent and no "
-        "call that has its result runs again."
+        "Then it retries the failed model call with the saved conversation (the failed reply is not sent, and no "
+        "call that has its result runs again)."
     )
     assert await agent.resume() == "completed"
     assert ran == ["fetch"]

@@ -342,7 +342,7 @@ async def test_resuming_a_mid_tool_thread_cubeloop_continued_settles_and_waits_w
         plan = await agent.plan_resume()
         assert plan.action is ResumeAction.SETTLE_THEN_WAIT
         assert plan.sentence.endswith(
-            "then waits for your next message: the last reply is final, so the model is not called."
+            "Then it waits for your next message (the last reply is final, so the model is not called)."
         )
         assert "calls the model" not in plan.sentence and "calls the model" not in plan.diagnosis.resume_plan
         assert await agent.resume() == "completed"

@@ -68,7 +68,7 @@ async def test_list_threads_gives_the_same_verdict(
     assert [r.completed for r in summary.runs] == [r["completed"] for r in thread["runs"]]
     assert summary.first_prompt.startswith(f"Scenario {thread['thread_id']}:")
 
-    diagnosis = diagnose(summary.tail, summary.runs)
+    diagnosis = diagnose(summary.tail, summary.runs, tail_only=True)
     assert (diagnosis.state, diagnosis.crash_point) == EXPECTED[thread["crash_point"]]
     assert [d.call.id for d in diagnosis.dangling] == thread["unanswered_tool_call_ids"]
 

@@ -332,7 +332,7 @@ async def test_a_run_on_any_history_settles_every_call_and_is_never_refused(hist
     assert check_request(provider.requests[0].messages) is None
     # Settled results carry the run that made their call.
     issuers: dict[str, str | None] = {}
-    for m in history:
+    for m in history[_leading(history) :]:  # a reply before the first user message is never sent
         if isinstance(m, AssistantMessage) and m.stop_reason != "error":
             for c in m.tool_calls:
                 issuers.setdefault(c.id, m.run_id)  # a reused id belongs to its first call

@@ -179,5 +179,5 @@ def test_the_banner_of_a_thread_another_writer_continued_says_resume_settles_the
     text = describe(diagnose(history)).plain
     assert text.startswith("Crashed mid-tool (point 3)")
     assert "r: shows what resume will do with each call and asks first. Resume first settles lookup (c1)" in text
-    assert text.endswith("then waits for your next message: the last reply is final, so the model is not called.")
+    assert text.endswith("then it waits for your next message (the last reply is final, so the model is not called).")
     assert "model is called again" not in text and "calls the model" not in text
