@@ -30,7 +30,7 @@ list, which is how a reader tells a live partial from a message it already loade
                             reads the row late still counts down right. The reader's clock
                             must be close to it: the same machine, or hosts kept within a
                             fraction of a second by NTP, as with a shared database file. A
-                            wait is over at the next delta, ``message_end`` or ``agent_end``
+                            wait is over at the next delta, ``message_end`` or ``agent_end``.
 ``agent_end``               ``run_id``, ``outcome``, ``error``
 ==========================  =========================================================
 """
