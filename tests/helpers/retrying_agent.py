@@ -23,8 +23,8 @@ from core.messages import AssistantMessage, TextContent
 from core.providers.base import ABORTED_TEXT, ModelRequest, error_reply
 from core.runner import AgentSpec
 
-WAIT_SECONDS = 30.0
-"""The announced wait, in seconds: far longer than a follower takes to show it."""
+WAIT_SECONDS = 60.0
+"""The announced wait, in seconds: far longer than a follower on a loaded machine takes to show it."""
 
 FAILED = "rate-limited"
 """The gate file that ends the first attempt, with a rate limit."""

@@ -94,7 +94,7 @@ async def test_a_retry_wait_is_printed_and_followed_from_another_process(db: Pat
     out, err = runner.output()
     assert out.splitlines() == [
         "user: Summarise the sales",
-        "model call: rate limited, retrying in 30 s (attempt 2 of 5)",
+        "model call: rate limited, retrying in 60 s (attempt 2 of 5)",
         f"assistant: {retrying_agent.REPLY}",
         "run completed",
     ]
