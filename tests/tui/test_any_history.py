@@ -168,3 +168,47 @@ async def test_r_on_a_failed_thread_retries_the_model_call_and_the_thread_goes_o
     assert data.messages[1].stop_reason == "error"
     assert data.messages[2].run_id != "a" and data.messages[-1].stop_reason == "stop"
     assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+
+
+async def test_the_picker_reads_what_lies_before_the_tail(tmp_path: Path) -> None:
+    # The picker lists threads from their tails (the last assistant message on), yet a
+    # dangling call before a later reply, or bad rows earlier in the thread, must show too.
+    path = tmp_path / "threads.sqlite"
+    store = await SQLiteCheckpointer.open(path, create=True)
+    try:
+        for run in ("r0", "r1"):
+            await store.claim_run("earlier-call", run)
+        call = AssistantMessage(content=[ToolCall(id="c1", name="lookup")], stop_reason="tool_use", run_id="r0")
+        await store.append("earlier-call", [user_text("look", run_id="r0"), call])
+        await store.append("earlier-call", [user_text("go on", run_id="r1"), _final("Went on.", "r1")])
+        await store.mark_run_complete("earlier-call", "r1")
+        await store.claim_run("earlier-rows", "a")
+        await store.append("earlier-rows", [user_text("hi", run_id="a"), _final("Hello.", "a")])
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as c:
+        c.execute("INSERT INTO messages (thread_id, message_json, run_id) VALUES ('earlier-rows', '{not json', 'a')")
+        c.execute(
+            "INSERT INTO messages (thread_id, message_json, run_id) VALUES (?, ?, ?)",
+            ("earlier-rows", UnknownMessage(role="system", run_id="a").model_dump_json(), "a"),
+        )
+    store = await SQLiteCheckpointer.open(path, create=False)
+    try:
+        await store.append("earlier-rows", [user_text("again", run_id="a"), _final("Hello again.", "a")])
+        await store.mark_run_complete("earlier-rows", "a")
+    finally:
+        await store.close()
+
+    app = make_app(fast_session(path=path))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_for(pilot, lambda: len(app.threads_screen.rows) == 2, what="both rows")
+        _, whole = await app.session.load("earlier-call")
+        assert whole.state is ThreadState.CRASHED
+        await wait_for(
+            pilot,
+            lambda: (
+                {r.thread_id: r.state for r in app.threads_screen.rows}
+                == {"earlier-call": whole.label, "earlier-rows": "completed · 1 unreadable row · 1 row of unknown role"}
+            ),
+            what="the rows as the whole threads read",
+        )
