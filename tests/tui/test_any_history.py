@@ -212,3 +212,22 @@ async def test_the_picker_reads_what_lies_before_the_tail(tmp_path: Path) -> Non
             ),
             what="the rows as the whole threads read",
         )
+
+
+async def test_n_on_a_thread_with_unreadable_rows_refuses_before_anything_is_typed(tmp_path: Path) -> None:
+    # It used to ask for the prompt, then refuse it and drop what was typed.
+    path = tmp_path / "threads.sqlite"
+    await _threads(path)
+    app = make_app(fast_session(path=path), thread_id="unreadable")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
+        await pilot.press("n")
+        await wait_for(
+            pilot,
+            lambda: any(
+                "it can be read but not continued: start a new thread" in n.message for n in app._notifications
+            ),
+            what="the refusal",
+        )
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, ThreadScreen), "a prompt was asked for although it would be refused"

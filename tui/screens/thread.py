@@ -21,7 +21,7 @@ from textual.worker import Worker, WorkerState
 
 from core.agent import Agent
 from core.checkpoint.base import Command
-from core.errors import CubepiError, RunError
+from core.errors import CubepiError, RunError, UnreadableThreadError
 from core.events import AgentEvent, MessageEnd
 from core.messages import UserMessage
 from core.recovery import ResumeAction, ThreadState
@@ -82,17 +82,11 @@ class ThreadScreen(ThreadView):
 
     @work(exclusive=True, exit_on_error=False, group="agent")
     async def _run(self, kind: str, text: str | None) -> None:
-        if self._problems:
+        unreadable = self._unreadable()
+        if unreadable is not None:
             # Refuse before any question: an upgrade would be for nothing.
             self.session.pending_prompts.pop(self.thread_id, None)
-            first = self._problems[0]
-            self.post_message(
-                RunFinished(
-                    self.thread_id,
-                    error=f"Thread {self.thread_id!r} has {len(self._problems)} unreadable row(s) "
-                    f"(first: row {first.row_id}); it can be read but not continued.",
-                )
-            )
+            self.post_message(RunFinished(self.thread_id, error=str(unreadable)))
             return
         decision = ResumeDecision()
         if kind == "resume":
@@ -311,7 +305,17 @@ class ThreadScreen(ThreadView):
                 markup=False,
             )
             return
+        unreadable = self._unreadable()
+        if unreadable is not None:  # refused before anything is typed, so nothing typed is lost
+            self.notify(clean(str(unreadable)), severity="warning", timeout=8, markup=False)
+            return
         self._ask_prompt()
+
+    def _unreadable(self) -> UnreadableThreadError | None:
+        """Why this thread cannot be continued, when some of its stored rows are unreadable."""
+        if not self._problems:
+            return None
+        return UnreadableThreadError.of(self.thread_id, len(self._problems), self._problems[0].row_id)
 
     def action_earlier(self) -> None:
         """Show earlier messages, or say that every message is shown already."""
