@@ -231,3 +231,16 @@ async def test_n_on_a_thread_with_unreadable_rows_refuses_before_anything_is_typ
         )
         await pilot.pause(0.3)
         assert isinstance(app.screen, ThreadScreen), "a prompt was asked for although it would be refused"
+
+
+async def test_a_new_prompt_on_a_mid_tool_thread_says_how_its_calls_are_settled_first(fixture_copy: Path) -> None:
+    # A prompt settles a crashed run's calls by the defaults, which used to happen unannounced.
+    app = make_app(fast_session(path=fixture_copy), thread_id="crash-mid-tool")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
+        await pilot.press("n")
+        expected = squeezed(
+            "First, 1 tool call(s) without a result are settled as resume would by default (an idempotent tool "
+            "runs again, any other is recorded as interrupted); Escape, then r, to see and choose for each."
+        )
+        await wait_for(pilot, lambda: expected in squeezed(screen_text(app)), what="the hint")

@@ -330,7 +330,16 @@ class ThreadScreen(ThreadView):
 
     @work(exclusive=True, exit_on_error=False, group="input")
     async def _ask_prompt(self) -> None:
-        text = await self.app.push_screen_wait(TextInputModal("New prompt", f"Thread {self.thread_id}"))
+        hint = f"Thread {self.thread_id}"
+        dangling = self.diagnosis.dangling if self.diagnosis is not None else ()
+        if dangling:
+            # A prompt settles them by the defaults; r is where each can be chosen.
+            hint += (
+                f". First, {len(dangling)} tool call(s) without a result are settled as resume would by default "
+                "(an idempotent tool runs again, any other is recorded as interrupted); "
+                "Escape, then r, to see and choose for each."
+            )
+        text = await self.app.push_screen_wait(TextInputModal("New prompt", hint))
         if text:
             self.start_run("prompt", text)
 
