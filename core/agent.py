@@ -434,10 +434,7 @@ class Agent:
         await self._load()
         problems = self._state.problems
         if problems:
-            raise UnreadableThreadError(
-                f"Thread {self.thread_id!r} has {len(problems)} unreadable row(s) "
-                f"(first: row {problems[0].row_id}); it can be read but not continued."
-            )
+            raise UnreadableThreadError.of(self.thread_id, len(problems), problems[0].row_id)
         pending = self._state.pending_request
         if pending is not None:
             raise WaitingForAnswerError(

@@ -145,7 +145,17 @@ class ResumeChoiceError(RunError):
 
 
 class UnreadableThreadError(RunError):
-    """Raised when a run is asked of a thread whose stored rows cannot all be decoded."""
+    """Raised when a run is asked of a thread whose stored rows cannot all be decoded: what
+    such a row held (a tool result, a reply) is unknown, so nothing can be built on it."""
+
+    @classmethod
+    def of(cls, thread_id: str, count: int, first_row_id: object) -> UnreadableThreadError:
+        """The error for ``thread_id`` with ``count`` unreadable rows, the first at store row
+        ``first_row_id``; its sentence says what to do instead."""
+        return cls(
+            f"Thread {thread_id!r} has {count} unreadable row(s) (first: row {first_row_id}); it can be read "
+            "but not continued: start a new thread (n in the thread list) to go on."
+        )
 
 
 class WaitingForAnswerError(RunError):

@@ -4,8 +4,9 @@
 runner (a :class:`~core.supervise.Supervisor`, in any process) writes it:
 
 * ``messages``: the persisted messages, the record, loaded from the store;
-* ``partial`` / ``running_tools``: the reply streaming now and the tools running now,
-  rebuilt from the live-event log written after the last persisted message;
+* ``partial`` / ``running_tools`` / ``retry``: the reply streaming now, the tools running
+  now and the model call's retry wait, rebuilt from the live-event log written after the
+  last persisted message;
 * ``lease_view``: running here / elsewhere / crashed (:func:`core.supervise.lease_status`);
 * ``commands``: the thread's commands not settled yet (pending or delivered).
 
@@ -48,7 +49,7 @@ from core.checkpoint.base import (
     RunRecord,
     ThreadSummary,
 )
-from core.live import LiveFold, LiveTool, PartialDelta, answered_ids
+from core.live import LiveFold, LiveRetry, LiveTool, PartialDelta, answered_ids
 from core.messages import AnyMessage, AssistantMessage
 from core.recovery import Diagnosis, diagnose
 from core.supervise import LeaseState, LeaseView, lease_status
@@ -58,6 +59,7 @@ _OPEN = ("pending", "delivered")
 """Command statuses that may still change (see ``core.checkpoint.base.Command``)."""
 
 __all__ = [
+    "LiveRetry",
     "LiveTool",
     "PartialDelta",
     "ThreadChange",
@@ -75,7 +77,8 @@ class ThreadModel:
     ``messages`` (with their store ids ``message_ids``), ``runs``, ``problems`` and
     ``journal`` are as loaded. ``partial`` is the assistant reply streaming now (never a
     persisted message; ``partial_index`` is the index it will take, always
-    ``>= len(messages)``); ``running_tools`` maps tool call id -> :class:`LiveTool`.
+    ``>= len(messages)``); ``running_tools`` maps tool call id -> :class:`LiveTool`;
+    ``retry`` is the model call's retry wait going on now (:class:`LiveRetry`, or ``None``).
     ``lease``/``lease_view`` say who runs the thread; ``commands`` are its pending and
     delivered commands in ``seq`` order. ``run_id`` is the run the live events last
     named; ``last_end`` the last ``agent_end`` seen (``run_id``, ``outcome``, ``error``).
@@ -93,6 +96,7 @@ class ThreadModel:
     partial: AssistantMessage | None = None
     partial_index: int | None = None
     running_tools: dict[str, LiveTool] = field(default_factory=dict)
+    retry: LiveRetry | None = None
     lease: Lease | None = None
     lease_view: LeaseView = field(default_factory=lambda: LeaseView(LeaseState.NONE))
     commands: list[Command] = field(default_factory=list)
@@ -115,7 +119,8 @@ class ThreadChange:
     message. Otherwise ``added`` holds the persisted messages new since the last change,
     in order. ``partial_reset``: the streaming reply began, ended or was replaced: show
     ``model.partial`` afresh (``deltas`` is then empty); otherwise ``deltas`` is the
-    text appended to it, in order. ``tools``: ``running_tools`` changed. ``lease``: the
+    text appended to it, in order. ``tools``: ``running_tools`` changed. ``retry``:
+    ``model.retry`` began, changed or ended. ``lease``: the
     lease record or its state changed. ``commands``: commands whose status changed
     (including ones that just became applied, refused or discarded). ``runs``: run
     records changed. ``ended``: an ``agent_end`` was seen (``run_id``, ``outcome``, ``error``).
@@ -127,6 +132,7 @@ class ThreadChange:
     partial_reset: bool = False
     deltas: tuple[PartialDelta, ...] = ()
     tools: bool = False
+    retry: bool = False
     lease: bool = False
     commands: tuple[Command, ...] = ()
     runs: bool = False
@@ -141,6 +147,7 @@ class ThreadChange:
             or self.partial_reset
             or self.deltas
             or self.tools
+            or self.retry
             or self.lease
             or self.commands
             or self.runs
@@ -261,6 +268,7 @@ class ThreadFollower:
                 added=tuple(self.model.messages),
                 partial_reset=True,
                 tools=True,
+                retry=True,
                 lease=True,
                 commands=tuple(self.model.commands),
                 runs=True,
@@ -327,6 +335,7 @@ class ThreadFollower:
         model.commands = commands
         model.partial, model.partial_index = self._fold.partial, self._fold.partial_index
         model.running_tools = self._fold.tools
+        model.retry = self._fold.retry
         if fold.started:
             model.run_id = fold.started
         if fold.ended:
@@ -340,6 +349,7 @@ class ThreadFollower:
             partial_reset=fold.partial_reset,
             deltas=() if fold.partial_reset else tuple(fold.deltas),
             tools=fold.tools,
+            retry=fold.retry,
             lease=lease_changed,
             commands=changed_commands,
             runs=runs_changed,

@@ -23,6 +23,14 @@ list, which is how a reader tells a live partial from a message it already loade
 ``tool_execution_update``   ``id``, ``name``, ``progress`` (0..1 or null), ``text``;
                             only the newest update of a tool within a batch is kept
 ``tool_execution_end``      ``id``, ``name``, ``is_error``
+``retry_wait``              ``i``, ``until``, ``seconds``, ``reason``, ``attempt``, ``max_attempts``:
+                            the model call for message ``i`` failed retryably and waits
+                            (:class:`~core.events.RetryWait`); ``until`` is when the wait
+                            ends, in unix seconds of the writer's clock, so a reader that
+                            reads the row late still counts down right. The reader's clock
+                            must be close to it: the same machine, or hosts kept within a
+                            fraction of a second by NTP, as with a shared database file. A
+                            wait is over at the next delta, ``message_end`` or ``agent_end``.
 ``agent_end``               ``run_id``, ``outcome``, ``error``
 ==========================  =========================================================
 """
@@ -45,6 +53,7 @@ from core.events import (
     MessageEnd,
     MessageStart,
     MessageUpdate,
+    RetryWait,
     TextDelta,
     ThinkingDelta,
     ToolCallStart,
@@ -63,6 +72,8 @@ KEEP = 2000
 """Live events kept per thread; older ones are pruned in the same transaction."""
 
 _DELTAS = ("text_delta", "thinking_delta")
+_ENDS_A_WAIT = (*_DELTAS, "tool_call_start", "message_start", "message_end", "agent_start", "agent_end")
+"""Rows after which a model call no longer waits: the next attempt streams, or it is over."""
 
 
 class LiveLog:
@@ -190,6 +201,10 @@ class LiveLog:
             self._push({"type": kind, "i": index, "b": delta.index, "d": delta.delta})
         elif isinstance(delta, ToolCallStart):
             self._push({"type": "tool_call_start", "i": index, "b": delta.index, "id": delta.id, "name": delta.name})
+        elif isinstance(delta, RetryWait):
+            row = {"type": "retry_wait", "i": index, "until": time.time() + delta.seconds, "seconds": delta.seconds}
+            self._push(row | {"reason": delta.reason, "attempt": delta.attempt, "max_attempts": delta.max_attempts})
+            return  # the partial is unchanged: no snapshot due
         else:
             return  # tool call arguments: the persisted message carries them
         if self._since_anchor >= max(self.keep // 2, 1) and self._partial is not None:
@@ -244,6 +259,17 @@ class LiveTool:
 
 
 @dataclass(frozen=True, slots=True)
+class LiveRetry:
+    """A model call of the run waiting to be retried: ``wait`` as the provider announced it,
+    ``until`` the unix seconds (the runner's clock) when the wait ends, ``index`` the
+    message the call is for."""
+
+    wait: RetryWait
+    until: float
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
 class PartialDelta:
     """Text appended to block ``block`` of the streaming reply (``kind`` text or thinking)."""
 
@@ -260,6 +286,7 @@ class FoldResult:
     partial_reset: bool = False
     deltas: list[PartialDelta] = field(default_factory=list)
     tools: bool = False
+    retry: bool = False
     started: str | None = None
     ended: dict[str, Any] | None = None
 
@@ -270,6 +297,7 @@ class FoldResult:
         self.partial_reset |= other.partial_reset
         self.deltas.extend(other.deltas)
         self.tools |= other.tools
+        self.retry |= other.retry
         self.started = other.started or self.started
         self.ended = other.ended or self.ended
 
@@ -278,7 +306,8 @@ class LiveFold:
     """The reader: the unfinished state of a run, rebuilt from its live events.
 
     ``partial`` is the reply streaming now (``None`` if none) and ``partial_index`` the
-    index it will have in the thread; ``tools`` the calls running now. Events about a
+    index it will have in the thread; ``tools`` the calls running now; ``retry`` the
+    model call's retry wait going on now (``None``: none). Events about a
     message the reader already loaded (index below ``persisted``) are ignored, so a
     message is never shown twice: once as a partial, once persisted.
     """
@@ -287,6 +316,7 @@ class LiveFold:
         self.partial: AssistantMessage | None = None
         self.partial_index: int | None = None
         self.tools: dict[str, LiveTool] = {}
+        self.retry: LiveRetry | None = None
         self.run_id: str | None = None
 
     def apply(self, events: Iterable[LiveEvent], persisted: int, answered: set[str]) -> FoldResult:
@@ -299,6 +329,8 @@ class LiveFold:
             data = event.data
             kind = data.get("type")
             i = data.get("i")
+            if kind in _ENDS_A_WAIT:
+                self._drop_retry(out)
             if kind in _DELTAS:
                 partial = self._partial_for(i, persisted, out)
                 if partial is not None:
@@ -329,6 +361,11 @@ class LiveFold:
                     out.reload = True
                 if self.partial_index is not None and i == self.partial_index:
                     self._drop_partial(out)
+            elif kind == "retry_wait":
+                retry = _retry(data, persisted)
+                if retry is not None:
+                    self.retry = retry
+                    out.retry = True
             elif kind == "tool_execution_start":
                 call_id = str(data.get("id", ""))
                 if call_id not in answered:
@@ -368,6 +405,8 @@ class LiveFold:
         out = FoldResult()
         if self.partial_index is not None and self.partial_index < persisted:
             self._drop_partial(out)
+        if self.retry is not None and self.retry.index < persisted:
+            self._drop_retry(out)
         for call_id in [c for c in self.tools if c in answered]:
             del self.tools[call_id]
             out.tools = True
@@ -381,6 +420,7 @@ class LiveFold:
         if self.tools:
             self.tools.clear()
             out.tools = True
+        self._drop_retry(out)
         return out
 
     def _partial_for(self, i: Any, persisted: int, out: FoldResult) -> AssistantMessage | None:
@@ -395,6 +435,11 @@ class LiveFold:
     def _drop_partial(self, out: FoldResult) -> None:
         self.partial, self.partial_index = None, None
         out.partial_reset = True
+
+    def _drop_retry(self, out: FoldResult) -> None:
+        if self.retry is not None:
+            self.retry = None
+            out.retry = True
 
 
 def _append(message: AssistantMessage, index: int, kind: str, text: str) -> None:
@@ -416,6 +461,20 @@ def _append(message: AssistantMessage, index: int, kind: str, text: str) -> None
 def answered_ids(messages: Iterable[Any]) -> set[str]:
     """Tool call ids that have a result among ``messages``."""
     return {m.tool_call_id for m in messages if isinstance(m, ToolResultMessage)}
+
+
+def _retry(data: dict[str, Any], persisted: int) -> LiveRetry | None:
+    """The wait a ``retry_wait`` row announces; ``None`` for one whose message is loaded
+    already (that wait is over) or whose fields are unusable."""
+    i, until, seconds = data.get("i"), data.get("until"), data.get("seconds")
+    attempt, most, reason = data.get("attempt"), data.get("max_attempts"), data.get("reason")
+    if not isinstance(i, int) or i < persisted or not isinstance(reason, str):
+        return None
+    if not (isinstance(until, (int, float)) and isinstance(seconds, (int, float))):
+        return None
+    if not (isinstance(attempt, int) and isinstance(most, int)):
+        return None
+    return LiveRetry(RetryWait(float(seconds), reason, attempt, most), float(until), i)
 
 
 def _model(data: dict[str, Any]) -> str:

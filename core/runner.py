@@ -8,8 +8,10 @@ The run holds the thread's lease (heartbeat every ``--heartbeat`` seconds), writ
 events and obeys abort / steer / follow-up commands sent from the app (or from
 :func:`core.supervise.send`), exactly as :class:`~core.supervise.Supervisor` describes.
 It prints one plain-text line per finished message to stdout (``user: ...``,
-``assistant: ...``, ``tool NAME: ...``, ``steer: ...``) and a last line ``run OUTCOME``;
-control characters in model or tool text are escaped, never sent to the terminal.
+``assistant: ...``, ``tool NAME: ...``, ``steer: ...``), one line per retry wait of a
+model call (``model call: rate limited, retrying in 12 s (attempt 2 of 5)``) and a last
+line ``run OUTCOME``; control characters in model, provider or tool text are escaped,
+never sent to the terminal.
 
 Exit status: 0 completed, 1 failed (or interrupted, or the database file was deleted or
 replaced under the run: one sentence on stderr), 130 aborted (an abort command,
@@ -40,10 +42,11 @@ from typing import Any, TextIO
 
 from core.agent import Agent, check_user_text
 from core.errors import CubepiError, DatabaseGoneError, ThreadNotFoundError, error_sentence
-from core.events import AgentEnd, AgentEvent, MessageEnd, RunOutcome
+from core.events import AgentEnd, AgentEvent, MessageEnd, MessageUpdate, RetryWait, RunOutcome
 from core.leases import LeaseHolder
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.providers.base import Provider
+from core.providers.retry import retry_label
 from core.supervise import Supervisor
 from core.tools import AgentTool
 from core.untrusted import UNSAFE, escape
@@ -305,6 +308,13 @@ def describe(message: Any) -> str | None:
     return None
 
 
+def describe_wait(wait: RetryWait) -> str:
+    """The line printed when a model call waits to be retried:
+    ``"model call: rate limited, retrying in 12 s (attempt 2 of 5)"`` (the app's words,
+    :func:`core.providers.retry.retry_label`; the reason escaped as :func:`plain` does)."""
+    return "model call: " + retry_label(plain(wait.reason), wait.seconds, wait.attempt, wait.max_attempts)
+
+
 def plain(text: str) -> str:
     """``text`` on one line with every character of :data:`core.untrusted.UNSAFE` escaped
     (``\\x1b``, ``\\u202e``, a lone surrogate as ``\\udcff``) and newlines and tabs as
@@ -318,6 +328,8 @@ def _printer(out: TextIO) -> Callable[[AgentEvent], None]:
         line: str | None = None
         if isinstance(event, MessageEnd):
             line = describe(event.message)
+        elif isinstance(event, MessageUpdate) and isinstance(event.delta, RetryWait):
+            line = describe_wait(event.delta)
         elif isinstance(event, AgentEnd):
             line = f"run {event.outcome}" + (f": {plain(event.error)}" if event.error else "")
         if line is not None:

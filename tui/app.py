@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import signal
 import time
 from collections.abc import Callable, Iterable
 
+from platformdirs import user_downloads_path
 from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -248,6 +250,16 @@ class CubepiApp(App[None]):
         yield SystemCommand("Reload threads", "Read the thread list again", self.threads_screen.reload)
         yield SystemCommand("Help", "Keys and crash points", self.action_help)
         yield from super().get_system_commands(screen)
+
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
+        """Save a screenshot (the palette's "Screenshot"): into the user's downloads folder
+        as Textual does, or into the working directory when that folder does not exist
+        (Textual then only said "Failed to save screenshot", with no reason)."""
+        if path is None and not user_downloads_path().is_dir():
+            path = os.getcwd()
+        return super().deliver_screenshot(filename, path, time_format)
 
     def _to_picker(self) -> None:
         top = self.top_screen

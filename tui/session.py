@@ -20,8 +20,8 @@ from core.agent import Agent
 from core.checkpoint.base import CheckpointData, Checkpointer, Command, CommandKind, ThreadSummary
 from core.errors import CubepiError, ThreadNotFoundError
 from core.events import RunOutcome
-from core.follow import ThreadFollower, watch_threads
-from core.recovery import Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose, tail_is_enough
+from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
+from core.recovery import Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose
 from core.supervise import (
     LeaseState,
     LeaseView,
@@ -32,6 +32,7 @@ from core.supervise import (
     send,
     undelivered,
 )
+from tui.whole_diagnoses import WholeDiagnoses
 
 StoreOpener = Callable[[], Awaitable[Checkpointer]]
 """Opens the database; raises ``DatabaseOpenError`` with one sentence when it cannot."""
@@ -125,6 +126,8 @@ class Session:
     """Told the attempt number each time the database was locked and a call is retried."""
     ending: bool = False
     """Set by :meth:`stop_runs`: the app is ending, so no new run starts."""
+    whole: WholeDiagnoses = field(default_factory=WholeDiagnoses)
+    """Each listed thread's diagnosis from its whole stored history, per version (the picker's rows)."""
 
     def report_busy(self, attempt: int) -> None:
         """Pass a "database is locked, retrying" notice on to ``on_busy`` (the app shows it)."""
@@ -212,14 +215,16 @@ class Session:
     # --- browsing -----------------------------------------------------------------------
 
     async def rows(self) -> list[ThreadRow]:
-        """Every thread in the store, most recently active first, with its state."""
-        summaries = await self._store().list_threads()
+        """Every thread in the store, most recently active first, with its state.
+
+        A state reads from the whole stored thread where that has been diagnosed (see
+        :mod:`tui.whole_diagnoses`); this call refines within one time budget and
+        :meth:`watch_rows` goes on refining the rest."""
+        store = self._store()
+        summaries = await store.list_threads()
+        await self.whole.refine(store, summaries)
         now = time.time()
-        whole = await self._whole_diagnoses(summaries)
-        return [
-            self._row(summary, lease_status(summary.lease, summary.runs, now), whole.get(summary.thread_id))
-            for summary in summaries
-        ]
+        return [self._row(summary, lease_status(summary.lease, summary.runs, now)) for summary in summaries]
 
     @property
     def can_watch(self) -> bool:
@@ -229,28 +234,40 @@ class Session:
     async def watch_rows(self) -> AsyncIterator[list[ThreadRow]]:
         """The thread list now, then again whenever another program (or a run here) changed
         the store or a lease expired (:func:`core.follow.watch_threads`). Raises the store's errors."""
-        async for snapshot in watch_threads(self._store()):
-            whole = await self._whole_diagnoses(snapshot.threads)
-            yield [
-                self._row(summary, snapshot.views.get(summary.thread_id), whole.get(summary.thread_id))
-                for summary in snapshot.threads
-            ]
+        store = self._store()
+        snapshots: asyncio.Queue[ThreadsSnapshot | BaseException] = asyncio.Queue()
 
-    async def _whole_diagnoses(self, summaries: Sequence[ThreadSummary]) -> dict[str, Diagnosis]:
-        # The rare thread whose tail holds a result of a call outside it (an orphan, or a
-        # late answer) is diagnosed from the whole thread, so an orphan reads as one.
-        out: dict[str, Diagnosis] = {}
-        for summary in summaries:
-            if not tail_is_enough(summary.tail):
-                data = await self._store().load(summary.thread_id)
-                if data is not None:
-                    out[summary.thread_id] = diagnose(
-                        data.messages, data.runs, data.journal, problems=data.problems, pending=data.pending_request
-                    )
-        return out
+        async def listen() -> None:
+            try:
+                async for snapshot in watch_threads(store):
+                    snapshots.put_nowait(snapshot)
+            except Exception as error:  # handed to the consumer, which raises it
+                snapshots.put_nowait(error)
 
-    def _row(self, summary: ThreadSummary, view: LeaseView | None, whole: Diagnosis | None = None) -> ThreadRow:
-        diagnosis = whole or diagnose(
+        listener = asyncio.create_task(listen())
+        try:
+            while True:
+                item = await snapshots.get()
+                while not snapshots.empty():  # only the newest listing matters
+                    item = snapshots.get_nowait()
+                if isinstance(item, BaseException):
+                    raise item
+                more = await self.whole.refine(store, item.threads)
+                yield self._rows_of(item)
+                # Correct rows from whole threads, a budget at a time, until the store changes.
+                while more and snapshots.empty():
+                    more = await self.whole.refine(store, item.threads)
+                    yield self._rows_of(item)
+        finally:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+
+    def _rows_of(self, snapshot: ThreadsSnapshot) -> list[ThreadRow]:
+        return [self._row(summary, snapshot.views.get(summary.thread_id)) for summary in snapshot.threads]
+
+    def _row(self, summary: ThreadSummary, view: LeaseView | None) -> ThreadRow:
+        diagnosis = self.whole.get(summary) or diagnose(
             summary.tail, summary.runs, problems=summary.problems, pending=summary.pending_request, tail_only=True
         )
         running = self.is_running(summary.thread_id) or (view is not None and view.state is LeaseState.RUNNING_HERE)

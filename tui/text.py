@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.text import Text
 
+from core.messages import ImageContent, TextContent
 from core.untrusted import UNSAFE, escape
 
 
@@ -83,3 +84,21 @@ def relative_time(when: float | None, now: float | None = None) -> str:
 def clock(when: float | None) -> str:
     """``when`` (unix seconds) as local ``HH:MM:SS``, or an empty string."""
     return "" if when is None else time.strftime("%H:%M:%S", time.localtime(when))
+
+
+def content_text(content: object) -> str:
+    """What a message's ``content`` reads as on screen (raw, still to be cleaned): its text
+    blocks joined with newlines, and each image as ``[image image/png, 2,048 bytes]`` (the
+    size decoded from its base64; an image with no data reads ``no data``). Other blocks
+    are left to the caller; a plain string is returned as is."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content if isinstance(content, list) else ():
+        if isinstance(block, TextContent):
+            parts.append(block.text)
+        elif isinstance(block, ImageContent):
+            size = len(block.data) * 3 // 4 - block.data[-2:].count("=") if block.data else 0
+            what = f"{size:,} bytes" if size else "no data"
+            parts.append(f"[image {block.mime_type or 'of unknown type'}, {what}]")
+    return "\n".join(parts)

@@ -10,6 +10,7 @@ module that imports the driver.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import urllib.parse
@@ -244,10 +245,22 @@ class SQLiteFile:
         )
 
     async def close(self) -> None:
-        """Close the connection; idempotent. In WAL mode the last close folds the -wal back."""
+        """Close the connection; idempotent. In WAL mode the last close folds the -wal back.
+
+        When the file was replaced or deleted under us, our WAL is first emptied (``PRAGMA
+        wal_checkpoint(TRUNCATE)``, which folds it into the file we opened and truncates the
+        WAL file our connection holds): SQLite finds a WAL by the database's *path*, so a
+        WAL of ours left there would be replayed into the file now at that path by the next
+        program to open it, overwriting that file's own pages ("How To Corrupt An SQLite
+        Database File", https://sqlite.org/howtocorrupt.html, section 2: a file unlinked or
+        renamed over while open)."""
         db, self._db = self._db, None
-        if db is not None:
-            await db.close()
+        if db is None:
+            return
+        if self._identity is not None and _identity(self._path) != self._identity:
+            with contextlib.suppress(sqlite3.Error):
+                await call(db, lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+        await db.close()
 
     async def __aenter__(self) -> Self:
         return self

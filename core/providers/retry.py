@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -80,3 +81,14 @@ async def wait_or_abort(signal: asyncio.Event, seconds: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+def retry_label(reason: str, remaining: float, attempt: int, max_attempts: int) -> str:
+    """What a retry wait reads as: ``"rate limited, retrying in 12 s (attempt 2 of 5)"``.
+
+    ``remaining`` is in seconds (rounded up; none left reads "retrying now"); ``attempt``
+    is the attempt that failed, so the one waited for is ``attempt + 1``. ``reason`` is
+    used as given: the caller makes it safe to show.
+    """
+    when = f"in {math.ceil(remaining)} s" if remaining > 0 else "now"
+    return f"{reason}, retrying {when} (attempt {attempt + 1} of {max_attempts})"

@@ -330,3 +330,54 @@ async def test_the_live_log_names_the_model_of_a_reply() -> None:
     await log.close()
     rows = [e.data for e in await store.read_live_events("t")]
     assert {"type": "message_start", "i": 0, "role": "assistant", "model": "claude-x"} in rows
+
+
+def test_the_fold_reports_a_retry_wait_until_the_next_attempt_streams() -> None:
+    from core.events import RetryWait
+    from core.live import LiveRetry
+
+    def wait(seq: int, i: int, until: float) -> LiveEvent:
+        return ev(
+            seq, type="retry_wait", i=i, until=until, seconds=12.0, reason="rate limited", attempt=1, max_attempts=5
+        )
+
+    fold = LiveFold()
+    out = fold.apply([ev(1, type="message_start", i=1, role="assistant"), wait(2, 1, 5000.5)], 1, set())
+    assert out.retry and fold.retry == LiveRetry(RetryWait(12.0, "rate limited", 1, 5), until=5000.5, index=1)
+    out = fold.apply([ev(3, type="text_delta", i=1, b=0, d="Sales")], 1, set())  # the next attempt streams
+    assert out.retry and fold.retry is None
+    # A wait is also over when its message is persisted, or the run ends.
+    fold.apply([wait(4, 1, 6000.0)], 1, set())
+    out = fold.apply([ev(5, type="message_end", i=1, role="assistant")], 1, set())
+    assert out.retry and fold.retry is None
+    fold.apply([wait(6, 2, 7000.0)], 2, set())
+    out = fold.apply([ev(7, type="agent_end", run_id="r1", outcome="failed", error="x")], 2, set())
+    assert out.retry and fold.retry is None
+    # The wait of a message the reader already loaded is over: never shown.
+    out = fold.apply([wait(8, 2, 8000.0)], 3, set())
+    assert not out.retry and fold.retry is None
+    # A follower that stops seeing a live lease forgets it, as it forgets the partial.
+    fold.apply([wait(9, 3, 9000.0)], 3, set())
+    assert fold.clear().retry and fold.retry is None
+
+
+async def test_the_live_log_writes_a_retry_wait_with_its_end_in_unix_seconds() -> None:
+    from core.events import MessageUpdate, RetryWait
+    from core.live import LiveLog
+
+    store = MemoryCheckpointer()
+    log = LiveLog(store, "t")
+    before = time.time()
+    log.add(MessageUpdate(AssistantMessage(), RetryWait(12.0, "rate limited", 1, 5)), 3)
+    after = time.time()
+    await log.close()
+    (row,) = [e.data for e in await store.read_live_events("t")]
+    assert before + 12.0 <= row.pop("until") <= after + 12.0
+    assert row == {
+        "type": "retry_wait",
+        "i": 3,
+        "seconds": 12.0,
+        "reason": "rate limited",
+        "attempt": 1,
+        "max_attempts": 5,
+    }

@@ -16,6 +16,7 @@ import pytest
 
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import DatabaseGoneError
+from core.messages import user_text
 
 
 def _argv(db: Path) -> list[str]:
@@ -73,3 +74,21 @@ async def test_a_store_refuses_calls_once_its_file_is_replaced(tmp_path: Path) -
             store.check_file()
     finally:
         await store.close()
+
+
+async def test_a_file_put_in_place_of_a_runners_database_keeps_its_own_data(db: Path, spawn) -> None:
+    # SQLite finds a WAL by the database's path: the runner's -wal, left beside a file that
+    # replaced its database, was replayed into that file by the next program to open it,
+    # wiping out the replacement's own threads.
+    other = db.with_name("other.sqlite")
+    async with await SQLiteCheckpointer.open(other, create=True) as theirs:
+        await theirs.append("theirs", [user_text(f"message {i}") for i in range(7)])
+    runner = spawn(db, "t1", argv=_argv(db))
+    await runner.file("started-1")
+    os.replace(other, db)
+    runner.gate("release-1")
+    assert await runner.wait() == 1
+    async with await SQLiteCheckpointer.open(db, create=False) as store:
+        data = await store.load("theirs")
+        assert data is not None and len(data.messages) == 7
+        assert await store.load("t1") is None

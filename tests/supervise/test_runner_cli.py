@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from core.events import RetryWait
 from core.follow import ThreadChange, ThreadFollower
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
-from core.runner import describe, main, plain
+from core.runner import describe, describe_wait, main, plain
 from core.supervise import LeaseState
+from tests.helpers import retrying_agent
 from tests.helpers.supervise import ROOT, until
 
 
@@ -58,6 +61,44 @@ async def test_demo_runner_is_followed_live(db: Path, store, spawn) -> None:
     assert lines[0] == "user: Analyse the sales figures"
     assert lines[-1] == "run completed" and err == ""
     assert sum(line.startswith("tool ") for line in lines) == 3 and len(lines) == 8
+
+
+async def test_a_retry_wait_is_printed_and_followed_from_another_process(db: Path, store, spawn) -> None:
+    argv = [
+        sys.executable,
+        "-m",
+        "core.runner",
+        "run",
+        "--db",
+        str(db),
+        "--thread",
+        "t-wait",
+        "--agent",
+        "tests.helpers.retrying_agent:make_agent",
+        "Summarise the sales",
+    ]
+    runner = spawn(db, "t-wait", argv=argv)
+    async with ThreadFollower(store, "t-wait") as follower:
+        await until(follower, lambda m: m.lease_view.live and m.partial is not None, "the model call", runner=runner)
+        assert follower.model.retry is None  # nothing failed yet
+        runner.gate(retrying_agent.FAILED)
+        retry = await until(follower, lambda m: m.retry, "the retry wait", runner=runner)
+        assert retry.wait == RetryWait(retrying_agent.WAIT_SECONDS, "rate limited", 1, 5)
+        # Its end is wall-clock time, so a follower that read it late still counts down right.
+        left = retry.until - time.time()
+        assert 0 < left <= retrying_agent.WAIT_SECONDS
+        runner.gate(retrying_agent.DONE)
+        assert await runner.wait() == 0
+        await until(follower, lambda m: not m.lease_view.live and len(m.messages) == 2, "the whole run")
+        assert follower.model.retry is None and follower.model.messages[-1].text == retrying_agent.REPLY
+    out, err = runner.output()
+    assert out.splitlines() == [
+        "user: Summarise the sales",
+        "model call: rate limited, retrying in 60 s (attempt 2 of 5)",
+        f"assistant: {retrying_agent.REPLY}",
+        "run completed",
+    ]
+    assert err == ""
 
 
 @pytest.mark.parametrize(
@@ -107,6 +148,8 @@ def test_lines_escape_control_characters() -> None:
     )
     assert describe(result) == "tool ls failed: \\x1b[2Jboom"
     assert describe(user_text("Go", kind="follow_up")) == "follow-up: Go"
+    wait = RetryWait(11.2, "rate\x1b[2J limited", 1, 5)
+    assert describe_wait(wait) == "model call: rate\\x1b[2J limited, retrying in 12 s (attempt 2 of 5)"
 
 
 def test_the_demo_pace_flag_has_the_apps_name_too() -> None:

@@ -171,6 +171,82 @@ async def test_r_on_a_failed_thread_retries_the_model_call_and_the_thread_goes_o
     assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
 
 
+async def test_the_picker_reads_what_lies_before_the_tail(tmp_path: Path) -> None:
+    # The picker lists threads from their tails (the last assistant message on), yet a
+    # dangling call before a later reply, or bad rows earlier in the thread, must show too.
+    path = tmp_path / "threads.sqlite"
+    store = await SQLiteCheckpointer.open(path, create=True)
+    try:
+        for run in ("r0", "r1"):
+            await store.claim_run("earlier-call", run)
+        call = AssistantMessage(content=[ToolCall(id="c1", name="lookup")], stop_reason="tool_use", run_id="r0")
+        await store.append("earlier-call", [user_text("look", run_id="r0"), call])
+        await store.append("earlier-call", [user_text("go on", run_id="r1"), _final("Went on.", "r1")])
+        await store.mark_run_complete("earlier-call", "r1")
+        await store.claim_run("earlier-rows", "a")
+        await store.append("earlier-rows", [user_text("hi", run_id="a"), _final("Hello.", "a")])
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as c:
+        c.execute("INSERT INTO messages (thread_id, message_json, run_id) VALUES ('earlier-rows', '{not json', 'a')")
+        c.execute(
+            "INSERT INTO messages (thread_id, message_json, run_id) VALUES (?, ?, ?)",
+            ("earlier-rows", UnknownMessage(role="system", run_id="a").model_dump_json(), "a"),
+        )
+    store = await SQLiteCheckpointer.open(path, create=False)
+    try:
+        await store.append("earlier-rows", [user_text("again", run_id="a"), _final("Hello again.", "a")])
+        await store.mark_run_complete("earlier-rows", "a")
+    finally:
+        await store.close()
+
+    app = make_app(fast_session(path=path))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_for(pilot, lambda: len(app.threads_screen.rows) == 2, what="both rows")
+        _, whole = await app.session.load("earlier-call")
+        assert whole.state is ThreadState.CRASHED
+        await wait_for(
+            pilot,
+            lambda: (
+                {r.thread_id: r.state for r in app.threads_screen.rows}
+                == {"earlier-call": whole.label, "earlier-rows": "completed · 1 unreadable row · 1 row of unknown role"}
+            ),
+            what="the rows as the whole threads read",
+        )
+
+
+async def test_n_on_a_thread_with_unreadable_rows_refuses_before_anything_is_typed(tmp_path: Path) -> None:
+    # It used to ask for the prompt, then refuse it and drop what was typed.
+    path = tmp_path / "threads.sqlite"
+    await _threads(path)
+    app = make_app(fast_session(path=path), thread_id="unreadable")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
+        await pilot.press("n")
+        await wait_for(
+            pilot,
+            lambda: any(
+                "it can be read but not continued: start a new thread" in n.message for n in app._notifications
+            ),
+            what="the refusal",
+        )
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, ThreadScreen), "a prompt was asked for although it would be refused"
+
+
+async def test_a_new_prompt_on_a_mid_tool_thread_says_how_its_calls_are_settled_first(fixture_copy: Path) -> None:
+    # A prompt settles a crashed run's calls by the defaults, which used to happen unannounced.
+    app = make_app(fast_session(path=fixture_copy), thread_id="crash-mid-tool")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
+        await pilot.press("n")
+        expected = squeezed(
+            "First, 1 tool call(s) without a result are settled as resume would by default (an idempotent tool "
+            "runs again, any other is recorded as interrupted); Escape, then r, to see and choose for each."
+        )
+        await wait_for(pilot, lambda: expected in squeezed(screen_text(app)), what="the hint")
+
+
 def test_the_banner_of_a_thread_another_writer_continued_says_resume_settles_then_waits() -> None:
     # The call c1 was left unanswered before a later, final reply: settled, it would leave
     # that reply last in what is sent, so resume does not call the model.

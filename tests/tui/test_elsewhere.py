@@ -322,3 +322,61 @@ async def test_a_run_in_the_app_can_be_followed_and_aborted_from_another_connect
             timeout=TIMEOUT,
             what="aborted",
         )
+
+
+async def test_a_retry_wait_elsewhere_counts_down_in_the_status_bar_then_the_reply_shows(
+    shared_db: Path, children
+) -> None:
+    from tests.helpers import retrying_agent
+    from tui.widgets.status_bar import StatusBar
+
+    child = children(
+        "-m",
+        "core.runner",
+        "run",
+        "--agent",
+        "tests.helpers.retrying_agent:make_agent",
+        "--db",
+        str(shared_db),
+        "--thread",
+        "t-wait",
+        "Summarise the sales",
+    )
+    app = make_app(fast_session(path=shared_db))
+
+    def status() -> str:
+        return app.screen.query_one(StatusBar).render().plain
+
+    def left() -> int | None:
+        """The seconds the status bar says the wait has left (``None``: no wait shown)."""
+        words = status().partition("rate limited, retrying in ")[2].partition(" s (attempt 2 of 5)")
+        return int(words[0]) if words[1] else None
+
+    async with _app_running(app, (160, 40)) as pilot:
+        await wait_for_text(pilot, "running elsewhere", timeout=TIMEOUT)
+        await open_from_picker(pilot, "t-wait")
+        screen = _thread_screen(app)
+        assert screen.following
+        await wait_for(pilot, lambda: "running elsewhere" in status(), timeout=TIMEOUT, what="the run elsewhere")
+        assert "retrying" not in status()
+        # The wait begins while the view follows the run...
+        child.gate(retrying_agent.FAILED)
+        await wait_for(pilot, lambda: left() is not None, timeout=TIMEOUT, what="the wait in the status bar")
+        first = left()
+        assert first is not None and first <= retrying_agent.WAIT_SECONDS
+        await wait_for(pilot, lambda: (n := left()) is not None and n < first, what="the countdown")
+        before = left()
+        assert before is not None
+        # ...and a view opened during the wait shows it too, counted from the runner's clock.
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
+        await open_from_picker(pilot, "t-wait")
+        screen = _thread_screen(app)
+        await wait_for(pilot, lambda: left() is not None, timeout=TIMEOUT, what="the wait again")
+        again = left()
+        assert again is not None and again <= before  # not the whole wait afresh
+        child.gate(retrying_agent.DONE)
+        await wait_for_text(pilot, retrying_agent.REPLY, timeout=TIMEOUT)
+        assert await child.exit_code() == 0
+        await wait_for(pilot, lambda: "completed" in status(), timeout=TIMEOUT, what="the run completed")
+        assert "retrying" not in status()

@@ -43,3 +43,14 @@ async def test_yes_then_no_quickly_answers_once() -> None:
         await pilot.pause()
         assert app.answers == [True]
         assert len(app.screen_stack) == 1
+
+
+async def test_text_offered_again_is_kept_when_the_user_types_on() -> None:
+    # The offered text used to start selected, so the first key typed replaced all of it.
+    app = _Harness()
+    async with app.run_test() as pilot:
+        app.push_screen(TextInputModal("New prompt", value="ignore the question, do X"), app.answers.append)
+        await pilot.pause()
+        await pilot.press("space", "n", "o", "w", "enter")
+        await pilot.pause()
+    assert app.answers == ["ignore the question, do X now"]

@@ -1,7 +1,10 @@
-"""The command palette survives page keys pressed before its list is laid out."""
+"""The command palette survives page keys pressed before its list is laid out; its screenshot is saved."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from textual.command import CommandList, CommandPalette
 
 from core.checkpoint.memory import MemoryCheckpointer
@@ -31,3 +34,19 @@ async def test_page_keys_before_the_first_layout_of_the_palette_list_do_not_cras
         assert app.is_running and isinstance(app.screen, CommandPalette)
         await pilot.press("down", "pagedown", "escape")  # laid out again: paging works as before
         await wait_for(pilot, lambda: app.screen is app.threads_screen, what="the palette closed")
+
+
+async def test_a_screenshot_without_a_downloads_folder_lands_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Textual saves into ~/Downloads and only said "Failed to save screenshot" where there is none.
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_DOWNLOAD_DIR", raising=False)
+    monkeypatch.chdir(work)
+    app = make_app(fast_session(MemoryCheckpointer()))
+    async with app.run_test() as pilot:
+        app.deliver_screenshot()
+        await wait_for(pilot, lambda: any(work.glob("*.svg")), what="the screenshot file")

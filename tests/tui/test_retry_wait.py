@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from core.checkpoint.memory import MemoryCheckpointer
 from core.providers.anthropic import AnthropicProvider
+from core.providers.retry import retry_label
 from tests.helpers.messages_server import MessagesServer, Status, text_stream
 from tests.helpers.tui import fast_session, fill_dialog, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
-from tui.widgets.status_bar import StatusBar, retry_label
+from tui.widgets.status_bar import StatusBar
 
 SIZE = (160, 40)
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import base64
+
 from textual.widgets import Button
 
 from core.checkpoint.memory import MemoryCheckpointer
 from core.messages import (
     AssistantMessage,
+    ImageContent,
     TextContent,
     ToolCall,
     ToolResultMessage,
     Usage,
+    UserMessage,
     user_text,
 )
 from tests.helpers.tui import fast_session, screen_text, wait_for, wait_for_text
@@ -135,3 +139,22 @@ async def test_a_thread_screen_closed_before_it_mounted_does_not_crash(tmp_path)
         app.pop_screen()  # same tick: nothing of the screen has run yet
         await pilot.pause(0.3)
         assert app.is_running and not isinstance(app.screen, ThreadScreen)
+
+
+async def test_images_in_prompts_and_tool_results_are_named_with_their_size() -> None:
+    # They used to be left out of the view entirely (a prompt of only an image looked raw).
+    png = base64.b64encode(b"\x89PNG" + b"\x00" * 92).decode()
+    call = ToolCall(id="c1", name="screenshot")
+    store = await _store_with(
+        "t1",
+        UserMessage(content=[TextContent(text="What is in this?"), ImageContent(data=png, mime_type="image/png")]),
+        _reply(call, stop_reason="tool_use"),
+        ToolResultMessage(
+            tool_call_id="c1", tool_name="screenshot", content=[ImageContent(data=png, mime_type="image/png")]
+        ),
+        _reply(TextContent(text="A blank picture.")),
+    )
+    app = make_app(fast_session(store), thread_id="t1")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for_text(pilot, "A blank picture.")
+        assert screen_text(app).count("[image image/png, 96 bytes]") == 2, screen_text(app)

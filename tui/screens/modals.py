@@ -69,7 +69,8 @@ class TextInputModal(OnceModal[str | None]):
             yield Static(literal(self._title, style="bold"), classes="title")
             if self._hint:
                 yield Static(literal(self._hint), classes="hint")
-            yield LineInput(self._value, placeholder=self._placeholder, id="text")
+            # Text offered again is for editing: selected, the first key typed would replace it all.
+            yield LineInput(self._value, placeholder=self._placeholder, id="text", select_on_focus=False)
             with Horizontal(classes="buttons"):
                 yield Button(self._submit_label, variant="primary", id="submit")
                 yield Button("Cancel", id="cancel")

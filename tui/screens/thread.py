@@ -21,7 +21,7 @@ from textual.worker import Worker, WorkerState
 
 from core.agent import Agent
 from core.checkpoint.base import Command
-from core.errors import CubepiError, RunError
+from core.errors import CubepiError, RunError, UnreadableThreadError
 from core.events import AgentEvent, MessageEnd
 from core.messages import UserMessage
 from core.recovery import ResumeAction, ThreadState
@@ -82,17 +82,11 @@ class ThreadScreen(ThreadView):
 
     @work(exclusive=True, exit_on_error=False, group="agent")
     async def _run(self, kind: str, text: str | None) -> None:
-        if self._problems:
+        unreadable = self._unreadable()
+        if unreadable is not None:
             # Refuse before any question: an upgrade would be for nothing.
             self.session.pending_prompts.pop(self.thread_id, None)
-            first = self._problems[0]
-            self.post_message(
-                RunFinished(
-                    self.thread_id,
-                    error=f"Thread {self.thread_id!r} has {len(self._problems)} unreadable row(s) "
-                    f"(first: row {first.row_id}); it can be read but not continued.",
-                )
-            )
+            self.post_message(RunFinished(self.thread_id, error=str(unreadable)))
             return
         decision = ResumeDecision()
         if kind == "resume":
@@ -311,7 +305,17 @@ class ThreadScreen(ThreadView):
                 markup=False,
             )
             return
+        unreadable = self._unreadable()
+        if unreadable is not None:  # refused before anything is typed, so nothing typed is lost
+            self.notify(clean(str(unreadable)), severity="warning", timeout=8, markup=False)
+            return
         self._ask_prompt()
+
+    def _unreadable(self) -> UnreadableThreadError | None:
+        """Why this thread cannot be continued, when some of its stored rows are unreadable."""
+        if not self._problems:
+            return None
+        return UnreadableThreadError.of(self.thread_id, len(self._problems), self._problems[0].row_id)
 
     def action_earlier(self) -> None:
         """Show earlier messages, or say that every message is shown already."""
@@ -326,7 +330,16 @@ class ThreadScreen(ThreadView):
 
     @work(exclusive=True, exit_on_error=False, group="input")
     async def _ask_prompt(self) -> None:
-        text = await self.app.push_screen_wait(TextInputModal("New prompt", f"Thread {self.thread_id}"))
+        hint = f"Thread {self.thread_id}"
+        dangling = self.diagnosis.dangling if self.diagnosis is not None else ()
+        if dangling:
+            # A prompt settles them by the defaults; r is where each can be chosen.
+            hint += (
+                f". First, {len(dangling)} tool call(s) without a result are settled as resume would by default "
+                "(an idempotent tool runs again, any other is recorded as interrupted); "
+                "Escape, then r, to see and choose for each."
+            )
+        text = await self.app.push_screen_wait(TextInputModal("New prompt", hint))
         if text:
             self.start_run("prompt", text)
 

@@ -50,6 +50,7 @@ from core.events import (
 )
 from core.follow import ThreadFollower
 from core.messages import AssistantMessage
+from core.providers.retry import retry_label
 from core.recovery import Diagnosis
 from core.request import repair_words
 from core.supervise import LeaseState, LeaseView
@@ -59,7 +60,7 @@ from tui.session import Session
 from tui.text import clean, literal
 from tui.widgets.commands import CommandsBar
 from tui.widgets.crash_banner import CrashBanner, repairs_line
-from tui.widgets.status_bar import StatusBar, retry_label
+from tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:
     from textual.worker import Worker
@@ -255,6 +256,7 @@ class ThreadView(Screen[None]):
             await self.session.release(follower)
             if drop_live:
                 await self.transcript.drop_live()
+                self._show_retry(None)
 
     @work(exclusive=True, exit_on_error=False, group="follow")
     async def _follow_again(self) -> None:
@@ -282,6 +284,7 @@ class ThreadView(Screen[None]):
             self._subscribe(agent)
         if self._follower is not None:
             self._mirror = Mirror(self.transcript, self._follower.model, len(data.messages))
+            self._show_followed_retry()
         self.running = self.session.is_running(self.thread_id)
         if not self.running:
             self._show_lease(message.lease, message.diagnosis)
@@ -342,6 +345,8 @@ class ThreadView(Screen[None]):
             for m in change.added:
                 if isinstance(m, AssistantMessage):
                     self.status_bar.add_usage(m.usage)
+        if change.retry or change.reset:
+            self._show_followed_retry()
         for command in change.commands:
             self._command_seen(command)
         if change.reset or change.lease or change.added or change.runs or change.ended:
@@ -437,8 +442,10 @@ class ThreadView(Screen[None]):
             if event.error:
                 self.notify(clean(event.error), severity="error", timeout=10, markup=False)
 
-    def _show_retry(self, wait: RetryWait | None) -> None:
-        """Show ``wait`` in the status bar, counting down each second; ``None`` clears it."""
+    def _show_retry(self, wait: RetryWait | None, left: float | None = None) -> None:
+        """Show ``wait`` in the status bar, counting down each second from ``left`` seconds
+        (default: all of ``wait.seconds``); ``None`` clears it. The one countdown, for a run
+        here and a run followed (:meth:`_show_followed_retry`)."""
         if self._retry_timer is not None:
             self._retry_timer.stop()
             self._retry_timer = None
@@ -446,9 +453,18 @@ class ThreadView(Screen[None]):
             self._retry = None
             self.status_bar.retry = ""
             return
-        self._retry = (wait, time.monotonic() + wait.seconds)
+        self._retry = (wait, time.monotonic() + (wait.seconds if left is None else left))
         self._count_down_retry()
         self._retry_timer = self.set_interval(0.25, self._count_down_retry, name="retry countdown")
+
+    def _show_followed_retry(self) -> None:
+        """Show the retry wait of the run followed, if any. Its end is in the runner's unix
+        seconds (see :mod:`core.live`), so a view that attaches late counts down right."""
+        retry = self._follower.model.retry if self._follower is not None else None
+        if retry is None:
+            self._show_retry(None)
+        else:
+            self._show_retry(retry.wait, retry.until - time.time())
 
     def _count_down_retry(self) -> None:
         if self._retry is None or not self.is_attached:

@@ -26,7 +26,7 @@ from core.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from tui.text import clean, clock, literal, short_json
+from tui.text import clean, clock, content_text, literal, short_json
 from tui.widgets.tool_call import ToolCallView
 
 _KIND_LABELS = {"prompt": "you", "steer": "you · steer", "follow_up": "you · follow-up"}
@@ -58,7 +58,7 @@ class UserMessageView(Static):
         text = Text()
         text.append(_KIND_LABELS[kind], style="bold")
         text.append(f"  {clock(message.timestamp)}\n", style="dim")
-        text.append_text(literal(message.text or _raw_content(message.content)))
+        text.append_text(literal(content_text(message.content) or _raw_content(message.content)))
         super().__init__(text, classes=f"-{kind}")
 
 
@@ -287,7 +287,7 @@ class ToolResultView(Static):
         text.append("↳ result of ", style="dim")
         text.append(clean(message.tool_name or "tool"), style="bold")
         text.append(f"  {clean(message.tool_call_id)}\n", style="dim")
-        text.append_text(literal(message.text or short_json(message.details, 2000)))
+        text.append_text(literal(content_text(message.content) or short_json(message.details, 2000)))
         super().__init__(text, classes="-error" if message.is_error else "")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from rich.text import Text
@@ -24,16 +23,6 @@ _STATE_STYLES = {
 _PREFIXES = sorted(_STATE_STYLES, key=len, reverse=True)
 
 
-def retry_label(reason: str, remaining: float, attempt: int, max_attempts: int) -> str:
-    """What a retry wait reads as: ``"rate limited, retrying in 12 s (attempt 2 of 5)"``.
-
-    ``remaining`` is in seconds (rounded up; none left reads "retrying now"); ``attempt``
-    is the attempt that failed, so the one waited for is ``attempt + 1``.
-    """
-    when = f"in {math.ceil(remaining)} s" if remaining > 0 else "now"
-    return f"{reason}, retrying {when} (attempt {attempt + 1} of {max_attempts})"
-
-
 class StatusBar(Static):
     """One line: ``thread · state · retry wait · model · tokens in/out``."""
 
@@ -53,7 +42,7 @@ class StatusBar(Static):
     """idle, running, aborting, or the last diagnosis/outcome (completed, aborted, crashed, ...)."""
 
     retry: reactive[str] = reactive("")
-    """The model call's retry wait while there is one (see :func:`retry_label`), else empty."""
+    """The model call's retry wait while there is one (see :func:`core.providers.retry.retry_label`), else empty."""
 
     model: reactive[str] = reactive("")
     """The model new turns use (or "demo")."""

@@ -12,7 +12,7 @@ from textual.widget import Widget
 from textual.widgets import ProgressBar, Static
 
 from core.messages import ToolCall, ToolResultMessage
-from tui.text import clean, clock, literal, short_json
+from tui.text import clean, clock, content_text, literal, short_json
 
 RESULT_LINE_LIMIT = 40
 """Lines of a tool result shown; the rest is summarised so a huge output cannot stall the view."""
@@ -230,7 +230,7 @@ class ToolCallView(Widget):
 
     def _render_result(self) -> None:
         assert self._result is not None
-        body = self._result.text
+        body = content_text(self._result.content)
         if not body and self._result.details is not None:
             body = short_json(self._result.details, 2000)
         body = clean(body)
