@@ -20,7 +20,7 @@ from tests.helpers.tui import (
 )
 from tui.app import make_app
 from tui.cli import build_session
-from tui.screens.modals import ErrorScreen
+from tui.screens.modals import ErrorScreen, TextInputModal
 from tui.screens.threads import ThreadsScreen
 from tui.session import Session
 
@@ -94,13 +94,21 @@ async def test_malformed_json_row(fixture_copy: Path) -> None:
         assert "malformed JSON" in text
         assert '{"role": "tool_result", "content": [' in text  # the raw row, shown as is
         assert "Traceback" not in text
-        # Continuing the thread is refused with one sentence, and nothing is written.
-        await fill_dialog(pilot, "n", "go on")
-        await pilot.press("enter")
+        # Continuing the thread is refused with one sentence, before a prompt is asked for
+        # (so nothing typed is lost), and nothing is written.
+        rows = _row_count(fixture_copy, "completed")
+        await pilot.press("n")
         await wait_for(
             pilot, lambda: "unreadable row(s)" in " ".join(n.message for n in app._notifications), what="refusal"
         )
+        assert not isinstance(app.screen, TextInputModal)
         assert app.is_running
+    assert _row_count(fixture_copy, "completed") == rows
+
+
+def _row_count(path: Path, thread_id: str) -> int:
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT count(*) FROM messages WHERE thread_id = ?", (thread_id,)).fetchone()[0]
 
 
 async def test_unknown_thread_id() -> None:
