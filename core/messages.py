@@ -102,12 +102,29 @@ class ToolCall(_Wire):
     """A request from the model to run tool ``name`` with JSON ``arguments``.
 
     ``id`` pairs the call with its :class:`ToolResultMessage` (``tool_call_id``).
+
+    ``arguments_error`` is ``None`` for a call whose arguments were read; otherwise it says
+    why the arguments the model sent could not be read, as a clause such as ``"the reply
+    was cut off at the output limit"`` or ``"they were not valid JSON: ..."`` (``arguments``
+    is then ``{}``, which the model never gave). Such a call is never run: the tool runner
+    answers it with an error result (:func:`core.tool_execution.unreadable_arguments_text`),
+    so the model can make the call again, and a stored thread keeps the mark, so a resume
+    does not run it either. It is written only when set: the row of every readable call is
+    exactly what cubeloop writes (cubeloop does not know the field and ignores it).
     """
 
     type: Literal["tool_call"] = "tool_call"
     id: str
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments_error: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_readable_mark(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("arguments_error") is None:
+            out.pop("arguments_error", None)
+        return out
 
 
 class UnknownContent(_Wire):

@@ -32,7 +32,7 @@ _BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
 def call_job_key(tool: AgentTool, call: ToolCall) -> str | None:
     """The job key ``call`` runs under: ``None`` unless ``tool`` is idempotent and the
     arguments are valid (an invalid call never runs, so it has no job)."""
-    if not tool.idempotent:
+    if not tool.idempotent or call.arguments_error is not None:
         return None
     try:
         params = tool.parameters.model_validate(call.arguments)
@@ -111,6 +111,8 @@ class _Batch:
         self.grace_over = False
 
     def prepare(self, call: ToolCall) -> _Prepared:
+        if call.arguments_error is not None:
+            return _Prepared(call, failure=AgentToolResult(unreadable_arguments_text(call), is_error=True))
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
@@ -277,7 +279,9 @@ async def execute_tool_calls(
     ``settling``: the calls are dangling calls of a crashed run being re-run; each
     result carries ``{"settled": "rerun"}``, or ``{"settled": "reused"}`` for a done job.
 
-    Unknown tools, invalid arguments and exceptions become error results, never raise.
+    Unknown tools, invalid arguments, arguments that could not be read
+    (``ToolCall.arguments_error``: the tool is never called) and exceptions become error
+    results, never raise.
     When ``signal`` is set, tools are expected to return; one still running
     ``abort_grace`` seconds later is cancelled and gets an error result starting
     "aborted" (``{"settled": "aborted"}``). Calls not yet started when the abort came
@@ -310,6 +314,18 @@ async def execute_tool_calls(
     finally:
         watcher.cancel()
         await batch.stop()
+
+
+def unreadable_arguments_text(call: ToolCall) -> str:
+    """The error result text of a call whose arguments could not be read
+    (``call.arguments_error`` is set): the call was not run, and the model is asked to
+    make it again. Anthropic's stop-reasons page says a reply cut off at ``max_tokens``
+    is to be continued or asked again with a higher limit, never used as it is
+    (https://platform.claude.com/docs/en/build-with-claude/handling-stop-reasons)."""
+    return (
+        f"The arguments of tool call {call.name!r} ({call.id}) could not be read ({call.arguments_error}); "
+        "it was not run. Make the call again with complete arguments."
+    )
 
 
 def _invalid_arguments(name: str, exc: ValidationError) -> str:

@@ -27,6 +27,15 @@ _STOP_REASONS = {
     "model_context_window_exceeded": "length",
 }
 _PLAIN_STOPS = {"end_turn", "stop_sequence", "tool_use", "max_tokens"}
+# Stop reasons that cut the reply off wherever the model was: the last block, if a
+# tool_use, holds incomplete input (the stop-reasons page,
+# https://platform.claude.com/docs/en/build-with-claude/handling-stop-reasons: max_tokens
+# "Raise max_tokens or continue the response", model_context_window_exceeded "Treat the
+# response as truncated"). Such a call must not run; it is marked (ToolCall.arguments_error)
+# and answered with an error result, so the model makes it again.
+_CUT_STOPS = {"max_tokens", "model_context_window_exceeded"}
+CUT_OFF = "the reply was cut off at the output limit"
+"""The ``ToolCall.arguments_error`` of a call whose input a cut-off reply left incomplete."""
 
 
 class ReplyBuilder:
@@ -42,6 +51,8 @@ class ReplyBuilder:
         self.content: list[ContentBlock] = []
         self.index: dict[int, int] = {}
         self.json: dict[int, list[str]] = {}
+        self.unread: dict[int, str] = {}  # tool call index -> why its input could not be read
+        self.empty: set[int] = set()  # tool call indices whose input streamed no JSON at all
         self.usage = Usage()
         self.model = provider.model
         self.response_id: str | None = None
@@ -113,17 +124,30 @@ class ReplyBuilder:
 
     def _stop(self, api_index: int) -> None:
         at = self.index.get(api_index)
-        fragments = self.json.pop(at, None) if at is not None else None
-        if fragments is None:
+        if at is not None:
+            self._read_input(at)
+
+    def _read_input(self, at: int) -> None:
+        # A tool_use block's input is the concatenated input_json_delta fragments; none at
+        # all is the empty input {} (the block starts with input {}). Unreadable input is
+        # recorded, never replaced by {}: a tool run with its defaults did what nobody asked.
+        fragments = self.json.pop(at, None)
+        block = self.content[at]
+        if fragments is None or not isinstance(block, ToolCall):
             return
         text = "".join(fragments)
+        if not text.strip():
+            self.empty.add(at)
+            return
         try:
-            arguments = json.loads(text) if text else {}
-        except ValueError:
-            arguments = {}
-        block = self.content[at]
-        if isinstance(block, ToolCall) and isinstance(arguments, dict):
+            arguments = json.loads(text)
+        except ValueError as exc:
+            self.unread[at] = f"they were not valid JSON: {exc}"
+            return
+        if isinstance(arguments, dict):
             block.arguments = arguments
+        else:
+            self.unread[at] = f"they were a JSON {type(arguments).__name__}, not an object"
 
     def _usage(self, usage: Any) -> list[StreamEvent]:
         if usage is None:
@@ -139,8 +163,24 @@ class ReplyBuilder:
         return [UsageUpdate(self.usage.model_copy())]
 
     def finish(self) -> AssistantMessage:
-        """The finished reply (call after ``message_stop``)."""
+        """The finished reply (call after ``message_stop``).
+
+        A tool call whose input could not be read gets ``arguments_error`` (see
+        :class:`~core.messages.ToolCall`): input that is not a JSON object, or, when the
+        reply was cut off (``max_tokens``, ``model_context_window_exceeded``), any input of
+        the last block, the one being written when the limit was reached (:data:`CUT_OFF`),
+        unless it parsed as a whole object.
+        """
         raw = self.raw_stop or "end_turn"
+        for at in list(self.json):
+            self._read_input(at)  # a block the stream never closed
+        last = len(self.content) - 1
+        if raw in _CUT_STOPS and (last in self.unread or last in self.empty):
+            self.unread[last] = CUT_OFF
+        for at, why in self.unread.items():
+            block = self.content[at]
+            if isinstance(block, ToolCall):
+                block.arguments_error = why
         return AssistantMessage(
             content=self.content,
             stop_reason=_STOP_REASONS.get(raw, "stop"),

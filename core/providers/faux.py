@@ -56,10 +56,14 @@ def faux_thinking(thinking: str, signature: str | None = "faux-signature") -> Th
     return ThinkingContent(thinking=thinking, signature=signature)
 
 
-def faux_tool_call(name: str, args: dict[str, Any] | None = None, id: str | None = None) -> ToolCall:
+def faux_tool_call(
+    name: str, args: dict[str, Any] | None = None, id: str | None = None, *, arguments_error: str | None = None
+) -> ToolCall:
     """A tool call block; without ``id`` the provider gives it one unique within the thread
-    (``call_<history length>_<block index>``), the same on every run."""
-    return ToolCall(id=id or "", name=name, arguments=dict(args or {}))
+    (``call_<history length>_<block index>``), the same on every run. ``arguments_error``
+    scripts a call whose arguments a real provider could not read (e.g. a reply cut off
+    at its output limit mid-call; see :class:`~core.messages.ToolCall`)."""
+    return ToolCall(id=id or "", name=name, arguments=dict(args or {}), arguments_error=arguments_error)
 
 
 def faux_reply(*blocks: ContentBlock | str, stop_reason: str | None = None) -> AssistantMessage:

@@ -10,6 +10,7 @@ import socket
 
 import pytest
 
+from core.checkpoint.codec import decode, encode
 from core.events import RetryWait, StreamEnd, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallStart, UsageUpdate
 from core.messages import (
     AssistantMessage,
@@ -35,6 +36,7 @@ from tests.helpers.messages_server import (
     block_start,
     error_event,
     message_delta,
+    message_end,
     message_start,
     message_stop,
     ping,
@@ -181,6 +183,61 @@ async def test_stop_reasons(server, raw, ours, metadata):
     server.add(text_stream("ok", raw))
     message = (await collect(provider_for(server), ask()))[-1].message
     assert (message.stop_reason, message.metadata, message.text, message.error_message) == (ours, metadata, "ok", None)
+
+
+# --- tool input that cannot be read: marked, never replaced by {} ---------------------------
+
+
+@pytest.mark.parametrize(
+    "stop, fragments, why",
+    [
+        ("max_tokens", ['{"env": "staging", "dry_r'], "the reply was cut off at the output limit"),
+        ("model_context_window_exceeded", ['{"env": "sta'], "the reply was cut off at the output limit"),
+        ("max_tokens", [], "the reply was cut off at the output limit"),  # cut before any input
+        ("tool_use", ['{"env": "staging", "dry_run": tr'], "they were not valid JSON: Expecting value"),
+        ("tool_use", ['["staging"]'], "they were a JSON list, not an object"),
+    ],
+)
+async def test_a_tool_call_whose_input_cannot_be_read_is_marked_and_keeps_the_mark(server, stop, fragments, why):
+    # A complete call before the unreadable one: it was closed by the model, so it is kept as read.
+    server.add(
+        Stream(
+            [
+                message_start(),
+                *tool_use_block(0, "toolu_ok", "read_file", ['{"path": "a.txt"}']),
+                *tool_use_block(1, "toolu_bad", "deploy", fragments),
+                *message_end(stop),
+            ]
+        )
+    )
+    message = (await collect(provider_for(server), ask()))[-1].message
+    good, bad = message.tool_calls
+    assert (good.arguments, good.arguments_error) == ({"path": "a.txt"}, None)
+    assert bad.arguments == {} and bad.arguments_error is not None and bad.arguments_error.startswith(why)
+    # The stored row keeps the mark; a readable call's row has no such key (as cubeloop writes it).
+    row = json.loads(encode(message))
+    assert [b.get("arguments_error") for b in row["content"]] == [None, bad.arguments_error]
+    assert "arguments_error" not in row["content"][0]
+    assert decode(encode(message)).tool_calls == [good, bad]
+
+
+@pytest.mark.parametrize("stop", ["tool_use", "max_tokens"])
+async def test_a_complete_tool_call_is_read_even_when_the_reply_was_cut_after_it(server, stop):
+    # No input at all is the empty input of a tool without parameters, and a whole JSON
+    # object is complete even in a reply cut off later (by a text block that followed it).
+    server.add(
+        Stream(
+            [
+                message_start(),
+                *tool_use_block(0, "toolu_1", "list_dir", []),
+                *tool_use_block(1, "toolu_2", "read_file", ['{"path":', ' "b"}']),
+                *text_block(2, "and then some"),
+                *message_end(stop),
+            ]
+        )
+    )
+    message = (await collect(provider_for(server), ask()))[-1].message
+    assert [(c.arguments, c.arguments_error) for c in message.tool_calls] == [({}, None), ({"path": "b"}, None)]
 
 
 # --- failures: one sentence each, never an exception ------------------------------------------
