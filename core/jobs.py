@@ -67,8 +67,15 @@ def job_key(tool_name: str, args: Mapping[str, Any]) -> str:
     """The job key of a call of ``tool_name`` with ``args``: ``"<name>:<sha256 hex>"``.
 
     Deterministic across processes and versions of Python (see the module docstring).
+    Arguments may hold lone surrogates (undecodable bytes read with ``surrogateescape``,
+    e.g. a file name): they are hashed too, never an error.
     """
-    digest = hashlib.sha256(canonical_json(dict(args)).encode("utf-8")).hexdigest()
+    # "surrogatepass" encodes a lone surrogate as its 3-byte form, which strict UTF-8
+    # refuses; every other text encodes exactly as with "strict", so no key that could be
+    # built before changes, and distinct texts still give distinct bytes. (A high and a low
+    # surrogate held as two code points give another key than the character they pair to;
+    # the store itself reads such a pair back as that character, see core.checkpoint.codec.)
+    digest = hashlib.sha256(canonical_json(dict(args)).encode("utf-8", "surrogatepass")).hexdigest()
     return f"{tool_name}:{digest}"
 
 

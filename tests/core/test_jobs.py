@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
 import pytest
@@ -45,6 +46,33 @@ def test_job_key_ignores_argument_order_and_whitespace():
 )
 def test_different_arguments_or_tools_give_different_keys(other):
     assert job_key("fetch", {"url": "https://x", "depth": 2}) != job_key(*other)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"url": "https://x", "depth": 2}, {"name": "caf\u00e9 \u65e5\u672c", "emoji": "\U0001f600"}, {}],
+)
+def test_a_key_is_the_sha256_of_the_strict_utf8_canonical_json(args):
+    # The documented formula, for every argument UTF-8 can encode: keys stored by older
+    # versions must still find their jobs.
+    digest = hashlib.sha256(canonical_json(args).encode("utf-8")).hexdigest()
+    assert job_key("fetch", args) == f"fetch:{digest}"
+
+
+def test_a_key_stored_by_an_older_version_is_still_the_key():
+    # Computed once with the released formula; a changed key would orphan every stored job.
+    assert job_key("fetch", {"url": "https://x", "depth": 2}) == (
+        "fetch:834d243bf428d842a180f9a2605601b1ea9c56118f2e080a9d0a048acf4b372a"
+    )
+
+
+def test_arguments_with_undecodable_bytes_get_a_key_of_their_own():
+    # A lone surrogate (b"\xff" read with surrogateescape) has no strict UTF-8 form.
+    name = b"caf\xff.txt".decode("utf-8", "surrogateescape")
+    key = job_key("stat", {"path": name})
+    assert key == job_key("stat", {"path": name}) and len(key.split(":")[1]) == 64
+    others = {job_key("stat", {"path": p}) for p in ("caf\ufffd.txt", "caf\\udcff.txt", "caf.txt", "caf\udcfe.txt")}
+    assert key not in others and len(others) == 4
 
 
 def test_custom_keys_are_namespaced_by_tool_and_must_be_strings():

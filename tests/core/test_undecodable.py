@@ -17,6 +17,7 @@ from pathlib import Path
 from core.agent import Agent
 from core.checkpoint import codec
 from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.jobs import job_key
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
 from core.providers.anthropic import AnthropicProvider
 from core.providers.base import ModelRequest
@@ -102,6 +103,34 @@ async def test_a_thread_left_stuck_by_such_a_result_resumes(tmp_path: Path) -> N
     assert data is not None
     results = [m for m in data.messages if isinstance(m, ToolResultMessage)]
     assert [(r.tool_call_id, r.text) for r in results] == [("call-1", TEXT)]
+
+
+async def test_an_idempotent_tool_runs_as_a_job_when_its_arguments_hold_lone_surrogates(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    @tool(idempotent=True)
+    async def stat_file(path: str) -> str:
+        """Stat a file by the name the file system gave (undecodable bytes kept as surrogates)."""
+        seen.append(path)
+        return f"size of {path}: 3"
+
+    store = await SQLiteCheckpointer.open(tmp_path / "threads.sqlite")
+    try:
+        script = [faux_reply(faux_tool_call("stat_file", {"path": TEXT}, id="c1")), faux_reply("Done.")]
+        agent = Agent(FauxProvider(script), store, "t1", tools=[stat_file])
+        assert await asyncio.wait_for(agent.prompt("stat it"), WAIT) == "completed"
+        data = await store.load("t1")
+        assert data is not None
+        (result,) = [m for m in data.messages if isinstance(m, ToolResultMessage)]
+        assert (result.is_error, result.text) == (False, f"size of {TEXT}: 3") and seen == [TEXT]
+        # The call read back from the store has the same key, so a resume finds the done job.
+        (stored,) = next(m for m in data.messages if isinstance(m, AssistantMessage)).tool_calls
+        key = call_job_key(stat_file, stored)
+        assert key is not None and key == job_key("stat_file", {"path": TEXT})
+        job = await store.job_get("t1", key)
+        assert job is not None and job.status == "done" and job.tool_call_id == "c1"
+    finally:
+        await store.close()
 
 
 def test_the_codec_round_trips_lone_surrogates_and_keeps_other_text_readable() -> None:
