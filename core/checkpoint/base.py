@@ -19,7 +19,10 @@ Fenced writes. Every write a run makes (``append``, ``claim_run``,
 optional keyword ``holder_id``. Given, the store checks inside the write's own
 transaction (SQLite: the same ``BEGIN IMMEDIATE``; memory: under its lock) that the
 thread's lease is held by that holder and has not expired (:func:`check_lease_holder`);
-otherwise it raises ``LeaseLostError`` and writes nothing. So a runner that lost its
+otherwise it raises ``LeaseLostError`` and writes nothing. Time a write spent waiting for
+another program's write lock does not count against the lease: nobody can take a lease
+over while the file is locked, and a takeover after the lock would have put another
+holder in the row (:func:`lock_wait_credit`). So a runner that lost its
 lease - its event loop blocked past the lease's expiry, say, while another process took
 the thread over - can never write after the new holder. Without ``holder_id`` the write
 is unfenced (cubeloop's ``append(thread_id, messages)``); a store that keeps no leases
@@ -475,11 +478,19 @@ class SupervisedStore(Protocol):
         ...
 
 
-def check_lease_holder(lease: Lease | None, thread_id: str, holder_id: str, now: float) -> None:
+def check_lease_holder(
+    lease: Lease | None, thread_id: str, holder_id: str, now: float, *, locked_since: float | None = None
+) -> None:
     """The fence of every fenced write: raise ``LeaseLostError`` unless ``lease`` (the
     thread's lease record, or ``None``) is held by ``holder_id`` and still valid at
-    ``now`` (unix seconds). Each backend calls it inside the write's own transaction."""
-    if lease is not None and lease.holder_id == holder_id and lease.expires_at > now:
+    ``now`` (unix seconds), or expired only while the store waited for another program's
+    write lock (``locked_since``, see :func:`lock_wait_credit`). Each backend calls it
+    inside the write's own transaction."""
+    if (
+        lease is not None
+        and lease.holder_id == holder_id
+        and (lease.expires_at > now or lock_wait_credit(lease, now, locked_since) > 0)
+    ):
         return
     if lease is None:
         why = "nobody holds it now"
@@ -490,3 +501,22 @@ def check_lease_holder(lease: Lease | None, thread_id: str, holder_id: str, now:
     raise LeaseLostError(
         f"This run no longer holds the lease on thread {thread_id!r} ({why}), so nothing was written.", why=why
     )
+
+
+def lock_wait_credit(lease: Lease, now: float, locked_since: float | None) -> float:
+    """Seconds by which a fenced write moves ``lease``'s times on because it expired while
+    the database was locked by another program; ``0.0`` when there is nothing to give back.
+
+    ``locked_since`` (unix seconds, or ``None`` when no wait is known) is when the store
+    began finding the database locked, until this write got through at ``now``. A lease
+    that still had time left then (``expires_at > locked_since``) but expired by ``now``
+    gets that wait back, so it keeps the time it had left when the lock began: while the
+    file was locked nobody could take the lease over, and a takeover would have replaced
+    its holder, which the fence refuses. A lease already expired before the wait began,
+    or one still valid at ``now``, gets nothing. The store writes the moved times in the
+    same transaction, so the run's next writes see a live lease until its heartbeat renews
+    it (as :meth:`SupervisedStore.acquire_lease` and ``renew_lease`` move theirs by their wait).
+    """
+    if locked_since is None or lease.expires_at > now or lease.expires_at <= locked_since:
+        return 0.0
+    return now - locked_since

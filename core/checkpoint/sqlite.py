@@ -83,7 +83,7 @@ class SQLiteCheckpointer(SQLiteFile):
             return
         self._check_writable()
         rows = [(thread_id, codec.encode(m), getattr(m, "run_id", None)) for m in messages]
-        await self._run(lambda c: queries.append(c, thread_id, rows, holder_id), "append")
+        await self._run(lambda c: queries.append(c, thread_id, rows, holder_id, self.locked_since), "append")
 
     async def save_extra(self, thread_id: str, extra: dict[str, Any]) -> None:
         """See ``Checkpointer.save_extra``: read, merge and write inside one ``BEGIN IMMEDIATE``.
@@ -98,12 +98,14 @@ class SQLiteCheckpointer(SQLiteFile):
     async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.claim_run``; ``claimed_at`` is stored as ``julianday('now')``."""
         self._check_writable()
-        await self._run(lambda c: queries.claim_run(c, thread_id, run_id, holder_id), "claim")
+        await self._run(lambda c: queries.claim_run(c, thread_id, run_id, holder_id, self.locked_since), "claim")
 
     async def mark_run_complete(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.mark_run_complete``: ``completion_seq`` is the thread's next number."""
         self._check_writable()
-        await self._run(lambda c: queries.mark_run_complete(c, thread_id, run_id, holder_id), "completion")
+        await self._run(
+            lambda c: queries.mark_run_complete(c, thread_id, run_id, holder_id, self.locked_since), "completion"
+        )
 
     async def save_pending_request(
         self, thread_id: str, request_json: str | None, *, run_id: str | None = None
@@ -146,7 +148,7 @@ class SQLiteCheckpointer(SQLiteFile):
         when = time.time() if at is None else at
         await self._run(
             lambda c: supervised.record_tool_event(
-                c, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when, holder_id
+                c, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when, holder_id, self.locked_since
             ),
             "journal write",
         )
@@ -169,7 +171,9 @@ class SQLiteCheckpointer(SQLiteFile):
         runners off one thread, so that is normally a crashed start).
         """
         self._check_writable()
-        return await self._run(lambda c: supervised.job_begin(c, thread_id, key, tool_call_id, holder_id), "job start")
+        return await self._run(
+            lambda c: supervised.job_begin(c, thread_id, key, tool_call_id, holder_id, self.locked_since), "job start"
+        )
 
     async def job_finish(
         self,
@@ -188,7 +192,9 @@ class SQLiteCheckpointer(SQLiteFile):
         """
         text = supervised.encode_result(key, status, result)
         self._check_writable()
-        await self._run(lambda c: supervised.job_finish(c, thread_id, key, status, text, holder_id), "job finish")
+        await self._run(
+            lambda c: supervised.job_finish(c, thread_id, key, status, text, holder_id, self.locked_since), "job finish"
+        )
 
     async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
         """See ``SupervisedStore.job_get``; ``None`` also for a file without the jobs table."""

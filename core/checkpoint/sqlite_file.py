@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -87,6 +88,8 @@ class SQLiteFile:
         self._durable = durable
         self._on_busy = on_busy
         self._identity = _identity(path)
+        self._lock_waits: list[float] = []  # unix start times of the calls retrying a locked file now
+        self._locked_since: float | None = None  # the earliest of them
 
     # --- opening -------------------------------------------------------------------------
 
@@ -215,6 +218,17 @@ class SQLiteFile:
         return self._path
 
     @property
+    def locked_since(self) -> float | None:
+        """Unix seconds since which another program has kept this database write-locked, as
+        far as this store saw: when the earliest of its calls still retrying a locked file
+        was made (each of its attempts since was refused), or ``None`` when none is.
+
+        A fenced write reads it inside its transaction (on the connection thread), so the
+        time a lease lost to the lock is given back (:func:`core.checkpoint.base.lock_wait_credit`).
+        """
+        return self._locked_since
+
+    @property
     def needs_upgrade(self) -> bool:
         """True for a cubeloop file or an older schema of ours, opened browse-only."""
         return not self._writable and (self._layout.version or 0) < len(schema.MIGRATIONS)
@@ -286,28 +300,44 @@ class SQLiteFile:
         """
         loop = asyncio.get_running_loop()
         started = loop.time()
+        called_at = time.time()
         delay = 0.05
         attempt = 0
-        while True:
-            db = self._db
-            if db is None:
-                raise CheckpointError(f"The store {self._path} is closed.")
-            try:
-                result = await call(db, fn)
-                self.check_file()
-                return result
-            except sqlite3.Error as exc:
-                self.check_file()
-                waited = loop.time() - started
-                out_of_time = waited + delay + self._busy_timeout > self._lock_wait
-                out_of_tries = self._retries is not None and attempt >= self._retries
-                if not is_busy(exc) or out_of_time or out_of_tries:
-                    raise call_error(self._path, exc, what, waited=waited, read_only=self.read_only) from None
-            attempt += 1
-            if self._on_busy is not None:
-                self._on_busy(attempt)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX)
+        try:
+            while True:
+                db = self._db
+                if db is None:
+                    raise CheckpointError(f"The store {self._path} is closed.")
+                try:
+                    result = await call(db, fn)
+                    self.check_file()
+                    return result
+                except sqlite3.Error as exc:
+                    self.check_file()
+                    waited = loop.time() - started
+                    out_of_time = waited + delay + self._busy_timeout > self._lock_wait
+                    out_of_tries = self._retries is not None and attempt >= self._retries
+                    if not is_busy(exc) or out_of_time or out_of_tries:
+                        raise call_error(self._path, exc, what, waited=waited, read_only=self.read_only) from None
+                if attempt == 0:
+                    self._waiting(called_at, True)
+                attempt += 1
+                if self._on_busy is not None:
+                    self._on_busy(attempt)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+        finally:
+            if attempt:
+                self._waiting(called_at, False)
+
+    def _waiting(self, called_at: float, start: bool) -> None:
+        # Only the event loop's thread changes the list; the connection thread reads the
+        # one attribute (locked_since), which is replaced whole.
+        if start:
+            self._lock_waits.append(called_at)
+        else:
+            self._lock_waits.remove(called_at)
+        self._locked_since = min(self._lock_waits, default=None)
 
 
 # --- connection, paths, errors -----------------------------------------------------------------

@@ -70,13 +70,17 @@ def load(c: sqlite3.Connection, layout: Layout, thread_id: str, after_id: int | 
 
 
 def append(
-    c: sqlite3.Connection, thread_id: str, rows: Sequence[tuple[str, str, str | None]], holder_id: str | None = None
+    c: sqlite3.Connection,
+    thread_id: str,
+    rows: Sequence[tuple[str, str, str | None]],
+    holder_id: str | None = None,
+    locked_since: float | None = None,
 ) -> None:
     """Insert ``(thread_id, json, run_id)`` rows in one transaction, unless a run named is
     completed or ``holder_id`` (when given) no longer holds the thread's live lease."""
     run_ids = sorted({r[2] for r in rows if r[2] is not None})
     with write_txn(c):
-        fence(c, thread_id, holder_id)
+        fence(c, thread_id, holder_id, locked_since)
         if run_ids:
             marks = ",".join("?" * len(run_ids))
             done = c.execute(
@@ -144,10 +148,12 @@ def save_pending_request(c: sqlite3.Connection, thread_id: str, request_json: st
             )
 
 
-def claim_run(c: sqlite3.Connection, thread_id: str, run_id: str, holder_id: str | None = None) -> None:
+def claim_run(
+    c: sqlite3.Connection, thread_id: str, run_id: str, holder_id: str | None = None, locked_since: float | None = None
+) -> None:
     """Insert the run (``claimed_at = julianday('now')``) unless it exists; fenced by ``holder_id``."""
     with write_txn(c):
-        fence(c, thread_id, holder_id)
+        fence(c, thread_id, holder_id, locked_since)
         row = c.execute(
             "SELECT completed_at FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id)
         ).fetchone()
@@ -158,10 +164,12 @@ def claim_run(c: sqlite3.Connection, thread_id: str, run_id: str, holder_id: str
         c.execute("INSERT INTO runs (thread_id, run_id) VALUES (?, ?)", (thread_id, run_id))
 
 
-def mark_run_complete(c: sqlite3.Connection, thread_id: str, run_id: str, holder_id: str | None = None) -> None:
+def mark_run_complete(
+    c: sqlite3.Connection, thread_id: str, run_id: str, holder_id: str | None = None, locked_since: float | None = None
+) -> None:
     """Complete the run with the thread's next ``completion_seq``; idempotent; fenced by ``holder_id``."""
     with write_txn(c):
-        fence(c, thread_id, holder_id)
+        fence(c, thread_id, holder_id, locked_since)
         row = c.execute(
             "SELECT completed_at FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id)
         ).fetchone()

@@ -27,6 +27,7 @@ from core.checkpoint.base import (
     check_command_move,
     check_lease_holder,
     command_sources,
+    lock_wait_credit,
 )
 from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, Layout, write_txn
 from core.errors import RunAlreadyClaimedError
@@ -86,6 +87,7 @@ def record_tool_event(
     job_key: str | None,
     at: float,
     holder_id: str | None = None,
+    locked_since: float | None = None,
 ) -> None:
     """Upsert the journal entry for one phase, fenced by ``holder_id``, in one transaction."""
     if phase == "start":
@@ -95,7 +97,7 @@ def record_tool_event(
         sql = _JOURNAL_UPSERT + " ended_at = excluded.ended_at"
         times = (None, at)
     with write_txn(c):
-        fence(c, thread_id, holder_id)
+        fence(c, thread_id, holder_id, locked_since)
         c.execute(sql, (thread_id, tool_call_id, tool_name, run_id, *times, job_key))
 
 
@@ -113,11 +115,16 @@ _JOB_COLUMNS = "key, status, result_json, tool_call_id, started_at, finished_at,
 
 
 def job_begin(
-    c: sqlite3.Connection, thread_id: str, key: str, tool_call_id: str | None, holder_id: str | None = None
+    c: sqlite3.Connection,
+    thread_id: str,
+    key: str,
+    tool_call_id: str | None,
+    holder_id: str | None = None,
+    locked_since: float | None = None,
 ) -> JobRecord:
     """Look up and start ``key`` inside one ``BEGIN IMMEDIATE`` (see ``SQLiteCheckpointer.job_begin``)."""
     with write_txn(c):
-        fence(c, thread_id, holder_id)
+        fence(c, thread_id, holder_id, locked_since)
         old = _job(c, thread_id, key)
         if old is not None and old.status == "done":
             return old
@@ -140,11 +147,17 @@ def job_begin(
 
 
 def job_finish(
-    c: sqlite3.Connection, thread_id: str, key: str, status: str, result_json: str, holder_id: str | None = None
+    c: sqlite3.Connection,
+    thread_id: str,
+    key: str,
+    status: str,
+    result_json: str,
+    holder_id: str | None = None,
+    locked_since: float | None = None,
 ) -> None:
     """Record the outcome in one transaction; a ``done`` job stays as it is. ``KeyError`` if never begun."""
     with write_txn(c):
-        fence(c, thread_id, holder_id)
+        fence(c, thread_id, holder_id, locked_since)
         row = c.execute(f"SELECT status FROM {JOBS} WHERE thread_id = ? AND key = ?", (thread_id, key)).fetchone()
         if row is None:
             raise KeyError(f"Job {key!r} of thread {thread_id!r} was never begun.")
@@ -218,11 +231,28 @@ def lock_wait_shift(called_at: float) -> float:
     return waited if waited >= LEASE_SHIFT_MIN else 0.0
 
 
-def fence(c: sqlite3.Connection, thread_id: str, holder_id: str | None) -> None:
+def fence(c: sqlite3.Connection, thread_id: str, holder_id: str | None, locked_since: float | None = None) -> None:
     """Inside a write transaction: raise ``LeaseLostError`` unless the write is unfenced
-    (``holder_id`` is ``None``) or ``holder_id`` holds the thread's live lease."""
-    if holder_id is not None:
-        check_lease_holder(_lease(c, thread_id), thread_id, holder_id, time.time())
+    (``holder_id`` is ``None``) or ``holder_id`` holds the thread's live lease.
+
+    ``locked_since`` (unix seconds): when the store began finding the file locked by
+    another program, if it still was until this write. A lease of ``holder_id`` that
+    expired during that wait is still its own (:func:`~core.checkpoint.base.lock_wait_credit`);
+    its heartbeat and expiry are moved on by the wait here, compare-and-set on the holder.
+    """
+    if holder_id is None:
+        return
+    lease = _lease(c, thread_id)
+    now = time.time()
+    check_lease_holder(lease, thread_id, holder_id, now, locked_since=locked_since)
+    assert lease is not None  # check_lease_holder refuses a missing lease
+    credit = lock_wait_credit(lease, now, locked_since)
+    if credit:
+        c.execute(
+            f"UPDATE {LEASES} SET heartbeat_at = heartbeat_at + ?, expires_at = expires_at + ?"
+            " WHERE thread_id = ? AND holder_id = ?",
+            (credit, credit, thread_id, holder_id),
+        )
 
 
 def renew_lease(

@@ -54,3 +54,35 @@ async def test_a_runner_waits_out_a_write_lock_held_longer_than_the_old_limit(db
         await store.close()
     assert data is not None and data.messages[0].text == "Summarise the sales"
     assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED
+
+
+MIDRUN_HELD = 20.0
+"""Seconds the other process holds the lock mid-run: longer than the runner's 15 s lease."""
+
+
+async def test_a_write_lock_held_past_the_lease_mid_run_loses_nothing(db: Path, spawn) -> None:
+    # While the file is locked the heartbeat cannot renew the lease and it expires; nobody
+    # could take it over meanwhile, so the run's writes after the lock still count as its own.
+    runner = spawn(db, "t1", "Summarise the sales")
+    await runner.file("started-1")  # the tool runs: the prompt and the first reply are saved
+    holder = LockHolder(db, MIDRUN_HELD).start()
+    try:
+        runner.gate("release-1")  # the tool's result is ready while the file is locked
+        status = await runner.wait(timeout=MIDRUN_HELD + 60)
+        out, err = runner.output()
+        released_after = time.monotonic() - holder.held_at
+        assert holder.wait() == 0
+    finally:
+        holder.stop()
+    assert status == 0, err
+    assert err == "" and out.splitlines()[-1] == "run completed"
+    assert released_after >= MIDRUN_HELD  # it waited the lock out
+    store = await SQLiteCheckpointer.open(db, create=False)
+    try:
+        data = await store.load("t1")
+    finally:
+        await store.close()
+    assert data is not None
+    assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant"]
+    assert data.messages[2].text.startswith("work 1 done") and data.messages[3].text == "All done."
+    assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED

@@ -680,6 +680,25 @@ async def test_fenced_writes_without_the_live_lease_raise_and_write_nothing(
     assert await snapshot(store) == before
 
 
+async def test_a_lease_that_expired_and_was_taken_over_stays_lost_to_its_first_holder(store: Any) -> None:
+    await store.claim_run("t", "r1")
+    await store.append("t", [user_text("go", run_id="r1")])
+    await store.record_tool_event("t", "c1", "start", tool_name="read", run_id="r1", at=1.0)
+    await store.job_begin("t", "k")
+    await store.acquire_lease(lease_for("me", now=time.time() - 100, ttl=10), is_stale=never_stale)
+    await store.acquire_lease(lease_for("you"), is_stale=expired)  # the takeover of the expired lease
+    before = await snapshot(store)
+    for name, write in fenced_writes(store, "me").items():
+        with pytest.raises(LeaseLostError) as error:
+            await write()
+        assert error.value.why == "process 1003 on box took the thread over", name
+    # Nor does a late heartbeat of the first holder bring the lease back.
+    now = time.time()
+    assert await store.renew_lease("t", "me", now, now + 30) is False
+    assert (await store.get_lease("t")).holder_id == "you"
+    assert await snapshot(store) == before
+
+
 async def test_fenced_writes_of_the_live_holder_and_unfenced_writes_go_through(store: Any) -> None:
     await store.acquire_lease(lease_for("me"), is_stale=never_stale)
     await store.claim_run("t", "r1", holder_id="me")

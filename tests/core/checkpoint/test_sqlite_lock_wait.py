@@ -10,7 +10,8 @@ import pytest
 
 from core.checkpoint.base import Lease
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.errors import StoreBusyError
+from core.checkpoint.sqlite_schema import LEASES
+from core.errors import LeaseLostError, StoreBusyError
 from core.messages import user_text
 from tests.helpers.locks import LockHolder
 
@@ -56,6 +57,83 @@ async def test_a_lease_written_without_waiting_is_stored_exactly_as_given(tmp_pa
         old = Lease("t1", "h1", 1, "box", "r1", 100.0, 100.0, 115.0)  # long expired, on purpose
         assert await store.acquire_lease(old, is_stale=lambda lease: False) == old
         assert await store.get_lease("t1") == old
+
+
+# --- fenced writes that waited for a lock: the wait does not count against the lease --------
+
+SHORT_TTL = 3.0  # seconds: the lease expires while the lock (held twice as long) is waited out
+
+
+async def _leased_store(path: Path, *, expires_in: float) -> SQLiteCheckpointer:
+    store = await SQLiteCheckpointer.open(path)
+    now = time.time()
+    await store.acquire_lease(Lease("t1", "h1", 1, "box", "r1", now, now, now + expires_in), is_stale=lambda _: False)
+    await store.claim_run("t1", "r1")
+    return store
+
+
+async def test_a_lease_that_expires_while_another_program_holds_the_lock_stays_the_runs(tmp_path: Path) -> None:
+    path = tmp_path / "threads.sqlite"
+    store = await _leased_store(path, expires_in=SHORT_TTL)
+    try:
+        expires_at = (await store.get_lease("t1")).expires_at
+        holder = LockHolder(path, 2 * SHORT_TTL).start()
+        try:
+            await store.append("t1", [user_text("the finished reply", run_id="r1")], holder_id="h1")
+            written_at = time.time()
+        finally:
+            holder.stop()
+        assert written_at > expires_at + 1.0  # the lease had expired by the time the write got in
+        lease = await store.get_lease("t1")
+        # Moved on by the wait: it keeps what it had left when the lock began (almost SHORT_TTL).
+        assert lease is not None and lease.holder_id == "h1" and lease.expires_at > written_at + 1.0
+        await store.mark_run_complete("t1", "r1", holder_id="h1")  # the next write needs no wait
+        data = await store.load("t1")
+    finally:
+        await store.close()
+    assert [m.text for m in data.messages] == ["the finished reply"] and data.runs[0].completed
+
+
+async def test_a_lease_that_expired_before_the_lock_stays_lost(tmp_path: Path) -> None:
+    path = tmp_path / "threads.sqlite"
+    store = await _leased_store(path, expires_in=-5.0)
+    try:
+        holder = LockHolder(path, SHORT_TTL).start()
+        try:
+            with pytest.raises(LeaseLostError) as error:
+                await store.append("t1", [user_text("too late", run_id="r1")], holder_id="h1")
+        finally:
+            holder.stop()
+        assert error.value.why == "it expired without a heartbeat"
+        data = await store.load("t1")
+    finally:
+        await store.close()
+    assert data.messages == []
+
+
+async def test_a_lease_taken_over_by_the_program_holding_the_lock_stays_lost(tmp_path: Path) -> None:
+    # The other program takes the lease over inside its locked transaction (the first
+    # holder's lease expires meanwhile); once it commits, the first holder's write is refused.
+    path = tmp_path / "threads.sqlite"
+    store = await _leased_store(path, expires_in=SHORT_TTL)
+    takeover = (
+        f"UPDATE {LEASES} SET holder_id = 'h2', pid = 2, host = 'other', expires_at = ? WHERE thread_id = 't1'",
+        [time.time() + 600],
+    )
+    try:
+        holder = LockHolder(path, 2 * SHORT_TTL, statements=[takeover]).start()
+        try:
+            with pytest.raises(LeaseLostError) as error:
+                await store.append("t1", [user_text("after the takeover", run_id="r1")], holder_id="h1")
+        finally:
+            holder.stop()
+        assert error.value.why == "process 2 on other took the thread over"
+        assert not await store.renew_lease("t1", "h1", time.time(), time.time() + 15)
+        data = await store.load("t1")
+        lease = await store.get_lease("t1")
+    finally:
+        await store.close()
+    assert data.messages == [] and lease is not None and lease.holder_id == "h2"
 
 
 async def test_a_lock_held_past_the_budget_gives_up_within_it_in_one_sentence(tmp_path: Path) -> None:
