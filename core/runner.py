@@ -14,7 +14,8 @@ line ``run OUTCOME``; control characters in model, provider or tool text are esc
 never sent to the terminal.
 
 Exit status: 0 completed, 1 failed (or interrupted, or the database file was deleted or
-replaced under the run: one sentence on stderr), 130 aborted (an abort command,
+replaced under the run, or another program kept it locked past the store's wait: one
+sentence on stderr), 130 aborted (an abort command,
 Ctrl-C or SIGTERM), 2 bad input (one sentence on stderr: bad arguments, a database that
 cannot be opened, a thread running elsewhere, nothing to resume, no API key).
 
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from core.agent import Agent, check_user_text
-from core.errors import CubepiError, DatabaseGoneError, ThreadNotFoundError, error_sentence
+from core.errors import CubepiError, DatabaseGoneError, StoreBusyError, ThreadNotFoundError, error_sentence
 from core.events import AgentEnd, AgentEvent, MessageEnd, MessageUpdate, RetryWait, RunOutcome
 from core.leases import LeaseHolder
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
@@ -88,6 +89,7 @@ async def run_headless(
     upgrade: bool = False,
     lease_ttl: float = 15.0,
     heartbeat_interval: float = 2.0,
+    lock_wait: float | None = None,
     holder: LeaseHolder | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
@@ -100,10 +102,13 @@ async def run_headless(
     be given. ``include_pending`` sends steers and follow-ups a crashed runner never
     delivered with the run. ``agent`` is ``"MODULE:FUNCTION"`` or a callable returning an
     :class:`AgentSpec`; else ``demo`` (at ``speed``) or Anthropic (``model``).
-    ``lease_ttl``/``heartbeat_interval`` are seconds; ``holder`` overrides who this
+    ``lease_ttl``/``heartbeat_interval`` are seconds; ``lock_wait`` is how long (seconds)
+    each store call waits for a database another program keeps locked (default
+    ``core.checkpoint.sqlite_file.LOCK_WAIT``; past it the run fails, exit 1); ``holder`` overrides who this
     process is to other runners (tests). Lines go to ``out``, the one-sentence error to
     ``err`` (default stdout/stderr). ``handle_signals`` makes SIGINT/SIGTERM abort the
-    run (a second one cancels it). Never raises for bad input: it returns 2.
+    run (a second one cancels it). Never raises: bad input returns 2, a database deleted or
+    replaced under the run, or locked past ``lock_wait``, returns 1 (failed).
     """
     out = out or sys.stdout
     err = err or sys.stderr
@@ -119,7 +124,8 @@ async def run_headless(
         spec = _agent_spec(agent, demo=demo, speed=speed, model=model)
         from core.checkpoint.sqlite import SQLiteCheckpointer
 
-        store = await SQLiteCheckpointer.open(db_path, create=create)
+        waits = {} if lock_wait is None else {"lock_wait": lock_wait}
+        store = await SQLiteCheckpointer.open(db_path, create=create, **waits)
         quiet.store = store
         if store.needs_upgrade:
             if not upgrade:
@@ -163,7 +169,9 @@ async def run_headless(
     except asyncio.CancelledError:
         _say(err, "The run was cancelled.")
         return EXIT_CODES["aborted"]
-    except DatabaseGoneError as exc:
+    except (DatabaseGoneError, StoreBusyError) as exc:
+        # The input was fine: the database vanished, or another program kept it locked past
+        # the store's wait (core.checkpoint.sqlite_file.LOCK_WAIT). The run failed.
         _say(err, error_sentence(exc))
         return EXIT_CODES["failed"]
     except CubepiError as exc:

@@ -481,8 +481,10 @@ def call_error(path: Path, exc: sqlite3.Error, what: str, *, waited: float, read
     """One sentence for a failed call: ``what`` names it ("append", "lease", ...), ``waited`` is seconds."""
     text = str(exc).lower()
     if is_busy(exc):
+        # Nothing was done and the same call works once the lock is gone: say that, not
+        # which internal step ("lease", "append") happened to be the one refused.
         return StoreBusyError(
-            f"{path} stayed locked by another program for about {waited:.0f} s, so the {what} did not happen."
+            f"The database {path} stayed locked by another program for {waited:.0f} s; try again when it is free."
         )
     if "readonly" in text and read_only and has_hot_journal(path):
         return hot_journal_error(path)

@@ -6,6 +6,7 @@ The store used to give up after about 11 s (5 attempts of SQLite's 2 s busy time
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.checkpoint.sqlite_file import LOCK_WAIT
 from core.recovery import ThreadState, diagnose
+from core.runner import EXIT_CODES, run_headless
 from tests.helpers.locks import LockHolder
 
 HELD = 14.0
@@ -86,3 +88,25 @@ async def test_a_write_lock_held_past_the_lease_mid_run_loses_nothing(db: Path, 
     assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant"]
     assert data.messages[2].text.startswith("work 1 done") and data.messages[3].text == "All done."
     assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED
+
+
+async def test_a_lock_held_past_the_wait_fails_the_run_in_one_plain_sentence(db: Path) -> None:
+    # Exit 1 (the run failed, as the README's exit statuses say), not 2: the input was fine.
+    # The wait is shortened here; the CLI waits LOCK_WAIT (60 s) the same way.
+    out, err = io.StringIO(), io.StringIO()
+    holder = LockHolder(db, 30.0).start()
+    try:
+        status = await run_headless(db, "t1", "Summarise the sales", demo=True, lock_wait=3.0, out=out, err=err)
+        still_held = holder.proc is not None and holder.proc.poll() is None
+    finally:
+        holder.stop()
+    assert still_held  # it gave up on its own budget
+    assert status == EXIT_CODES["failed"] == 1
+    (sentence,) = err.getvalue().splitlines()
+    assert sentence.startswith(f"The database {db} stayed locked by another program for ")
+    assert sentence.endswith(" s; try again when it is free.")
+    store = await SQLiteCheckpointer.open(db, create=False)
+    try:
+        assert await store.load("t1") is None  # nothing of the run was written
+    finally:
+        await store.close()
