@@ -15,8 +15,9 @@ Requests carry prompt-caching breakpoints (:func:`add_cache_breakpoints`).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,10 +101,17 @@ class AnthropicProvider:
             reply = ReplyBuilder(self)
             fault: _Fault | None = None
             try:
-                response = await self._client.messages.create(**params, stream=True)
+                # Every wait on the SDK (the response's headers, each event) is raced with
+                # the abort signal: a stalled stream would otherwise hold an abort until
+                # the SDK's read timeout (minutes), against the provider contract.
+                response = await _unless_aborted(self._client.messages.create(**params, stream=True), signal)
+                if response is _ABORTED:
+                    yield StreamEnd(reply.failed(ABORTED_TEXT, stop_reason="aborted"))
+                    return
                 async with response:
-                    async for event in response:
-                        if signal.is_set():
+                    events = aiter(response)
+                    while (event := await _unless_aborted(anext(events, _END), signal)) is not _END:
+                        if event is _ABORTED:
                             yield StreamEnd(reply.failed(ABORTED_TEXT, stop_reason="aborted"))
                             return
                         for out in reply.apply(event):
@@ -164,6 +172,35 @@ class AnthropicProvider:
         if self.prompt_caching:
             add_cache_breakpoints(params)
         return sendable(params)
+
+
+_ABORTED = object()  # what _unless_aborted returns when the signal came first
+_END = object()  # the end of the SDK's event stream
+
+
+async def _unless_aborted(step: Awaitable[Any], signal: asyncio.Event) -> Any:
+    """``await step``, unless ``signal`` is set first (or already): then ``step`` is
+    cancelled (and awaited, so the SDK's response can be closed after it) and
+    :data:`_ABORTED` is returned. An abort wins over a result that is ready at the same
+    time, as the loop would not use it. Exceptions of ``step`` propagate."""
+    if signal.is_set():
+        if inspect.iscoroutine(step):
+            step.close()  # never started: nothing to cancel
+        return _ABORTED
+    task = asyncio.ensure_future(step)
+    aborted = asyncio.ensure_future(signal.wait())
+    try:
+        await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        aborted.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if signal.is_set():
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: an error raised as the abort came is not reported
+        return _ABORTED
+    return task.result()
 
 
 # --- prompt caching -----------------------------------------------------------------------------

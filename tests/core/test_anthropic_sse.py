@@ -461,6 +461,31 @@ async def test_an_abort_mid_stream_keeps_the_usage_reported_so_far(server):
     assert message.usage == Usage(input_tokens=40, output_tokens=1, cache_read_tokens=900, cache_write_tokens=3)
 
 
+@pytest.mark.parametrize("streamed_first", [True, False], ids=["mid-reply", "before-any-event"])
+async def test_an_abort_while_the_stream_stalls_ends_it_at_once(server, streamed_first):
+    # The server sends nothing more (a stalled connection) until the client goes away; the
+    # SDK's own read timeout is minutes, so only the abort can end this call in time.
+    hold = Hold()
+    head = [message_start(), *text_block(0, "Partial")[:2]] if streamed_first else []
+    server.add(Stream([*head, hold, *message_end("end_turn")]))
+    signal = asyncio.Event()
+
+    async def abort_when_held() -> None:
+        await hold.reached.wait()
+        await asyncio.sleep(0.2)  # the client is inside its read of the stream now
+        signal.set()
+
+    aborter = asyncio.create_task(abort_when_held())
+    # collect's liveness bound (LIVENESS) fails the test unless the abort ends the call:
+    # the stall itself never does.
+    events = await collect(provider_for(server), ask(), signal)
+    await aborter
+    message = events[-1].message
+    assert (message.stop_reason, message.error_message) == ("aborted", "Aborted by the user.")
+    assert message.text == ("Partial" if streamed_first else "")
+    assert not hold.released.is_set() and len(server.requests) == 1
+
+
 # --- prompt caching ---------------------------------------------------------------------------
 
 
