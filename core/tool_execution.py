@@ -319,9 +319,10 @@ async def execute_tool_calls(
 def unreadable_arguments_text(call: ToolCall) -> str:
     """The error result text of a call whose arguments could not be read
     (``call.arguments_error`` is set): the call was not run, and the model is asked to
-    make it again. Anthropic's stop-reasons page says a reply cut off at ``max_tokens``
-    is to be continued or asked again with a higher limit, never used as it is
-    (https://platform.claude.com/docs/en/build-with-claude/handling-stop-reasons)."""
+    make it again: a reply cut off at its limit is not used as it is (Anthropic's
+    stop-reasons page answers ``max_tokens`` with "Raise max_tokens or continue the
+    response", https://platform.claude.com/docs/en/build-with-claude/handling-stop-reasons),
+    and a call with incomplete arguments must not run with defaults nobody gave."""
     return (
         f"The arguments of tool call {call.name!r} ({call.id}) could not be read ({call.arguments_error}); "
         "it was not run. Make the call again with complete arguments."

@@ -34,6 +34,7 @@ _PLAIN_STOPS = {"end_turn", "stop_sequence", "tool_use", "max_tokens"}
 # response as truncated"). Such a call must not run; it is marked (ToolCall.arguments_error)
 # and answered with an error result, so the model makes it again.
 _CUT_STOPS = {"max_tokens", "model_context_window_exceeded"}
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 CUT_OFF = "the reply was cut off at the output limit"
 """The ``ToolCall.arguments_error`` of a call whose input a cut-off reply left incomplete."""
 
@@ -147,7 +148,7 @@ class ReplyBuilder:
         if isinstance(arguments, dict):
             block.arguments = arguments
         else:
-            self.unread[at] = f"they were a JSON {type(arguments).__name__}, not an object"
+            self.unread[at] = f"they were a JSON {_JSON_KINDS.get(type(arguments), 'value')}, not an object"
 
     def _usage(self, usage: Any) -> list[StreamEvent]:
         if usage is None:

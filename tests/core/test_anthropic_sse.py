@@ -195,7 +195,8 @@ async def test_stop_reasons(server, raw, ours, metadata):
         ("model_context_window_exceeded", ['{"env": "sta'], "the reply was cut off at the output limit"),
         ("max_tokens", [], "the reply was cut off at the output limit"),  # cut before any input
         ("tool_use", ['{"env": "staging", "dry_run": tr'], "they were not valid JSON: Expecting value"),
-        ("tool_use", ['["staging"]'], "they were a JSON list, not an object"),
+        ("tool_use", ['["staging"]'], "they were a JSON array, not an object"),
+        ("tool_use", ["null"], "they were a JSON null, not an object"),
     ],
 )
 async def test_a_tool_call_whose_input_cannot_be_read_is_marked_and_keeps_the_mark(server, stop, fragments, why):
