@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, to_json
 
 from core.errors import CorruptRecordError
 from core.messages import AnyMessage, Message
@@ -45,11 +46,35 @@ def encode(message: AnyMessage) -> str:
     try:
         return message.model_dump_json()
     except PydanticSerializationError:
-        # The only failure of a valid message: a str UTF-8 cannot encode (lone surrogates).
-        text = json.dumps(message.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
-        # Outside strings JSON text is ASCII, so every surrogate sits inside a string,
-        # where its \\uXXXX escape stands for exactly that code point.
-        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+        # The only failure of a valid message: a str UTF-8 cannot encode (lone surrogates),
+        # in a value or in a key of free-form JSON (``details``, ``metadata``), where even
+        # ``model_dump(mode="json")`` fails. So each lone surrogate is swapped for a marker
+        # no text holds, the message is written as usual, and each marker becomes the
+        # surrogate's \\uXXXX escape (inside a JSON string it stands for exactly that code point).
+        marker = _marker(message)
+        data = _swap_surrogates(message.model_dump(), marker)
+        text = to_json(data).decode()
+        return re.sub(re.escape(marker) + "([0-9a-f]{4})", lambda m: "\\u" + m.group(1), text)
+
+
+def _marker(message: AnyMessage) -> str:
+    # Random, and checked against the message's own text: a marker the message already
+    # holds would turn its text into a surrogate on the way back.
+    seen = repr(message.model_dump())
+    while True:
+        marker = f"@@cubepi-surrogate-{secrets.token_hex(8)}:"
+        if marker not in seen:
+            return marker
+
+
+def _swap_surrogates(value: Any, marker: str) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub(lambda m: f"{marker}{ord(m.group()):04x}", value)
+    if isinstance(value, dict):
+        return {_swap_surrogates(k, marker): _swap_surrogates(v, marker) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_swap_surrogates(v, marker) for v in value]
+    return value
 
 
 def encode_extra(extra: dict[str, Any]) -> str:

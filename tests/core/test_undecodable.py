@@ -186,3 +186,37 @@ async def test_a_result_with_lone_surrogates_reaches_the_anthropic_api_escaped()
     sent = server.requests[0].body["messages"][-1]["content"][0]["content"][0]["text"]
     assert sent == "name: caf\\udce9 \\udcff\\udcfe end"
     assert history[-1].content[0].text == TEXT  # the stored message is not rewritten
+
+
+@tool
+async def list_names() -> AgentToolResult:
+    """Return file names as keys of the details (undecodable bytes kept as surrogates)."""
+    return AgentToolResult("2 names", details={TEXT: {"size": 3}, "plain": [TEXT]})
+
+
+async def test_a_result_whose_details_have_lone_surrogates_in_keys_is_saved_and_read_back(tmp_path: Path) -> None:
+    # Even model_dump(mode="json") fails on such a key, so the result could not be saved
+    # and the thread was stuck for good.
+    path = tmp_path / "threads.sqlite"
+    async with await SQLiteCheckpointer.open(path) as store:
+        agent = Agent(
+            FauxProvider([faux_reply("Listing.", faux_tool_call("list_names", {})), faux_reply("Done.")]),
+            store,
+            "t1",
+            tools=[list_names],
+        )
+        assert await asyncio.wait_for(agent.prompt("list the names"), WAIT) == "completed"
+    async with await SQLiteCheckpointer.open(path, create=False) as store:
+        data = await store.load("t1")
+    assert data is not None and not data.problems
+    result = next(m for m in data.messages if isinstance(m, ToolResultMessage))
+    assert result.details == {TEXT: {"size": 3}, "plain": [TEXT]}
+
+
+def test_the_codec_never_mistakes_text_for_its_marker() -> None:
+    # The marker is chosen per message and never one the message already holds.
+    message = ToolResultMessage(
+        tool_call_id="c1", content=[TextContent(text="@@cubepi-surrogate-x:dcff " + TEXT)], details={TEXT: 1}
+    )
+    back = codec.decode(codec.encode(message))
+    assert back.content[0].text == message.content[0].text and back.details == {TEXT: 1}
