@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 """The repository root (the runners' working directory)."""
 TIMEOUT = 60.0
 """Seconds any wait may take before the test fails: generous, for a loaded 2-core machine."""
+
+
+def runner_argv(db: Path, thread: str, *options: str) -> list[str]:
+    """The command line of a headless runner (``cubepi-tui run``) on ``db`` and ``thread``,
+    ``options`` after them (``--demo``, ``--agent MODULE:FUNCTION``, the prompt, ...)."""
+    return [sys.executable, "-m", "core.runner", "run", "--db", str(db), "--thread", thread, *options]
 
 
 class Runner:

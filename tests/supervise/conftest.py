@@ -3,13 +3,12 @@ process's own store on it. The helpers live in ``tests/helpers/supervise.py``.""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from tests.helpers.supervise import Runner
+from tests.helpers.supervise import Runner, runner_argv
 
 
 @pytest.fixture
@@ -23,19 +22,7 @@ def spawn(tmp_path: Path):
     def start(
         db: Path, thread: str, *args: str, env: dict[str, str] | None = None, argv: list[str] | None = None
     ) -> Runner:
-        command = argv or [
-            sys.executable,
-            "-m",
-            "core.runner",
-            "run",
-            "--db",
-            str(db),
-            "--thread",
-            thread,
-            "--agent",
-            "tests.supervise.child:make_agent",
-            *args,
-        ]
+        command = argv or runner_argv(db, thread, "--agent", "tests.supervise.child:make_agent", *args)
         runner = Runner(command, gates, env or {})
         runners.append(runner)
         return runner

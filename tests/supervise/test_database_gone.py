@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,22 +16,11 @@ import pytest
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import DatabaseGoneError
 from core.messages import user_text
+from tests.helpers.supervise import runner_argv
 
 
 def _argv(db: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "core.runner",
-        "run",
-        "--db",
-        str(db),
-        "--thread",
-        "t1",
-        "--agent",
-        "tests.supervise.child:make_agent",
-        "do the work",
-    ]
+    return runner_argv(db, "t1", "--agent", "tests.supervise.child:make_agent", "do the work")
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ The store used to give up after about 11 s (5 attempts of SQLite's 2 s busy time
 from __future__ import annotations
 
 import io
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from core.checkpoint.sqlite_file import LOCK_WAIT
 from core.recovery import ThreadState, diagnose
 from core.runner import EXIT_CODES, run_headless
 from tests.helpers.locks import LockHolder
+from tests.helpers.supervise import runner_argv
 
 HELD = 14.0
 """Seconds the other process holds the lock: longer than the old ~11 s, well within LOCK_WAIT."""
@@ -25,20 +25,7 @@ async def test_a_runner_waits_out_a_write_lock_held_longer_than_the_old_limit(db
     assert HELD < LOCK_WAIT
     holder = LockHolder(db, HELD).start()
     try:
-        argv = [
-            sys.executable,
-            "-m",
-            "core.runner",
-            "run",
-            "--db",
-            str(db),
-            "--thread",
-            "t1",
-            "--demo",
-            "--speed",
-            "25",
-            "Summarise the sales",
-        ]
+        argv = runner_argv(db, "t1", "--demo", "--speed", "25", "Summarise the sales")
         runner = spawn(db, "t1", argv=argv)
         status = await runner.wait(timeout=HELD + 60)
         out, err = runner.output()

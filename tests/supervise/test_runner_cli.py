@@ -15,7 +15,7 @@ from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMes
 from core.runner import describe, describe_wait, main, plain
 from core.supervise import LeaseState
 from tests.helpers import retrying_agent
-from tests.helpers.supervise import ROOT, until
+from tests.helpers.supervise import ROOT, runner_argv, until
 
 
 async def test_demo_runner_is_followed_live(db: Path, store, spawn) -> None:
@@ -23,20 +23,7 @@ async def test_demo_runner_is_followed_live(db: Path, store, spawn) -> None:
     # streams for about a second, its two first tools overlap for about two. So every change
     # the follower published is looked at (not just the model whenever the test looks),
     # and what each showed is kept with the lease state of that moment.
-    argv = [
-        sys.executable,
-        "-m",
-        "core.runner",
-        "run",
-        "--db",
-        str(db),
-        "--thread",
-        "t-demo",
-        "--demo",
-        "--speed",
-        "2",
-        "Analyse the sales figures",
-    ]
+    argv = runner_argv(db, "t-demo", "--demo", "--speed", "2", "Analyse the sales figures")
     runner = spawn(db, "t-demo", argv=argv)
     streaming: list[LeaseState] = []  # a change that showed the first reply's text streaming
     both: list[LeaseState] = []  # a change that showed both first tools running with progress
@@ -64,19 +51,7 @@ async def test_demo_runner_is_followed_live(db: Path, store, spawn) -> None:
 
 
 async def test_a_retry_wait_is_printed_and_followed_from_another_process(db: Path, store, spawn) -> None:
-    argv = [
-        sys.executable,
-        "-m",
-        "core.runner",
-        "run",
-        "--db",
-        str(db),
-        "--thread",
-        "t-wait",
-        "--agent",
-        "tests.helpers.retrying_agent:make_agent",
-        "Summarise the sales",
-    ]
+    argv = runner_argv(db, "t-wait", "--agent", "tests.helpers.retrying_agent:make_agent", "Summarise the sales")
     runner = spawn(db, "t-wait", argv=argv)
     async with ThreadFollower(store, "t-wait") as follower:
         await until(follower, lambda m: m.lease_view.live and m.partial is not None, "the model call", runner=runner)
