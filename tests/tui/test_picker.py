@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from textual.widgets import DataTable
+
 from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, ToolResultMessage
@@ -151,3 +153,15 @@ async def test_a_thread_leased_by_another_process_shows_as_running_elsewhere() -
     app = make_app(session)
     async with app.run_test(size=(130, 30)) as pilot:
         await wait_for_text(pilot, "running elsewhere (pid 4242 on build-box, heartbeat")
+
+
+async def test_a_reload_while_the_app_exits_draws_nothing_and_raises_nothing() -> None:
+    # A run that ends while the app exits still asks the picker to reload, after Textual
+    # has removed its table: that used to end the exit with NoMatches (seen in CI).
+    app = make_app(fast_session(MemoryCheckpointer()))
+    async with app.run_test() as pilot:
+        await wait_for(pilot, lambda: app.screen is app.threads_screen, what="the picker")
+        await app.threads_screen.query_one(DataTable).remove()
+        app.threads_screen.reload()
+        await wait_for(pilot, lambda: not app.threads_screen.loading_rows, what="the reload to finish")
+        assert app.is_running

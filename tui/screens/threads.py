@@ -138,11 +138,16 @@ class ThreadsScreen(Screen[None]):
         self.post_message(ThreadsLoaded(rows=rows))
 
     def watch_loading_rows(self, loading: bool) -> None:
-        self.query_one(DataTable).loading = loading and not self.rows
+        # A run that ends while the app exits still asks for a reload, after Textual has
+        # removed the table: there is nothing to show then.
+        for table in self.query(DataTable):
+            table.loading = loading and not self.rows
 
     @on(ThreadsLoaded)
     def _show_rows(self, message: ThreadsLoaded) -> None:
         self.loading_rows = False
+        if not self.query(DataTable):
+            return  # the app is exiting and has removed the table (see watch_loading_rows)
         if message.error is not None:
             self.notify(clean(message.error), severity="error", timeout=8, markup=False)
             return
