@@ -31,15 +31,17 @@ def runner_argv(db: Path, thread: str, *options: str) -> list[str]:
 
 
 class Runner:
-    """A child process running one thread; ``gate(name)`` creates a gate file it waits for."""
+    """A child process running one thread; ``gate(name)`` creates a gate file it waits for
+    (the gated test agent ``tests.supervise.child`` waits for files in ``gates``). ``quiet``
+    drops its stdout, for a child whose output nobody reads (a full pipe would block it)."""
 
-    def __init__(self, argv: list[str], gates: Path, env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], gates: Path, env: dict[str, str] | None = None, *, quiet: bool = False) -> None:
         self.gates = gates
         self.proc = subprocess.Popen(
             argv,
             cwd=ROOT,
-            env={**os.environ, "CUBEPI_TEST_GATES": str(gates), **env},
-            stdout=subprocess.PIPE,
+            env={**os.environ, "CUBEPI_TEST_GATES": str(gates), **(env or {})},
+            stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )

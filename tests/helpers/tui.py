@@ -1,5 +1,6 @@
 """Helpers for the Textual tests: fast demo sessions, screen text, waiting, dialogs, the
-picker, runner children, a run leased elsewhere. Fixtures stay in ``tests/tui/conftest.py``."""
+picker, a run leased elsewhere (runner children: ``tests.helpers.supervise.Runner``).
+Fixtures stay in ``tests/tui/conftest.py``."""
 
 from __future__ import annotations
 
@@ -148,52 +149,6 @@ async def open_from_picker(pilot: Pilot[object], thread_id: str) -> None:
         lambda: isinstance(app.screen, ThreadScreen) and app.screen.thread_id == thread_id and app.screen.loaded,
         what=f"thread {thread_id} open",
     )
-
-
-# --- runners in other processes ---------------------------------------------------------
-
-ROOT = Path(__file__).resolve().parents[2]
-"""The repository root (the runners' working directory)."""
-
-
-class Child:
-    """A runner in a child process on a shared SQLite file; ``gate(name)`` releases the gated
-    test agent (``tests.supervise.child``), which waits for files in ``gates``."""
-
-    def __init__(self, argv: list[str], gates: Path) -> None:
-        import os
-        import subprocess
-
-        self.gates = gates
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env={**os.environ, "CUBEPI_TEST_GATES": str(gates)},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def gate(self, name: str) -> None:
-        (self.gates / name).write_text("")
-
-    def kill(self) -> None:
-        """SIGKILL the child and reap it, so its pid is gone."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=60)
-
-    async def exit_code(self, timeout: float = 60.0) -> int:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self.proc.poll() is None:
-            assert loop.time() < deadline, "the runner did not exit"
-            await asyncio.sleep(0.05)
-        return self.proc.returncode
 
 
 async def leased_elsewhere(

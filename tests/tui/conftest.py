@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.tui import Child, Db
+from tests.helpers.supervise import Runner
+from tests.helpers.tui import Db
 
 
 @pytest.fixture
@@ -39,12 +40,12 @@ def _no_cursor_blink(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def children(tmp_path: Path):  # type: ignore[no-untyped-def]
     """``children(argv)`` starts a runner child; every child still alive at the end is killed."""
-    started: list[Child] = []
+    started: list[Runner] = []
     gates = tmp_path / "gates"
     gates.mkdir()
 
-    def start(*argv: str) -> Child:
-        child = Child([sys.executable, *argv], gates)
+    def start(*argv: str) -> Runner:
+        child = Runner([sys.executable, *argv], gates, quiet=True)
         started.append(child)
         return child
 

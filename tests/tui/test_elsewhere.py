@@ -205,7 +205,7 @@ async def test_a_thread_view_follows_a_run_elsewhere_and_aborts_it(shared_db: Pa
 
         await pilot.press("a")
         await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "applied", timeout=TIMEOUT, what="applied")
-        assert await child.exit_code() == 130
+        assert await child.wait() == 130
         await wait_for(
             pilot,
             lambda: screen.diagnosis is not None and screen.diagnosis.state is ThreadState.ABORTED,
@@ -377,6 +377,6 @@ async def test_a_retry_wait_elsewhere_counts_down_in_the_status_bar_then_the_rep
         assert again is not None and again <= before  # not the whole wait afresh
         child.gate(retrying_agent.DONE)
         await wait_for_text(pilot, retrying_agent.REPLY, timeout=TIMEOUT)
-        assert await child.exit_code() == 0
+        assert await child.wait() == 0
         await wait_for(pilot, lambda: "completed" in status(), timeout=TIMEOUT, what="the run completed")
         assert "retrying" not in status()

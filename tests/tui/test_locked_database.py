@@ -137,7 +137,7 @@ async def test_a_steer_for_a_run_elsewhere_that_could_not_be_sent_is_offered_aga
                 what="the steer delivered",
             )
             child.gate("release-1")
-            assert await child.exit_code() == 0
+            assert await child.wait() == 0
     finally:
         holder.stop()
         await store.close()
