@@ -32,7 +32,7 @@ is unfenced (cubeloop's ``append(thread_id, messages)``); a store that keeps no 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -198,22 +198,6 @@ class Checkpointer(Protocol):
         ...
 
 
-@runtime_checkable
-class HumanRequests(Protocol):
-    """The pending human request of a thread (cubeloop's ``save_pending_request``).
-
-    ``load`` and ``list_threads`` report it in ``pending_request``; this project only
-    ever reads it (the program that asked clears it when answered), but a store that
-    keeps it can be given one, as cubeloop gives it.
-    """
-
-    async def save_pending_request(
-        self, thread_id: str, request_json: str | None, *, run_id: str | None = None
-    ) -> None:
-        """Set (or with ``None`` clear) the thread's pending request, in one transaction."""
-        ...
-
-
 # --- tool journal, jobs, leases, live events, commands ------------------------------------
 # Records our own tables keep beside cubeloop's. A store opened on a file without them
 # (cubeloop's, browse-only) returns None / empty from the readers and raises
@@ -297,6 +281,25 @@ window is never overwritten by a runner in another.
 """
 
 
+COMMAND_KINDS: frozenset[str] = frozenset({"abort", "steer", "follow_up"})
+"""Every ``CommandKind``, for the check each backend makes before it writes a command."""
+
+COMMAND_STATUSES: frozenset[str] = frozenset(COMMAND_TRANSITIONS)
+"""Every ``CommandStatus``."""
+
+
+def check_command_kind(kind: str) -> None:
+    """Raise ``ValueError`` unless ``kind`` is a ``CommandKind``; every backend's ``send_command`` calls it."""
+    if kind not in COMMAND_KINDS:
+        raise ValueError(f"A command is one of {', '.join(sorted(COMMAND_KINDS))}, not {kind!r}.")
+
+
+def check_command_status(status: str) -> None:
+    """Raise ``ValueError`` unless ``status`` is a ``CommandStatus``; every backend's ``update_command`` calls it."""
+    if status not in COMMAND_STATUSES:
+        raise ValueError(f"A command status is one of {', '.join(sorted(COMMAND_STATUSES))}, not {status!r}.")
+
+
 def command_sources(status: str) -> tuple[str, ...]:
     """The statuses a command may move to ``status`` from (see :data:`COMMAND_TRANSITIONS`), sorted."""
     return tuple(sorted(old for old, targets in COMMAND_TRANSITIONS.items() if status in targets))
@@ -343,139 +346,6 @@ class LiveEvent:
     run_id: str | None
     data: dict[str, Any]
     at: float
-
-
-class SupervisedStore(Protocol):
-    """What supervision and safe resume need beyond :class:`Checkpointer`.
-
-    Implemented by the memory and SQLite backends (and every later one); tested by the
-    same contract suite. Errors as for :class:`Checkpointer`, plus those named below.
-    A store that implements this protocol fences the writes of :class:`Checkpointer`
-    too (``holder_id=``, see the module docstring).
-    """
-
-    # tool journal
-    async def record_tool_event(
-        self,
-        thread_id: str,
-        tool_call_id: str,
-        phase: Literal["start", "end"],
-        *,
-        tool_name: str = "",
-        run_id: str | None = None,
-        job_key: str | None = None,
-        at: float | None = None,
-        holder_id: str | None = None,
-    ) -> None:
-        """Journal the start or end of a tool call (``at`` defaults to now, unix seconds).
-
-        Raises ``LeaseLostError`` when fenced by ``holder_id`` and the lease is not its (nothing written)."""
-        ...
-
-    async def load_journal(self, thread_id: str) -> dict[str, JournalEntry] | None:
-        """Map tool call id -> entry; ``None`` when the store keeps no journal (a cubeloop file)."""
-        ...
-
-    # incremental reads (a follower reads only what is new)
-    async def load_after(self, thread_id: str, after_id: Any) -> CheckpointData:
-        """Like ``load``, but ``messages``, ``message_ids`` and the undecodable rows in
-        ``problems`` hold only rows whose id is greater than ``after_id`` (a value from
-        ``message_ids`` or a ``CorruptRow.row_id``); ``extra``, ``runs`` and ``journal`` are
-        whole. Never ``None``: an unknown thread gives empty data. Costs what the new rows
-        cost, not the whole thread (a 10,000-message thread is not decoded again)."""
-        ...
-
-    # jobs (idempotency keys)
-    async def job_begin(
-        self, thread_id: str, key: str, tool_call_id: str | None = None, *, holder_id: str | None = None
-    ) -> JobRecord:
-        """Atomically look up ``key``: if done, return it unchanged (the caller reuses the result);
-        otherwise record it as started (insert, or bump ``attempts``) and return that record.
-        Raises ``LeaseLostError`` when fenced by ``holder_id`` and the lease is not its (nothing written)."""
-        ...
-
-    async def job_finish(
-        self,
-        thread_id: str,
-        key: str,
-        status: Literal["done", "failed"],
-        result: Any = None,
-        *,
-        holder_id: str | None = None,
-    ) -> None:
-        """Record the outcome and JSON ``result`` in one transaction. Raises ``KeyError`` if never
-        begun, ``LeaseLostError`` when fenced by ``holder_id`` and the lease is not its (nothing written)."""
-        ...
-
-    async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
-        """The job under ``key``, or ``None``."""
-        ...
-
-    # leases
-    async def acquire_lease(self, lease: Lease, *, is_stale: Callable[[Lease], bool]) -> Lease:
-        """Take the thread's lease for ``lease.holder_id`` atomically and return it.
-
-        Succeeds when no lease exists, the same holder holds it, or ``is_stale(current)``
-        is true (expired, or its holder's process is gone). Otherwise raises
-        ``RunAlreadyClaimedError`` whose ``lease`` attribute is the current lease.
-        """
-        ...
-
-    async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
-        """Heartbeat: extend the holder's lease; ``False`` if it no longer holds it."""
-        ...
-
-    async def release_lease(self, thread_id: str, holder_id: str) -> None:
-        """Drop the lease if ``holder_id`` holds it; otherwise do nothing."""
-        ...
-
-    async def get_lease(self, thread_id: str) -> Lease | None:
-        """The thread's current lease record (live or expired), or ``None``."""
-        ...
-
-    async def list_leases(self) -> dict[str, Lease]:
-        """Every lease record by thread id (for the picker)."""
-        ...
-
-    # live events (bounded log, pruned when a run ends)
-    async def append_live_events(
-        self, thread_id: str, run_id: str | None, events: Sequence[dict[str, Any]], *, keep: int = 2000
-    ) -> None:
-        """Append a batch in one transaction, then keep only the newest ``keep`` for the thread."""
-        ...
-
-    async def read_live_events(self, thread_id: str, after_seq: int = 0) -> list[LiveEvent]:
-        """Events with ``seq > after_seq`` in order."""
-        ...
-
-    async def prune_live_events(self, thread_id: str) -> None:
-        """Delete the thread's live events (called when its run ends)."""
-        ...
-
-    # commands (abort / steer / follow-up across processes; the durable outbox)
-    async def send_command(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
-        """Queue a command as ``pending`` and return it."""
-        ...
-
-    async def update_command(self, seq: int, status: CommandStatus, note: str = "") -> Command:
-        """Move a command to ``status`` (with ``note``) and return it, checked and written in
-        one transaction (a conditional UPDATE): only the moves in :data:`COMMAND_TRANSITIONS`
-        are made. Raises ``CommandTransitionError`` (``command``: the command as stored,
-        unchanged) when its current status does not allow the move, e.g. it was discarded
-        meanwhile; ``KeyError`` for an unknown ``seq``; ``ValueError`` for an unknown ``status``."""
-        ...
-
-    async def list_commands(
-        self, thread_id: str, statuses: Sequence[CommandStatus] | None = None, *, after: int = 0
-    ) -> list[Command]:
-        """The thread's commands in ``seq`` order, optionally only those in ``statuses``;
-        only those with ``seq > after`` (a follower's high-water mark, so a command sent and
-        settled between two looks is still seen)."""
-        ...
-
-    async def change_token(self) -> Any:
-        """A cheap value that changes whenever any thread's data changes (poll fallback for watchers)."""
-        ...
 
 
 def check_lease_holder(

@@ -11,7 +11,7 @@ import asyncio
 import bisect
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -27,15 +27,15 @@ from core.checkpoint.base import (
     PendingRequest,
     RunRecord,
     ThreadSummary,
+    check_command_kind,
     check_command_move,
+    check_command_status,
     check_lease_holder,
 )
+from core.checkpoint.capabilities import HumanRequests, SupervisedStore
 from core.checkpoint.codec import copy_message
 from core.errors import RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import AnyMessage, AssistantMessage, UserMessage
-
-_COMMAND_KINDS: frozenset[str] = frozenset({"abort", "steer", "follow_up"})
-_COMMAND_STATUSES: frozenset[str] = frozenset({"pending", "delivered", "applied", "refused", "discarded"})
 
 
 @dataclass
@@ -48,7 +48,7 @@ class _Thread:
     pending: PendingRequest | None = None
 
 
-class MemoryCheckpointer:
+class MemoryCheckpointer(SupervisedStore, HumanRequests):
     """A dict of threads guarded by one asyncio lock; copies in and out.
 
     Every write bumps one counter, which is what :meth:`change_token` returns. Journal,
@@ -61,6 +61,7 @@ class MemoryCheckpointer:
         self._lock = asyncio.Lock()
         self._seq = 0
         self._changes = 0
+        self._changed = asyncio.Event()
         self._journal: dict[str, dict[str, JournalEntry]] = {}
         self._jobs: dict[tuple[str, str], JobRecord] = {}
         self._leases: dict[str, Lease] = {}
@@ -118,7 +119,7 @@ class MemoryCheckpointer:
                 t.messages.append(copy_message(m))
                 t.ids.append(self._seq)
             t.touched = time.time()
-            self._changes += 1
+            self._bump()
 
     async def save_extra(self, thread_id: str, extra: dict[str, Any]) -> None:
         """See ``Checkpointer.save_extra``."""
@@ -127,7 +128,7 @@ class MemoryCheckpointer:
             t = self._threads.setdefault(thread_id, _Thread())
             t.extra.update(patch)
             t.touched = time.time()
-            self._changes += 1
+            self._bump()
 
     async def list_threads(self) -> list[ThreadSummary]:
         """See ``Checkpointer.list_threads``; each summary carries the thread's lease, if any."""
@@ -156,7 +157,7 @@ class MemoryCheckpointer:
             t = self._threads.setdefault(thread_id, _Thread())
             t.pending = None if request_json is None else PendingRequest(request_json, run_id, time.time())
             t.touched = time.time()
-            self._changes += 1
+            self._bump()
 
     async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.claim_run``."""
@@ -170,7 +171,7 @@ class MemoryCheckpointer:
                 raise RunAlreadyClaimedError(f"Run {run_id} of thread {thread_id!r} is already running.")
             t.runs[run_id] = RunRecord(run_id=run_id, claimed_at=time.time())
             t.touched = time.time()
-            self._changes += 1
+            self._bump()
 
     async def mark_run_complete(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.mark_run_complete``."""
@@ -184,7 +185,7 @@ class MemoryCheckpointer:
                 return
             seq = 1 + max((r.completion_seq or 0 for r in t.runs.values()), default=0)
             t.runs[run_id] = RunRecord(run_id, run.claimed_at, time.time(), seq)
-            self._changes += 1
+            self._bump()
 
     async def close(self) -> None:
         """Nothing to release."""
@@ -232,7 +233,7 @@ class MemoryCheckpointer:
             entries[tool_call_id] = (
                 replace(new, started_at=when, ended_at=None) if phase == "start" else replace(new, ended_at=when)
             )
-            self._changes += 1
+            self._bump()
 
     async def load_journal(self, thread_id: str) -> dict[str, JournalEntry] | None:
         """See ``SupervisedStore.load_journal``: always a dict here (empty for an unknown thread)."""
@@ -264,7 +265,7 @@ class MemoryCheckpointer:
                 attempts=old.attempts + 1 if old else 1,
             )
             self._jobs[(thread_id, key)] = record
-            self._changes += 1
+            self._bump()
             return record
 
     async def job_finish(
@@ -293,7 +294,7 @@ class MemoryCheckpointer:
             if old.status == "done":
                 return
             self._jobs[(thread_id, key)] = replace(old, status=status, result=stored, finished_at=time.time())
-            self._changes += 1
+            self._bump()
 
     async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
         """See ``SupervisedStore.job_get``; the result is a fresh copy."""
@@ -310,7 +311,7 @@ class MemoryCheckpointer:
             if current is not None and current.holder_id != lease.holder_id and not is_stale(current):
                 raise RunAlreadyClaimedError(_lease_refusal(current), lease=current)
             self._leases[lease.thread_id] = lease
-            self._changes += 1
+            self._bump()
             return lease
 
     async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
@@ -320,7 +321,7 @@ class MemoryCheckpointer:
             if current is None or current.holder_id != holder_id:
                 return False
             self._leases[thread_id] = replace(current, heartbeat_at=heartbeat_at, expires_at=expires_at)
-            self._changes += 1
+            self._bump()
             return True
 
     async def release_lease(self, thread_id: str, holder_id: str) -> None:
@@ -329,7 +330,7 @@ class MemoryCheckpointer:
             current = self._leases.get(thread_id)
             if current is not None and current.holder_id == holder_id:
                 del self._leases[thread_id]
-                self._changes += 1
+                self._bump()
 
     async def get_lease(self, thread_id: str) -> Lease | None:
         """See ``SupervisedStore.get_lease``."""
@@ -358,7 +359,7 @@ class MemoryCheckpointer:
                 log.append(LiveEvent(self._event_seq, thread_id, run_id, data, now))
             if len(log) > keep:
                 del log[: len(log) - max(keep, 0)]
-            self._changes += 1
+            self._bump()
 
     async def read_live_events(self, thread_id: str, after_seq: int = 0) -> list[LiveEvent]:
         """See ``SupervisedStore.read_live_events``; each ``data`` is a fresh copy."""
@@ -370,24 +371,24 @@ class MemoryCheckpointer:
         """See ``SupervisedStore.prune_live_events``."""
         async with self._lock:
             if self._events.pop(thread_id, None):
-                self._changes += 1
+                self._bump()
 
     # --- commands ----------------------------------------------------------------------------
 
     async def send_command(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
         """See ``SupervisedStore.send_command``; raises ``ValueError`` for an unknown ``kind``."""
-        _check_command_kind(kind)
+        check_command_kind(kind)
         now = time.time()
         async with self._lock:
             self._command_seq += 1
             command = Command(self._command_seq, thread_id, kind, text, "pending", now, now)
             self._commands[command.seq] = command
-            self._changes += 1
+            self._bump()
             return command
 
     async def update_command(self, seq: int, status: CommandStatus, note: str = "") -> Command:
         """See ``SupervisedStore.update_command``: only the moves of ``COMMAND_TRANSITIONS``."""
-        _check_command_status(status)
+        check_command_status(status)
         async with self._lock:
             old = self._commands.get(seq)
             if old is None:
@@ -395,7 +396,7 @@ class MemoryCheckpointer:
             check_command_move(old, status)
             new = replace(old, status=status, note=note, updated_at=time.time())
             self._commands[seq] = new
-            self._changes += 1
+            self._bump()
             return new
 
     async def list_commands(
@@ -411,8 +412,28 @@ class MemoryCheckpointer:
             ]
 
     async def change_token(self) -> int:
-        """See ``SupervisedStore.change_token``: the number of writes so far (an int)."""
+        """See ``ChangeNotification.change_token``: the number of writes so far (an int)."""
         return self._changes
+
+    async def change_signals(self, stop: asyncio.Event, *, quiet_ms: int = 50) -> AsyncIterator[None]:
+        """See ``ChangeNotification.change_signals``: woken by this process's writes (there is no other)."""
+        while not stop.is_set():
+            stopping = asyncio.ensure_future(stop.wait())
+            changed = asyncio.ensure_future(self._changed.wait())
+            try:
+                await asyncio.wait({stopping, changed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+                changed.cancel()
+            if stop.is_set():
+                return
+            self._changed.clear()
+            await asyncio.sleep(quiet_ms / 1000)
+            yield None
+
+    def _bump(self) -> None:
+        self._changes += 1
+        self._changed.set()
 
 
 # --- helpers (backends are independent, so each keeps its own copy of these sentences) -------
@@ -425,18 +446,6 @@ def _lease_refusal(current: Lease, now: float | None = None) -> str:
         f"Thread {current.thread_id} is already running "
         f"(holder pid {current.pid} on {current.host}, heartbeat {ago:.0f}s ago)."
     )
-
-
-def _check_command_kind(kind: str) -> None:
-    """Raise ``ValueError`` unless ``kind`` is a ``CommandKind``."""
-    if kind not in _COMMAND_KINDS:
-        raise ValueError(f"A command is one of {', '.join(sorted(_COMMAND_KINDS))}, not {kind!r}.")
-
-
-def _check_command_status(status: str) -> None:
-    """Raise ``ValueError`` unless ``status`` is a ``CommandStatus``."""
-    if status not in _COMMAND_STATUSES:
-        raise ValueError(f"A command status is one of {', '.join(sorted(_COMMAND_STATUSES))}, not {status!r}.")
 
 
 def _copy_job(record: JobRecord) -> JobRecord:

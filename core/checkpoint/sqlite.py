@@ -26,9 +26,10 @@ open and never interleaves with another call; opening, modes and that call live 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 from core.checkpoint import codec
@@ -44,16 +45,20 @@ from core.checkpoint.base import (
     Lease,
     LiveEvent,
     ThreadSummary,
+    check_command_kind,
+    check_command_status,
 )
+from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
 from core.checkpoint.sqlite_file import SQLiteFile
 from core.checkpoint.sqlite_queries import FIRST_PROMPT_CHARS, julianday_to_unix
 from core.checkpoint.sqlite_schema import MIGRATIONS
+from core.checkpoint.watch import watch_sqlite
 from core.messages import AnyMessage
 
 __all__ = ["FIRST_PROMPT_CHARS", "MIGRATIONS", "SQLiteCheckpointer", "julianday_to_unix"]
 
 
-class SQLiteCheckpointer(SQLiteFile):
+class SQLiteCheckpointer(SQLiteFile, SupervisedStore, HumanRequests, SchemaUpgrade):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` in one SQLite file.
 
     Build it with ``await SQLiteCheckpointer.open(path, create=...)`` (see
@@ -272,14 +277,14 @@ class SQLiteCheckpointer(SQLiteFile):
 
     async def send_command(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
         """See ``SupervisedStore.send_command``; raises ``ValueError`` for an unknown ``kind``."""
-        supervised.check_command(kind=kind)
+        check_command_kind(kind)
         self._check_writable()
         return await self._run(lambda c: supervised.send_command(c, thread_id, kind, text), "command")
 
     async def update_command(self, seq: int, status: CommandStatus, note: str = "") -> Command:
         """See ``SupervisedStore.update_command``: a conditional UPDATE, so only the moves of
         ``COMMAND_TRANSITIONS`` happen, even between processes; ``ValueError`` for an unknown ``status``."""
-        supervised.check_command(status=status)
+        check_command_status(status)
         self._check_writable()
         return await self._run(lambda c: supervised.update_command(c, seq, status, note), "command update")
 
@@ -298,3 +303,8 @@ class SQLiteCheckpointer(SQLiteFile):
         this one writes; one pragma, no table read. Also works on a browse-only file.
         """
         return await self._run(supervised.change_token, "change check")
+
+    def change_signals(self, stop: asyncio.Event, *, quiet_ms: int = 50) -> AsyncIterator[None]:
+        """See ``ChangeNotification.change_signals``: a watch on the file's directory
+        (:func:`core.checkpoint.watch.watch_sqlite`), which sees every commit of any process."""
+        return watch_sqlite(self.path, stop_event=stop, step_ms=quiet_ms)

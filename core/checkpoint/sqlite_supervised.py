@@ -32,9 +32,6 @@ from core.checkpoint.base import (
 from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, Layout, write_txn
 from core.errors import RunAlreadyClaimedError
 
-_COMMAND_KINDS = frozenset({"abort", "steer", "follow_up"})
-_COMMAND_STATUSES = frozenset({"pending", "delivered", "applied", "refused", "discarded"})
-
 # --- argument checks (before any hop, so a bad call writes nothing) --------------------------
 
 
@@ -42,14 +39,6 @@ def check_phase(phase: str) -> None:
     """Raise ``ValueError`` unless ``phase`` is ``start`` or ``end``."""
     if phase not in ("start", "end"):
         raise ValueError(f"A tool event's phase is 'start' or 'end', not {phase!r}.")
-
-
-def check_command(*, kind: str | None = None, status: str | None = None) -> None:
-    """Raise ``ValueError`` for a ``kind`` / ``status`` that is not a ``CommandKind`` / ``CommandStatus``."""
-    if kind is not None and kind not in _COMMAND_KINDS:
-        raise ValueError(f"A command is one of {', '.join(sorted(_COMMAND_KINDS))}, not {kind!r}.")
-    if status is not None and status not in _COMMAND_STATUSES:
-        raise ValueError(f"A command status is one of {', '.join(sorted(_COMMAND_STATUSES))}, not {status!r}.")
 
 
 def encode_result(key: str, status: str, result: Any) -> str:

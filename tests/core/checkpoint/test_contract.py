@@ -765,9 +765,9 @@ async def test_a_discarded_command_is_never_delivered_by_a_later_update(store: A
 
 async def test_a_pending_human_request_is_loaded_and_listed_and_cleared(checkpointer: Checkpointer) -> None:
     # cubeloop's HITL row (thread_pending_request): kept as written, read with the thread.
-    from core.checkpoint.base import HumanRequests
+    from core.checkpoint.capabilities import HumanRequests, supports
 
-    assert isinstance(checkpointer, HumanRequests)
+    assert supports(checkpointer, HumanRequests)
     raw = json.dumps({"question_id": "q1", "thread_id": "t", "payload": {"kind": "confirm", "prompt": "Ship it?"}})
     await checkpointer.append("t", [user_text("ship"), reply("Asking.", run_id=None, calls=("ask1",))])
     assert (await checkpointer.load("t")).pending_request is None  # type: ignore[union-attr]
