@@ -77,6 +77,12 @@ class DatabaseGoneError(CheckpointError):
     again, so the store refuses every call from then on (raised by the SQLite store)."""
 
 
+class StoreConnectionError(CheckpointError):
+    """The database server could not be reached, or the connection kept breaking, after
+    every reconnect attempt (:mod:`core.checkpoint.reconnect`); nothing of the failed call
+    is known to be written unless its docstring says how it checks."""
+
+
 class ReadOnlyStoreError(CheckpointError):
     """A write was attempted on a store opened for browsing only."""
 

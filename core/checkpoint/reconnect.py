@@ -1,0 +1,102 @@
+"""Riding out a lost server connection: one bounded backoff for every networked backend.
+
+Postgres and Redis calls run through :func:`with_reconnect`. When the connection breaks
+(server restart, ``pg_terminate_backend``, Redis ``CLIENT KILL``, a network blip) the call
+is retried after ``RECONNECT_DELAYS`` - 0.1, 0.2, 0.4, 0.8, 1.6, 3.2 then 5 s four times,
+about 26 s in all - which covers a local server's restart (a few seconds) and a failover,
+yet ends a call to a server that is gone in under half a minute with one sentence
+(:class:`~core.errors.StoreConnectionError`). Each retry tells ``on_status`` (the app
+shows "reconnecting"); the first success after a retry tells it the store is back.
+
+A retried write must not be written twice: the backend makes each write idempotent
+(a write id checked inside the same transaction or script), so a commit whose
+acknowledgement was lost is found on retry instead of repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from core.errors import StoreConnectionError
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RECONNECT_DELAYS: tuple[float, ...] = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0, 5.0)
+"""Seconds to wait before each retry of a call whose connection broke (sum: 26.3 s)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatus:
+    """What a networked store tells its ``on_status`` callback.
+
+    ``reconnecting`` is true while a call waits to retry (``attempt`` 1, 2, ... of
+    ``len(RECONNECT_DELAYS)``, next try in ``delay`` seconds, ``reason`` the error in one
+    line) and false once a call got through again (``attempt`` 0).
+    """
+
+    reconnecting: bool
+    attempt: int = 0
+    delay: float = 0.0
+    reason: str = ""
+
+
+OnStatus = Callable[[StoreStatus], None]
+
+
+async def with_reconnect(
+    call: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    where: str,
+    is_connection_error: Callable[[BaseException], bool],
+    on_status: OnStatus | None = None,
+    delays: Sequence[float] = RECONNECT_DELAYS,
+) -> T:
+    """Run ``call()`` (a fresh attempt each time: it must take its own connection) and
+    retry it after each of ``delays`` while it fails with an error that
+    ``is_connection_error`` accepts; other errors propagate at once.
+
+    ``what`` names the operation and ``where`` the server (no password) for the one
+    sentence of ``StoreConnectionError``, raised when the last retry failed too. The
+    ``on_status`` callback must not raise (an exception from it is logged and ignored).
+    """
+    attempt = 0
+    while True:
+        try:
+            result = await call()
+        except BaseException as error:
+            if not is_connection_error(error):
+                raise
+            if attempt >= len(delays):
+                raise StoreConnectionError(
+                    f"Lost the connection to {where} and could not get it back in "
+                    f"{sum(delays):.0f} s, so the {what} did not complete ({_one_line(error)})."
+                ) from error
+            delay = delays[attempt]
+            attempt += 1
+            _tell(on_status, StoreStatus(True, attempt, delay, _one_line(error)))
+            await asyncio.sleep(delay)
+            continue
+        if attempt:
+            _tell(on_status, StoreStatus(False))
+        return result
+
+
+def _tell(on_status: OnStatus | None, status: StoreStatus) -> None:
+    if on_status is None:
+        return
+    try:
+        on_status(status)
+    except Exception:
+        _log.exception("the store status callback failed")
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
