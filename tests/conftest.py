@@ -67,13 +67,20 @@ async def _sqlite(tmp_path: Path) -> Checkpointer:
     return await SQLiteCheckpointer.open(tmp_path / "contract.sqlite", create=True)
 
 
+async def _postgres(_tmp_path: Path) -> Checkpointer:
+    from tests.helpers.pg import new_store
+
+    return await new_store("contract")
+
+
 BACKENDS: dict[str, Callable[[Path], Awaitable[Checkpointer]]] = {
     "memory": _memory,
     "sqlite": _sqlite,
+    "postgres": _postgres,
 }
 """Every backend the contract suite runs on, by name."""
 
-_MARKS: dict[str, list[pytest.MarkDecorator]] = {}
+_MARKS: dict[str, list[pytest.MarkDecorator]] = {"postgres": [pytest.mark.postgres]}
 """Marks per backend, e.g. ``{"postgres": [pytest.mark.postgres]}``."""
 
 

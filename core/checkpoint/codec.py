@@ -99,6 +99,16 @@ def decode(text: str | bytes, *, thread_id: str = "", row_id: object = None) -> 
         raise CorruptRecordError(_why(exc, thread_id, row_id), thread_id=thread_id, row_id=row_id) from None
 
 
+def decode_value(value: object, *, thread_id: str = "", row_id: object = None) -> AnyMessage:
+    """Validate one stored message already parsed from its wire form (a dict unpacked from
+    msgpack, as cubeloop's Postgres store keeps them). Raises ``CorruptRecordError`` (with
+    ``thread_id`` and ``row_id``) when it is not a valid message of its role."""
+    try:
+        return _ADAPTER.validate_python(value)
+    except ValidationError as exc:
+        raise CorruptRecordError(_why(exc, thread_id, row_id), thread_id=thread_id, row_id=row_id) from None
+
+
 def decode_many(texts: Sequence[str | bytes]) -> list[AnyMessage]:
     """Parse many stored messages at once (one validator call, the fast path for loads).
 

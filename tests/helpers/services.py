@@ -40,9 +40,10 @@ def postgres_url_for(database: str) -> str:
 
 
 @asynccontextmanager
-async def postgres_database(label: str = "t") -> AsyncIterator[str]:
-    """A new, empty database on the server for one test; yields its URL and drops it after
-    (terminating connections left open, so a failed test cannot leak it)."""
+async def postgres_database(label: str = "t", *, template: str | None = None) -> AsyncIterator[str]:
+    """A new, empty database on the server for one test (a copy of ``template`` when given);
+    yields its URL and drops it after (terminating connections left open, so a failed test
+    cannot leak it)."""
     import asyncpg
 
     name = f"cubepi_{label}_{uuid.uuid4().hex[:12]}".lower()
@@ -52,7 +53,7 @@ async def postgres_database(label: str = "t") -> AsyncIterator[str]:
         unavailable("PostgreSQL at " + POSTGRES_URL, error)
         raise  # unreachable: skip/fail raise
     try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
+        await admin.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     finally:
         await admin.close()
     try:

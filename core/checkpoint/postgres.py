@@ -1,0 +1,258 @@
+"""PostgreSQL checkpointer on asyncpg, sharing its tables with cubeloop's ``PostgresCheckpointer``.
+
+The database holds cubeloop 0.15.3's schema v5 exactly as cubeloop creates it
+(``cubepi_threads``, ``cubepi_messages`` hash-partitioned in 64, ``cubepi_runs``,
+``cubepi_hitl_answers``, ``cubepi_schema_version``), read and written statement for
+statement as cubeloop does (its per-thread advisory lock for seq allocation, its run
+rules, its msgpack payloads), so both programs can append to one thread at once; ours
+sit beside them, prefixed ``cubepi_tui_`` (:mod:`core.checkpoint.postgres_schema`).
+
+How a database is opened (read-write, created, browse-only until :meth:`upgrade`,
+refused) is :meth:`PostgresStore.open <core.checkpoint.postgres_store.PostgresStore.open>`;
+every call is one transaction on a pooled connection, retried through
+:func:`core.checkpoint.reconnect.with_reconnect` when the connection breaks, and every
+write is idempotent across those retries (a write id in its own transaction).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from core.checkpoint import codec
+from core.checkpoint import postgres_queries as queries
+from core.checkpoint import postgres_rows as rows
+from core.checkpoint import postgres_supervised as supervised
+from core.checkpoint.base import (
+    CheckpointData,
+    Command,
+    CommandKind,
+    CommandStatus,
+    JobRecord,
+    JournalEntry,
+    Lease,
+    LiveEvent,
+    ThreadSummary,
+    check_command_kind,
+    check_command_status,
+)
+from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
+from core.checkpoint.postgres_store import PostgresStore
+from core.messages import AnyMessage
+
+__all__ = ["PostgresCheckpointer"]
+
+
+class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, SchemaUpgrade):
+    """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` in one PostgreSQL database.
+
+    Build it with ``await PostgresCheckpointer.open(url, create=..., on_status=...)``; it is
+    also an async context manager that closes itself. Every method may raise
+    ``StoreConnectionError`` (the server stayed unreachable past every retry) and, for
+    writes on a browse-only store, ``ReadOnlyStoreError``. Times returned are unix seconds.
+    """
+
+    # --- the contract --------------------------------------------------------------------
+
+    async def load(self, thread_id: str) -> CheckpointData | None:
+        """See ``Checkpointer.load``: messages in seq order, undecodable rows in ``problems``;
+        ``journal`` is ``None`` without our tables (a cubeloop database, browsed)."""
+        ours = self._ours
+        return await self._read(lambda c: queries.load(c, thread_id, None, ours), "load")
+
+    async def load_after(self, thread_id: str, after_id: Any) -> CheckpointData:
+        """See ``SupervisedStore.load_after``: rows with ``seq > after_id`` (the primary key's order)."""
+        ours = self._ours
+        data = await self._read(lambda c: queries.load(c, thread_id, int(after_id), ours), "load")
+        return data if data is not None else CheckpointData()
+
+    async def append(self, thread_id: str, messages: Sequence[AnyMessage], *, holder_id: str | None = None) -> None:
+        """See ``Checkpointer.append``: one transaction under cubeloop's per-thread lock (the
+        lease fence included), the batch in one INSERT."""
+        if not messages:
+            return
+        self._check_writable()
+        encoded = [rows.encode_message(m) for m in messages]
+        await self._write(lambda c: queries.append(c, thread_id, encoded, holder_id), "append", thread_id)
+
+    async def save_extra(self, thread_id: str, extra: dict[str, Any]) -> None:
+        """See ``Checkpointer.save_extra``: cubeloop's upsert, merged by the server (JSONB ``||``).
+
+        Raises ``TypeError`` for values JSON cannot hold and ``CorruptRecordError`` when the
+        stored extra is not a JSON object (it is left unchanged rather than overwritten).
+        """
+        patch = codec.encode_extra(extra)  # the copy in; fails early on bad values
+        await self._write(lambda c: queries.save_extra(c, thread_id, patch), "save", thread_id)
+
+    async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
+        """See ``Checkpointer.claim_run``; ``claimed_at`` is the server's ``now()``, as cubeloop stamps it."""
+        await self._write(lambda c: queries.claim_run(c, thread_id, run_id, holder_id), "claim", thread_id)
+
+    async def mark_run_complete(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
+        """See ``Checkpointer.mark_run_complete``: ``completion_seq`` is the thread's next number."""
+        await self._write(lambda c: queries.mark_run_complete(c, thread_id, run_id, holder_id), "completion", thread_id)
+
+    async def save_pending_request(
+        self, thread_id: str, request_json: str | None, *, run_id: str | None = None
+    ) -> None:
+        """See ``HumanRequests.save_pending_request``: cubeloop's statements on its row, and the
+        exact text in ours (JSONB keeps the value, not the text)."""
+        now = time.time()
+        await self._write(
+            lambda c: queries.save_pending_request(c, thread_id, request_json, run_id, now), "save", thread_id
+        )
+
+    async def list_threads(self) -> list[ThreadSummary]:
+        """See ``Checkpointer.list_threads``: four queries whatever the number of threads,
+        each thread's counts from our trigger-kept stats table (browsing: one aggregate).
+        Decodes only each thread's tail and first user row; corrupt rows never break it."""
+        ours = self._ours
+        return await self._read(lambda c: queries.list_threads(c, ours), "listing")
+
+    # --- SupervisedStore: tool journal and jobs ------------------------------------------
+
+    async def record_tool_event(
+        self,
+        thread_id: str,
+        tool_call_id: str,
+        phase: Literal["start", "end"],
+        *,
+        tool_name: str = "",
+        run_id: str | None = None,
+        job_key: str | None = None,
+        at: float | None = None,
+        holder_id: str | None = None,
+    ) -> None:
+        """See ``SupervisedStore.record_tool_event``: one upsert after the fence, in one transaction.
+
+        ``tool_name``, ``run_id`` and ``job_key`` overwrite the entry's only when given, so
+        an ``end`` keeps what ``start`` wrote; a ``start`` clears an earlier end. Raises
+        ``ValueError`` for another ``phase``.
+        """
+        supervised.check_phase(phase)
+        when = time.time() if at is None else at
+        await self._write(
+            lambda c: supervised.record_tool_event(
+                c, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when, holder_id
+            ),
+            "journal write",
+            thread_id,
+        )
+
+    async def load_journal(self, thread_id: str) -> dict[str, JournalEntry] | None:
+        """See ``SupervisedStore.load_journal``: ``None`` without our tables."""
+        if not self._ours:
+            return None
+        return await self._read(lambda c: supervised.read_journal(c, thread_id), "journal read")
+
+    async def job_begin(
+        self, thread_id: str, key: str, tool_call_id: str | None = None, *, holder_id: str | None = None
+    ) -> JobRecord:
+        """See ``SupervisedStore.job_begin``: insert-or-lock in one transaction, atomic across
+        processes: of any number beginning one key, exactly one gets ``attempts == 1``."""
+        return await self._write(
+            lambda c: supervised.job_begin(c, thread_id, key, tool_call_id, holder_id), "job start", thread_id
+        )
+
+    async def job_finish(
+        self,
+        thread_id: str,
+        key: str,
+        status: Literal["done", "failed"],
+        result: Any = None,
+        *,
+        holder_id: str | None = None,
+    ) -> None:
+        """See ``SupervisedStore.job_finish``: a job already ``done`` stays as it is. Raises
+        ``KeyError`` if never begun, ``ValueError`` for another ``status``, ``TypeError`` when
+        ``result`` is not JSON (nothing is written)."""
+        text = supervised.encode_result(key, status, result)
+        await self._write(
+            lambda c: supervised.job_finish(c, thread_id, key, status, text, holder_id), "job finish", thread_id
+        )
+
+    async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
+        """See ``SupervisedStore.job_get``; ``None`` also without our tables."""
+        if not self._ours:
+            return None
+        return await self._read(lambda c: supervised.job_get(c, thread_id, key), "job read")
+
+    # --- SupervisedStore: leases ---------------------------------------------------------
+
+    async def acquire_lease(self, lease: Lease, *, is_stale: Callable[[Lease], bool]) -> Lease:
+        """See ``SupervisedStore.acquire_lease``: read, decide and upsert under a per-thread
+        advisory lock, so of processes racing for one thread exactly one wins. ``is_stale``
+        runs while that lock is held: it must be quick. Raises ``RunAlreadyClaimedError``
+        ("Thread X is already running (holder pid P on HOST, heartbeat Ns ago).") with
+        ``lease`` set to the current lease."""
+        return await self._write(lambda c: supervised.acquire_lease(c, lease, is_stale), "lease", lease.thread_id)
+
+    async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
+        """See ``SupervisedStore.renew_lease``: one UPDATE guarded by the holder."""
+        return await self._write(
+            lambda c: supervised.renew_lease(c, thread_id, holder_id, heartbeat_at, expires_at), "heartbeat", thread_id
+        )
+
+    async def release_lease(self, thread_id: str, holder_id: str) -> None:
+        """See ``SupervisedStore.release_lease``."""
+        await self._write(lambda c: supervised.release_lease(c, thread_id, holder_id), "lease release", thread_id)
+
+    async def get_lease(self, thread_id: str) -> Lease | None:
+        """See ``SupervisedStore.get_lease``; ``None`` without our tables."""
+        if not self._ours:
+            return None
+        return await self._read(lambda c: supervised.get_lease(c, thread_id), "lease read")
+
+    async def list_leases(self) -> dict[str, Lease]:
+        """See ``SupervisedStore.list_leases``; empty without our tables."""
+        if not self._ours:
+            return {}
+        return await self._read(supervised.all_leases, "lease read")
+
+    # --- SupervisedStore: live events and commands ---------------------------------------
+
+    async def append_live_events(
+        self, thread_id: str, run_id: str | None, events: Sequence[dict[str, Any]], *, keep: int = 2000
+    ) -> None:
+        """See ``SupervisedStore.append_live_events``: insert and prune in one transaction;
+        every event of a batch gets the same ``at``. Raises ``TypeError`` (nothing written)
+        when an event is not JSON."""
+        if not events:
+            return
+        texts = [json.dumps(e, separators=(",", ":")) for e in events]  # TypeError before any write
+        at = time.time()
+        await self._write(
+            lambda c: supervised.append_live_events(c, thread_id, run_id, texts, at, keep), "live events", thread_id
+        )
+
+    async def read_live_events(self, thread_id: str, after_seq: int = 0) -> list[LiveEvent]:
+        """See ``SupervisedStore.read_live_events``; empty without our tables."""
+        if not self._ours:
+            return []
+        return await self._read(lambda c: supervised.read_live_events(c, thread_id, after_seq), "live read")
+
+    async def prune_live_events(self, thread_id: str) -> None:
+        """See ``SupervisedStore.prune_live_events``."""
+        await self._write(lambda c: supervised.prune_live_events(c, thread_id), "live prune", thread_id)
+
+    async def send_command(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
+        """See ``SupervisedStore.send_command``; raises ``ValueError`` for an unknown ``kind``."""
+        check_command_kind(kind)
+        return await self._write(lambda c: supervised.send_command(c, thread_id, kind, text), "command", thread_id)
+
+    async def update_command(self, seq: int, status: CommandStatus, note: str = "") -> Command:
+        """See ``SupervisedStore.update_command``: a conditional UPDATE, so only the moves of
+        ``COMMAND_TRANSITIONS`` happen, even between processes; ``ValueError`` for an unknown ``status``."""
+        check_command_status(status)
+        return await self._write(lambda c: supervised.update_command(c, seq, status, note), "command update", None)
+
+    async def list_commands(
+        self, thread_id: str, statuses: Sequence[CommandStatus] | None = None, *, after: int = 0
+    ) -> list[Command]:
+        """See ``SupervisedStore.list_commands``; empty without our tables."""
+        if not self._ours:
+            return []
+        wanted = None if statuses is None else list(statuses)
+        return await self._read(lambda c: supervised.list_commands(c, thread_id, wanted, after), "command read")

@@ -1,0 +1,173 @@
+"""Connections to the PostgreSQL server: the pool, which errors mean the connection broke,
+the one-sentence open errors, the URL without its password, and the write ids that make a
+retried write idempotent.
+
+Only :mod:`core.checkpoint.postgres` and its ``postgres_*`` helpers import this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import asdict
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from core.checkpoint import postgres_schema as schema
+from core.checkpoint.base import Command, JobRecord, Lease
+from core.errors import DatabaseOpenError
+
+APPLICATION_NAME = "cubepi-tui"
+"""``application_name`` of every connection we open (so an admin can find ours in pg_stat_activity)."""
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds to wait for one connection to be set up (TCP, TLS, authentication)."""
+
+WRITE_ID_KEEP = 86400.0
+"""Seconds a write id is kept: far longer than any retry (about 26 s, :mod:`core.checkpoint.reconnect`)."""
+
+
+def where(url: str) -> str:
+    """``url`` without its password, for sentences ("postgresql://me@db:5432/threads").
+
+    Never raises: text that is not a URL is returned with everything between ``:`` and
+    ``@`` of its authority removed."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            user, _, host = netloc.rpartition("@")
+            netloc = f"{user.split(':', 1)[0]}@{host}"
+        return urlunsplit(parts._replace(netloc=netloc, query=""))
+    except ValueError:
+        return "the PostgreSQL server"
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """Whether ``error`` means the connection to the server broke or could not be made, so
+    the whole call may be retried on a new one (:func:`core.checkpoint.reconnect.with_reconnect`).
+
+    Yes: the connection-exception class 08 (``ConnectionDoesNotExistError``: the server
+    closed it mid-call), the server shutting down or starting (57P01 ``AdminShutdownError``,
+    i.e. ``pg_terminate_backend``, 57P02, 57P03 ``CannotConnectNowError``), too many
+    connections (53300: others will end theirs), a closed connection or pool used
+    (``InterfaceError`` saying so), ``OSError`` (refused, reset) and a connect timeout. No:
+    every SQL error (a constraint, a syntax, a bad value), which a retry would only repeat.
+    """
+    if isinstance(
+        error,
+        (
+            asyncpg.PostgresConnectionError,
+            asyncpg.AdminShutdownError,
+            asyncpg.CrashShutdownError,
+            asyncpg.CannotConnectNowError,
+            asyncpg.TooManyConnectionsError,
+            OSError,
+            asyncio.TimeoutError,
+        ),
+    ):
+        return True
+    if isinstance(error, asyncpg.InterfaceError):
+        text = str(error).lower()
+        return "closed" in text or ("connection" in text and "lost" in text)
+    return False
+
+
+def open_error(url: str, error: BaseException) -> DatabaseOpenError:
+    """The one sentence for a server that cannot be reached or refuses us (no password in it)."""
+    place = where(url)
+    if isinstance(error, (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError)):
+        why = "the server refused the user name or password"
+    elif isinstance(error, asyncpg.InvalidCatalogNameError):
+        why = "that database does not exist on the server"
+    elif isinstance(error, (OSError, asyncio.TimeoutError)):
+        why = "the server cannot be reached"
+    elif isinstance(error, (ValueError, asyncpg.ClientConfigurationError)):
+        why = "the address is not a valid PostgreSQL URL"
+    else:
+        why = _one_line(error)
+    return DatabaseOpenError(f"Cannot open the PostgreSQL database {place}: {why}.")
+
+
+def _one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+async def connect(url: str, *, read_only: bool) -> asyncpg.Connection:
+    """One connection (for opening, upgrades and LISTEN); ``read_only`` makes every
+    transaction on it read-only by default, so browsing cannot write even by mistake."""
+    return await asyncpg.connect(url, timeout=CONNECT_TIMEOUT, server_settings=_settings(read_only))
+
+
+async def create_pool(url: str, *, read_only: bool, max_size: int = 10) -> asyncpg.Pool:
+    """The pool every store call takes its connection from (see :func:`connect`)."""
+    return await asyncpg.create_pool(
+        url, min_size=1, max_size=max_size, timeout=CONNECT_TIMEOUT, server_settings=_settings(read_only)
+    )
+
+
+def _settings(read_only: bool) -> dict[str, str]:
+    settings = {"application_name": APPLICATION_NAME}
+    if read_only:
+        settings["default_transaction_read_only"] = "on"
+    return settings
+
+
+# --- write ids ---------------------------------------------------------------------------------
+
+
+def new_write_id() -> str:
+    """A fresh id for one logical write, kept across its retries."""
+    return uuid.uuid4().hex
+
+
+async def claim_write(conn: Any, write_id: str, thread_id: str | None) -> tuple[bool, Any]:
+    """Inside the write's transaction: record ``write_id``; ``(True, None)`` when it is new,
+    ``(False, result)`` when an earlier attempt of this write already committed (its
+    acknowledgement was lost), with the result that attempt stored."""
+    status = await conn.execute(
+        f"INSERT INTO {schema.WRITES} (write_id, thread_id, at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        write_id,
+        thread_id,
+        time.time(),
+    )
+    if status.endswith(" 1"):
+        return True, None
+    stored = await conn.fetchval(f"SELECT result FROM {schema.WRITES} WHERE write_id = $1", write_id)
+    return False, unpack_result(stored)
+
+
+async def store_result(conn: Any, write_id: str, result: Any) -> None:
+    """Keep the write's result with its id (only results a retry must give back)."""
+    if result is not None:
+        await conn.execute(f"UPDATE {schema.WRITES} SET result = $2 WHERE write_id = $1", write_id, pack_result(result))
+
+
+async def prune_writes(conn: Any) -> None:
+    """Forget write ids older than ``WRITE_ID_KEEP``."""
+    await conn.execute(f"DELETE FROM {schema.WRITES} WHERE at < $1", time.time() - WRITE_ID_KEEP)
+
+
+_RESULT_TYPES: dict[str, type] = {"lease": Lease, "command": Command, "job": JobRecord}
+
+
+def pack_result(result: Any) -> str:
+    """A write's result (a bool, ``Lease``, ``Command`` or ``JobRecord``) as JSON text."""
+    for tag, kind in _RESULT_TYPES.items():
+        if isinstance(result, kind):
+            return json.dumps({"type": tag, "value": asdict(result)})
+    return json.dumps({"type": "plain", "value": result})
+
+
+def unpack_result(text: str | None) -> Any:
+    """The inverse of :func:`pack_result` (``None`` for a write that stored none)."""
+    if text is None:
+        return None
+    packed = json.loads(text)
+    kind = _RESULT_TYPES.get(packed["type"])
+    return packed["value"] if kind is None else kind(**packed["value"])

@@ -1,0 +1,280 @@
+"""cubeloop's tables: load, append, extra, runs, pending requests and the thread listing.
+
+Each function takes an asyncpg connection inside a transaction the caller opened (see
+:meth:`PostgresCheckpointer._run <core.checkpoint.postgres_store.PostgresStore._run>`) and
+scopes every statement by thread. Writes follow cubeloop 0.15.3's ``PostgresCheckpointer``
+statement for statement where it has one: the per-thread ``pg_advisory_xact_lock(hashtext(
+thread_id))`` around seq allocation and run rules, the lazy thread row, the JSONB ``||``
+merge of ``extra`` - so both programs can write one thread at the same time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from core.checkpoint import postgres_rows as rows
+from core.checkpoint import postgres_schema as schema
+from core.checkpoint.base import CheckpointData, RunRecord, ThreadSummary
+from core.checkpoint.postgres_supervised import all_leases, fence, read_journal
+from core.errors import CorruptRecordError, RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
+from core.messages import UserMessage
+
+Connection = Any
+
+FIRST_PROMPT_CHARS = 200
+"""``ThreadSummary.first_prompt`` is cut to this many characters (whitespace collapsed), as in SQLite."""
+
+_EPOCH = "extract(epoch FROM {0})::float8"
+_LOCK_THREAD = "SELECT pg_advisory_xact_lock(hashtext($1))"  # cubeloop's per-thread lock, same key
+_ENSURE_THREAD = "INSERT INTO cubepi_threads (thread_id) VALUES ($1) ON CONFLICT DO NOTHING"
+
+# --- reads -------------------------------------------------------------------------------------
+
+
+async def load(conn: Connection, thread_id: str, after_seq: int | None, ours: bool) -> CheckpointData | None:
+    """Messages in seq order (only ``seq > after_seq`` when given), extra, runs, pending request
+    and (when ``ours``: our tables exist) the journal, in the caller's one snapshot."""
+    msg_rows = await conn.fetch(
+        "SELECT seq, role, metadata::text, payload FROM cubepi_messages WHERE thread_id = $1 AND seq > $2 ORDER BY seq",
+        thread_id,
+        -1 if after_seq is None else after_seq,
+    )
+    thread = await conn.fetchrow(
+        f"SELECT t.extra::text AS extra, t.parent_thread_id, t.pending_request::text AS pending, t.run_id,"
+        f" {_EPOCH.format('t.updated_at')} AS updated_at, {_pending_ours(ours)}"
+        " FROM cubepi_threads AS t" + _pending_join(ours) + " WHERE t.thread_id = $1",
+        thread_id,
+    )
+    runs = await runs_of(conn, thread_id)
+    journal = await read_journal(conn, thread_id) if ours else None
+    if after_seq is None and thread is None and not msg_rows:
+        return None
+    data = CheckpointData(runs=runs, journal=journal)
+    data.messages, data.message_ids, data.problems = rows.decode_rows(msg_rows, thread_id)
+    if thread is not None:
+        data.parent_thread_id = thread["parent_thread_id"]
+        data.extra, problem = rows.parse_extra(thread["extra"], thread_id)
+        if problem is not None:
+            data.problems.append(problem)
+        data.pending_request = rows.pending_request(
+            thread["pending"], thread["our_text"], thread["run_id"], thread["our_at"], thread["updated_at"]
+        )
+    return data
+
+
+def _pending_ours(ours: bool) -> str:
+    return "p.request_text AS our_text, p.created_at AS our_at" if ours else "NULL AS our_text, NULL AS our_at"
+
+
+def _pending_join(ours: bool) -> str:
+    # Our exact text counts only while the row still holds that value (cubeloop may have replaced it).
+    return (
+        f" LEFT JOIN {schema.PENDING} AS p ON p.thread_id = t.thread_id AND p.request_text::jsonb = t.pending_request"
+        if ours
+        else ""
+    )
+
+
+async def runs_of(conn: Connection, thread_id: str) -> list[RunRecord]:
+    """The thread's runs in claim order (claim time, then run id: cubeloop keeps no row order)."""
+    found = await conn.fetch(
+        f"SELECT run_id, {_EPOCH.format('claimed_at')}, {_EPOCH.format('completed_at')}, completion_seq"
+        " FROM cubepi_runs WHERE thread_id = $1 ORDER BY claimed_at, run_id",
+        thread_id,
+    )
+    return [rows.run_record(*r) for r in found]
+
+
+# --- writes ------------------------------------------------------------------------------------
+
+
+async def append(
+    conn: Connection, thread_id: str, encoded: Sequence[tuple[str, str, bytes, str | None]], holder_id: str | None
+) -> None:
+    """Insert the encoded rows after the thread's last seq, under cubeloop's per-thread lock,
+    unless a run named is completed or the fence refuses (nothing written then)."""
+    await conn.execute(_LOCK_THREAD, thread_id)
+    await fence(conn, thread_id, holder_id)
+    await conn.execute(_ENSURE_THREAD, thread_id)
+    run_ids = sorted({r[3] for r in encoded if r[3] is not None})
+    if run_ids:
+        done = await conn.fetchval(
+            "SELECT run_id FROM cubepi_runs WHERE thread_id = $1 AND run_id = ANY($2::text[])"
+            " AND completed_at IS NOT NULL ORDER BY run_id LIMIT 1",
+            thread_id,
+            run_ids,
+        )
+        if done is not None:
+            raise RunAlreadyCompletedError(
+                f"Run {done} of thread {thread_id!r} is already completed, so nothing was appended."
+            )
+    last = await conn.fetchval("SELECT COALESCE(MAX(seq), 0) FROM cubepi_messages WHERE thread_id = $1", thread_id)
+    # One statement for the batch: one round trip, and one firing of the stats trigger.
+    await conn.execute(
+        "INSERT INTO cubepi_messages (thread_id, seq, role, metadata, payload, run_id)"
+        " SELECT $1, $2 + u.ord, u.role, u.metadata::jsonb, u.payload, u.run_id"
+        " FROM unnest($3::text[], $4::text[], $5::bytea[], $6::text[]) WITH ORDINALITY"
+        " AS u(role, metadata, payload, run_id, ord) ORDER BY u.ord",
+        thread_id,
+        last,
+        [r[0] for r in encoded],
+        [r[1] for r in encoded],
+        [r[2] for r in encoded],
+        [r[3] for r in encoded],
+    )
+
+
+async def save_extra(conn: Connection, thread_id: str, patch_json: str) -> None:
+    """cubeloop's upsert with a server-side ``||`` merge; refused (nothing changed) when the
+    stored extra is not an object, which ``||`` would turn into an array."""
+    status = await conn.execute(
+        "INSERT INTO cubepi_threads (thread_id, extra, updated_at) VALUES ($1, $2::jsonb, now())"
+        " ON CONFLICT (thread_id) DO UPDATE SET extra = cubepi_threads.extra || EXCLUDED.extra, updated_at = now()"
+        " WHERE jsonb_typeof(cubepi_threads.extra) = 'object'",
+        thread_id,
+        patch_json,
+    )
+    if status.endswith(" 0"):
+        raise CorruptRecordError(
+            f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
+            " unchanged and the new keys were not saved.",
+            thread_id=thread_id,
+            row_id="extra",
+        )
+
+
+async def save_pending_request(
+    conn: Connection, thread_id: str, request_json: str | None, run_id: str | None, now: float
+) -> None:
+    """cubeloop's two statements (lazy thread row, one UPDATE of pending and run id), plus our
+    exact text beside it."""
+    await conn.execute(_ENSURE_THREAD, thread_id)
+    if request_json is None:
+        await conn.execute(
+            "UPDATE cubepi_threads SET pending_request = NULL, run_id = NULL, updated_at = now() WHERE thread_id = $1",
+            thread_id,
+        )
+        await conn.execute(f"DELETE FROM {schema.PENDING} WHERE thread_id = $1", thread_id)
+        return
+    await conn.execute(
+        "UPDATE cubepi_threads SET pending_request = $2::jsonb, run_id = $3, updated_at = now() WHERE thread_id = $1",
+        thread_id,
+        request_json,
+        run_id,
+    )
+    await conn.execute(
+        f"INSERT INTO {schema.PENDING} (thread_id, request_text, created_at) VALUES ($1, $2, $3)"
+        " ON CONFLICT (thread_id) DO UPDATE SET request_text = EXCLUDED.request_text, created_at = EXCLUDED.created_at",
+        thread_id,
+        request_json,
+        now,
+    )
+
+
+async def claim_run(conn: Connection, thread_id: str, run_id: str, holder_id: str | None) -> None:
+    """cubeloop's claim: under the per-thread lock, refuse a run that exists, else insert it."""
+    await conn.execute(_LOCK_THREAD, thread_id)
+    await fence(conn, thread_id, holder_id)
+    await conn.execute(_ENSURE_THREAD, thread_id)
+    completed = await conn.fetchrow(
+        "SELECT completed_at FROM cubepi_runs WHERE thread_id = $1 AND run_id = $2", thread_id, run_id
+    )
+    if completed is not None:
+        if completed["completed_at"] is not None:
+            raise RunAlreadyCompletedError(f"Run {run_id} of thread {thread_id!r} already completed.")
+        raise RunAlreadyClaimedError(f"Run {run_id} of thread {thread_id!r} is already running.")
+    await conn.execute("INSERT INTO cubepi_runs (thread_id, run_id) VALUES ($1, $2)", thread_id, run_id)
+
+
+async def mark_run_complete(conn: Connection, thread_id: str, run_id: str, holder_id: str | None) -> None:
+    """cubeloop's completion: the thread's next ``completion_seq``; idempotent."""
+    await conn.execute(_LOCK_THREAD, thread_id)
+    await fence(conn, thread_id, holder_id)
+    row = await conn.fetchrow(
+        "SELECT completed_at FROM cubepi_runs WHERE thread_id = $1 AND run_id = $2", thread_id, run_id
+    )
+    if row is None:
+        raise RunNotClaimedError(f"Run {run_id} of thread {thread_id!r} was never claimed.")
+    if row["completed_at"] is not None:
+        return
+    await conn.execute(
+        "UPDATE cubepi_runs SET completed_at = now(), completion_seq = (SELECT COALESCE(MAX(completion_seq), 0) + 1"
+        " FROM cubepi_runs WHERE thread_id = $1 AND completion_seq IS NOT NULL) WHERE thread_id = $1 AND run_id = $2",
+        thread_id,
+        run_id,
+    )
+
+
+# --- the listing -------------------------------------------------------------------------------
+
+
+async def list_threads(conn: Connection, ours: bool) -> list[ThreadSummary]:
+    """Every thread, most recently active first, in four queries whatever their number.
+
+    Per-thread counts come from our stats table when it exists (kept by trigger), else
+    from one aggregate over every message (browse-only: correct, slower). Only each
+    thread's tail (from its last assistant row) and first user row are decoded.
+    """
+    stats = schema.STATS if ours else f"({schema.STATS_OF_MESSAGES.format(rows='cubepi_messages')})"
+    threads = await conn.fetch(
+        f"SELECT t.thread_id, {_EPOCH.format('t.updated_at')} AS updated_at, t.pending_request::text AS pending,"
+        f" t.run_id, {_pending_ours(ours)}, COALESCE(s.n, 0) AS n, {_EPOCH.format('s.last_at')} AS last_at,"
+        " s.last_assistant_seq, s.first_user_seq"
+        f" FROM cubepi_threads AS t LEFT JOIN {stats} AS s ON s.thread_id = t.thread_id" + _pending_join(ours)
+    )
+    message_rows = await conn.fetch(
+        "SELECT m.thread_id, m.seq, m.role, m.metadata::text, m.payload FROM cubepi_messages AS m"
+        f" JOIN {stats} AS s ON s.thread_id = m.thread_id"
+        " WHERE m.seq >= COALESCE(s.last_assistant_seq, 0) OR m.seq = s.first_user_seq ORDER BY m.thread_id, m.seq"
+    )
+    by_thread: dict[str, list[Any]] = {}
+    for r in message_rows:
+        by_thread.setdefault(r[0], []).append(r)
+    runs: dict[str, list[RunRecord]] = {}
+    for r in await conn.fetch(
+        f"SELECT thread_id, run_id, {_EPOCH.format('claimed_at')}, {_EPOCH.format('completed_at')}, completion_seq"
+        " FROM cubepi_runs ORDER BY thread_id, claimed_at, run_id"
+    ):
+        runs.setdefault(r[0], []).append(rows.run_record(*r[1:]))
+    leases = await all_leases(conn) if ours else {}
+    out = [_summary(t, by_thread.get(t["thread_id"], []), runs.get(t["thread_id"], []), leases) for t in threads]
+    out.sort(key=lambda s: (s.last_activity is not None, s.last_activity or 0.0, s.thread_id), reverse=True)
+    return out
+
+
+def _summary(thread: Any, found: list[Any], runs: list[RunRecord], leases: dict[str, Any]) -> ThreadSummary:
+    tid = thread["thread_id"]
+    last_assistant, first_user = thread["last_assistant_seq"], thread["first_user_seq"]
+    tail_rows = [r[1:] for r in found if r[1] >= (last_assistant or 0)]
+    tail, _, problems = rows.decode_rows(tail_rows, tid)
+    first_prompt = ""
+    first = [r[1:] for r in found if r[1] == first_user]
+    if first:
+        decoded, _, _ = rows.decode_rows(first, tid)
+        if decoded and isinstance(decoded[0], UserMessage):
+            text = " ".join(decoded[0].text.split())
+            first_prompt = text if len(text) <= FIRST_PROMPT_CHARS else text[: FIRST_PROMPT_CHARS - 1] + "…"
+    times = [
+        t
+        for t in (
+            thread["last_at"],
+            thread["updated_at"],
+            *(r.claimed_at for r in runs),
+            *(r.completed_at for r in runs),
+        )
+        if t is not None
+    ]
+    return ThreadSummary(
+        thread_id=tid,
+        message_count=thread["n"],
+        last_activity=max(times) if times else None,
+        runs=tuple(runs),
+        tail=tuple(tail),
+        problems=tuple(problems),
+        first_prompt=first_prompt,
+        lease=leases.get(tid),
+        pending_request=rows.pending_request(
+            thread["pending"], thread["our_text"], thread["run_id"], thread["our_at"], thread["updated_at"]
+        ),
+    )

@@ -1,0 +1,157 @@
+"""Rows of cubeloop's Postgres tables to our records and back: the wire format of ``cubepi_messages``.
+
+A message row is written as cubeloop 0.15.3 writes it (``PostgresCheckpointer.append``):
+``role`` is ``user`` / ``assistant`` / ``tool`` (cubeloop's column names a tool result
+``tool``), ``metadata`` the message's metadata as JSONB, ``payload`` msgpack of
+``model_dump(mode="json")`` with ``use_bin_type=True``. A message of a role this version
+does not know keeps its own role in the column (cubeloop cannot read such a row anyway).
+
+Reading follows cubeloop's ``_deserialize_row``: the ``metadata`` column is the source of
+truth for ``metadata``. Two exceptions keep our rows exact: a payload without a
+``metadata`` key gets none added when the column is empty (an unknown message stays as
+it was), and text JSONB cannot hold (NUL, lone surrogates) is written to the column
+replaced by U+FFFD, while the payload keeps the original, which is read back when the
+column is that replaced form of it.
+
+Lone surrogates (bytes kept by ``surrogateescape``, see :mod:`core.checkpoint.codec`) have
+no strict UTF-8 form, so such a payload is packed with ``surrogatepass`` and unpacked the
+same way; cubeloop's strict unpacker reports that row as corrupt instead of losing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import msgpack
+
+from core.checkpoint import codec
+from core.checkpoint.base import CorruptRow, PendingRequest, RunRecord
+from core.errors import CorruptRecordError
+from core.messages import AnyMessage
+
+_COLUMN_ROLE = {"user": "user", "assistant": "assistant", "tool_result": "tool"}
+_PAYLOAD_ROLE = {"tool": "tool_result"}
+_JSONB_UNSAFE = re.compile("[\x00\ud800-\udfff]")
+
+
+def role_column(message: AnyMessage) -> str:
+    """The ``role`` column cubeloop expects for ``message``."""
+    return _COLUMN_ROLE.get(message.role, message.role)
+
+
+def encode_message(message: AnyMessage) -> tuple[str, str, bytes, str | None]:
+    """``(role, metadata JSON text, payload, run_id)`` for one row of ``cubepi_messages``."""
+    data = message.model_dump(mode="json")
+    try:
+        payload = msgpack.packb(data, use_bin_type=True)
+    except UnicodeEncodeError:
+        payload = msgpack.packb(data, use_bin_type=True, unicode_errors="surrogatepass")
+    metadata = data.get("metadata") or {}
+    return role_column(message), json.dumps(_jsonb_safe(metadata)), payload, getattr(message, "run_id", None)
+
+
+def _jsonb_safe(value: Any) -> Any:
+    if isinstance(value, str):
+        return _JSONB_UNSAFE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_jsonb_safe(k): _jsonb_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonb_safe(v) for v in value]
+    return value
+
+
+def decode_rows(rows: Sequence[Any], thread_id: str) -> tuple[list[AnyMessage], list[int], list[CorruptRow]]:
+    """Decode ``(seq, role, metadata, payload)`` rows in order; a row that fails becomes a ``CorruptRow``."""
+    messages: list[AnyMessage] = []
+    ids: list[int] = []
+    problems: list[CorruptRow] = []
+    with _gc_paused():
+        for seq, role, metadata, payload in rows:
+            try:
+                messages.append(decode_row(thread_id, seq, role, metadata, payload))
+            except CorruptRecordError as exc:
+                problems.append(CorruptRow(seq, str(exc), _raw(payload)))
+            else:
+                ids.append(seq)
+    return messages, ids, problems
+
+
+def decode_row(thread_id: str, seq: int, role: str, metadata: str | None, payload: bytes) -> AnyMessage:
+    """One row as a message; ``CorruptRecordError`` when its payload is not a message."""
+    try:
+        data = msgpack.unpackb(payload, raw=False, unicode_errors="surrogatepass")
+    except Exception:  # msgpack raises several unrelated types for bad bytes
+        raise CorruptRecordError(
+            f"Row {seq} of thread {thread_id!r} holds a payload that is not msgpack; it is shown raw and left unchanged.",
+            thread_id=thread_id,
+            row_id=seq,
+        ) from None
+    if not isinstance(data, dict):
+        raise CorruptRecordError(
+            f"Row {seq} of thread {thread_id!r} holds a payload that is not a message; it is shown raw"
+            " and left unchanged.",
+            thread_id=thread_id,
+            row_id=seq,
+        )
+    data.setdefault("role", _PAYLOAD_ROLE.get(role, role))
+    column = json.loads(metadata) if metadata else {}
+    if "metadata" in data:
+        if column != data["metadata"] and _jsonb_safe(data["metadata"]) != column:
+            data["metadata"] = column
+    elif column:
+        data["metadata"] = column
+    return codec.decode_value(data, thread_id=thread_id, row_id=seq)
+
+
+def _raw(payload: bytes) -> str:
+    """A corrupt payload as text: its JSON view when it unpacks, else its bytes in hex."""
+    try:
+        return json.dumps(msgpack.unpackb(payload, raw=False, unicode_errors="surrogatepass"), default=repr)
+    except Exception:
+        return payload.hex()
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic collector while decoding many rows (decoded messages hold no
+    cycles; see ``sqlite_queries._gc_paused`` for the measurement)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def run_record(run_id: str, claimed: float | None, completed: float | None, seq: int | None) -> RunRecord:
+    """A run row (times already unix seconds) as a record."""
+    return RunRecord(run_id, claimed, completed, seq)
+
+
+def pending_request(
+    jsonb_text: str | None, our_text: str | None, run_id: str | None, our_at: float | None, updated_at: float | None
+) -> PendingRequest | None:
+    """The thread's pending request: our exact text when it still is what the row holds
+    (``our_text`` is given only then), else the row's JSONB text as cubeloop wrote it, dated
+    by the thread row's ``updated_at`` (cubeloop keeps no time of its own for it)."""
+    if jsonb_text is None:
+        return None
+    if our_text is not None:
+        return PendingRequest(our_text, run_id, our_at)
+    return PendingRequest(jsonb_text, run_id, updated_at)
+
+
+def parse_extra(text: str | None, thread_id: str) -> tuple[dict[str, Any], CorruptRow | None]:
+    """The ``extra`` column as ``(object, None)``; one that is not an object gives
+    ``({}, CorruptRow("extra", reason, raw))`` instead of raising."""
+    value = json.loads(text) if text else {}
+    if isinstance(value, dict):
+        return value, None
+    reason = f"The extra data of thread {thread_id!r} is not a JSON object; it is shown raw and left unchanged."
+    return {}, CorruptRow("extra", reason, str(text))
