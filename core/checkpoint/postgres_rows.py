@@ -139,12 +139,17 @@ def pending_request(
 ) -> PendingRequest | None:
     """The thread's pending request: our exact text when it still is what the row holds
     (``our_text`` is given only then), else the row's JSONB text as cubeloop wrote it, dated
-    by the thread row's ``updated_at`` (cubeloop keeps no time of its own for it)."""
+    by its ``created_at`` (``HitlRequest.created_at``) or else the thread row's ``updated_at``."""
     if jsonb_text is None:
         return None
     if our_text is not None:
         return PendingRequest(our_text, run_id, our_at)
-    return PendingRequest(jsonb_text, run_id, updated_at)
+    try:
+        asked = json.loads(jsonb_text).get("created_at")  # cubeloop's HitlRequest.created_at, unix seconds
+    except (ValueError, AttributeError):
+        asked = None
+    at = float(asked) if isinstance(asked, (int, float)) and not isinstance(asked, bool) else updated_at
+    return PendingRequest(jsonb_text, run_id, at)
 
 
 def parse_extra(text: str | None, thread_id: str) -> tuple[dict[str, Any], CorruptRow | None]:

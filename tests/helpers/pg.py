@@ -85,3 +85,35 @@ def _drop_template(name: str) -> None:
         asyncio.run(drop())
     except Exception:
         pass  # the server went away first: nothing to drop
+
+
+def cubeloop_schema_statements() -> list[str]:
+    """cubeloop 0.15.3's own v5 schema, as a host's migration makes it: ``cubeloop_metadata``
+    compiled by SQLAlchemy's postgresql dialect (tables, then their indexes), the child
+    partitions from ``alembic_helpers`` (messages and runs) and its version row."""
+    from cubeloop.checkpointer.postgres import alembic_helpers, cubeloop_metadata
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    dialect = postgresql.dialect()
+    statements = []
+    for table in cubeloop_metadata.sorted_tables:
+        statements.append(str(CreateTable(table).compile(dialect=dialect)))
+        statements.extend(str(CreateIndex(index).compile(dialect=dialect)) for index in table.indexes)
+    statements.append(alembic_helpers.create_message_partitions_op())
+    statements.append(alembic_helpers.create_runs_partitions_op())
+    statements.append(alembic_helpers.write_schema_version_op())
+    return statements
+
+
+async def make_cubeloop_schema(url: str) -> None:
+    """Create cubeloop's schema (:func:`cubeloop_schema_statements`) in the database at ``url``."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url, timeout=10)
+    try:
+        async with conn.transaction():
+            for statement in cubeloop_schema_statements():
+                await conn.execute(statement)
+    finally:
+        await conn.close()
