@@ -55,7 +55,9 @@ def is_connection_error(error: BaseException) -> bool:
     closed it mid-call), the server shutting down or starting (57P01 ``AdminShutdownError``,
     i.e. ``pg_terminate_backend``, 57P02, 57P03 ``CannotConnectNowError``), too many
     connections (53300: others will end theirs), a closed connection or pool used
-    (``InterfaceError`` saying so), ``OSError`` (refused, reset) and a connect timeout. No:
+    (``InterfaceError`` saying so), asyncpg's ``InternalClientError`` (its protocol state
+    broke when the server ended an idle connection unasked; the store closes that
+    connection), ``OSError`` (refused, reset) and a connect timeout. No:
     every SQL error (a constraint, a syntax, a bad value), which a retry would only repeat.
     """
     if isinstance(
@@ -70,6 +72,10 @@ def is_connection_error(error: BaseException) -> bool:
             asyncio.TimeoutError,
         ),
     ):
+        return True
+    if isinstance(error, asyncpg.InternalClientError):
+        # asyncpg's protocol state broke under a connection the server ended unasked (its
+        # FATAL reached an idle pooled connection); the store drops that connection.
         return True
     if isinstance(error, asyncpg.InterfaceError):
         text = str(error).lower()

@@ -198,6 +198,7 @@ class PostgresStore:
         async def attempt() -> T:
             async with (
                 self._live_pool().acquire() as conn,
+                _dropping_broken(conn),
                 conn.transaction(isolation="repeatable_read", readonly=True),
             ):
                 return await fn(conn)
@@ -212,7 +213,7 @@ class PostgresStore:
         write_id = pg.new_write_id()
 
         async def attempt() -> T:
-            async with self._live_pool().acquire() as conn, conn.transaction():
+            async with self._live_pool().acquire() as conn, _dropping_broken(conn), conn.transaction():
                 new, stored = await pg.claim_write(conn, write_id, thread_id)
                 if not new:
                     return stored
@@ -283,6 +284,21 @@ class PostgresStore:
             if now != token:
                 token = now
                 yield None
+
+
+@contextlib.asynccontextmanager
+async def _dropping_broken(conn: asyncpg.Connection) -> AsyncIterator[None]:
+    """Close a pooled connection whose protocol state broke (``InternalClientError``), so the
+    pool opens a new one for the retry instead of handing the broken one out again.
+
+    Seen when ``pg_terminate_backend`` hit an idle pooled connection: the server's FATAL
+    arrives unasked, and the next query on that connection fails this way, not as closed.
+    """
+    try:
+        yield
+    except asyncpg.InternalClientError:
+        conn.terminate()
+        raise
 
 
 async def _wait_either(woke: asyncio.Event, stop: asyncio.Event, timeout: float) -> bool:
