@@ -238,7 +238,8 @@ async def list_threads(conn: Connection, ours: bool) -> list[ThreadSummary]:
     ):
         runs.setdefault(r[0], []).append(rows.run_record(*r[1:]))
     leases = await all_leases(conn) if ours else {}
-    out = [_summary(t, by_thread.get(t["thread_id"], []), runs.get(t["thread_id"], []), leases) for t in threads]
+    with rows.gc_paused():  # once for the whole listing, not per thread (a collection at each resume)
+        out = [_summary(t, by_thread.get(t["thread_id"], []), runs.get(t["thread_id"], []), leases) for t in threads]
     out.sort(key=lambda s: (s.last_activity is not None, s.last_activity or 0.0, s.thread_id), reverse=True)
     return out
 
@@ -246,15 +247,15 @@ async def list_threads(conn: Connection, ours: bool) -> list[ThreadSummary]:
 def _summary(thread: Any, found: list[Any], runs: list[RunRecord], leases: dict[str, Any]) -> ThreadSummary:
     tid = thread["thread_id"]
     last_assistant, first_user = thread["last_assistant_seq"], thread["first_user_seq"]
-    tail_rows = [r[1:] for r in found if r[1] >= (last_assistant or 0)]
-    tail, _, problems = rows.decode_rows(tail_rows, tid)
+    decoded, ids, problems = rows.decode_rows([r[1:] for r in found], tid)  # each row once
+    start = last_assistant or 0
+    tail = [m for m, seq in zip(decoded, ids, strict=True) if seq >= start]
+    problems = [p for p in problems if p.row_id >= start]
     first_prompt = ""
-    first = [r[1:] for r in found if r[1] == first_user]
-    if first:
-        decoded, _, _ = rows.decode_rows(first, tid)
-        if decoded and isinstance(decoded[0], UserMessage):
-            text = " ".join(decoded[0].text.split())
-            first_prompt = text if len(text) <= FIRST_PROMPT_CHARS else text[: FIRST_PROMPT_CHARS - 1] + "…"
+    first = next((m for m, seq in zip(decoded, ids, strict=True) if seq == first_user), None)
+    if isinstance(first, UserMessage):
+        text = " ".join(first.text.split())
+        first_prompt = text if len(text) <= FIRST_PROMPT_CHARS else text[: FIRST_PROMPT_CHARS - 1] + "…"
     times = [
         t
         for t in (

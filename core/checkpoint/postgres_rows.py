@@ -70,7 +70,7 @@ def decode_rows(rows: Sequence[Any], thread_id: str) -> tuple[list[AnyMessage], 
     messages: list[AnyMessage] = []
     ids: list[int] = []
     problems: list[CorruptRow] = []
-    with _gc_paused():
+    with gc_paused():
         for seq, role, metadata, payload in rows:
             try:
                 messages.append(decode_row(thread_id, seq, role, metadata, payload))
@@ -117,9 +117,9 @@ def _raw(payload: bytes) -> str:
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic collector while decoding many rows (decoded messages hold no
-    cycles; see ``sqlite_queries._gc_paused`` for the measurement)."""
+    cycles; see ``sqlite_queries.gc_paused`` for the measurement)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
