@@ -1,7 +1,7 @@
 """cubeloop's tables: load, append, extra, runs, pending requests and the thread listing.
 
 Each function takes an asyncpg connection inside a transaction the caller opened (see
-:meth:`PostgresCheckpointer._run <core.checkpoint.postgres_store.PostgresStore._run>`) and
+:meth:`~core.checkpoint.postgres_store.PostgresStore._read` or ``_write``) and
 scopes every statement by thread. Writes follow cubeloop 0.15.3's ``PostgresCheckpointer``
 statement for statement where it has one: the per-thread ``pg_advisory_xact_lock(hashtext(
 thread_id))`` around seq allocation and run rules, the lazy thread row, the JSONB ``||``

@@ -4,6 +4,7 @@ upgraded through the ordered migrations; and what it does with a row it cannot d
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import asyncpg
@@ -214,5 +215,23 @@ async def test_an_undecodable_row_is_reported_and_kept() -> None:
         assert summary.message_count == 3
         (raw,) = await _sql(store._url, "SELECT payload FROM cubepi_messages WHERE seq = 2")
         assert raw[0][0] == b"\xc1"
+    finally:
+        await store.close()
+
+
+async def test_text_jsonb_cannot_hold_round_trips_exactly() -> None:
+    from core.messages import TextContent, ToolResultMessage
+
+    odd = b"caf\xe9 \xff".decode("utf-8", "surrogateescape")  # lone surrogates, no strict UTF-8 form
+    result = ToolResultMessage(
+        tool_call_id="c1", tool_name="read", content=[TextContent(text=odd)], metadata={"path": odd, "nul": "a\x00b"}
+    )
+    store = await new_store("odd")
+    try:
+        await store.append("t", [result])
+        (loaded,) = (await store.load("t")).messages  # type: ignore[union-attr]
+        assert loaded.model_dump() == result.model_dump()
+        (column,) = await _sql(store._url, "SELECT metadata::text FROM cubepi_messages")
+        assert json.loads(column[0][0]) == {"nul": "a\ufffdb", "path": "caf\ufffd \ufffd"}  # what JSONB can hold
     finally:
         await store.close()
