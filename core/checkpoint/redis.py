@@ -26,7 +26,9 @@ Message ids are list positions counting from 1 (see :mod:`core.checkpoint.redis_
 Change notification: every write of ours adds an entry to the stream
 ``{prefix}tui:changes``; :meth:`change_token` is its last id and :meth:`change_signals`
 an ``XREAD BLOCK`` on it. Writes made with the example's own code (plain RPUSH/SET) do not
-add to it, so they are seen at the next change of ours or a reload, not at once; a
+add to it, so they are seen at the next change of ours or a reload, not at once, and a
+thread such code creates in an upgraded store is not in the listing index (it loads by
+id, and is listed once a write of ours touches it); a
 browse-only store of the example's layout has no feed, so its token is a digest of its
 keys' lengths and extra values, polled once a second.
 
@@ -163,10 +165,11 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
         await self._call("save", attempt)
 
     async def list_threads(self) -> list[ThreadSummary]:
-        """See ``Checkpointer.list_threads``: the listing index and a few pipelines per 500
+        """See ``Checkpointer.list_threads``: the listing index and one read-only script per 500
         threads (:func:`core.checkpoint.redis_read.list_threads`); ``SCAN`` on the example's layout."""
         client = self._live_client()
-        return await self._call("listing", lambda: read.list_threads(client, self._keys, self._version))
+        chunk = self._scripts["LIST_CHUNK"]
+        return await self._call("listing", lambda: read.list_threads(client, self._keys, self._version, chunk))
 
     async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.claim_run``: one script (write id, fence, the run's state, the claim)."""

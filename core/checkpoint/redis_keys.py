@@ -172,8 +172,10 @@ def split_url(url: str, prefix: str | None) -> tuple[str, str, str]:
 
 
 def _masked(url: str) -> str:
-    """``url`` with anything between ``://`` and ``@`` cut, for an error about the URL itself."""
+    """``url`` without what may hold a password (between ``://`` and ``@``, and the query),
+    for an error about the URL itself."""
     head, sep, tail = url.partition("://")
+    tail = tail.split("?", 1)[0]
     if sep and "@" in tail.split("/", 1)[0]:
         return f"{head}://…@{tail.split('@', 1)[1]}"
-    return url
+    return f"{head}{sep}{tail}"

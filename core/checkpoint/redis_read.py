@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
 from core.checkpoint import codec
 from core.checkpoint import redis_records as records
@@ -159,12 +160,14 @@ async def _foreign_index(r: Redis, keys: Keys) -> list[tuple[str, float | None]]
     return found
 
 
-async def list_threads(r: Redis, keys: Keys, version: int | None) -> list[ThreadSummary]:
+async def list_threads(r: Redis, keys: Keys, version: int | None, chunk_script: AsyncScript) -> list[ThreadSummary]:
     """Every thread, most recently active first (see ``Checkpointer.list_threads``).
 
-    Ours: the ``tui:threads`` index, then per chunk of threads one pipeline (count, the
-    last ``TAIL_WINDOW`` entries, runs, first prompt) and the leases and pending requests
-    in one ``HMGET`` each. The example's layout: ``SCAN`` instead of the index.
+    Ours: the ``tui:threads`` index, then one read-only script per 500 threads
+    (``LIST_CHUNK`` of :mod:`~core.checkpoint.redis_scripts`: count, the last
+    ``TAIL_WINDOW`` entries, runs, first prompt, lease, pending request), so the cost is a
+    few round trips whatever the number of threads. The example's layout: ``SCAN``
+    instead of the index, and the head of each thread for its first prompt.
     """
     if version is None:
         index = await _foreign_index(r, keys)
@@ -173,40 +176,28 @@ async def list_threads(r: Redis, keys: Keys, version: int | None) -> list[Thread
         index = [(records.text(tid), score or None) for tid, score in scored]
     out: list[ThreadSummary] = []
     for at in range(0, len(index), _LIST_CHUNK):
-        out.extend(await _summaries(r, keys, version, index[at : at + _LIST_CHUNK]))
+        out.extend(await _summaries(r, keys, version, index[at : at + _LIST_CHUNK], chunk_script))
     return out
 
 
 async def _summaries(
-    r: Redis, keys: Keys, version: int | None, index: list[tuple[str, float | None]]
+    r: Redis, keys: Keys, version: int | None, index: list[tuple[str, float | None]], chunk_script: AsyncScript
 ) -> list[ThreadSummary]:
     tids = [tid for tid, _ in index]
     ours = version is not None
-    cached_first = ours and version >= FIRST_PROMPT_VERSION
-    pipe = r.pipeline(transaction=False)
-    for tid in tids:
-        pipe.llen(keys.msgs(tid))
-        pipe.lrange(keys.msgs(tid), -TAIL_WINDOW, -1)
-        if ours:
-            pipe.hgetall(keys.runs(tid))
-        else:
-            pipe.exists(keys.runs(tid))  # a placeholder: the example's layout keeps no runs
-        if cached_first:
-            pipe.hget(keys.first, tid)
-        else:
-            pipe.lrange(keys.msgs(tid), 0, TAIL_WINDOW - 1)
-    if ours and tids:
-        pipe.hmget(keys.leases, tids)
-        pipe.hmget(keys.pending, tids)
-    replies = await pipe.execute()
-    leases, pendings = (replies[-2], replies[-1]) if ours and tids else ([None] * len(tids), [None] * len(tids))
-    # Threads whose window held no assistant message, or no user message for the first prompt, are read whole.
-    summaries: list[ThreadSummary] = []
+    cached_first = ours and version >= FIRST_PROMPT_VERSION  # type: ignore[operator]
+    script_keys = [key for tid in tids for key in (keys.msgs(tid), keys.runs(tid))]
+    replies = await chunk_script(
+        keys=[*script_keys, keys.leases, keys.pending, keys.first],
+        args=[TAIL_WINDOW, "0" if cached_first else "1", *tids],
+        client=r,
+    )
+    # A thread whose window held no assistant message (or, without the first-prompt
+    # index, whose head held no user message) is read whole.
     whole_needed = [
         i
-        for i, tid in enumerate(tids)
-        if (_tail_start(replies[4 * i + 1]) is None and replies[4 * i] > TAIL_WINDOW)
-        or (not cached_first and first_prompt_of(replies[4 * i + 3]) is None and replies[4 * i] > TAIL_WINDOW)
+        for i, (count, window, *_rest, head) in enumerate(replies)
+        if count > TAIL_WINDOW and (_tail_start(window) is None or (not cached_first and first_prompt_of(head) is None))
     ]
     wholes: dict[int, list[bytes]] = {}
     if whole_needed:
@@ -214,8 +205,9 @@ async def _summaries(
         for i in whole_needed:
             pipe.lrange(keys.msgs(tids[i]), 0, -1)
         wholes = dict(zip(whole_needed, await pipe.execute(), strict=True))
+    summaries: list[ThreadSummary] = []
     for i, (tid, activity) in enumerate(index):
-        count, window, runs_raw, first_raw = replies[4 * i : 4 * i + 4]
+        count, window, runs_flat, first_raw, lease_raw, pending_raw, head = replies[i]
         whole = wholes.get(i)
         rows, first_id = (whole, 1) if whole is not None else (window, max(count - len(window), 0) + 1)
         start = _tail_start(rows)
@@ -224,18 +216,19 @@ async def _summaries(
         if cached_first:
             first = records.text(first_raw) if first_raw is not None else ""
         else:
-            first = first_prompt_of(whole if whole is not None else first_raw) or ""
+            first = first_prompt_of(whole if whole is not None else head) or ""
+        runs = dict(zip(runs_flat[::2], runs_flat[1::2], strict=True))
         summaries.append(
             ThreadSummary(
                 thread_id=tid,
                 message_count=count,
                 last_activity=activity,
-                runs=tuple(records.decode_runs(runs_raw)) if ours else (),
+                runs=tuple(records.decode_runs(runs)),
                 tail=tuple(tail),
                 problems=tuple(problems),
                 first_prompt=first,
-                lease=records.decode_lease(leases[i]),
-                pending_request=records.decode_pending(pendings[i]),
+                lease=records.decode_lease(lease_raw) if ours else None,
+                pending_request=records.decode_pending(pending_raw) if ours else None,
             )
         )
     return summaries

@@ -202,3 +202,28 @@ if redis.call('DEL', KEYS[1]) == 1 then changed(KEYS[2], ARGV[1]) end
 return {'ok'}
 """
 )
+
+LIST_CHUNK = (
+    "#!lua flags=no-writes\n"
+    + """
+-- What a listing needs of each of n threads, in one round trip and one consistent view.
+-- KEYS: msgs and runs of each thread (2n), then leases, pending, first
+-- ARGV: window, with_head ('1': also the first window entries), thread ids...
+-- Reply per thread: {count, last window entries, runs (flat HGETALL), first prompt,
+--                    lease, pending request, first window entries or {}}
+local window, with_head = tonumber(ARGV[1]), ARGV[2] == '1'
+local n = #ARGV - 2
+local leases, pending, first = KEYS[2 * n + 1], KEYS[2 * n + 2], KEYS[2 * n + 3]
+local out = {}
+for i = 1, n do
+  local tid, msgs = ARGV[i + 2], KEYS[2 * i - 1]
+  local head = {}
+  if with_head then head = redis.call('LRANGE', msgs, 0, window - 1) end
+  out[i] = {
+    redis.call('LLEN', msgs), redis.call('LRANGE', msgs, -window, -1), redis.call('HGETALL', KEYS[2 * i]),
+    redis.call('HGET', first, tid), redis.call('HGET', leases, tid), redis.call('HGET', pending, tid), head,
+  }
+end
+return out
+"""
+)

@@ -92,7 +92,16 @@ class RedisStore:
         self._client_name = client_name
         self._scripts = {
             name: client.register_script(getattr(scripts, name))
-            for name in ("APPEND", "CLAIM", "COMPLETE", "CAS", "SEND_COMMAND", "LIVE_APPEND", "PRUNE_LIVE")
+            for name in (
+                "APPEND",
+                "CLAIM",
+                "COMPLETE",
+                "CAS",
+                "SEND_COMMAND",
+                "LIVE_APPEND",
+                "PRUNE_LIVE",
+                "LIST_CHUNK",
+            )
         }
 
     @classmethod
