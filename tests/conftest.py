@@ -67,13 +67,35 @@ async def _sqlite(tmp_path: Path) -> Checkpointer:
     return await SQLiteCheckpointer.open(tmp_path / "contract.sqlite", create=True)
 
 
+async def _redis(_tmp_path: Path) -> Checkpointer:
+    """A Redis store under a key prefix of its own (skips when the server is down); closing
+    it also deletes every key under that prefix."""
+    from core.checkpoint.redis import RedisCheckpointer
+    from tests.helpers.services import redis_prefix
+
+    prefix = redis_prefix("contract")
+    url, name = await prefix.__aenter__()
+    store = await RedisCheckpointer.open(url, prefix=name)
+    close = store.close
+
+    async def close_and_clean() -> None:
+        try:
+            await close()
+        finally:
+            await prefix.__aexit__(None, None, None)
+
+    store.close = close_and_clean  # type: ignore[method-assign]
+    return store
+
+
 BACKENDS: dict[str, Callable[[Path], Awaitable[Checkpointer]]] = {
     "memory": _memory,
     "sqlite": _sqlite,
+    "redis": _redis,
 }
 """Every backend the contract suite runs on, by name."""
 
-_MARKS: dict[str, list[pytest.MarkDecorator]] = {}
+_MARKS: dict[str, list[pytest.MarkDecorator]] = {"redis": [pytest.mark.redis]}
 """Marks per backend, e.g. ``{"postgres": [pytest.mark.postgres]}``."""
 
 
