@@ -39,7 +39,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from core.agent import Agent, check_user_text
 from core.errors import CubepiError, DatabaseGoneError, StoreBusyError, ThreadNotFoundError, error_sentence
@@ -51,6 +51,9 @@ from core.providers.retry import retry_label
 from core.supervise import Supervisor
 from core.tools import AgentTool
 from core.untrusted import UNSAFE, escape
+
+if TYPE_CHECKING:
+    from core.checkpoint.sqlite import SQLiteCheckpointer
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 """The Anthropic model used without ``--demo``, ``--agent`` or ``--model``."""
@@ -189,7 +192,7 @@ class _GoneFilter(logging.Filter):
     """Drops log records once the database file is gone: each would be another account of
     the one cause the runner states in its one sentence (every write fails from then on)."""
 
-    store: Any = None
+    store: SQLiteCheckpointer | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self.store is None:

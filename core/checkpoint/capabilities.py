@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol, TypeGuard, TypeVar
 
 from core.checkpoint.base import (
     CheckpointData,
+    Checkpointer,
     Command,
     CommandKind,
     CommandStatus,
@@ -43,6 +44,11 @@ def supports(store: object, capability: type[C]) -> TypeGuard[C]:
     Nominal on purpose (see the module docstring); ``False`` for ``None``. Never raises.
     """
     return store is not None and capability in type(store).__mro__
+
+
+def lacking(store: object, capabilities: Sequence[type]) -> list[type]:
+    """The protocols of ``capabilities`` that ``store`` does not declare (:func:`supports`), in order."""
+    return [c for c in capabilities if not supports(store, c)]
 
 
 class IncrementalReads(Protocol):
@@ -242,3 +248,27 @@ class SchemaUpgrade(Protocol):
 class SupervisedStore(IncrementalReads, ToolJournal, Jobs, Leases, LiveEvents, Commands, ChangeNotification, Protocol):
     """Everything supervision and safe resume use beyond ``Checkpointer``: every backend of
     ours (memory, SQLite, Postgres, Redis) declares it, and the contract suite tests it."""
+
+
+# --- what a caller needs of several -------------------------------------------------------
+# For signatures only: no store names these among its bases, so supports() of one is False;
+# check each part (``lacking(store, LIVE)``).
+
+
+class CommandStore(Checkpointer, Leases, Commands, Protocol):
+    """What sending and settling commands uses (:mod:`core.supervise`): the thread, its lease, its commands."""
+
+
+class WatchedStore(Checkpointer, ChangeNotification, Protocol):
+    """What watching the thread list uses (:func:`core.follow.watch_threads`)."""
+
+
+class LiveStore(CommandStore, LiveEvents, ChangeNotification, Protocol):
+    """What following a run in another process and commanding it use: a
+    :class:`~core.supervise.Supervisor` writes live events and takes commands, a
+    :class:`~core.follow.ThreadFollower` and the app read them. The capabilities to
+    check are :data:`LIVE`."""
+
+
+LIVE: tuple[type, ...] = (Leases, LiveEvents, Commands, ChangeNotification)
+"""The capabilities of :class:`LiveStore` beyond ``Checkpointer``, for :func:`lacking`."""
