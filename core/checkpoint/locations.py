@@ -49,8 +49,9 @@ reaches a socket through ``postgresql:///db?host=/run/postgresql`` instead."""
 # RFC 3986's scheme syntax, at least two characters, so a Windows drive ("C://x") stays a path.
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 
-_SECRET_PARAMETERS = frozenset({"password"})
-"""Query parameters that carry a password (libpq's ``?password=``, redis-py's ``unix://...?password=``)."""
+_SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+"""Query parameters that carry a password (libpq's ``password`` and ``sslpassword``, the
+client key's; redis-py's ``unix://...?password=``)."""
 
 
 @dataclass(frozen=True, slots=True)

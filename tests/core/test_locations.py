@@ -114,6 +114,7 @@ async def test_an_unknown_scheme_is_one_sentence_naming_the_known_ones(
             "postgresql://ann@db.example/agents?sslmode=require",
         ),
         (f"postgresql:///agents?host=/run/postgresql&PASSWORD={SECRET}", "postgresql:///agents?host=/run/postgresql"),
+        (f"postgresql://h/agents?sslpassword={SECRET}&sslcert=c.pem", "postgresql://h/agents?sslcert=c.pem"),
         (f"redis://:{SECRET}@cache.example:6379/0", "redis://cache.example:6379/0"),
         (f"rediss://ann:{SECRET}@cache.example/1#x", "rediss://ann@cache.example/1#x"),
         (f"unix:///run/redis.sock?password={SECRET}", "unix:///run/redis.sock"),
