@@ -23,6 +23,13 @@ from tests.helpers.cubeloop_threads import make_crashpoint_db
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``CUBEPI_DB`` set where the tests run would point every default-location test at
+    that store (maybe a real server); tests that need it set it themselves."""
+    monkeypatch.delenv("CUBEPI_DB", raising=False)
+
+
 @pytest.fixture(scope="session")
 def cubeloop_crashpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """The crash-point database, written once per test run by the real cubeloop (one child

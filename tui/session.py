@@ -19,6 +19,7 @@ from typing import Any
 from core.agent import Agent
 from core.checkpoint.base import CheckpointData, Checkpointer, Command, CommandKind, ThreadSummary
 from core.checkpoint.capabilities import LIVE, LiveStore, SchemaUpgrade, lacking, supports
+from core.checkpoint.reconnect import StoreStatus, reconnect_notice
 from core.errors import CubepiError, ThreadNotFoundError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
@@ -43,14 +44,6 @@ OnStart = Callable[[Agent], None]
 
 ProviderFactory = Callable[[], Any]
 """Builds the model provider; may raise ``MissingApiKeyError`` (then runs are disabled)."""
-
-
-UPGRADE_EXPLANATION = (
-    "This database was written by another program (cubeloop) or an older version and is open "
-    "for browsing only. To write to it, cubepi-tui adds its own tables beside the existing ones "
-    "and switches the file to WAL journaling; no existing row is changed and cubeloop can still "
-    "read and write it. Upgrade now?"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +103,12 @@ class Session:
     aborts it, so the prompt is saved and its thread reads "aborted" rather than vanishing."""
     on_busy: Callable[[int], None] | None = None
     """Told the attempt number each time the database was locked and a call is retried."""
+    on_status: Callable[[], None] | None = None
+    """Told each time ``store_notice`` changed (the app redraws where it shows it)."""
+    store_notice: str = ""
+    """What is wrong with the connection to the store now, in a few words ("reconnecting to
+    postgresql://host/db (attempt 3, next in 0.8 s)…", or the sentence of the last
+    ``StoreConnectionError``); empty while it is fine."""
     ending: bool = False
     """Set by :meth:`stop_runs`: the app is ending, so no new run starts."""
     whole: WholeDiagnoses = field(default_factory=WholeDiagnoses)
@@ -119,6 +118,19 @@ class Session:
         """Pass a "database is locked, retrying" notice on to ``on_busy`` (the app shows it)."""
         if self.on_busy is not None:
             self.on_busy(attempt)
+
+    def report_status(self, status: StoreStatus) -> None:
+        """A server store's ``on_status``: keep "reconnecting …" in ``store_notice`` while a
+        call waits to retry, clear it once one got through, and tell ``on_status``."""
+        self.set_store_notice(reconnect_notice(self.location, status) if status.reconnecting else "")
+
+    def set_store_notice(self, notice: str) -> None:
+        """Set ``store_notice`` and tell ``on_status`` when it changed."""
+        if notice == self.store_notice:
+            return
+        self.store_notice = notice
+        if self.on_status is not None:
+            self.on_status()
 
     async def open(self) -> None:
         """Open the store and build the provider.
@@ -325,6 +337,12 @@ class Session:
         """Upgrade a browse-only store (after the user agreed)."""
         if supports(self.store, SchemaUpgrade):
             await self.store.upgrade()
+
+    @property
+    def upgrade_explanation(self) -> str:
+        """What upgrading this store does, ending with the question (the store's own words:
+        ``SchemaUpgrade.upgrade_explanation``); empty for a store that is never upgraded."""
+        return self.store.upgrade_explanation if supports(self.store, SchemaUpgrade) else ""
 
     # --- running ------------------------------------------------------------------------
 

@@ -244,6 +244,26 @@ class SchemaUpgrade(Protocol):
         Raises ``DatabaseOpenError`` when the database cannot be written."""
         ...
 
+    @property
+    def upgrade_explanation(self) -> str:
+        """What :meth:`upgrade` will do to this store, in a few sentences ending with the
+        question the app asks before it upgrades. A backend whose upgrade does more than
+        add its own records (SQLite also switches the journal mode) says so in its own."""
+        return (
+            "This database was written by another program (cubeloop) or an older version and is open "
+            "for browsing only. To write to it, cubepi-tui adds its own records beside the existing ones; "
+            "no existing record is changed and cubeloop can still read and write it. Upgrade now?"
+        )
+
+
+class FileBacked(Protocol):
+    """A store kept in one local file, which can be deleted or replaced while it is open (SQLite)."""
+
+    def check_file(self) -> None:
+        """Raise ``DatabaseGoneError`` (one sentence naming the path) when the file this store
+        opened is no longer at its path; call it before reporting work as saved."""
+        ...
+
 
 class SupervisedStore(IncrementalReads, ToolJournal, Jobs, Leases, LiveEvents, Commands, ChangeNotification, Protocol):
     """Everything supervision and safe resume use beyond ``Checkpointer``: every backend of
