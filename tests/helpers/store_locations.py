@@ -7,8 +7,8 @@ see :func:`redis_location`). :func:`open_location` is the one place that turns i
 store; the server backends are imported only when a location names them, so a process
 that only uses SQLite never needs them.
 
-This stands in for ``core.checkpoint.locations.open_store`` until that lands; switching
-means changing :func:`open_location` only.
+It opens through the app's own :func:`core.checkpoint.locations.open_store` and checks the
+store can be supervised.
 """
 
 from __future__ import annotations
@@ -64,24 +64,12 @@ async def open_location(location: str, create: bool) -> Checkpointer:
     backend's ``open`` raises (``DatabaseOpenError``, ``StoreConnectionError``), and
     ``ImportError`` when a server backend's module is not installed.
     """
-    backend = backend_of(location)
-    if backend == "postgres":
-        from core.checkpoint.postgres import PostgresCheckpointer
+    from core.checkpoint.locations import open_store
 
-        store: Checkpointer = await PostgresCheckpointer.open(location, create=create)
-    elif backend == "redis":
-        from core.checkpoint.redis import RedisCheckpointer
-
-        url, prefix = split_redis_location(location)
-        options = {} if prefix is None else {"prefix": prefix}
-        store = await RedisCheckpointer.open(url, create=create, **options)
-    else:
-        from core.checkpoint.sqlite import SQLiteCheckpointer
-
-        store = await SQLiteCheckpointer.open(location, create=create)
+    store = await open_store(location, create=create)
     if not supports(store, SupervisedStore):
         await store.close()
-        raise TypeError(f"The {backend} store at {location} does not declare SupervisedStore.")
+        raise TypeError(f"The {backend_of(location)} store at {location} does not declare SupervisedStore.")
     return store
 
 
