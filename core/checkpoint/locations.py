@@ -29,6 +29,7 @@ from typing import Literal
 
 from core.checkpoint.base import Checkpointer
 from core.checkpoint.reconnect import OnStatus
+from core.checkpoint.redact import redacted
 from core.errors import DatabaseOpenError
 
 ENV_VAR = "CUBEPI_DB"
@@ -48,10 +49,6 @@ reaches a socket through ``postgresql:///db?host=/run/postgresql`` instead."""
 
 # RFC 3986's scheme syntax, at least two characters, so a Windows drive ("C://x") stays a path.
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
-
-_SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
-"""Query parameters that carry a password (libpq's ``password`` and ``sslpassword``, the
-client key's; redis-py's ``unix://...?password=``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,25 +103,9 @@ def backend_of(location: str | os.PathLike[str]) -> Backend:
 
 
 def describe_location(location: str | os.PathLike[str]) -> str:
-    """``location`` for a sentence or the status bar: a URL without its password (in the
-    user part, ``user:secret@`` -> ``user@``, or a ``password=`` query parameter), a path
-    as given. Works on malformed URLs too; never raises."""
-    if not is_url(location):
-        return os.fspath(location)
-    assert isinstance(location, str)
-    scheme, _, rest = location.partition("://")
-    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    authority, tail = rest[:cut], rest[cut:]
-    if "@" in authority:
-        userinfo, _, host = authority.rpartition("@")
-        user = userinfo.partition(":")[0]
-        authority = f"{user}@{host}" if user else host
-    path, mark, query = tail.partition("?")
-    if mark:
-        query, hash_mark, fragment = query.partition("#")
-        kept = [p for p in query.split("&") if p and p.partition("=")[0].lower() not in _SECRET_PARAMETERS]
-        tail = path + ("?" + "&".join(kept) if kept else "") + hash_mark + fragment
-    return f"{scheme}://{authority}{tail}"
+    """``location`` for a sentence or the status bar: a URL without its password
+    (:func:`core.checkpoint.redact.redacted`), a path as given. Never raises."""
+    return redacted(location) if is_url(location) else os.fspath(location)
 
 
 async def open_store(

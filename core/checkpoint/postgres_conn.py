@@ -13,12 +13,12 @@ import time
 import uuid
 from dataclasses import asdict
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from core.checkpoint import postgres_schema as schema
 from core.checkpoint.base import Command, JobRecord, Lease
+from core.checkpoint.redact import redacted
 from core.errors import DatabaseOpenError
 
 APPLICATION_NAME = "cubepi-tui"
@@ -32,19 +32,9 @@ WRITE_ID_KEEP = 86400.0
 
 
 def where(url: str) -> str:
-    """``url`` without its password, for sentences ("postgresql://me@db:5432/threads").
-
-    Never raises: text that is not a URL is returned with everything between ``:`` and
-    ``@`` of its authority removed."""
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            user, _, host = netloc.rpartition("@")
-            netloc = f"{user.split(':', 1)[0]}@{host}"
-        return urlunsplit(parts._replace(netloc=netloc, query=""))
-    except ValueError:
-        return "the PostgreSQL server"
+    """``url`` without its password or query, for sentences ("postgresql://me@db:5432/threads");
+    the password rule is :func:`core.checkpoint.redact.redacted`. Never raises."""
+    return redacted(url).split("?", 1)[0]
 
 
 def is_connection_error(error: BaseException) -> bool:

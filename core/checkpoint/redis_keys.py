@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from core.checkpoint.redact import redacted
 from core.errors import DatabaseOpenError
 
 DEFAULT_PREFIX = "cubepi:"
@@ -154,7 +155,7 @@ def split_url(url: str, prefix: str | None) -> tuple[str, str, str]:
     try:
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True)
-        port = parts.port
+        _ = parts.port  # checks the port: a bad one raises ValueError here
     except ValueError:
         raise DatabaseOpenError(f"{_masked(url)} is not a Redis URL (redis://host:port/db).") from None
     if parts.scheme not in ("redis", "rediss", "unix"):
@@ -162,20 +163,11 @@ def split_url(url: str, prefix: str | None) -> tuple[str, str, str]:
     from_query = [v for k, v in query if k == "prefix"]
     rest = [(k, v) for k, v in query if k != "prefix"]
     chosen = prefix if prefix is not None else (from_query[-1] if from_query else DEFAULT_PREFIX)
-    user = f"{parts.username}@" if parts.username else ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{user}{host}{f':{port}' if port else ''}"
-    where = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    where = _masked(url)
     return urlunsplit(parts._replace(query=urlencode(rest))), chosen, where
 
 
 def _masked(url: str) -> str:
-    """``url`` without what may hold a password (between ``://`` and ``@``, and the query),
-    for an error about the URL itself."""
-    head, sep, tail = url.partition("://")
-    tail = tail.split("?", 1)[0]
-    if sep and "@" in tail.split("/", 1)[0]:
-        return f"{head}://…@{tail.split('@', 1)[1]}"
-    return f"{head}{sep}{tail}"
+    """``url`` without its password or query, for an error about the URL itself
+    (the password rule is :func:`core.checkpoint.redact.redacted`)."""
+    return redacted(url).split("?", 1)[0]
