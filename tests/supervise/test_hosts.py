@@ -10,6 +10,8 @@ pid counts at once. Every test runs once per store kind in ``tests.helpers.sites
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,7 +23,7 @@ from core.leases import HOST_ID_ENV, pid_alive
 from core.messages import UserMessage
 from core.supervise import LeaseState, ThreadCrashedError, lease_status, send
 from tests.helpers.sites import LOCATIONS, open_location
-from tests.helpers.supervise import SIGKILL, TIMEOUT, Runner, runner_argv, until_status
+from tests.helpers.supervise import ROOT, SIGKILL, TIMEOUT, Runner, runner_argv, until_status
 from tests.helpers.tui import fast_session
 from tui.session import Session
 
@@ -199,3 +201,15 @@ async def test_a_runner_killed_on_the_supervisors_host_is_crashed_at_once(
     assert await _row_state(session, "t-a") == f"crashed on {here} (pid {a.pid} gone)"
     assert (await _lease(store, "t-a")).expires_at > time.time() + 500  # long before its expiry
     await session.close()
+
+
+async def test_a_runner_given_a_bad_host_id_refuses_in_one_sentence_and_writes_nothing(
+    location: str, store: Checkpointer
+) -> None:
+    argv = runner_argv(location, "t-bad", "--demo", "Do the work.")
+    env = {**os.environ, HOST_ID_ENV: "build\x077"}
+    done = await asyncio.to_thread(
+        subprocess.run, argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert (done.returncode, done.stderr.strip()) == (2, "CUBEPI_HOST_ID must be printable text, not 'build\\x077'.")
+    assert await store.load("t-bad") is None and await store.get_lease("t-bad") is None  # type: ignore[attr-defined]
