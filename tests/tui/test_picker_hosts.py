@@ -81,4 +81,4 @@ async def test_each_leased_thread_shows_its_host_and_lease_within_80_columns(mon
             now = re.search(r"lease expired (\d+) s ago", _line(screen_text(app), "weekly"))
             return now is not None and int(now[1]) >= first + 2
 
-        await wait_for(pilot, aged, timeout=10, what="the expiry age growing")
+        await wait_for(pilot, aged, timeout=30, what="the expiry age growing")
