@@ -5,7 +5,7 @@ Run: ``.venv/bin/python -m bench.bench_follow [--messages 10000] [--appends 50]`
 A SQLite file holds one thread of ``--messages`` messages (the realistic mix of
 ``bench_store``). Two :class:`~core.follow.ThreadFollower` objects follow it, each on its
 own connection: one as the app runs it (reads only the rows after the last one it has,
-``load_after``), and one on a store that hides ``load_after``, so every persisted message
+``load_after``), and one on a store that does not declare ``IncrementalReads``, so every persisted message
 makes it load and decode the whole thread again (what the follower did before, and what
 any follower without incremental reads does). A writer on a third connection appends
 ``--appends`` messages one at a time; after each, both followers refresh and the time of
@@ -33,14 +33,13 @@ KEY_PRESS_MS = 50.0
 
 
 class WholeReloads:
-    """A store seen without ``load_after``: the follower falls back to whole loads."""
+    """The store behind a wrapper that declares no capability: the follower, seeing no
+    ``IncrementalReads`` (``core.checkpoint.capabilities.supports``), loads it whole."""
 
     def __init__(self, store: SQLiteCheckpointer) -> None:
         self._store = store
 
     def __getattr__(self, name: str) -> Any:
-        if name == "load_after":
-            raise AttributeError(name)
         return getattr(self._store, name)
 
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.checkpoint.base import Checkpointer, CorruptRow, JournalEntry, PendingRequest, RunRecord
+from core.checkpoint.capabilities import Jobs as JobStore
+from core.checkpoint.capabilities import Leases, ToolJournal, supports
 from core.errors import (
     AgentBusyError,
     EmptyMessageError,
@@ -53,7 +55,7 @@ from core.events import (
     ToolExecutionUpdate,
 )
 from core.jobs import Jobs
-from core.leases import HeldLease, LeaseHolder, LeaseStore
+from core.leases import HeldLease, LeaseHolder
 from core.loop import LoopConfig, run_loop
 from core.messages import AnyMessage, AssistantMessage, UserMessage, ensure_message_id, user_text
 from core.providers.base import Provider
@@ -176,11 +178,11 @@ class Agent:
         self.holder = holder or LeaseHolder()
         self.lease_ttl = lease_ttl
         self.heartbeat_interval = heartbeat_interval
-        self._leases: LeaseStore | None = checkpointer if _has(checkpointer, _LEASE_METHODS) else None  # type: ignore[assignment]
-        self._journal = _has(checkpointer, ("record_tool_event",))
+        self._leases: Leases | None = checkpointer if supports(checkpointer, Leases) else None
+        self._journal = supports(checkpointer, ToolJournal)
         self._jobs = (
-            Jobs(checkpointer, thread_id, self.holder.holder_id if self._leases else None)  # type: ignore[arg-type]
-            if _has(checkpointer, _JOB_METHODS)
+            Jobs(checkpointer, thread_id, self.holder.holder_id if self._leases else None)
+            if supports(checkpointer, JobStore)
             else None
         )
         self._lease: HeldLease | None = None
@@ -663,11 +665,3 @@ class Agent:
                     await result
             except Exception:
                 _log.exception("listener %r failed on %s", listener, event.type)
-
-
-_LEASE_METHODS = ("acquire_lease", "renew_lease", "release_lease")
-_JOB_METHODS = ("job_begin", "job_finish", "job_get")
-
-
-def _has(store: object, methods: Sequence[str]) -> bool:
-    return all(callable(getattr(store, name, None)) for name in methods)

@@ -15,9 +15,8 @@ have in the thread, so a partial whose index is already loaded is dropped, and t
 persisted message replaces it in the same change. Attaching later (or again) loads the
 history first, then folds the live events after it.
 
-It learns of changes by watching the database files (:class:`core.changes.StoreWatch`:
-``watch_sqlite`` as the trigger, ``change_token`` to skip wakeups that changed
-nothing); a store without a file is polled through its in-process token. Messages are
+It learns of changes from the store (:class:`core.changes.StoreWatch`: its change
+signals as the trigger, ``change_token`` to skip wakeups that changed nothing). Messages are
 reloaded only when the live events say one was persisted (or a run started or ended, or
 the lease changed hands); a change nothing explains (a writer without live events, such
 as cubeloop) reloads at most once a second. When the lease expires the model turns
@@ -32,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -49,6 +47,7 @@ from core.checkpoint.base import (
     RunRecord,
     ThreadSummary,
 )
+from core.checkpoint.capabilities import IncrementalReads, LiveStore, WatchedStore, supports
 from core.live import LiveFold, LiveRetry, LiveTool, PartialDelta, answered_ids
 from core.messages import AnyMessage, AssistantMessage
 from core.recovery import Diagnosis, diagnose
@@ -162,11 +161,13 @@ Subscriber = Callable[[ThreadChange], Any | None]
 class ThreadFollower:
     """Follow ``thread_id`` in ``store`` as other processes write it; see the module docstring.
 
-    ``path_for_watch`` is the database file to watch (default: ``store.path`` if the
-    store has one). ``step_ms`` is the watch's quiet period (10 ms: a change shows within
-    ~20 ms of its commit); ``poll`` the fallback check in seconds (default 1.0 with a
-    file, 0.05 without); ``reload_interval`` the seconds between reloads for changes the
-    live events do not explain, ``max_stale`` the seconds after which any change reloads.
+    ``store`` keeps leases, live events and commands (a ``LiveStore``; a store without
+    ``IncrementalReads`` is reloaded whole). ``signals`` whether the store's change
+    signals wake the follower (see :class:`core.changes.StoreWatch`); ``step_ms`` is
+    their quiet period (10 ms: a SQLite change shows within ~20 ms of its commit);
+    ``poll`` the fallback check in seconds (default 1.0 with signals, 0.05 without);
+    ``reload_interval`` the seconds between reloads for changes the live events do not
+    explain, ``max_stale`` the seconds after which any change reloads.
 
     Use ``async with ThreadFollower(...) as follower`` (or :meth:`start`/:meth:`stop`),
     then read ``follower.model`` and either :meth:`subscribe` or iterate :meth:`changes`.
@@ -176,10 +177,10 @@ class ThreadFollower:
 
     def __init__(
         self,
-        store: Any,
+        store: LiveStore,
         thread_id: str,
-        path_for_watch: str | os.PathLike[str] | None = None,
         *,
+        signals: bool = True,
         step_ms: int = 10,
         poll: float | None = None,
         reload_interval: float = 1.0,
@@ -187,7 +188,7 @@ class ThreadFollower:
     ) -> None:
         self.store = store
         self.thread_id = thread_id
-        self.path_for_watch = path_for_watch
+        self.signals = signals
         self.step_ms = step_ms
         self.poll = poll
         self.reload_interval = reload_interval
@@ -219,7 +220,7 @@ class ThreadFollower:
         re-attaches from scratch. Raises the store's errors."""
         await self.stop()
         self._reset_state()
-        self._watch = StoreWatch(self.store, self.path_for_watch, step_ms=self.step_ms, poll=self.poll)
+        self._watch = StoreWatch(self.store, signals=self.signals, step_ms=self.step_ms, poll=self.poll)
         await self._watch.start()
         try:
             first = await self.refresh(force=True)
@@ -365,7 +366,7 @@ class ThreadFollower:
         return (reset, added, runs changed)."""
         model = self.model
         last = self._last_row_id()
-        if not full and last is not None and hasattr(self.store, "load_after"):
+        if not full and last is not None and supports(self.store, IncrementalReads):
             return self._extend(await self.store.load_after(self.thread_id, last))
         data = await self.store.load(self.thread_id)
         messages = data.messages if data else []
@@ -488,9 +489,9 @@ class ThreadsSnapshot:
 
 
 async def watch_threads(
-    store: Any,
-    path_for_watch: str | os.PathLike[str] | None = None,
+    store: WatchedStore,
     *,
+    signals: bool = True,
     min_interval: float = 0.25,
     step_ms: int = 50,
     poll: float | None = None,
@@ -500,10 +501,11 @@ async def watch_threads(
     times a second) or a lease's state changed without a write (it expired, or its
     process on this host is gone; checked every second while a lease is live).
 
-    ``path_for_watch`` defaults to ``store.path``. Raises the store's errors (the caller
-    decides whether to retry); stops when the consumer stops iterating.
+    ``signals``, ``step_ms`` and ``poll`` are :class:`core.changes.StoreWatch`'s. Raises
+    the store's errors (the caller decides whether to retry); stops when the consumer
+    stops iterating.
     """
-    async with StoreWatch(store, path_for_watch, step_ms=step_ms, poll=poll) as watch:
+    async with StoreWatch(store, signals=signals, step_ms=step_ms, poll=poll) as watch:
         threads = await store.list_threads()
         now = time.time()
         views = _views(threads, now)

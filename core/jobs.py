@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from core.checkpoint.base import JobRecord
+from core.checkpoint.capabilities import Jobs as JobStore
 
 _log = logging.getLogger(__name__)
 
@@ -115,28 +116,6 @@ def key_for(tool_name: str, args: Mapping[str, Any], key_from: KeyFunction | Non
     if not isinstance(custom, str) or not custom:
         raise ValueError(f"The job key function of tool {tool_name!r} must return a non-empty string, not {custom!r}.")
     return f"{tool_name}:{custom}"
-
-
-class JobStore(Protocol):
-    """The part of ``SupervisedStore`` jobs use (see ``core.checkpoint.base``)."""
-
-    async def job_begin(
-        self, thread_id: str, key: str, tool_call_id: str | None = None, *, holder_id: str | None = None
-    ) -> JobRecord:
-        """Atomically return the done job under ``key`` unchanged, or mark it ``started``
-        (attempts + 1) and return that; see ``SupervisedStore.job_begin`` for the errors."""
-        ...
-
-    async def job_finish(
-        self, thread_id: str, key: str, status: Any, result: Any = None, *, holder_id: str | None = None
-    ) -> None:
-        """Record the job's final ``status`` (done or failed) and JSON ``result`` in one
-        transaction; see ``SupervisedStore.job_finish`` for the errors."""
-        ...
-
-    async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
-        """The job under ``key``, or ``None`` if it never began."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,9 +29,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from core.checkpoint.base import Lease
+from core.checkpoint.capabilities import Leases
 from core.errors import DatabaseGoneError, HostIdError, RunAlreadyClaimedError, error_sentence
 
 _log = logging.getLogger(__name__)
@@ -115,25 +115,6 @@ def claimed_sentence(thread_id: str, lease: Lease | None) -> str:
     )
 
 
-class LeaseStore(Protocol):
-    """The part of ``SupervisedStore`` leases use (see ``core.checkpoint.base``)."""
-
-    async def acquire_lease(self, lease: Lease, *, is_stale: Callable[[Lease], bool]) -> Lease:
-        """Take the thread's lease in one transaction when it is free, ours, or
-        ``is_stale(current)``; return the lease now held. Raises ``RunAlreadyClaimedError``
-        when another holder's lease is live (see ``SupervisedStore.acquire_lease``)."""
-        ...
-
-    async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
-        """Move the heartbeat and expiry (unix seconds) of ``holder_id``'s lease; ``False``
-        when that holder no longer has it (nothing changed)."""
-        ...
-
-    async def release_lease(self, thread_id: str, holder_id: str) -> None:
-        """Drop the lease if ``holder_id`` holds it; a no-op otherwise."""
-        ...
-
-
 class HeldLease:
     """A lease taken for one run: heartbeats in the background until :meth:`release`.
 
@@ -146,7 +127,7 @@ class HeldLease:
 
     def __init__(
         self,
-        store: LeaseStore,
+        store: Leases,
         lease: Lease,
         *,
         ttl: float,
@@ -164,7 +145,7 @@ class HeldLease:
     @classmethod
     async def acquire(
         cls,
-        store: LeaseStore,
+        store: Leases,
         thread_id: str,
         holder: LeaseHolder,
         run_id: str | None,

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.checkpoint.base import LiveEvent
+from core.checkpoint.capabilities import LiveEvents
 from core.events import (
     AgentEnd,
     AgentEvent,
@@ -87,7 +88,9 @@ class LiveLog:
     record. ``batches``, ``rows`` and ``failures`` count what was written.
     """
 
-    def __init__(self, store: Any, thread_id: str, *, interval: float = BATCH_INTERVAL, keep: int = KEEP) -> None:
+    def __init__(
+        self, store: LiveEvents, thread_id: str, *, interval: float = BATCH_INTERVAL, keep: int = KEEP
+    ) -> None:
         self.store = store
         self.thread_id = thread_id
         self.interval = interval

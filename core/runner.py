@@ -1,8 +1,11 @@
-"""The headless runner: run one thread of a SQLite database under a Supervisor, from a shell.
+"""The headless runner: run one thread of a store under a Supervisor, from a shell.
 
     cubepi-tui run --db threads.sqlite --thread t1 "Summarise README.md"
-    cubepi-tui run --db threads.sqlite --thread t1 --resume --include-pending
-    python -m core.runner run --db threads.sqlite --thread t1 --demo "Try the demo"
+    cubepi-tui run --db postgresql://me@dbhost/agents --thread t1 --resume --include-pending
+    CUBEPI_DB=redis://localhost:6379/0 python -m core.runner run --thread t1 --demo "Try the demo"
+
+The store is a SQLite file or a server URL (:mod:`core.checkpoint.locations`): ``--db``,
+else the ``CUBEPI_DB`` environment variable, else the app's default SQLite file.
 
 The run holds the thread's lease (heartbeat every ``--heartbeat`` seconds; the lease names
 this host as ``$CUBEPI_HOST_ID``, else the host name, see :func:`core.leases.host_id`), writes live
@@ -12,10 +15,13 @@ It prints one plain-text line per finished message to stdout (``user: ...``,
 ``assistant: ...``, ``tool NAME: ...``, ``steer: ...``), one line per retry wait of a
 model call (``model call: rate limited, retrying in 12 s (attempt 2 of 5)``) and a last
 line ``run OUTCOME``; control characters in model, provider or tool text are escaped,
-never sent to the terminal.
+never sent to the terminal. While a server store reconnects, each attempt and the
+recovery are one line on stderr (``store: reconnecting to postgresql://host/db (attempt
+3, next in 0.8 s)…: ConnectionResetError: ...``).
 
 Exit status: 0 completed, 1 failed (or interrupted, or the database file was deleted or
-replaced under the run, or another program kept it locked past the store's wait: one
+replaced under the run, or another program kept it locked past the store's wait, or the
+server stayed unreachable past every reconnect attempt: one
 sentence on stderr), 130 aborted (an abort command,
 Ctrl-C or SIGTERM), 2 bad input (one sentence on stderr: bad arguments, a database that
 cannot be opened, a thread running elsewhere, nothing to resume, no API key).
@@ -43,7 +49,18 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from core.agent import Agent, check_user_text
-from core.errors import CubepiError, DatabaseGoneError, StoreBusyError, ThreadNotFoundError, error_sentence
+from core.checkpoint.base import Checkpointer
+from core.checkpoint.capabilities import FileBacked, SchemaUpgrade, supports
+from core.checkpoint.locations import ENV_VAR, chosen_location, describe_location, open_store
+from core.checkpoint.reconnect import OnStatus, StoreStatus, reconnect_notice
+from core.errors import (
+    CubepiError,
+    DatabaseGoneError,
+    StoreBusyError,
+    StoreConnectionError,
+    ThreadNotFoundError,
+    error_sentence,
+)
 from core.events import AgentEnd, AgentEvent, MessageEnd, MessageUpdate, RetryWait, RunOutcome
 from core.leases import LeaseHolder
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
@@ -76,7 +93,7 @@ class BadInput(CubepiError):
 
 
 async def run_headless(
-    db_path: str | os.PathLike[str],
+    db_path: str | os.PathLike[str] | None,
     thread_id: str,
     prompt: str | None = None,
     resume: bool = False,
@@ -96,7 +113,10 @@ async def run_headless(
     err: TextIO | None = None,
     handle_signals: bool = False,
 ) -> int:
-    """Run ``thread_id`` of the SQLite database at ``db_path`` once and return the exit status.
+    """Run ``thread_id`` of the store at ``db_path`` once and return the exit status.
+
+    ``db_path`` is a SQLite path or a server URL (``postgresql://``, ``redis://``, ...: see
+    :mod:`core.checkpoint.locations`); ``None`` means ``CUBEPI_DB``, else the default file.
 
     Exactly one of ``prompt`` (a new run on that user message) and ``resume`` (continue a
     crashed thread as ``Agent.plan_resume`` says, settling dangling calls by default) must
@@ -105,16 +125,19 @@ async def run_headless(
     :class:`AgentSpec`; else ``demo`` (at ``speed``) or Anthropic (``model``).
     ``lease_ttl``/``heartbeat_interval`` are seconds; ``lock_wait`` is how long (seconds)
     each store call waits for a database another program keeps locked (default
-    ``core.checkpoint.sqlite_file.LOCK_WAIT``; past it the run fails, exit 1); ``holder`` overrides who this
+    ``core.checkpoint.sqlite_file.LOCK_WAIT``; past it the run fails, exit 1; SQLite only); ``holder`` overrides who this
     process is to other runners (tests). Lines go to ``out``, the one-sentence error to
     ``err`` (default stdout/stderr). ``handle_signals`` makes SIGINT/SIGTERM abort the
     run (a second one cancels it). Never raises: bad input returns 2, a database deleted or
-    replaced under the run, or locked past ``lock_wait``, returns 1 (failed).
+    replaced under the run, or locked past ``lock_wait``, or a server unreachable past every
+    reconnect attempt (``StoreConnectionError``), returns 1 (failed).
     """
     out = out or sys.stdout
     err = err or sys.stderr
     store = None
     quiet = _GoneFilter()
+    chosen = chosen_location(db_path)
+    where = describe_location(chosen.location)
     try:
         if (prompt is None) == (not resume):
             raise BadInput("Give either a prompt or --resume (exactly one of them).")
@@ -123,22 +146,23 @@ async def run_headless(
         if not thread_id.strip():
             raise BadInput("The thread id is empty.")
         spec = _agent_spec(agent, demo=demo, speed=speed, model=model)
-        from core.checkpoint.sqlite import SQLiteCheckpointer
-
-        waits = {} if lock_wait is None else {"lock_wait": lock_wait}
-        store = await SQLiteCheckpointer.open(db_path, create=create, **waits)
+        store = await open_store(
+            chosen.location,
+            create=create or chosen.default,
+            make_parent=chosen.default,
+            lock_wait=lock_wait,
+            on_status=_status_printer(err, where),
+        )
         quiet.store = store
-        if store.needs_upgrade:
+        if supports(store, SchemaUpgrade) and store.needs_upgrade:
             if not upgrade:
                 raise BadInput(
-                    f"{store.path} was written by cubeloop or an older cubepi-tui; pass --upgrade to add "
-                    "cubepi-tui's tables (existing rows are kept) before running."
+                    f"{where} was written by cubeloop or an older cubepi-tui; pass --upgrade to add "
+                    "cubepi-tui's own records beside the existing ones (which are kept) before running."
                 )
             await store.upgrade()
         if resume and await store.load(thread_id) is None:
-            raise ThreadNotFoundError(
-                f"There is no thread {thread_id!r} in {store.path}, so there is nothing to resume."
-            )
+            raise ThreadNotFoundError(f"There is no thread {thread_id!r} in {where}, so there is nothing to resume.")
         try:
             runner = Agent(
                 spec.provider,
@@ -165,14 +189,16 @@ async def run_headless(
         finally:
             restore()
         # The last write may have gone into a file deleted after it committed.
-        store.check_file()
+        if supports(store, FileBacked):
+            store.check_file()
         return EXIT_CODES.get(outcome, 1)
     except asyncio.CancelledError:
         _say(err, "The run was cancelled.")
         return EXIT_CODES["aborted"]
-    except (DatabaseGoneError, StoreBusyError) as exc:
-        # The input was fine: the database vanished, or another program kept it locked past
-        # the store's wait (core.checkpoint.sqlite_file.LOCK_WAIT). The run failed.
+    except (DatabaseGoneError, StoreBusyError, StoreConnectionError) as exc:
+        # The input was fine: the database vanished, another program kept it locked past
+        # the store's wait (core.checkpoint.sqlite_file.LOCK_WAIT), or the server stayed
+        # unreachable past every reconnect (core.checkpoint.reconnect). The run failed.
         _say(err, error_sentence(exc))
         return EXIT_CODES["failed"]
     except CubepiError as exc:
@@ -190,10 +216,10 @@ class _GoneFilter(logging.Filter):
     """Drops log records once the database file is gone: each would be another account of
     the one cause the runner states in its one sentence (every write fails from then on)."""
 
-    store: Any = None
+    store: Checkpointer | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.store is None:
+        if not supports(self.store, FileBacked):
             return True
         try:
             self.store.check_file()
@@ -347,6 +373,17 @@ def _printer(out: TextIO) -> Callable[[AgentEvent], None]:
     return on_event
 
 
+def _status_printer(err: TextIO, where: str) -> OnStatus:
+    """``on_status`` for a server store: one line on ``err`` per reconnect attempt (with its
+    reason, escaped as :func:`plain` does) and one when the store is back."""
+
+    def on_status(status: StoreStatus) -> None:
+        line = f"store: {reconnect_notice(where, status)}"
+        _say(err, f"{line}: {plain(status.reason)}" if status.reason else line)
+
+    return on_status
+
+
 def _say(stream: TextIO, line: str) -> None:
     try:
         stream.write(line + "\n")
@@ -388,10 +425,15 @@ def parser() -> argparse.ArgumentParser:
     p = SentenceParser(
         prog="cubepi-tui run",
         description="Run one thread headless, supervised: the app (or any process) can watch it live "
-        "and abort, steer or follow it up through the database.",
+        "and abort, steer or follow it up through the store.",
     )
     p.add_argument("prompt", nargs="?", help="the user message that starts the run (omit with --resume)")
-    p.add_argument("--db", required=True, metavar="PATH", help="SQLite file of threads (created if missing)")
+    p.add_argument(
+        "--db",
+        metavar="URL|PATH",
+        help="the store of threads: a SQLite file, postgresql://user@host/db or redis://host:6379/0 "
+        f"(created if missing; default ${ENV_VAR}, else the app's default SQLite file)",
+    )
     p.add_argument("--thread", required=True, metavar="ID", help="the thread to run")
     p.add_argument("--resume", action="store_true", help="continue a crashed thread instead of sending a prompt")
     p.add_argument(
@@ -423,11 +465,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--heartbeat", type=positive_number, default=2.0, metavar="S", help="seconds between heartbeats (default 2)"
     )
-    p.add_argument("--no-create", dest="create", action="store_false", help="fail if the database does not exist")
+    p.add_argument("--no-create", dest="create", action="store_false", help="fail if the store does not exist")
     p.add_argument(
         "--upgrade",
         action="store_true",
-        help="add cubepi-tui's tables to a cubeloop (or older) database before running",
+        help="add cubepi-tui's tables (or keys) to a cubeloop (or older) store before running",
     )
     return p
 

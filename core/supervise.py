@@ -12,7 +12,7 @@ heartbeats it, see :mod:`core.leases`):
   the store's bounded live-event log, batched every ``batch_interval`` seconds (one
   transaction per batch, see :class:`core.live.LiveLog`), and prunes the log when the
   run ends;
-* watches the command table (file watch + change token, a fallback check every
+* watches the command table (the store's change signals + change token, a fallback check every
   ``command_poll`` seconds) and applies abort, steer and follow-up commands, moving each
   ``pending`` -> ``delivered`` (read and handed to the agent) -> ``applied`` (abort: the
   run stopped; steer/follow-up: its user message was persisted), or ``refused`` with a
@@ -41,11 +41,11 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from core.agent import Agent
 from core.changes import StoreWatch
-from core.checkpoint.base import Command, CommandKind, Lease, RunRecord
+from core.checkpoint.base import Command, CommandKind, CommandStatus, Lease, RunRecord, check_command_kind
+from core.checkpoint.capabilities import LIVE, Commands, CommandStore, LiveStore, lacking
 from core.errors import AgentBusyError, CommandTransitionError, EmptyMessageError, RunError
 from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome
 from core.leases import host_id, pid_alive
@@ -66,9 +66,6 @@ STALE_ABORT = "sent to an earlier run that had already ended"
 
 ORPHANED_ABORT = "its runner stopped before taking it; nothing is running to abort"
 """The note on an abort whose runner died (its lease is no longer live) before applying it."""
-
-_SUPERVISED_METHODS = ("append_live_events", "prune_live_events", "list_commands", "update_command", "change_token")
-
 
 # --- where a thread runs ------------------------------------------------------------------------
 
@@ -222,7 +219,7 @@ class CommandError(RunError):
     text), and by :func:`discard` while a run holds the thread (its commands are in flight)."""
 
 
-async def send(store: Any, thread_id: str, kind: CommandKind, text: str = "") -> Command:
+async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str = "") -> Command:
     """Queue ``kind`` (``"abort"``, ``"steer"`` or ``"follow_up"``) for the run of ``thread_id``
     and return the ``pending`` command; its runner's :class:`Supervisor` takes it from there.
 
@@ -234,8 +231,7 @@ async def send(store: Any, thread_id: str, kind: CommandKind, text: str = "") ->
     second look at the lease: the command is then marked ``refused`` and the same error
     raised. For an agent running in this process without a Supervisor, call its methods.
     """
-    if kind not in ("abort", "steer", "follow_up"):
-        raise ValueError(f"A command is 'abort', 'steer' or 'follow_up', not {kind!r}.")
+    check_command_kind(kind)
     if kind != "abort" and not text.strip():
         raise CommandError(f"A {_kind_words(kind)} needs some text.")
     lease = await store.get_lease(thread_id)
@@ -253,7 +249,7 @@ async def send(store: Any, thread_id: str, kind: CommandKind, text: str = "") ->
     return command
 
 
-async def _refusal(store: Any, thread_id: str, kind: str, lease: Lease | None) -> ThreadNotRunningError:
+async def _refusal(store: CommandStore, thread_id: str, kind: str, lease: Lease | None) -> ThreadNotRunningError:
     data = await store.load(thread_id) if lease is not None else None
     view = lease_status(lease, data.runs if data else (), time.time())
     if view.state is LeaseState.CRASHED:
@@ -275,7 +271,7 @@ def _kind_words(kind: str) -> str:
     return "follow-up" if kind == "follow_up" else kind
 
 
-async def refuse_orphaned_aborts(store: Any, thread_id: str) -> list[Command]:
+async def refuse_orphaned_aborts(store: CommandStore, thread_id: str) -> list[Command]:
     """Mark ``refused`` the aborts of ``thread_id`` still pending or delivered although no run
     holds its live lease (their runner died first), and return them, updated; ``[]`` while a
     run holds the lease. An abort has nothing left to stop, unlike a steer or follow-up,
@@ -294,7 +290,7 @@ async def refuse_orphaned_aborts(store: Any, thread_id: str) -> list[Command]:
     return out
 
 
-async def undelivered(store: Any, thread_id: str) -> list[Command]:
+async def undelivered(store: CommandStore, thread_id: str) -> list[Command]:
     """Steers and follow-ups that never reached the thread's conversation, in send order.
 
     That is: ``pending`` ones, and ``delivered`` ones whose runner stopped before their
@@ -323,7 +319,7 @@ async def undelivered(store: Any, thread_id: str) -> list[Command]:
     return out
 
 
-async def discard(store: Any, thread_id: str, seqs: Sequence[int] | None = None) -> list[Command]:
+async def discard(store: CommandStore, thread_id: str, seqs: Sequence[int] | None = None) -> list[Command]:
     """Mark undelivered steers and follow-ups (all, or those in ``seqs``) ``discarded`` and
     return those this call discarded, updated (one settled meanwhile by someone else -
     delivered with a resume, discarded from another window - is left out). Raises
@@ -344,7 +340,7 @@ async def discard(store: Any, thread_id: str, seqs: Sequence[int] | None = None)
     return [c for c in done if c is not None]
 
 
-async def _settle(store: Any, seq: int, status: str, note: str) -> Command | None:
+async def _settle(store: Commands, seq: int, status: CommandStatus, note: str) -> Command | None:
     """Move command ``seq`` to ``status``; ``None`` when it was settled meanwhile (the store
     refused the move, nothing changed). The store's other errors propagate."""
     try:
@@ -361,13 +357,14 @@ class Supervisor:
     """Runs one :class:`~core.agent.Agent` so other processes can follow and command it.
 
     ``store`` is the agent's store (default ``agent.checkpointer``; another connection to
-    the same database also works) and must implement ``SupervisedStore``.
-    ``path_for_watch`` is the database file watched for commands (default: the store's
-    ``path``, if any). ``batch_interval`` (seconds) paces live-event writes, ``keep``
-    bounds the thread's live-event log, ``command_poll`` (seconds) is the fallback check
-    for commands when the file watch misses one (default 1.0; a store without a file is
-    polled every 0.05 s), ``watch_step_ms`` the watch's quiet period (an abort lands in
-    about twice that). Raises ``TypeError`` for a store without live events and commands.
+    the same database also works) and must declare the capabilities in
+    :data:`core.checkpoint.capabilities.LIVE` (leases, live events, commands, change
+    notification). ``signals`` whether the store's change signals wake the command
+    watch (see :class:`core.changes.StoreWatch`). ``batch_interval`` (seconds) paces
+    live-event writes, ``keep`` bounds the thread's live-event log, ``command_poll``
+    (seconds) is the fallback check for commands when a signal is missed (default 1.0;
+    0.05 without signals), ``watch_step_ms`` the signals' quiet period (an abort lands in
+    about twice that). Raises ``TypeError`` for a store that lacks one of them.
 
     ``prompt`` and ``resume`` return the run's outcome like the agent's methods and raise
     the same errors (``AgentBusyError`` also while this supervisor runs one already); ``live`` (the :class:`~core.live.LiveLog` of the last run) counts
@@ -377,22 +374,25 @@ class Supervisor:
     def __init__(
         self,
         agent: Agent,
-        store: Any = None,
+        store: LiveStore | None = None,
         *,
-        path_for_watch: str | os.PathLike[str] | None = None,
+        signals: bool = True,
         batch_interval: float = BATCH_INTERVAL,
         keep: int = KEEP,
         command_poll: float | None = None,
         watch_step_ms: int = 50,
     ) -> None:
-        store = agent.checkpointer if store is None else store
-        missing = [name for name in _SUPERVISED_METHODS if not callable(getattr(store, name, None))]
+        chosen = agent.checkpointer if store is None else store
+        missing = lacking(chosen, LIVE)
         if missing:
-            raise TypeError(f"{type(store).__name__} keeps no live events or commands (it lacks {', '.join(missing)}).")
+            raise TypeError(
+                f"{type(chosen).__name__} keeps no live events or commands, so its runs cannot be supervised "
+                f"(it does not declare {', '.join(c.__name__ for c in missing)} of core.checkpoint.capabilities)."
+            )
         self.agent = agent
-        self.store = store
+        self.store: LiveStore = chosen  # type: ignore[assignment]  # checked part by part just above
         self.thread_id = agent.thread_id
-        self.path_for_watch = path_for_watch
+        self.signals = signals
         self.batch_interval = batch_interval
         self.keep = keep
         self.command_poll = command_poll
@@ -575,7 +575,7 @@ class Supervisor:
     async def _watch_commands(self) -> None:
         await self._started.wait()
         poll = self.command_poll
-        watch = StoreWatch(self.store, self.path_for_watch, step_ms=self.watch_step_ms, poll=poll)
+        watch = StoreWatch(self.store, signals=self.signals, step_ms=self.watch_step_ms, poll=poll)
         try:
             async with watch:
                 await self._check_commands()
@@ -630,7 +630,7 @@ class Supervisor:
         message.metadata["command_seq"] = c.seq
         self._inflight[c.seq] = message
 
-    async def _update(self, seq: int, status: str, note: str = "") -> bool:
+    async def _update(self, seq: int, status: CommandStatus, note: str = "") -> bool:
         """Move a command to ``status``; False only when it was settled meanwhile (the
         store refused the move). Other store errors are logged: the run goes on."""
         try:

@@ -23,6 +23,13 @@ from tests.helpers.cubeloop_threads import make_crashpoint_db
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _no_store_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``CUBEPI_DB`` set where the tests run would point every default-location test at
+    that store (maybe a real server); tests that need it set it themselves."""
+    monkeypatch.delenv("CUBEPI_DB", raising=False)
+
+
 @pytest.fixture(scope="session")
 def cubeloop_crashpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """The crash-point database, written once per test run by the real cubeloop (one child
@@ -67,13 +74,35 @@ async def _sqlite(tmp_path: Path) -> Checkpointer:
     return await SQLiteCheckpointer.open(tmp_path / "contract.sqlite", create=True)
 
 
+async def _redis(_tmp_path: Path) -> Checkpointer:
+    """A Redis store under a key prefix of its own (skips when the server is down); closing
+    it also deletes every key under that prefix."""
+    from core.checkpoint.redis import RedisCheckpointer
+    from tests.helpers.services import redis_prefix
+
+    prefix = redis_prefix("contract")
+    url, name = await prefix.__aenter__()
+    store = await RedisCheckpointer.open(url, prefix=name)
+    close = store.close
+
+    async def close_and_clean() -> None:
+        try:
+            await close()
+        finally:
+            await prefix.__aexit__(None, None, None)
+
+    store.close = close_and_clean  # type: ignore[method-assign]
+    return store
+
+
 BACKENDS: dict[str, Callable[[Path], Awaitable[Checkpointer]]] = {
     "memory": _memory,
     "sqlite": _sqlite,
+    "redis": _redis,
 }
 """Every backend the contract suite runs on, by name."""
 
-_MARKS: dict[str, list[pytest.MarkDecorator]] = {}
+_MARKS: dict[str, list[pytest.MarkDecorator]] = {"redis": [pytest.mark.redis]}
 """Marks per backend, e.g. ``{"postgres": [pytest.mark.postgres]}``."""
 
 

@@ -21,7 +21,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from core.errors import CubepiError
+from core.errors import CubepiError, StoreConnectionError, error_sentence
 from tui import hangup
 from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreOpened, ThreadsLoaded
 from tui.palette import CommandPalette
@@ -29,6 +29,7 @@ from tui.screens.modals import ConfirmModal, ErrorScreen, HelpScreen, TextInputM
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 from tui.session import Session
+from tui.widgets.status_bar import StatusBar
 
 _ENDING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """Signals that end the app the way quitting does (runs aborted and saved); SIGHUP does
@@ -67,6 +68,7 @@ class CubepiApp(App[None]):
 
     def on_mount(self) -> None:
         self.session.on_busy = self._database_busy
+        self.session.on_status = self._store_notice_changed
         self.push_screen(self.threads_screen)
         self._open_store()
         # A terminal closed (SIGHUP) or a `kill` (SIGTERM) should end like quitting: runs
@@ -100,6 +102,16 @@ class CubepiApp(App[None]):
             timeout=3,
         )
 
+    def _store_notice_changed(self) -> None:
+        """Show ``session.store_notice`` ("reconnecting to …", or the connection given up on)
+        in the picker's header and every thread screen's status bar, or clear it there."""
+        notice = self.session.store_notice
+        self.threads_screen.show_title()
+        screens = {*self.screen_stack, *self._thread_screens.values()}
+        for screen in screens:
+            for bar in screen.query(StatusBar):
+                bar.store = notice
+
     @work(exclusive=True, exit_on_error=False, group="store")
     async def _open_store(self) -> None:
         try:
@@ -131,11 +143,16 @@ class CubepiApp(App[None]):
         while True:
             try:
                 async for rows in self.session.watch_rows():
+                    if failures:
+                        self.session.set_store_notice("")  # a listing got through: the store is back
                     failures = 0
                     self.threads_screen.post_message(ThreadsLoaded(rows=rows))
                 return
-            except (CubepiError, OSError):
-                # A locked or vanished database: retry slowly; reloading by hand still works.
+            except (CubepiError, OSError) as error:
+                # A locked or vanished database, or a server gone past every reconnect: retry
+                # slowly, so the picker comes back by itself; reloading by hand still works.
+                if isinstance(error, StoreConnectionError):
+                    self.session.set_store_notice(error_sentence(error))
                 failures += 1
                 await asyncio.sleep(min(0.5 * 2**failures, 10.0))
 

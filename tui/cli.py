@@ -1,7 +1,8 @@
-"""The composition root: command-line arguments, the database location, the provider.
+"""The composition root: command-line arguments, the store location, the provider.
 
-This is the only module of the app that names concrete backends (the SQLite store, the
-Anthropic provider, the demo agent); everything else works with what it is given.
+This is the only module of the app that chooses concrete parts (the store, through
+:mod:`core.checkpoint.locations`; the Anthropic provider; the demo agent); everything else
+works with what it is given.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
+from core.checkpoint import locations
 from core.checkpoint.base import Checkpointer
+from core.checkpoint.reconnect import OnStatus
 from core.errors import DatabaseOpenError
 from core.runner import BAD_INPUT, BadInput, SentenceParser, positive_number
 from tui.session import Session
@@ -24,31 +26,31 @@ DEFAULT_MODEL = "claude-sonnet-4-5"
 
 DESCRIPTION = """\
 Watch, abort, steer and resume long-running LLM agents whose threads are stored in a
-SQLite database (cubepi-tui's own, or one written by cubeloop).
+SQLite file, a PostgreSQL database or Redis (cubepi-tui's own, or one written by cubeloop).
 
-With no DATABASE, the default database is used and created if missing:
+STORE is a SQLite file path or a server URL:
+  cubepi-tui threads.sqlite
+  cubepi-tui postgresql://user:password@host:5432/dbname   (or postgres://)
+  cubepi-tui redis://:password@host:6379/0                 (or rediss://, unix:///path.sock)
+With no STORE, the {env} environment variable names it; without that, the default
+database is used and created if missing:
   {default}
-A DATABASE given on the command line is created if it does not exist and its directory
-is writable (pass --no-create to refuse). A database written by cubeloop opens
-browse-only; the first run on it asks before adding cubepi-tui's tables.
+A STORE given is created if it does not exist (a file: if its directory is writable;
+pass --no-create to refuse). A store written by cubeloop or an older cubepi-tui opens
+browse-only; the first run on it asks before adding cubepi-tui's tables. Passwords are
+never shown: the screen names a server without one.
 
 Model: with ANTHROPIC_API_KEY set, new turns use Anthropic ({model} unless --model says
 otherwise); without it, or with --demo, the built-in demo agent answers (no key needed):
 it streams text and runs slow tools with progress, so every key can be tried.
 
 Headless runs (no terminal UI; the app, in any process, watches and commands them):
-  cubepi-tui run --db PATH --thread ID "prompt"        start a run on a new or old thread
-  cubepi-tui run --db PATH --thread ID --resume        resume a crashed thread
-  cubepi-tui run --db PATH --thread ID --demo "..."    with the demo agent
+  cubepi-tui run --db URL|PATH --thread ID "prompt"     start a run on a new or old thread
+  cubepi-tui run --db URL|PATH --thread ID --resume     resume a crashed thread
+  cubepi-tui run --db URL|PATH --thread ID --demo "..." with the demo agent
+--db defaults to {env}, then the default database, as for the app.
 See `cubepi-tui run --help` for every option of the run subcommand.
 """
-
-
-def default_db_path() -> Path:
-    """``<user data dir>/cubepi-tui/threads.sqlite`` (platformdirs)."""
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("cubepi-tui")) / "threads.sqlite"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -56,10 +58,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     one sentence for arguments it cannot use."""
     parser = SentenceParser(
         prog="cubepi-tui",
-        description=DESCRIPTION.format(default=default_db_path(), model=DEFAULT_MODEL),
+        description=DESCRIPTION.format(
+            default=locations.default_sqlite_path(), model=DEFAULT_MODEL, env=locations.ENV_VAR
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("database", nargs="?", type=Path, help="SQLite file of threads (default: see above)")
+    parser.add_argument(
+        "database",
+        nargs="?",
+        metavar="STORE",
+        help=f"SQLite file or postgresql:// / redis:// URL of the threads (default: ${locations.ENV_VAR}, see above)",
+    )
     parser.add_argument("--thread", metavar="ID", help="open this thread directly instead of the thread list")
     parser.add_argument(
         "--model",
@@ -78,7 +87,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--no-create",
         dest="create",
         action="store_false",
-        help="fail instead of creating DATABASE when it does not exist",
+        help="fail instead of creating STORE when it does not exist",
     )
     return parser.parse_args(argv)
 
@@ -116,28 +125,30 @@ def _is_tty(stream: Any) -> bool:
 
 
 def store_opener(
-    path: Path, *, create: bool, make_parent: bool = False, on_busy: Callable[[int], None] | None = None
+    location: str | os.PathLike[str],
+    *,
+    create: bool,
+    make_parent: bool = False,
+    on_busy: Callable[[int], None] | None = None,
+    on_status: OnStatus | None = None,
 ) -> Any:
-    """An async callable that opens the SQLite store at ``path`` (see ``Session.open_store``).
+    """An async callable that opens the store at ``location`` (a SQLite path or a server
+    URL: :func:`core.checkpoint.locations.open_store`; see ``Session.open_store``).
 
-    ``on_busy(attempt)`` is called each time a locked database makes a call wait and retry.
+    ``on_busy(attempt)`` is called each time a locked SQLite file makes a call wait and
+    retry, ``on_status(status)`` each time a server store reconnects or is back.
     """
 
     async def open_store() -> Checkpointer:
-        from core.checkpoint.sqlite import SQLiteCheckpointer
-
-        if make_parent:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as error:
-                raise DatabaseOpenError(f"Cannot create the directory {path.parent}: {error.strerror}.") from None
-        return await SQLiteCheckpointer.open(path, create=create, on_busy=on_busy)
+        return await locations.open_store(
+            location, create=create, make_parent=make_parent, on_busy=on_busy, on_status=on_status
+        )
 
     return open_store
 
 
 def build_session(
-    path: Path | None = None,
+    location: str | os.PathLike[str] | None = None,
     *,
     create: bool = True,
     demo: bool = False,
@@ -145,10 +156,12 @@ def build_session(
     demo_speed: float = 1.0,
     store: Checkpointer | None = None,
 ) -> Session:
-    """The session the app drives: which database, which provider, which tools.
+    """The session the app drives: which store, which provider, which tools.
 
-    ``store`` replaces the SQLite file (tests pass a ready store). With ``demo`` or
-    without ``ANTHROPIC_API_KEY`` (and no ``model``) the demo agent is used.
+    ``location`` is a SQLite path or a server URL; ``None`` means ``CUBEPI_DB``, else the
+    default file (created with its directory), as :func:`core.checkpoint.locations.chosen_location`
+    says. ``store`` replaces it (tests pass a ready store). With ``demo`` or without
+    ``ANTHROPIC_API_KEY`` (and no ``model``) the demo agent is used.
     """
     from core import demo as demo_agent
 
@@ -180,12 +193,15 @@ def build_session(
 
         session.open_store, session.location = open_ready, "memory"
     else:
-        make_parent = path is None
-        db_path = path if path is not None else default_db_path()
+        chosen = locations.chosen_location(location)
         session.open_store = store_opener(
-            db_path, create=create or make_parent, make_parent=make_parent, on_busy=session.report_busy
+            chosen.location,
+            create=create or chosen.default,
+            make_parent=chosen.default,
+            on_busy=session.report_busy,
+            on_status=session.report_status,
         )
-        session.location = str(db_path)
+        session.location = locations.describe_location(chosen.location)
     return session
 
 
@@ -203,7 +219,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     try:
         args = parse_args(arguments)
-    except BadInput as error:
+        # A mistyped scheme is bad input, said before any screen is drawn.
+        locations.backend_of(locations.chosen_location(args.database).location)
+    except (BadInput, DatabaseOpenError) as error:
         print(f"cubepi-tui: {error}", file=sys.stderr)
         sys.exit(BAD_INPUT)
     problem = terminal_problem()

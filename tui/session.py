@@ -14,10 +14,12 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from core.agent import Agent
 from core.checkpoint.base import CheckpointData, Checkpointer, Command, CommandKind, ThreadSummary
+from core.checkpoint.capabilities import LIVE, LiveStore, SchemaUpgrade, lacking, supports
+from core.checkpoint.reconnect import StoreStatus, reconnect_notice
 from core.errors import CubepiError, ThreadNotFoundError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
@@ -44,25 +46,6 @@ ProviderFactory = Callable[[], Any]
 """Builds the model provider; may raise ``MissingApiKeyError`` (then runs are disabled)."""
 
 
-@runtime_checkable
-class Upgradable(Protocol):
-    """A store that may open a foreign or older database browse-only until upgraded."""
-
-    needs_upgrade: bool
-
-    async def upgrade(self) -> None:
-        """Migrate the database so this app can write to it (one transaction)."""
-        ...
-
-
-UPGRADE_EXPLANATION = (
-    "This database was written by another program (cubeloop) or an older version and is open "
-    "for browsing only. To write to it, cubepi-tui adds its own tables beside the existing ones "
-    "and switches the file to WAL journaling; no existing row is changed and cubeloop can still "
-    "read and write it. Upgrade now?"
-)
-
-
 @dataclass(frozen=True, slots=True)
 class ThreadRow:
     """One line of the picker: a thread's id, state, size, last activity and first prompt."""
@@ -82,10 +65,6 @@ class ThreadRow:
     lease: LeaseView | None = None
     """What the thread's lease says (running here / elsewhere / crashed), when it has one;
     ``state`` is its label when it names the thread's state (a run elsewhere, a crash)."""
-
-
-_SUPERVISED = ("read_live_events", "get_lease", "list_commands", "send_command", "change_token")
-"""What a store needs for following threads and sending them commands (``SupervisedStore``)."""
 
 
 @dataclass
@@ -123,6 +102,12 @@ class Session:
     aborts it, so the prompt is saved and its thread reads "aborted" rather than vanishing."""
     on_busy: Callable[[int], None] | None = None
     """Told the attempt number each time the database was locked and a call is retried."""
+    on_status: Callable[[], None] | None = None
+    """Told each time ``store_notice`` changed (the app redraws where it shows it)."""
+    store_notice: str = ""
+    """What is wrong with the connection to the store now, in a few words ("reconnecting to
+    postgresql://host/db (attempt 3, next in 0.8 s)…", or the sentence of the last
+    ``StoreConnectionError``); empty while it is fine."""
     ending: bool = False
     """Set by :meth:`stop_runs`: the app is ending, so no new run starts."""
     whole: WholeDiagnoses = field(default_factory=WholeDiagnoses)
@@ -132,6 +117,19 @@ class Session:
         """Pass a "database is locked, retrying" notice on to ``on_busy`` (the app shows it)."""
         if self.on_busy is not None:
             self.on_busy(attempt)
+
+    def report_status(self, status: StoreStatus) -> None:
+        """A server store's ``on_status``: keep "reconnecting …" in ``store_notice`` while a
+        call waits to retry, clear it once one got through, and tell ``on_status``."""
+        self.set_store_notice(reconnect_notice(self.location, status) if status.reconnecting else "")
+
+    def set_store_notice(self, notice: str) -> None:
+        """Set ``store_notice`` and tell ``on_status`` when it changed."""
+        if notice == self.store_notice:
+            return
+        self.store_notice = notice
+        if self.on_status is not None:
+            self.on_status()
 
     async def open(self) -> None:
         """Open the store and build the provider.
@@ -227,13 +225,15 @@ class Session:
 
     @property
     def can_watch(self) -> bool:
-        """Whether the store can be followed and commanded (it keeps leases, live events, commands)."""
-        return self.store is not None and all(callable(getattr(self.store, name, None)) for name in _SUPERVISED)
+        """Whether the store can be followed and commanded: it declares the capabilities of
+        :data:`core.checkpoint.capabilities.LIVE` (leases, live events, commands, change notification)."""
+        return self.store is not None and not lacking(self.store, LIVE)
 
     async def watch_rows(self) -> AsyncIterator[list[ThreadRow]]:
         """The thread list now, then again whenever another program (or a run here) changed
-        the store or a lease expired (:func:`core.follow.watch_threads`). Raises the store's errors."""
-        store = self._store()
+        the store or a lease expired (:func:`core.follow.watch_threads`). Raises the store's
+        errors, and ``CubepiError`` for a store without live runs (see :attr:`can_watch`)."""
+        store = self._live()
         snapshots: asyncio.Queue[ThreadsSnapshot | BaseException] = asyncio.Queue()
 
         async def listen() -> None:
@@ -293,8 +293,9 @@ class Session:
         )
 
     def follower(self, thread_id: str) -> ThreadFollower:
-        """A follower of ``thread_id`` (not started); stopped by :meth:`close` at the latest."""
-        follower = ThreadFollower(self._store(), thread_id)
+        """A follower of ``thread_id`` (not started); stopped by :meth:`close` at the latest.
+        Raises ``CubepiError`` for a store without live runs (see :attr:`can_watch`)."""
+        follower = ThreadFollower(self._live(), thread_id)
         self.followers.add(follower)
         return follower
 
@@ -327,12 +328,18 @@ class Session:
     @property
     def needs_upgrade(self) -> bool:
         """Whether the store is browse-only until the user agrees to upgrade it."""
-        return isinstance(self.store, Upgradable) and bool(self.store.needs_upgrade)
+        return supports(self.store, SchemaUpgrade) and bool(self.store.needs_upgrade)
 
     async def upgrade(self) -> None:
         """Upgrade a browse-only store (after the user agreed)."""
-        if isinstance(self.store, Upgradable):
+        if supports(self.store, SchemaUpgrade):
             await self.store.upgrade()
+
+    @property
+    def upgrade_explanation(self) -> str:
+        """What upgrading this store does, ending with the question (the store's own words:
+        ``SchemaUpgrade.upgrade_explanation``); empty for a store that is never upgraded."""
+        return self.store.upgrade_explanation if supports(self.store, SchemaUpgrade) else ""
 
     # --- running ------------------------------------------------------------------------
 
@@ -367,7 +374,7 @@ class Session:
         sup = self.supervisors.get(thread_id)
         if sup is None and self.can_watch:
             try:
-                sup = self.supervisors[thread_id] = Supervisor(agent, self._store())
+                sup = self.supervisors[thread_id] = Supervisor(agent, self._live())
             except TypeError:
                 return None
         return sup
@@ -421,7 +428,7 @@ class Session:
         runner never delivered (empty while a run holds the thread). Raises ``CubepiError``."""
         agent = await self.agent(thread_id)
         plan = await agent.plan_resume()
-        pending = await undelivered(self._store(), thread_id) if self.can_watch else []
+        pending = await undelivered(self._live(), thread_id) if self.can_watch else []
         return plan, pending
 
     async def resume(
@@ -454,7 +461,7 @@ class Session:
     ) -> RunOutcome:
         for seq in discard_seqs:
             with contextlib.suppress(KeyError):  # delivered or discarded meanwhile: nothing to do
-                await discard(self._store(), thread_id, [seq])
+                await discard(self._live(), thread_id, [seq])
         agent, sup = await self._begin(thread_id, on_start)
         if sup is not None:
             return await sup.resume(choices, include_pending=send_pending)
@@ -465,16 +472,28 @@ class Session:
         ``[]`` on a browse-only store, which is never written. Raises the store's errors."""
         if not self.can_watch or self.needs_upgrade:
             return []
-        return await refuse_orphaned_aborts(self._store(), thread_id)
+        return await refuse_orphaned_aborts(self._live(), thread_id)
 
     async def send(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
         """Queue a command for the run of ``thread_id`` in another process (:func:`core.supervise.send`).
 
-        Raises ``ThreadCrashedError`` / ``ThreadNotRunningError`` / ``CommandError`` (one sentence each).
+        Raises ``ThreadCrashedError`` / ``ThreadNotRunningError`` / ``CommandError`` (one sentence each),
+        ``CubepiError`` for a store without live runs (see :attr:`can_watch`).
         """
-        return await send(self._store(), thread_id, kind, text)
+        return await send(self._live(), thread_id, kind, text)
 
     def _store(self) -> Checkpointer:
         if self.store is None:
             raise CubepiError("The database is not open.")
         return self.store
+
+    def _live(self) -> LiveStore:
+        """The store, for following and commanding runs; raises ``CubepiError`` when it is
+        not open or keeps no live runs (see :attr:`can_watch`; the screens ask first)."""
+        store = self._store()
+        if not self.can_watch:
+            raise CubepiError(
+                f"{self.location or 'This database'} keeps no leases, live events or commands, "
+                "so its runs cannot be followed or commanded."
+            )
+        return store  # type: ignore[return-value]  # checked part by part by can_watch

@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol, TypeGuard, TypeVar
 
 from core.checkpoint.base import (
     CheckpointData,
+    Checkpointer,
     Command,
     CommandKind,
     CommandStatus,
@@ -43,6 +44,11 @@ def supports(store: object, capability: type[C]) -> TypeGuard[C]:
     Nominal on purpose (see the module docstring); ``False`` for ``None``. Never raises.
     """
     return store is not None and capability in type(store).__mro__
+
+
+def lacking(store: object, capabilities: Sequence[type]) -> list[type]:
+    """The protocols of ``capabilities`` that ``store`` does not declare (:func:`supports`), in order."""
+    return [c for c in capabilities if not supports(store, c)]
 
 
 class IncrementalReads(Protocol):
@@ -238,7 +244,51 @@ class SchemaUpgrade(Protocol):
         Raises ``DatabaseOpenError`` when the database cannot be written."""
         ...
 
+    @property
+    def upgrade_explanation(self) -> str:
+        """What :meth:`upgrade` will do to this store, in a few sentences ending with the
+        question the app asks before it upgrades. A backend whose upgrade does more than
+        add its own records (SQLite also switches the journal mode) says so in its own."""
+        return (
+            "This database was written by another program (cubeloop) or an older version and is open "
+            "for browsing only. To write to it, cubepi-tui adds its own records beside the existing ones; "
+            "no existing record is changed and cubeloop can still read and write it. Upgrade now?"
+        )
+
+
+class FileBacked(Protocol):
+    """A store kept in one local file, which can be deleted or replaced while it is open (SQLite)."""
+
+    def check_file(self) -> None:
+        """Raise ``DatabaseGoneError`` (one sentence naming the path) when the file this store
+        opened is no longer at its path; call it before reporting work as saved."""
+        ...
+
 
 class SupervisedStore(IncrementalReads, ToolJournal, Jobs, Leases, LiveEvents, Commands, ChangeNotification, Protocol):
     """Everything supervision and safe resume use beyond ``Checkpointer``: every backend of
     ours (memory, SQLite, Postgres, Redis) declares it, and the contract suite tests it."""
+
+
+# --- what a caller needs of several -------------------------------------------------------
+# For signatures only: no store names these among its bases, so supports() of one is False;
+# check each part (``lacking(store, LIVE)``).
+
+
+class CommandStore(Checkpointer, Leases, Commands, Protocol):
+    """What sending and settling commands uses (:mod:`core.supervise`): the thread, its lease, its commands."""
+
+
+class WatchedStore(Checkpointer, ChangeNotification, Protocol):
+    """What watching the thread list uses (:func:`core.follow.watch_threads`)."""
+
+
+class LiveStore(CommandStore, LiveEvents, ChangeNotification, Protocol):
+    """What following a run in another process and commanding it use: a
+    :class:`~core.supervise.Supervisor` writes live events and takes commands, a
+    :class:`~core.follow.ThreadFollower` and the app read them. The capabilities to
+    check are :data:`LIVE`."""
+
+
+LIVE: tuple[type, ...] = (Leases, LiveEvents, Commands, ChangeNotification)
+"""The capabilities of :class:`LiveStore` beyond ``Checkpointer``, for :func:`lacking`."""

@@ -100,3 +100,13 @@ def _tell(on_status: OnStatus | None, status: StoreStatus) -> None:
 def _one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def reconnect_notice(where: str, status: StoreStatus) -> str:
+    """The words for ``status`` of the store at ``where`` (no password: a store's ``where``
+    or :func:`core.checkpoint.locations.describe_location`), shared by the app and the
+    runner: "reconnecting to postgresql://host/db (attempt 3, next in 0.8 s)…" while a
+    call waits to retry, "reconnected to postgresql://host/db" once one got through."""
+    if not status.reconnecting:
+        return f"reconnected to {where}"
+    return f"reconnecting to {where} (attempt {status.attempt}, next in {status.delay:.1f} s)…"

@@ -48,7 +48,7 @@ from core.checkpoint.base import (
     check_command_kind,
     check_command_status,
 )
-from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
+from core.checkpoint.capabilities import FileBacked, HumanRequests, SchemaUpgrade, SupervisedStore
 from core.checkpoint.sqlite_file import SQLiteFile
 from core.checkpoint.sqlite_queries import FIRST_PROMPT_CHARS, julianday_to_unix
 from core.checkpoint.sqlite_schema import MIGRATIONS
@@ -58,7 +58,7 @@ from core.messages import AnyMessage
 __all__ = ["FIRST_PROMPT_CHARS", "MIGRATIONS", "SQLiteCheckpointer", "julianday_to_unix"]
 
 
-class SQLiteCheckpointer(SQLiteFile, SupervisedStore, HumanRequests, SchemaUpgrade):
+class SQLiteCheckpointer(SQLiteFile, SupervisedStore, HumanRequests, SchemaUpgrade, FileBacked):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` in one SQLite file.
 
     Build it with ``await SQLiteCheckpointer.open(path, create=...)`` (see

@@ -234,6 +234,17 @@ class SQLiteFile:
         return not self._writable and (self._layout.version or 0) < len(schema.MIGRATIONS)
 
     @property
+    def upgrade_explanation(self) -> str:
+        """What :meth:`upgrade` does to this file, for the question asked before it (see
+        ``SchemaUpgrade.upgrade_explanation``)."""
+        return (
+            "This database was written by another program (cubeloop) or an older version and is open "
+            "for browsing only. To write to it, cubepi-tui adds its own tables beside the existing ones "
+            "and switches the file to WAL journaling; no existing row is changed and cubeloop can still "
+            "read and write it. Upgrade now?"
+        )
+
+    @property
     def read_only(self) -> bool:
         """True while writes raise ``ReadOnlyStoreError`` (browse-only or an unwritable place)."""
         return not self._writable

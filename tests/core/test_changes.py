@@ -33,7 +33,7 @@ class TokenStore:
 async def test_a_wait_cancelled_while_a_change_is_kicked_in_is_cancelled() -> None:
     store = TokenStore()
     for _ in range(20):
-        async with StoreWatch(store, False, poll=1.0) as watch:
+        async with StoreWatch(store, signals=False, poll=1.0) as watch:
             task = asyncio.create_task(watch.wait())
             await asyncio.sleep(0.01)  # it waits for a kick now
             assert not task.done()

@@ -1,6 +1,7 @@
 """Child process for the SIGKILL test: runs one agent whose tool never finishes on its own.
 
-Usage: python -m tests.crash.child_slow_tool DB_PATH THREAD_ID MARKER_PATH
+Usage: python -m tests.crash.child_slow_tool STORE_LOCATION THREAD_ID MARKER_PATH
+(a location as :mod:`tests.helpers.store_locations` reads it; the store is created if missing).
 The tool writes MARKER_PATH once it has started, then sleeps until the process is killed.
 """
 
@@ -11,12 +12,12 @@ import sys
 from pathlib import Path
 
 from core.agent import Agent
-from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_tool_call
 from core.tools import ToolContext, tool
+from tests.helpers.store_locations import open_location
 
 
-async def main(db_path: str, thread_id: str, marker: str) -> None:
+async def main(location: str, thread_id: str, marker: str) -> None:
     @tool
     async def slow_step(label: str, ctx: ToolContext) -> str:
         """Pretend to build something for a long time."""
@@ -31,7 +32,7 @@ async def main(db_path: str, thread_id: str, marker: str) -> None:
             faux_reply(faux_text("Done.")),
         ]
     )
-    store = await SQLiteCheckpointer.open(db_path, create=True)
+    store = await open_location(location, create=True)
     agent = Agent(provider, store, thread_id, tools=[slow_step])
     await agent.prompt("Build the app, please.")
 

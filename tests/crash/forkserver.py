@@ -1,7 +1,7 @@
 """A fork server for the crash-injection test: imports everything once, then forks children.
 
 Starting a fresh interpreter that imports pydantic, aiosqlite and ``core`` costs ~0.25 s of
-CPU; forking this warmed-up process costs a millisecond, so hundreds of real child
+CPU (the server backends and their drivers, asyncpg and redis, are imported too, when installed); forking this warmed-up process costs a millisecond, so hundreds of real child
 processes fit in the test's time budget.
 
 Protocol (JSON lines): the parent writes a request ``{"id": n, ...}`` to stdin; this
@@ -28,6 +28,7 @@ import time
 import traceback
 
 from tests.crash import scenario  # the warm imports every child shares
+from tests.helpers.store_locations import preload_backends
 
 _PR_SET_PDEATHSIG = 1
 
@@ -69,6 +70,7 @@ def _child(req: dict) -> None:
 
 def main() -> None:
     _die_with_parent()
+    preload_backends()
     children: set[int] = set()
     buffer = b""
     _send({"ready": os.getpid()})

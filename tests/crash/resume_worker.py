@@ -1,8 +1,9 @@
 """A long-lived resumer for the two-resumers test: many trials over one pipe.
 
-Protocol (JSON lines on stdin/stdout). ``{"trial": n, "db": path, "thread": id, "go": fifo,
-"runs": file}``: open the store (kept open across trials), build an agent, open the FIFO
-``go`` for reading and answer ``{"prepared": n}``; then wait until every writer of the FIFO
+Protocol (JSON lines on stdin/stdout). ``{"trial": n, "store": location, "thread": id,
+"go": fifo, "runs": file}``: open the store at ``location`` (see
+:mod:`tests.helpers.store_locations`; kept open across trials), build an agent, open the
+FIFO ``go`` for reading and answer ``{"prepared": n}``; then wait until every writer of the FIFO
 has closed it (the parent holds the only one, so closing it releases all waiting workers
 at once), call ``Agent.resume()`` and answer ``{"trial": n, "outcome": ..., "error": class
 name or null, "message": ...}``. Each run of a tool body appends ``trial pid tool call_id``
@@ -21,9 +22,10 @@ import sys
 from typing import Any
 
 from core.agent import Agent
-from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.checkpoint.base import Checkpointer
 from core.providers.faux import FauxProvider, faux_reply
 from core.tools import AgentTool, ToolContext, tool
+from tests.helpers.store_locations import open_location
 
 FINAL = "Recovered: every interrupted step is settled and accounted for."
 
@@ -59,14 +61,14 @@ def send(obj: dict[str, Any]) -> None:
 
 
 async def main() -> None:
-    stores: dict[str, SQLiteCheckpointer] = {}
+    stores: dict[str, Checkpointer] = {}
     send({"ready": os.getpid()})
     loop = asyncio.get_running_loop()
     try:
         while line := await loop.run_in_executor(None, sys.stdin.readline):
             req = json.loads(line)
-            store = stores.get(req["db"]) or await SQLiteCheckpointer.open(req["db"], create=False)
-            stores[req["db"]] = store
+            store = stores.get(req["store"]) or await open_location(req["store"], create=False)
+            stores[req["store"]] = store
             # ~0.1 s of streaming: the winner still holds the lease when the loser asks for it.
             provider = FauxProvider(fallback=lambda _request: faux_reply(FINAL), delay=0.01)
             agent = Agent(provider, store, req["thread"], tools=tools(req["trial"], req["runs"]))

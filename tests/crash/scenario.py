@@ -11,8 +11,8 @@ The faux model answers a request by counting the assistant messages already in i
 stopped, whatever was persisted.
 
 Tools and their side effects live in a *ledger*: a separate SQLite file, outside the
-agent's store. ``attempts`` gets a row each time a tool body starts (phase ``start``) and
-each time a non-idempotent one finishes (``done``). Each time an idempotent tool makes its
+agent's store (whatever its backend). ``attempts`` gets a row each time a tool body starts
+(phase ``start``) and each time a non-idempotent one finishes (``done``). Each time an idempotent tool makes its
 effect, one transaction writes two rows:
 
 * ``effect_attempts``: every attempt, never deduplicated, with the thread, job key, call,
@@ -41,13 +41,14 @@ from typing import Any
 
 from core.agent import Agent
 from core.checkpoint import codec
-from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.checkpoint.base import Checkpointer
 from core.events import MessageEnd, ToolExecutionEnd
 from core.jobs import idempotent
 from core.messages import AssistantMessage
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.tools import AgentTool, ToolContext, tool
+from tests.helpers.store_locations import open_location
 
 IDEMPOTENT_TOOLS = frozenset({"fetch_page", "charge"})
 OTHER_TOOLS = frozenset({"slow_step", "write_note"})
@@ -233,7 +234,7 @@ def prompt_text(thread_id: str) -> str:
 
 
 def make_agent(
-    store: SQLiteCheckpointer,
+    store: Checkpointer,
     thread_id: str,
     scenario: dict[str, Any],
     ledger: str,
@@ -259,7 +260,8 @@ def make_agent(
 
 
 async def child_main(req: dict[str, Any]) -> None:
-    """Run ``req["mode"]`` ("prompt" or "resume") on every thread of ``req["threads"]`` at once.
+    """Run ``req["mode"]`` ("prompt" or "resume") on every thread of ``req["threads"]`` at once,
+    on the store at location ``req["store"]`` (see :mod:`tests.helpers.store_locations`).
 
     Each message the agent persisted is reported to the notes file (one JSON line, one
     ``write`` system call, after ``message_end``: the agent calls listeners only after the
@@ -270,7 +272,7 @@ async def child_main(req: dict[str, Any]) -> None:
     def note(obj: dict[str, Any]) -> None:
         os.write(fd, (json.dumps(obj) + "\n").encode())
 
-    store = await SQLiteCheckpointer.open(req["db"], create=False)
+    store = await open_location(req["store"], create=False)
     runs = []
     for job in req["threads"]:
         thread_id, scenario = job["thread"], job["scenario"]

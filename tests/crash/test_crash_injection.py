@@ -1,15 +1,20 @@
-"""Crash injection: real children run a multi-tool agent on SQLite and are SIGKILLed at random.
+"""Crash injection: real children run a multi-tool agent on a store and are SIGKILLed at random.
 
 Children are forked by a warm fork server (:mod:`tests.crash.forkserver`), several at a
 time, each running a random scenario (:mod:`tests.crash.scenario`: 2-3 turns of parallel
 or sequential batches mixing idempotent tools with external effects and tools that are
 not idempotent, a faux model that streams with a delay per delta, sometimes a steer)
-on one of two SQLite files shared by two lanes each; some children run two threads at
-once in one database, some are themselves resumers of a crashed thread. Each child is
-killed with SIGKILL after a random delay. After every kill the test checks, from the
-database itself:
+on one of two stores shared by two lanes each; some children run two threads at once in
+one store, some are themselves resumers of a crashed thread. Each child is killed with
+SIGKILL after a random delay. The test runs once per backend (``store_backend``: SQLite
+files, a PostgreSQL database each, a Redis key prefix each; see ``tests/crash/conftest.py``);
+children get the store's location string and open it through
+:func:`tests.helpers.store_locations.open_location`. After every kill the test checks,
+from the store as a second connection of this process reads it (``load``: the rows with
+their ``message_ids``, opaque and increasing per thread, and the runs; never the objects
+the resumer here uses):
 
-a. every message the child reported as persisted is in the database, in order, right
+a. every message the child reported as persisted is in the store, in order, right
    after the rows that existed before the child started, and those rows are unchanged;
 b. ``diagnose`` names the crash point the persisted rows imply, computed here
    independently from roles and tool call ids; a dangling call whose tool body started
@@ -29,8 +34,10 @@ d. what ``core.jobs`` promises, checked on every attempt of an idempotent effect
 e. no tool call is ever without its result: in the final thread and in every request
    the resuming model received.
 
-Seed: ``CUBEPI_CRASH_SEED`` (printed); kills: ``CUBEPI_CRASH_KILLS`` (default 300);
-concurrent children: ``CUBEPI_CRASH_LANES`` (default 4).
+Seed: ``CUBEPI_CRASH_SEED`` (printed); kills: ``CUBEPI_CRASH_KILLS`` on SQLite (default
+300), ``CUBEPI_CRASH_KILLS_NETWORK`` on Postgres and Redis (default 100: every write there
+is a network round trip, and CI runs all three; 100 kills still give each crash point
+dozens of hits); concurrent children: ``CUBEPI_CRASH_LANES`` (default 4).
 """
 
 from __future__ import annotations
@@ -44,13 +51,17 @@ import sqlite3
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.checkpoint import codec
+from core.checkpoint.base import Checkpointer
 from core.errors import NothingToResumeError
 from core.messages import AssistantMessage, ToolResultMessage
 from core.recovery import CrashPoint, ThreadState, diagnose
@@ -63,9 +74,15 @@ from tests.crash.scenario import (
     prompt_text,
 )
 from tests.helpers.crash_report import REPORT
+from tests.helpers.store_locations import open_location
 
 ROOT = Path(__file__).resolve().parents[2]
-KILLS = int(os.environ.get("CUBEPI_CRASH_KILLS") or 300)
+KILLS = {
+    "sqlite": int(os.environ.get("CUBEPI_CRASH_KILLS") or 300),
+    "postgres": int(os.environ.get("CUBEPI_CRASH_KILLS_NETWORK") or 100),
+    "redis": int(os.environ.get("CUBEPI_CRASH_KILLS_NETWORK") or 100),
+}
+"""SIGKILLs per run, by backend (see the module docstring)."""
 LANES = int(os.environ.get("CUBEPI_CRASH_LANES") or 4)
 SEED = int(os.environ.get("CUBEPI_CRASH_SEED") or random.SystemRandom().randrange(2**32))
 MIN_PER_POINT = 8
@@ -145,26 +162,27 @@ class ForkServer:
             self._reader.cancel()
 
 
-# --- reading the files directly (independent of the store under test) ------------------------
+# --- reading the store (a connection of its own) and the ledger file ---------------------------
+
+Rows = list[tuple[Any, str]]
+"""A thread's messages as stored: ``(message id, message JSON)`` in append order."""
 
 
-def raw_rows(db: Path, thread_id: str) -> list[tuple[int, str]]:
-    c = sqlite3.connect(db, timeout=30)
-    try:
-        return c.execute(
-            "SELECT id, message_json FROM messages WHERE thread_id = ? ORDER BY id", (thread_id,)
-        ).fetchall()
-    finally:
-        c.close()
+async def stored_rows(reader: Checkpointer, thread_id: str) -> tuple[Rows, dict[str, bool]]:
+    """The thread's rows and its runs (run id -> completed), as ``reader`` loads them.
 
-
-def raw_runs(db: Path, thread_id: str) -> dict[str, bool]:
-    c = sqlite3.connect(db, timeout=30)
-    try:
-        rows = c.execute("SELECT run_id, completed_at FROM runs WHERE thread_id = ?", (thread_id,)).fetchall()
-    finally:
-        c.close()
-    return {run_id: completed is not None for run_id, completed in rows}
+    Every row must decode (no ``problems``) and carry its own id, the ids increasing in
+    append order (they are opaque, but ordered per thread: ``load_after`` relies on it)."""
+    data = await reader.load(thread_id)
+    if data is None:
+        return [], {}
+    assert not data.problems, (thread_id, data.problems)
+    ids = data.message_ids
+    assert len(ids) == len(data.messages), (thread_id, len(ids), len(data.messages))
+    assert all(a < b for a, b in pairwise(ids)), f"{thread_id}: message ids not increasing: {ids}"
+    runs = {r.run_id: r.completed for r in data.runs}
+    assert len(runs) == len(data.runs), f"{thread_id}: a run listed twice: {data.runs}"
+    return [(i, codec.encode(m)) for i, m in zip(ids, data.messages, strict=True)], runs
 
 
 def ledger_rows(ledger: Path, sql: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -197,7 +215,7 @@ class Verdict:
         return f"point {self.point} ({self.why})" if self.point else self.state
 
 
-def expected_verdict(rows: list[tuple[int, str]], runs: dict[str, bool]) -> Verdict:
+def expected_verdict(rows: Rows, runs: dict[str, bool]) -> Verdict:
     """The crash point the persisted rows imply (DESIGN.md), computed without core.recovery."""
     messages = [json.loads(text) for _, text in rows]
     if not messages:
@@ -253,15 +271,21 @@ def assert_paired(messages: list[Any], where: str) -> None:
 class Lane:
     n: int
     rng: random.Random
-    db: Path
+    location: str
+    """Where the lane's store is (see :mod:`tests.helpers.store_locations`); two lanes share each."""
     ledger: Path
-    store: SQLiteCheckpointer
+    store: Checkpointer
+    """The store the resumers of this process use."""
+    reader: Checkpointer
+    """Another connection to the same store, for the checks only."""
     dir: Path
 
 
 @dataclass
 class Run:
     server: ForkServer
+    target: int
+    """How many SIGKILLs to make."""
     kills: int = 0
     points: Counter[str] = field(default_factory=Counter)
     kinds: Counter[str] = field(default_factory=Counter)
@@ -281,7 +305,8 @@ class Run:
     attempts_checked: dict[tuple[Path, str], int] = field(default_factory=dict)
     """(ledger, thread) -> effect attempts counted when the thread was checked."""
     success_keys: dict[Path, set[tuple[str, str]]] = field(default_factory=dict)
-    final_rows: dict[tuple[Path, str], list[tuple[int, str]]] = field(default_factory=dict)
+    final_rows: dict[tuple[str, str], Rows] = field(default_factory=dict)
+    """(store location, thread) -> the rows when the thread was checked complete."""
 
 
 async def kill_once(
@@ -290,15 +315,15 @@ async def kill_once(
     mode: str,
     episode: int,
     threads: dict[str, dict[str, Any]],
-    before: dict[str, list[tuple[int, str]]],
+    before: dict[str, Rows],
     delay: float,
-) -> dict[str, tuple[Verdict, list[tuple[int, str]]]]:
+) -> dict[str, tuple[Verdict, Rows]]:
     """Fork a child running ``mode`` on ``threads``, SIGKILL it after ``delay`` s, check a. and b."""
     notes, log = lane.dir / f"e{episode}-{mode}.jsonl", lane.dir / f"e{episode}-{mode}.log"
     process = f"child e{episode}-{mode} of lane {lane.n}"
     request = {
         "mode": mode,
-        "db": str(lane.db),
+        "store": lane.location,
         "ledger": str(lane.ledger),
         "notes": str(notes),
         "log": str(log),
@@ -328,10 +353,8 @@ async def kill_once(
     return verdicts
 
 
-async def check_after_kill(
-    run: Run, lane: Lane, thread_id: str, before: list[tuple[int, str]], seen: list[str]
-) -> tuple[Verdict, list[tuple[int, str]]]:
-    rows = raw_rows(lane.db, thread_id)
+async def check_after_kill(run: Run, lane: Lane, thread_id: str, before: Rows, seen: list[str]) -> tuple[Verdict, Rows]:
+    rows, runs = await stored_rows(lane.reader, thread_id)
     # a. nothing persisted earlier changed; what the child saw persisted is there, in order
     assert rows[: len(before)] == before, f"{thread_id}: rows persisted before the child started changed"
     new = rows[len(before) :]
@@ -339,7 +362,7 @@ async def check_after_kill(
     assert [text for _, text in new[: len(seen)]] == seen, f"{thread_id}: persisted messages lost or reordered"
 
     # b. the diagnosis names the crash point the rows imply
-    expected = expected_verdict(rows, raw_runs(lane.db, thread_id))
+    expected = expected_verdict(rows, runs)
     data = await lane.store.load(thread_id)
     assert data is None or not data.problems
     verdict = diagnose(data.messages, data.runs, data.journal) if data is not None else diagnose([])
@@ -372,7 +395,7 @@ async def check_after_kill(
 
 async def resume_and_check(run: Run, lane: Lane, thread_id: str, scenario: dict[str, Any], expected: Verdict) -> None:
     """c., d., e.: resume in this process and check the whole thread and the ledger."""
-    before = raw_rows(lane.db, thread_id)
+    before, _ = await stored_rows(lane.reader, thread_id)
     attempts_before = tool_rows(lane.ledger, thread_id)
     agent = make_agent(
         lane.store,
@@ -405,9 +428,9 @@ async def resume_and_check(run: Run, lane: Lane, thread_id: str, scenario: dict[
     assert outcome == "completed", (thread_id, agent.state.error)
 
     # c. the run completed and nothing earlier changed
-    rows = raw_rows(lane.db, thread_id)
+    rows, runs = await stored_rows(lane.reader, thread_id)
     assert rows[: len(before)] == before, f"{thread_id}: resume changed rows persisted before it"
-    assert expected_verdict(rows, raw_runs(lane.db, thread_id)).state == "completed"
+    assert expected_verdict(rows, runs).state == "completed"
     data = await lane.store.load(thread_id)
     assert data is not None and not data.problems
     assert diagnose(data.messages, data.runs, data.journal).state is ThreadState.COMPLETED
@@ -506,17 +529,17 @@ async def resume_and_check(run: Run, lane: Lane, thread_id: str, scenario: dict[
         thread_id,
     )
     assert not once, f"{thread_id}: a tool that is not idempotent ran twice: {once}"
-    run.final_rows[(lane.db, thread_id)] = rows
+    run.final_rows[(lane.location, thread_id)] = rows
 
 
 async def run_lane(run: Run, lane: Lane, deadline: float) -> None:
-    while run.kills < KILLS and time.monotonic() < deadline:
+    while run.kills < run.target and time.monotonic() < deadline:
         run.episodes += 1
         episode = run.episodes
         rng = lane.rng
         tags = ("a", "b") if rng.random() < 0.2 else ("a",)
         threads = {f"L{lane.n}-e{episode}-{t}": make_scenario(rng, f"{lane.n}.{episode}{t}") for t in tags}
-        before: dict[str, list[tuple[int, str]]] = {t: [] for t in threads}
+        before: dict[str, Rows] = {t: [] for t in threads}
         longest = max(estimate_seconds(s) for s in threads.values())
         verdicts = await kill_once(run, lane, "prompt", episode, threads, before, rng.uniform(0.003, longest * 1.05))
         if len(threads) == 1 and rng.random() < 0.3:
@@ -529,29 +552,37 @@ async def run_lane(run: Run, lane: Lane, deadline: float) -> None:
         await asyncio.gather(*(resume_and_check(run, lane, t, threads[t], verdicts[t][0]) for t in threads))
 
 
-async def test_random_sigkills_recover_every_crash_point(tmp_path: Path) -> None:
+async def test_random_sigkills_recover_every_crash_point(
+    tmp_path: Path, store_backend: str, make_location: Callable[[str], Awaitable[str]]
+) -> None:
     started = time.monotonic()
+    kills = KILLS[store_backend]
     REPORT.append(
-        f"crash injection: seed {SEED} (set CUBEPI_CRASH_SEED={SEED} to repeat the same scenarios and kill delays)"
+        f"crash injection on {store_backend}: seed {SEED} (set CUBEPI_CRASH_SEED={SEED} to repeat the same "
+        "scenarios and kill delays)"
     )
     server = await ForkServer.start(tmp_path / "forkserver.err")
-    run = Run(server)
-    stores: list[SQLiteCheckpointer] = []
+    run = Run(server, kills)
+    readers: dict[str, Checkpointer] = {}
     lanes: list[Lane] = []
-    try:
+    async with AsyncExitStack() as stores:
+        stores.push_async_callback(server.close)
         for n in range(LANES):
-            if n % 2 == 0:  # two lanes (two concurrent children) share each database
-                db, ledger = tmp_path / f"agents{n // 2}.sqlite", tmp_path / f"ledger{n // 2}.sqlite"
+            if n % 2 == 0:  # two lanes (two concurrent children) share each store
+                location, ledger = await make_location(f"agents{n // 2}"), tmp_path / f"ledger{n // 2}.sqlite"
                 create_ledger(ledger)
-                stores.append(await SQLiteCheckpointer.open(db, create=True))
+                store = await open_location(location, create=True)
+                stores.push_async_callback(store.close)
+                readers[location] = await open_location(location, create=False)
+                stores.push_async_callback(readers[location].close)
             lane_dir = tmp_path / f"lane{n}"
             lane_dir.mkdir()
-            lanes.append(Lane(n, random.Random(f"{SEED}-{n}"), db, ledger, stores[-1], lane_dir))
+            lanes.append(Lane(n, random.Random(f"{SEED}-{n}"), location, ledger, store, readers[location], lane_dir))
         await asyncio.gather(*(run_lane(run, lane, started + 140) for lane in lanes))
 
         # Threads finished earlier were never touched by the children and resumers that followed.
-        for (db, thread_id), rows in run.final_rows.items():
-            assert raw_rows(db, thread_id) == rows, thread_id
+        for (location, thread_id), rows in run.final_rows.items():
+            assert (await stored_rows(readers[location], thread_id))[0] == rows, thread_id
         # Across the whole run: effects only under (thread, job key) pairs whose result says
         # success, and no effect attempted on a thread after it was checked.
         effect_rows = 0
@@ -561,15 +592,12 @@ async def test_random_sigkills_recover_every_crash_point(tmp_path: Path) -> None
             effect_rows += len(effects)
             attempted = dict(ledger_rows(ledger, "SELECT thread_id, COUNT(*) FROM effect_attempts GROUP BY thread_id"))
             assert attempted == {t: n for (lg, t), n in run.attempts_checked.items() if lg == ledger and n}
-    finally:
-        for store in stores:
-            await store.close()
-        await server.close()
 
     elapsed = time.monotonic() - started
     by_point = {p: sum(n for k, n in run.points.items() if k.startswith(f"point {p}")) for p in (1, 2, 3)}
     REPORT.append(
-        f"  {run.kills} SIGKILLs in {run.episodes} episodes, {LANES} concurrent children on 2 databases, {elapsed:.1f} s"
+        f"  {run.kills} SIGKILLs in {run.episodes} episodes, {LANES} concurrent children on 2 {store_backend} stores, "
+        f"{elapsed:.1f} s"
     )
     REPORT.append(
         "  threads found per crash point after a kill: "
@@ -596,7 +624,7 @@ async def test_random_sigkills_recover_every_crash_point(tmp_path: Path) -> None
         f"  the external ledger, deduplicating on the job key, keeps {effect_rows} effects for those {pairs} pairs "
         f"(one per key by its primary key; {repeats} repeated attempts absorbed there)"
     )
-    assert run.kills >= KILLS, f"only {run.kills} kills before the time limit"
+    assert run.kills >= kills, f"only {run.kills} kills before the time limit"
     assert all(n >= MIN_PER_POINT for n in by_point.values()), by_point
     assert run.kinds["prompt, 2 thread(s) in one process"] >= 5
     assert run.kinds["resume, 1 thread(s) in one process"] >= 5

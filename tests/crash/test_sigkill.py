@@ -1,4 +1,8 @@
-"""A real crash: an agent in a child process is killed with SIGKILL while its tool runs."""
+"""A real crash: an agent in a child process is killed with SIGKILL while its tool runs.
+
+Runs on every store backend (``store_backend``, see ``tests/crash/conftest.py``): the
+child gets the store's location string and opens it itself.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +11,21 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from core.agent import Agent
-from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, ToolResultMessage
 from core.providers.faux import FauxProvider, faux_reply, faux_text
 from core.recovery import CrashPoint, ResumeAction, ThreadState, diagnose
+from tests.helpers.store_locations import open_location
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _kill_during_tool(db: Path, thread_id: str, marker: Path) -> None:
+def _kill_during_tool(location: str, thread_id: str, marker: Path) -> None:
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.crash.child_slow_tool", str(db), thread_id, str(marker)],
+        [sys.executable, "-m", "tests.crash.child_slow_tool", location, thread_id, str(marker)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -37,11 +42,13 @@ def _kill_during_tool(db: Path, thread_id: str, marker: Path) -> None:
     assert child.returncode == -signal.SIGKILL
 
 
-async def test_sigkill_mid_tool_is_diagnosed_and_resumed(tmp_path: Path) -> None:
-    db, marker = tmp_path / "agent.sqlite", tmp_path / "tool-started"
-    _kill_during_tool(db, "t-crash", marker)
+async def test_sigkill_mid_tool_is_diagnosed_and_resumed(
+    tmp_path: Path, make_location: Callable[[str], Awaitable[str]]
+) -> None:
+    location, marker = await make_location("agent"), tmp_path / "tool-started"
+    _kill_during_tool(location, "t-crash", marker)
 
-    store = await SQLiteCheckpointer.open(db, create=False)
+    store = await open_location(location, create=False)
     try:
         data = await store.load("t-crash")
         assert data is not None and not data.problems

@@ -9,6 +9,9 @@ wait on. Exactly one must complete the resume; the other must be refused with
 ``RunAlreadyClaimedError`` ("already running"). The thread must end with one settlement
 per dangling call, one final reply, the lease released, and each tool body run at most
 once (by the winner).
+
+Runs on every store backend (``store_backend``, see ``tests/crash/conftest.py``): the
+workers get the store's location string and open it themselves.
 """
 
 from __future__ import annotations
@@ -22,15 +25,16 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from core.checkpoint.base import Lease
-from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.checkpoint.base import Checkpointer, Lease
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
 from core.recovery import CrashPoint, ThreadState, diagnose
 from tests.crash.resume_worker import FINAL
 from tests.helpers.crash_report import REPORT
+from tests.helpers.store_locations import open_location
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = 50
@@ -90,7 +94,7 @@ def dead_pid() -> int:
 
 
 async def write_crashed_thread(
-    store: SQLiteCheckpointer, thread_id: str, trial: int, gone: int
+    store: Checkpointer, thread_id: str, trial: int, gone: int
 ) -> tuple[list[str], set[str]]:
     """A run that died mid-tool; returns the call ids and the ids of calls without results."""
     calls_spec, answered = SHAPES[trial % len(SHAPES)]
@@ -120,10 +124,12 @@ async def write_crashed_thread(
     return [c.id for c in calls], {c.id for i, c in enumerate(calls) if i not in answered}
 
 
-async def test_two_resumers_at_once_exactly_one_runs(tmp_path: Path) -> None:
+async def test_two_resumers_at_once_exactly_one_runs(
+    tmp_path: Path, store_backend: str, make_location: Callable[[str], Awaitable[str]]
+) -> None:
     started = time.monotonic()
-    db, runs_log = tmp_path / "agents.sqlite", tmp_path / "tool-runs.txt"
-    store = await SQLiteCheckpointer.open(db, create=True)
+    location, runs_log = await make_location("agents"), tmp_path / "tool-runs.txt"
+    store = await open_location(location, create=True)
     workers = await asyncio.gather(*(Worker.start(tmp_path / f"worker{i}.err") for i in range(2)))
     gone = dead_pid()
     winners: Counter[int] = Counter()
@@ -140,7 +146,7 @@ async def test_two_resumers_at_once_exactly_one_runs(tmp_path: Path) -> None:
             os.mkfifo(go)
             writer = os.open(go, os.O_RDWR | os.O_NONBLOCK)  # the only writer: closing it is the signal
             try:
-                request = {"trial": trial, "db": str(db), "thread": thread_id, "go": str(go), "runs": str(runs_log)}
+                request = {"trial": trial, "store": location, "thread": thread_id, "go": str(go), "runs": str(runs_log)}
                 await asyncio.gather(*(w.send(request) for w in workers))
                 assert [await w.read() for w in workers] == [{"prepared": trial}] * 2
             finally:
@@ -190,6 +196,6 @@ async def test_two_resumers_at_once_exactly_one_runs(tmp_path: Path) -> None:
         await asyncio.gather(*(w.close() for w in workers))
         await store.close()
     REPORT.append(
-        f"two resumers: {TRIALS} trials, exactly one resumed each time (worker 0 won {winners[0]}, "
+        f"two resumers on {store_backend}: {TRIALS} trials, exactly one resumed each time (worker 0 won {winners[0]}, "
         f"worker 1 won {winners[1]}), the other refused as already running; {time.monotonic() - started:.1f} s"
     )

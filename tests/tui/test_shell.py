@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from core.checkpoint import locations
 from core.checkpoint.memory import MemoryCheckpointer
 from tests.helpers.tui import fast_session, screen_text, wait_for, wait_for_text
 from tui import cli
@@ -49,7 +50,7 @@ def test_help_mentions_the_run_subcommand() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tui.cli", "--help"], capture_output=True, text=True, timeout=60, check=False
     )
-    assert "cubepi-tui run --db PATH --thread ID" in done.stdout and "--resume" in done.stdout
+    assert "cubepi-tui run --db URL|PATH --thread ID" in done.stdout and "--resume" in done.stdout
     done = subprocess.run(
         [sys.executable, "-m", "tui.cli", "run", "--help"], capture_output=True, text=True, timeout=60, check=False
     )
@@ -135,7 +136,7 @@ async def test_default_database_is_created_in_the_user_data_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "data" / "cubepi-tui" / "threads.sqlite"
-    monkeypatch.setattr(cli, "default_db_path", lambda: target)
+    monkeypatch.setattr(locations, "default_sqlite_path", lambda: target)
     app = make_app(cli.build_session(demo=True))
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for_text(pilot, "No threads yet")

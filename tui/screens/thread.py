@@ -30,7 +30,6 @@ from tui.messages import CloseThread, RunFinished, RunStarted
 from tui.screens.modals import ConfirmModal, TextInputModal
 from tui.screens.resume import ResumeDecision, ResumeModal
 from tui.screens.thread_view import KIND_WORDS, ThreadView, while_attached
-from tui.session import UPGRADE_EXPLANATION
 from tui.text import clean, literal
 
 __all__ = ["ThreadScreen"]
@@ -96,7 +95,7 @@ class ThreadScreen(ThreadView):
             decision = asked
         if self.session.needs_upgrade:
             if not await self.app.push_screen_wait(
-                ConfirmModal("Upgrade this database?", UPGRADE_EXPLANATION, yes="Upgrade")
+                ConfirmModal("Upgrade this database?", self.session.upgrade_explanation, yes="Upgrade")
             ):
                 self.session.pending_prompts.pop(self.thread_id, None)
                 self.notify("The database was left unchanged; it stays browse-only.")

@@ -175,6 +175,7 @@ class ThreadView(Screen[None]):
             return
         self.status_bar.thread_id = self.thread_id
         self.status_bar.model = self.session.model
+        self.status_bar.store = self.session.store_notice  # a reconnect under way when it opened
         self.status_bar.run_state = "loading"
         self.query_one("#thread-problems").display = False
         self.query_one("#thread-repairs").display = False

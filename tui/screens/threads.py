@@ -115,7 +115,15 @@ class ThreadsScreen(Screen[None]):
         title.append(clean(self.session.location or "memory"))
         if self.session.needs_upgrade:
             title.append("  (browse-only until upgraded)", style="yellow")
+        if self.session.store_notice:
+            title.append("\n")
+            title.append(clean(self.session.store_notice), style="bold yellow")
         return title
+
+    def show_title(self) -> None:
+        """Draw the header again (the store's location, mode and connection notice)."""
+        for title in self.query("#threads-title").results(Static):
+            title.update(self._title())
 
     # --- loading ------------------------------------------------------------------------
 

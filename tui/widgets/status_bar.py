@@ -1,4 +1,4 @@
-"""StatusBar: thread id, run state, a model call's retry wait, model and token usage."""
+"""StatusBar: thread id, run state, a model call's retry wait, the store's connection, model and token usage."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ _PREFIXES = sorted(_STATE_STYLES, key=len, reverse=True)
 
 
 class StatusBar(Static):
-    """One line: ``thread · state · retry wait · model · tokens in/out``."""
+    """One line: ``thread · state · retry wait · store notice · model · tokens in/out``."""
 
     DEFAULT_CSS = """
     StatusBar {
@@ -43,6 +43,9 @@ class StatusBar(Static):
 
     retry: reactive[str] = reactive("")
     """The model call's retry wait while there is one (see :func:`core.providers.retry.retry_label`), else empty."""
+
+    store: reactive[str] = reactive("")
+    """What is wrong with the store's connection ("reconnecting to …", see ``Session.store_notice``), else empty."""
 
     model: reactive[str] = reactive("")
     """The model new turns use (or "demo")."""
@@ -76,6 +79,9 @@ class StatusBar(Static):
         if self.retry:
             text.append("  ·  ")
             text.append(clean(self.retry), style=self._themed("bold $warning"))
+        if self.store:
+            text.append("  ·  ")
+            text.append(clean(self.store), style=self._themed("bold $warning"))
         if self.model:
             text.append("  ·  model ", style="dim")
             text.append(clean(self.model))

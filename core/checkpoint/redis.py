@@ -1,0 +1,316 @@
+"""Redis checkpointer on redis-py's asyncio client, in the layout of CubePi's custom-backend example.
+
+Each thread is the example's two keys - a list of message JSON under
+``{prefix}msgs:{thread_id}`` (RPUSH order is append order) and the extra JSON object under
+``{prefix}extra:{thread_id}`` - so a program using that example reads our threads and we
+read its. Everything else of ours lies beside them under ``{prefix}tui:`` (the key scheme:
+:mod:`core.checkpoint.redis_keys`). The prefix is ``cubepi:`` unless the URL's ``prefix``
+query parameter (``redis://host:6379/0?prefix=team:``) or ``open(prefix=...)`` says otherwise.
+
+Opening (see :meth:`~core.checkpoint.redis_store.RedisStore.open`): ours at this version
+is read-write; nothing under the prefix is created (or refused without ``create``); the
+example's layout (no schema version of ours) or an older version of ours is browse-only
+until :meth:`upgrade`; a newer version raises ``SchemaError``.
+
+Atomicity: every write that checks something is one Lua script
+(:mod:`core.checkpoint.redis_scripts`) or one ``WATCH``/``MULTI`` transaction: an append
+checks its write id, the lease fence and the runs, pushes the messages, bumps the thread
+in the listing index and adds to the change feed, all in one script. ``save_extra``
+merges in Python under ``WATCH`` and retries when another writer got there first, so
+no key is lost (the example's own read-modify-write loses keys) and values are JSON
+written by Python, exact (Redis's Lua ``cjson`` would turn ``[]`` into ``{}`` and round
+numbers).
+
+Message ids are list positions counting from 1 (see :mod:`core.checkpoint.redis_read`).
+
+Change notification: every write of ours adds an entry to the stream
+``{prefix}tui:changes``; :meth:`change_token` is its last id and :meth:`change_signals`
+an ``XREAD BLOCK`` on it. Writes made with the example's own code (plain RPUSH/SET) do not
+add to it, so they are seen at the next change of ours or a reload, not at once, and a
+thread such code creates in an upgraded store is not in the listing index (it loads by
+id, and is listed once a write of ours touches it); a
+browse-only store of the example's layout has no feed, so its token is a digest of its
+keys' lengths and extra values, polled once a second.
+
+Only this module and its ``redis_*`` helpers import ``redis``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import WatchError
+
+from core.checkpoint import codec
+from core.checkpoint import redis_read as read
+from core.checkpoint.base import CheckpointData, ThreadSummary
+from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
+from core.checkpoint.redis_keys import CHANGES_KEEP
+from core.checkpoint.redis_records import encode_pending
+from core.checkpoint.redis_store import CONNECT_TIMEOUT, KEEP, now_arg, write_id
+from core.checkpoint.redis_supervised import RedisSupervised
+from core.errors import CorruptRecordError, RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
+from core.messages import AnyMessage, UserMessage
+
+__all__ = ["BLOCK_MAX", "FOREIGN_POLL", "RedisCheckpointer"]
+
+BLOCK_MAX = 5.0
+"""Seconds one blocking read of the change feed waits at most; always under a third of
+the socket timeout too, so a quiet feed never looks like a dead connection."""
+
+FOREIGN_POLL = 1.0
+"""Seconds between two looks at a browse-only store of the example's layout (it has no feed)."""
+
+
+class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaUpgrade):
+    """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` on Redis.
+
+    Build it with ``await RedisCheckpointer.open(url, create=..., on_status=..., prefix=...)``;
+    it is also an async context manager that closes itself. Every call rides out a lost
+    connection (:func:`core.checkpoint.reconnect.with_reconnect`, then
+    ``StoreConnectionError``); writes on a browse-only store raise ``ReadOnlyStoreError``.
+    Times returned are unix seconds.
+    """
+
+    # --- the contract ----------------------------------------------------------------------
+
+    async def load(self, thread_id: str) -> CheckpointData | None:
+        """See ``Checkpointer.load``: one ``MULTI`` snapshot; undecodable entries in ``problems``;
+        ``journal`` is ``None`` on a store of the example's layout."""
+        client = self._live_client()
+        return await self._call("load", lambda: read.load(client, self._keys, thread_id, self._version, None))
+
+    async def load_after(self, thread_id: str, after_id: Any) -> CheckpointData:
+        """See ``IncrementalReads.load_after``: ``LRANGE msgs after_id -1`` (ids are positions from 1)."""
+        client = self._live_client()
+        data = await self._call(
+            "load", lambda: read.load(client, self._keys, thread_id, self._version, int(after_id or 0))
+        )
+        return data if data is not None else CheckpointData()
+
+    async def append(self, thread_id: str, messages: Sequence[AnyMessage], *, holder_id: str | None = None) -> None:
+        """See ``Checkpointer.append``: one Lua script (write id, fence, run checks, RPUSH,
+        index, change feed), so a retry after a lost reply appends nothing twice."""
+        if not messages:
+            return
+        self._check_writable()
+        texts = [codec.encode(m) for m in messages]
+        run_ids = sorted({r for m in messages if (r := getattr(m, "run_id", None)) is not None})
+        prompt = next((m.text for m in messages if isinstance(m, UserMessage)), None)
+        marker, ttl = self._write_args(write_id())
+        k = self._keys
+        keys = [k.msgs(thread_id), k.runs(thread_id), k.leases, k.threads, k.changes, marker, k.first]
+
+        async def attempt() -> None:
+            now = now_arg()
+            args = [thread_id, holder_id or "", now, ttl, "0" if prompt is None else "1", prompt or ""]
+            reply = await self._script("APPEND", keys, [*args, len(run_ids), *run_ids, *texts])
+            if reply[0] == b"lease":
+                self._lease_lost(thread_id, holder_id or "", reply[1], now)
+            if reply[0] == b"completed":
+                raise RunAlreadyCompletedError(
+                    f"Run {(reply[1] or b'').decode()} of thread {thread_id!r} is already completed, so nothing was appended."
+                )
+
+        await self._call("append", attempt)
+
+    async def save_extra(self, thread_id: str, extra: dict[str, Any]) -> None:
+        """See ``Checkpointer.save_extra``: read, merge and ``SET`` under ``WATCH`` of the key,
+        retried whenever another writer changed it first, so concurrent writers lose no key.
+
+        Raises ``TypeError`` for values JSON cannot hold and ``CorruptRecordError`` when the
+        stored extra is not a JSON object (it is left unchanged rather than overwritten).
+        """
+        patch = json.loads(codec.encode_extra(extra))  # the copy in; fails early on bad values
+        self._check_writable()
+        client = self._live_client()
+        marker, ttl = self._write_args(write_id())
+        key = self._keys.extra(thread_id)
+
+        async def attempt() -> None:
+            async with client.pipeline(transaction=True) as pipe:
+                while True:
+                    try:
+                        await pipe.watch(key, marker)
+                        if await pipe.exists(marker):
+                            return  # made before the connection broke
+                        current, problem = read.parse_extra(await pipe.get(key), thread_id)
+                        if problem is not None:
+                            raise CorruptRecordError(
+                                f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
+                                " unchanged and the new keys were not saved.",
+                                thread_id=thread_id,
+                                row_id="extra",
+                            )
+                        current.update(patch)
+                        pipe.multi()
+                        pipe.set(key, codec.encode_extra(current))
+                        pipe.zadd(self._keys.threads, {thread_id: time.time()})
+                        pipe.xadd(self._keys.changes, {"t": thread_id}, maxlen=CHANGES_KEEP, approximate=True)
+                        pipe.set(marker, "ok", ex=ttl)
+                        await pipe.execute()
+                        return
+                    except WatchError:
+                        continue
+
+        await self._call("save", attempt)
+
+    async def list_threads(self) -> list[ThreadSummary]:
+        """See ``Checkpointer.list_threads``: the listing index and one read-only script per 500
+        threads (:func:`core.checkpoint.redis_read.list_threads`); ``SCAN`` on the example's layout."""
+        client = self._live_client()
+        chunk = self._scripts["LIST_CHUNK"]
+        return await self._call("listing", lambda: read.list_threads(client, self._keys, self._version, chunk))
+
+    async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
+        """See ``Checkpointer.claim_run``: one script (write id, fence, the run's state, the claim)."""
+        self._check_writable()
+        marker, ttl = self._write_args(write_id())
+        k = self._keys
+        keys = [k.runs(thread_id), k.leases, k.threads, k.changes, marker]
+
+        async def attempt() -> None:
+            now = now_arg()
+            reply = await self._script("CLAIM", keys, [thread_id, holder_id or "", now, ttl, run_id])
+            if reply[0] == b"lease":
+                self._lease_lost(thread_id, holder_id or "", reply[1], now)
+            if reply[0] == b"completed":
+                raise RunAlreadyCompletedError(f"Run {run_id} of thread {thread_id!r} already completed.")
+            if reply[0] == b"claimed":
+                raise RunAlreadyClaimedError(f"Run {run_id} of thread {thread_id!r} is already running.")
+
+        await self._call("claim", attempt)
+
+    async def mark_run_complete(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
+        """See ``Checkpointer.mark_run_complete``: ``completion_seq`` is the thread's next number, in one script."""
+        self._check_writable()
+        marker, ttl = self._write_args(write_id())
+        keys = [self._keys.runs(thread_id), self._keys.leases, self._keys.changes, marker]
+
+        async def attempt() -> None:
+            now = now_arg()
+            reply = await self._script("COMPLETE", keys, [thread_id, holder_id or "", now, ttl, run_id])
+            if reply[0] == b"lease":
+                self._lease_lost(thread_id, holder_id or "", reply[1], now)
+            if reply[0] == b"unclaimed":
+                raise RunNotClaimedError(f"Run {run_id} of thread {thread_id!r} was never claimed.")
+
+        await self._call("completion", attempt)
+
+    async def save_pending_request(
+        self, thread_id: str, request_json: str | None, *, run_id: str | None = None
+    ) -> None:
+        """See ``HumanRequests.save_pending_request`` (one compare-and-set of ``tui:pending``)."""
+        self._check_writable()
+        new = None if request_json is None else encode_pending(request_json, run_id, time.time())
+
+        def decide(current: bytes | None) -> str | object | None:
+            return KEEP if new is None and current is None else new
+
+        await self._cas("save", self._keys.pending, thread_id, decide, thread_id=thread_id, touch=True)
+
+    # --- change notification ---------------------------------------------------------------
+
+    async def change_token(self) -> str:
+        """See ``ChangeNotification.change_token``: the last id of the change feed (one
+        ``XREVRANGE ... COUNT 1``); on the example's layout a digest of every thread's list
+        length and extra value (one ``SCAN`` and a pipeline)."""
+        client = self._live_client()
+        if self._version is None:
+            return await self._call("change check", lambda: self._foreign_token(client))
+
+        async def last() -> str:
+            newest = await client.xrevrange(self._keys.changes, "+", "-", count=1)
+            return newest[0][0].decode() if newest else "0-0"
+
+        return await self._call("change check", last)
+
+    async def _foreign_token(self, client: Redis) -> str:
+        tids = sorted(await read.scan_threads(client, self._keys))
+        pipe = client.pipeline(transaction=False)
+        for tid in tids:
+            pipe.llen(self._keys.msgs(tid))
+            pipe.get(self._keys.extra(tid))
+        replies = await pipe.execute() if tids else []
+        digest = hashlib.blake2b(digest_size=16)
+        for i, tid in enumerate(tids):
+            digest.update(repr((tid, replies[2 * i], replies[2 * i + 1])).encode())
+        return digest.hexdigest()
+
+    async def change_signals(self, stop: asyncio.Event, *, quiet_ms: int = 50) -> AsyncIterator[None]:
+        """See ``ChangeNotification.change_signals``: ``XREAD BLOCK`` on the change feed on a
+        connection of its own, each block shorter than the socket timeout (at most
+        ``BLOCK_MAX`` s, under a third of it); a read that times out anyway (a loaded
+        server) is read again without a word. Changes within ``quiet_ms`` are one signal.
+        On the example's layout the token is polled every ``FOREIGN_POLL`` s instead.
+        Raises ``StoreConnectionError`` when the server stays unreachable."""
+        if self._version is None:
+            last_token = await self.change_token()
+            while not await _stopped(stop, FOREIGN_POLL):
+                token = await self.change_token()
+                if token != last_token:
+                    last_token = token
+                    yield None
+            return
+        reader = Redis.from_url(
+            self._client_url,
+            socket_timeout=self._socket_timeout,
+            socket_connect_timeout=CONNECT_TIMEOUT,
+            retry=Retry(NoBackoff(), 0),
+            client_name=f"{self._client_name}-changes",
+        )
+        block_ms = max(1, int(min(BLOCK_MAX, self._socket_timeout / 3) * 1000))
+        feed = self._keys.changes
+
+        async def newest() -> bytes:
+            found = await reader.xrevrange(feed, "+", "-", count=1)
+            return found[0][0] if found else b"0-0"
+
+        async def next_batch(after: bytes) -> bytes | None:
+            try:
+                got = await reader.xread({feed: after}, block=block_ms)
+            except RedisTimeoutError:
+                return None  # slower than the socket timeout: read again, quietly
+            if not got:
+                return None
+            return got[0][1][-1][0]
+
+        try:
+            last = await self._call("change watch", newest)
+            while not stop.is_set():
+                reading = asyncio.ensure_future(self._call("change watch", lambda after=last: next_batch(after)))
+                stopping = asyncio.ensure_future(stop.wait())
+                try:
+                    await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopping.cancel()
+                if not reading.done():
+                    reading.cancel()
+                    return
+                got = reading.result()
+                if got is None:
+                    continue
+                last = got
+                if await _stopped(stop, quiet_ms / 1000):
+                    return
+                yield None
+        finally:
+            await reader.aclose()
+
+
+async def _stopped(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``stop``; whether it was set."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True

@@ -1,0 +1,181 @@
+"""The Redis key scheme of :class:`~core.checkpoint.redis.RedisCheckpointer`, in one place,
+and the store URL (its ``prefix`` query parameter, and the URL shown without a password).
+
+CubePi's custom-backend example (the layout every such store has):
+
+* ``{prefix}msgs:{thread_id}`` - a list of message JSON, RPUSH order = append order;
+* ``{prefix}extra:{thread_id}`` - a string holding the thread's extra JSON object.
+
+Ours, beside them under ``{prefix}tui:`` (added by :meth:`~core.checkpoint.redis.RedisCheckpointer.upgrade`
+or when a new store is created):
+
+* ``tui:schema`` - our schema version (a decimal string);
+* ``tui:threads`` - sorted set: thread id -> last activity (unix seconds), the listing index;
+* ``tui:first`` - hash: thread id -> the text of its first user message (schema v2);
+* ``tui:runs:{thread_id}`` - hash: run id -> run record JSON;
+* ``tui:pending`` - hash: thread id -> pending human request JSON;
+* ``tui:journal:{thread_id}`` / ``tui:jobs:{thread_id}`` - hashes: tool call id / job key -> JSON;
+* ``tui:leases`` - hash: thread id -> lease JSON;
+* ``tui:live:{thread_id}`` - a stream of live events, ids ``0-{seq}`` from the counter ``tui:liveseq``;
+* ``tui:cmds`` - hash: seq -> command JSON; ``tui:cmdseq`` its counter; ``tui:cmds:{thread_id}``
+  a sorted set of the thread's command seqs;
+* ``tui:changes`` - a stream every write of ours adds an entry to (the change feed);
+* ``tui:w:{write_id}`` - the reply of a write already made (expires), so a write whose
+  reply was lost is found on retry instead of made twice.
+
+Only :mod:`core.checkpoint.redis` and its ``redis_*`` helpers import this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from core.errors import DatabaseOpenError
+
+DEFAULT_PREFIX = "cubepi:"
+"""The key prefix of CubePi's custom-backend example."""
+
+WRITE_MEMORY = 600
+"""Seconds a write's reply is remembered under ``tui:w:{write_id}``: far longer than one
+call's reconnect window (26.3 s, :data:`core.checkpoint.reconnect.RECONNECT_DELAYS`)."""
+
+CHANGES_KEEP = 1000
+"""Entries the change feed keeps (``XADD MAXLEN ~``); readers need only the newest id."""
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Every key of one store, built from its ``prefix`` (``cubepi:`` by default)."""
+
+    prefix: str
+
+    def msgs(self, thread_id: str) -> str:
+        """The example's message list of a thread."""
+        return f"{self.prefix}msgs:{thread_id}"
+
+    def extra(self, thread_id: str) -> str:
+        """The example's extra JSON object of a thread."""
+        return f"{self.prefix}extra:{thread_id}"
+
+    def _tui(self, name: str) -> str:
+        return f"{self.prefix}tui:{name}"
+
+    @property
+    def schema(self) -> str:
+        """Our schema version."""
+        return self._tui("schema")
+
+    @property
+    def threads(self) -> str:
+        """The listing index (sorted set by last activity)."""
+        return self._tui("threads")
+
+    @property
+    def first(self) -> str:
+        """Thread id -> first user prompt (hash)."""
+        return self._tui("first")
+
+    def runs(self, thread_id: str) -> str:
+        """Run id -> run record (hash)."""
+        return self._tui(f"runs:{thread_id}")
+
+    @property
+    def pending(self) -> str:
+        """Thread id -> pending human request (hash)."""
+        return self._tui("pending")
+
+    def journal(self, thread_id: str) -> str:
+        """Tool call id -> journal entry (hash)."""
+        return self._tui(f"journal:{thread_id}")
+
+    def jobs(self, thread_id: str) -> str:
+        """Job key -> job record (hash)."""
+        return self._tui(f"jobs:{thread_id}")
+
+    @property
+    def leases(self) -> str:
+        """Thread id -> lease (hash)."""
+        return self._tui("leases")
+
+    def live(self, thread_id: str) -> str:
+        """The thread's live-event stream."""
+        return self._tui(f"live:{thread_id}")
+
+    @property
+    def live_seq(self) -> str:
+        """The store's live-event counter."""
+        return self._tui("liveseq")
+
+    @property
+    def commands(self) -> str:
+        """Seq -> command (hash)."""
+        return self._tui("cmds")
+
+    @property
+    def command_seq(self) -> str:
+        """The store's command counter."""
+        return self._tui("cmdseq")
+
+    def thread_commands(self, thread_id: str) -> str:
+        """The thread's command seqs (sorted set)."""
+        return self._tui(f"cmds:{thread_id}")
+
+    @property
+    def changes(self) -> str:
+        """The change feed (stream)."""
+        return self._tui("changes")
+
+    def write(self, write_id: str) -> str:
+        """The remembered reply of one write."""
+        return self._tui(f"w:{write_id}")
+
+    def pattern(self, kind: str) -> str:
+        """A SCAN ``MATCH`` pattern for the example's ``kind`` keys (``msgs`` / ``extra``),
+        with the glob characters of the prefix escaped; ``""`` gives every key under the prefix."""
+        escaped = "".join("\\" + ch if ch in "*?[]\\" else ch for ch in self.prefix)
+        return f"{escaped}{kind}:*" if kind else f"{escaped}*"
+
+    def thread_of(self, key: bytes | str, kind: str) -> str:
+        """The thread id in a ``msgs``/``extra`` key found by :meth:`pattern`."""
+        text = key.decode() if isinstance(key, bytes) else key
+        return text[len(self.prefix) + len(kind) + 1 :]
+
+
+def split_url(url: str, prefix: str | None) -> tuple[str, str, str]:
+    """``(url for redis-py, key prefix, where)`` from a store URL.
+
+    The prefix is ``prefix`` when given, else the URL's ``prefix`` query parameter
+    (``redis://host:6379/0?prefix=team:``), else ``cubepi:``; the parameter is removed
+    from the URL handed to redis-py, which would refuse it. ``where`` is the URL without
+    its password or query, for messages. Raises ``DatabaseOpenError`` for a URL that is
+    not ``redis://``, ``rediss://`` or ``unix://``.
+    """
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        port = parts.port
+    except ValueError:
+        raise DatabaseOpenError(f"{_masked(url)} is not a Redis URL (redis://host:port/db).") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise DatabaseOpenError(f"{_masked(url)} is not a Redis URL (redis://host:port/db).")
+    from_query = [v for k, v in query if k == "prefix"]
+    rest = [(k, v) for k, v in query if k != "prefix"]
+    chosen = prefix if prefix is not None else (from_query[-1] if from_query else DEFAULT_PREFIX)
+    user = f"{parts.username}@" if parts.username else ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{user}{host}{f':{port}' if port else ''}"
+    where = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return urlunsplit(parts._replace(query=urlencode(rest))), chosen, where
+
+
+def _masked(url: str) -> str:
+    """``url`` without what may hold a password (between ``://`` and ``@``, and the query),
+    for an error about the URL itself."""
+    head, sep, tail = url.partition("://")
+    tail = tail.split("?", 1)[0]
+    if sep and "@" in tail.split("/", 1)[0]:
+        return f"{head}://…@{tail.split('@', 1)[1]}"
+    return f"{head}{sep}{tail}"

@@ -1,0 +1,358 @@
+"""One open Redis store: its connection, how it was opened (read-write, new, browse-only),
+its upgrade, and the reconnecting call every store method goes through.
+
+:class:`RedisStore` is the base of :class:`~core.checkpoint.redis.RedisCheckpointer`,
+which adds the store's methods.
+
+Connections. One redis-py asyncio client (a pool: concurrent calls use separate
+connections) with ``socket_timeout`` (15 s by default) and redis-py's own retries off:
+every call goes through :func:`core.checkpoint.reconnect.with_reconnect`, which retries a
+lost connection with its one backoff and tells ``on_status``. A connection error is
+redis-py's ``ConnectionError`` (not ``AuthenticationError``) or ``TimeoutError``, or an
+``OSError``. Writes carry a write id checked inside their script or transaction, so a
+write whose reply was lost is not made twice on retry.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, Self, TypeVar
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError, ReadOnlyError, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from core.checkpoint import redis_records as records
+from core.checkpoint import redis_schema as schema
+from core.checkpoint import redis_scripts as scripts
+from core.checkpoint.base import check_lease_holder
+from core.checkpoint.reconnect import OnStatus, with_reconnect
+from core.checkpoint.redis_keys import WRITE_MEMORY, Keys, split_url
+from core.errors import CheckpointError, DatabaseOpenError, ReadOnlyStoreError, SchemaError
+
+T = TypeVar("T")
+
+KEEP = object()
+"""What a :meth:`RedisStore._cas` decision returns to write nothing."""
+
+SOCKET_TIMEOUT = 15.0
+"""Seconds a command may wait for its reply before the connection counts as dead."""
+
+CONNECT_TIMEOUT = 5.0
+"""Seconds to establish a connection (a server that is down refuses at once; this bounds a black hole)."""
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """Whether ``error`` means the connection broke (retried) rather than the command failed."""
+    if isinstance(error, AuthenticationError):
+        return False
+    return isinstance(error, (RedisConnectionError, RedisTimeoutError, OSError))
+
+
+def now_arg() -> str:
+    """Now, unix seconds, as the exact text Lua's ``tonumber`` reads back to the same double."""
+    return repr(time.time())
+
+
+def write_id() -> str:
+    """A fresh id for one write (see :data:`core.checkpoint.redis_keys.WRITE_MEMORY`)."""
+    return uuid.uuid4().hex
+
+
+class RedisStore:
+    """An open Redis store and its mode; use :meth:`open` (a subclass gets its own type back)."""
+
+    def __init__(
+        self,
+        client: Redis,
+        keys: Keys,
+        where: str,
+        version: int | None,
+        *,
+        writable: bool,
+        on_status: OnStatus | None,
+        socket_timeout: float,
+        client_url: str,
+        client_name: str,
+    ) -> None:
+        """Internal: use :meth:`open`."""
+        self._client: Redis | None = client
+        self._keys = keys
+        self._where = where
+        self._version = version
+        self._writable = writable
+        self._on_status = on_status
+        self._socket_timeout = socket_timeout
+        self._client_url = client_url
+        self._client_name = client_name
+        self._scripts = {
+            name: client.register_script(getattr(scripts, name))
+            for name in (
+                "APPEND",
+                "CLAIM",
+                "COMPLETE",
+                "CAS",
+                "SEND_COMMAND",
+                "LIVE_APPEND",
+                "PRUNE_LIVE",
+                "LIST_CHUNK",
+            )
+        }
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        create: bool = True,
+        on_status: OnStatus | None = None,
+        prefix: str | None = None,
+        socket_timeout: float = SOCKET_TIMEOUT,
+    ) -> Self:
+        """Open the store at ``url`` (``redis://[user:password@]host:port/db``, ``rediss://``
+        or ``unix://``) under a key prefix: ``prefix`` when given, else the URL's ``prefix``
+        query parameter (``redis://host:6379/0?prefix=team:``), else ``cubepi:``.
+
+        * our schema at the version this code knows: read-write;
+        * nothing under the prefix: with ``create`` our schema version is recorded
+          (read-write); without, ``DatabaseOpenError``;
+        * CubePi's example layout (keys under the prefix, no version of ours) or an older
+          version of ours: browse-only (``needs_upgrade``) until :meth:`upgrade`;
+        * a newer version: ``SchemaError``.
+
+        ``socket_timeout`` (seconds) bounds the wait for each reply; a blocking read of the
+        change feed always blocks for less (see ``change_signals``). ``on_status`` hears of
+        each reconnect attempt and of the store being back. Raises ``DatabaseOpenError``
+        (one sentence, never the password) for a bad URL or a server that cannot be reached
+        (one attempt: opening does not wait out an outage).
+        """
+        client_url, chosen, where = split_url(url, prefix)
+        name = f"cubepi-tui-{uuid.uuid4().hex[:12]}"
+        try:
+            client = Redis.from_url(
+                client_url,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=CONNECT_TIMEOUT,
+                retry=Retry(NoBackoff(), 0),
+                client_name=name,
+            )
+        except (ValueError, TypeError) as error:
+            raise DatabaseOpenError(f"{where} is not a usable Redis URL ({error}).") from None
+        keys = Keys(chosen)
+        try:
+            version, writable = await _mode(client, keys, where, create=create)
+        except BaseException as error:
+            await client.aclose()
+            if isinstance(error, CheckpointError):
+                raise
+            if isinstance(error, (RedisError, OSError)):
+                raise DatabaseOpenError(f"Cannot open the Redis store at {where}: {_one_line(error)}.") from None
+            raise
+        return cls(
+            client,
+            keys,
+            where,
+            version,
+            writable=writable,
+            on_status=on_status,
+            socket_timeout=socket_timeout,
+            client_url=client_url,
+            client_name=name,
+        )
+
+    async def upgrade(self) -> None:
+        """Make a browse-only store writable: add our keys (or migrate older ones) in one
+        ``MULTI``/``EXEC`` (see :func:`core.checkpoint.redis_schema.upgrade`). Call only after
+        the user agreed; the example's keys are never changed. A no-op on a writable store.
+        Raises ``SchemaError`` when another program upgraded it past this version meanwhile,
+        ``DatabaseOpenError`` when the server refuses writes."""
+        if self._writable:
+            return
+        client = self._live_client()
+        try:
+            version = await self._call("upgrade", lambda: schema.upgrade(client, self._keys))
+        except ReadOnlyStoreError as error:
+            raise DatabaseOpenError(f"The store at {self._where} cannot be upgraded: {error}") from None
+        if version > schema.current():
+            raise SchemaError(_newer(self._where, self._keys, version))
+        self._version = version
+        self._writable = True
+
+    # --- state ---------------------------------------------------------------------------
+
+    @property
+    def where(self) -> str:
+        """The server's URL without password or query (``redis://host:6379/0``)."""
+        return self._where
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix every key of this store starts with."""
+        return self._keys.prefix
+
+    @property
+    def client_name(self) -> str:
+        """The ``CLIENT SETNAME`` of this store's connections (shown by ``CLIENT LIST``)."""
+        return self._client_name
+
+    @property
+    def needs_upgrade(self) -> bool:
+        """True for a store of the example's layout or an older schema of ours (browse-only)."""
+        return not self._writable
+
+    @property
+    def read_only(self) -> bool:
+        """True while writes raise ``ReadOnlyStoreError``."""
+        return not self._writable
+
+    @property
+    def schema_version(self) -> int | None:
+        """Our schema version in the store, ``None`` for the example's layout."""
+        return self._version
+
+    async def close(self) -> None:
+        """Close the connections; idempotent."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def _live_client(self) -> Redis:
+        if self._client is None:
+            raise CheckpointError(f"The store at {self._where} is closed.")
+        return self._client
+
+    def _check_writable(self) -> None:
+        """Raise ``ReadOnlyStoreError`` unless writes are allowed."""
+        if not self._writable:
+            raise ReadOnlyStoreError(
+                f"The store at {self._where} under the prefix {self._keys.prefix!r} is open for browsing only;"
+                " upgrade it before writing to it."
+            )
+
+    async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run ``call`` through :func:`with_reconnect`; a command the server refuses becomes one sentence."""
+        self._live_client()
+        try:
+            return await with_reconnect(
+                call, what=what, where=self._where, is_connection_error=is_connection_error, on_status=self._on_status
+            )
+        except ReadOnlyError:
+            raise ReadOnlyStoreError(f"The Redis server at {self._where} is read-only (a replica?).") from None
+        except RedisError as error:
+            if isinstance(error, CheckpointError):
+                raise
+            raise CheckpointError(f"The {what} on {self._where} failed: {_one_line(error)}.") from None
+
+    async def _script(self, name: str, keys: list[str], args: list[Any]) -> list[bytes | None]:
+        """Run one of :mod:`~core.checkpoint.redis_scripts` (EVALSHA, loading it when the server lost it)."""
+        return await self._scripts[name](keys=keys, args=args, client=self._live_client())
+
+    def _write_args(self, wid: str) -> tuple[str, int]:
+        return self._keys.write(wid), WRITE_MEMORY
+
+    def _lease_lost(self, thread_id: str, holder_id: str, raw: bytes | None, now: str) -> NoReturn:
+        """Raise the fence's ``LeaseLostError`` for the lease record a script refused on."""
+        check_lease_holder(records.decode_lease(raw), thread_id, holder_id, float(now))
+        raise CheckpointError(f"The lease check of thread {thread_id!r} on {self._where} gave two answers.")
+
+    async def _cas(
+        self,
+        what: str,
+        hash_key: str,
+        field: str,
+        decide: Callable[[bytes | None], str | object | None],
+        *,
+        thread_id: str | Callable[[], str],
+        holder_id: str | None = None,
+        touch: bool = False,
+    ) -> bytes | str | None:
+        """Compare-and-set one hash field and return what it holds afterwards.
+
+        ``decide(current)`` (the field's bytes, ``None`` when absent) returns the new JSON
+        text, ``None`` to delete it, :data:`KEEP` to write nothing, or an exception to
+        raise; it runs again whenever another writer changed the field first. The write is
+        fenced by ``holder_id`` (checked even when nothing is written, as every fenced call
+        is), adds to the change feed and, with ``touch``, bumps the thread in the listing.
+        """
+        client = self._live_client()
+        marker, ttl = self._write_args(write_id())
+
+        async def attempt() -> bytes | str | None:
+            while True:
+                current = await client.hget(hash_key, field)
+                new = decide(current)
+                refusal = new if isinstance(new, BaseException) else None
+                if (new is KEEP or refusal is not None) and holder_id is None:
+                    if refusal is not None:
+                        raise refusal
+                    return current
+                op = "keep" if new is KEEP or refusal is not None else ("del" if new is None else "set")
+                now = now_arg()
+                tid = thread_id if isinstance(thread_id, str) else thread_id()
+                reply = await self._script(
+                    "CAS",
+                    [hash_key, self._keys.leases, self._keys.changes, marker, self._keys.threads],
+                    [
+                        field,
+                        "0" if current is None else "1",
+                        current or b"",
+                        op,
+                        new if op == "set" else "",
+                        tid,
+                        holder_id or "",
+                        now,
+                        ttl,
+                        "1" if touch else "0",
+                    ],
+                )
+                kind = reply[0]
+                if kind == b"conflict":
+                    continue
+                if kind == b"lease":
+                    self._lease_lost(tid, holder_id or "", reply[1], now)
+                if kind == b"dup":
+                    return reply[1] or None
+                if refusal is not None:
+                    raise refusal
+                return current if op == "keep" else (new if op == "set" else None)  # type: ignore[return-value]
+
+        return await self._call(what, attempt)
+
+
+async def _mode(client: Redis, keys: Keys, where: str, *, create: bool) -> tuple[int | None, bool]:
+    """``(version, writable)`` of the store under ``keys.prefix``, creating it when allowed."""
+    version = await schema.read_version(client, keys, where)
+    if version is None and not await schema.anything_under(client, keys):
+        if not create:
+            raise DatabaseOpenError(f"There is no agent store at {where} under the prefix {keys.prefix!r}.")
+        if await schema.create(client, keys):
+            return schema.current(), True
+        version = await schema.read_version(client, keys, where)  # another program created it first
+    if version is not None and version > schema.current():
+        raise SchemaError(_newer(where, keys, version))
+    return version, version == schema.current()
+
+
+def _newer(where: str, keys: Keys, version: int) -> str:
+    return (
+        f"The store at {where} under the prefix {keys.prefix!r} was written by a newer cubepi-tui "
+        f"(schema version {version}, this one knows up to {schema.current()}); update cubepi-tui to open it."
+    )
+
+
+def _one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0].rstrip(".") if lines else type(error).__name__

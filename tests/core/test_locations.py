@@ -1,0 +1,293 @@
+"""Store locations: a path or a URL picks the backend, CUBEPI_DB is the default, no password is shown.
+
+The server backends here are :mod:`tests.helpers.networked` stores (a memory store behind
+a fake connection, retried by the real ``with_reconnect``), put where
+:func:`core.checkpoint.locations.open_store` imports the Postgres and Redis backends from,
+so what is tested is the real dispatch and the real callers (the app's CLI, the runner).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from core.checkpoint import locations
+from core.checkpoint.capabilities import SchemaUpgrade, supports
+from core.checkpoint.locations import (
+    chosen_location,
+    describe_location,
+    is_url,
+    open_store,
+)
+from core.checkpoint.reconnect import StoreStatus
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.errors import DatabaseOpenError
+from core.runner import BAD_INPUT, run_headless
+from core.runner import main as run_main
+from tests.helpers import networked
+from tui import cli
+
+SECRET = "hunter2"
+"""The password in every URL below: it must appear in no message, title or line."""
+
+
+# --- which backend ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["threads.sqlite", "notes:v2.sqlite", "no-suffix", "agents@host:5432"])
+async def test_anything_but_a_url_is_a_sqlite_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    link = networked.install(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    for location in (name, tmp_path / name):
+        store = await open_store(location, create=True)
+        try:
+            assert isinstance(store, SQLiteCheckpointer)
+            assert store.path == (tmp_path / name).absolute()
+        finally:
+            await store.close()
+    assert link.opened == []
+
+
+async def test_the_default_file_gets_its_directory(tmp_path: Path) -> None:
+    target = tmp_path / "data" / "cubepi-tui" / "threads.sqlite"
+    with pytest.raises(DatabaseOpenError):
+        await open_store(target, create=True)  # no directory, none made
+    store = await open_store(target, create=True, make_parent=True)
+    await store.close()
+    assert target.is_file()
+
+
+@pytest.mark.parametrize(
+    ("url", "backend", "passed"),
+    [
+        (f"postgresql://ann:{SECRET}@db.example:5432/agents", "PostgresCheckpointer", None),
+        (f"postgres://ann:{SECRET}@db.example/agents", "PostgresCheckpointer", None),
+        (f"PostgreSQL://ann:{SECRET}@db.example/agents", "PostgresCheckpointer", "postgresql://"),
+        (f"redis://:{SECRET}@cache.example:6379/0", "RedisCheckpointer", None),
+        (f"rediss://ann:{SECRET}@cache.example:6380/1", "RedisCheckpointer", None),
+        (f"unix:///run/redis.sock?db=0&password={SECRET}", "RedisCheckpointer", None),
+        ("REDIS://cache.example", "RedisCheckpointer", "redis://"),
+    ],
+)
+async def test_a_server_url_opens_its_backend_with_create_and_on_status(
+    monkeypatch: pytest.MonkeyPatch, url: str, backend: str, passed: str | None
+) -> None:
+    link = networked.install(monkeypatch)
+    seen: list[StoreStatus] = []
+    store = await open_store(url, create=False, on_status=seen.append, on_busy=lambda attempt: None)
+    assert type(store).__name__ == backend
+    ((given, create, on_status),) = link.opened
+    # The scheme is lowered for the driver (schemes are case-insensitive); the rest is as typed.
+    expected = url if passed is None else passed + url.partition("://")[2]
+    assert given == expected and create is False and on_status == seen.append
+
+
+@pytest.mark.parametrize(
+    "url",
+    [f"mysql://root:{SECRET}@db.example/agents", "http://example.com/threads", "file:///tmp/threads.sqlite"],
+)
+async def test_an_unknown_scheme_is_one_sentence_naming_the_known_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DatabaseOpenError) as caught:
+        await open_store(url, create=True)
+    sentence = str(caught.value)
+    assert len(sentence.splitlines()) == 1 and sentence.endswith(".") and SECRET not in sentence
+    assert sentence.startswith(describe_location(url) + " is not a store cubepi-tui can open")
+    for scheme in ("postgresql://", "postgres://", "redis://", "rediss://", "unix://"):
+        assert scheme in sentence
+    assert list(tmp_path.iterdir()) == []  # not taken for a file name
+
+
+# --- describing a location ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("location", "shown"),
+    [
+        (f"postgresql://ann:{SECRET}@db.example:5432/agents", "postgresql://ann@db.example:5432/agents"),
+        (
+            f"postgresql://ann@db.example/agents?sslmode=require&password={SECRET}",
+            "postgresql://ann@db.example/agents?sslmode=require",
+        ),
+        (f"postgresql:///agents?host=/run/postgresql&PASSWORD={SECRET}", "postgresql:///agents?host=/run/postgresql"),
+        (f"postgresql://h/agents?sslpassword={SECRET}&sslcert=c.pem", "postgresql://h/agents?sslcert=c.pem"),
+        (f"redis://:{SECRET}@cache.example:6379/0", "redis://cache.example:6379/0"),
+        (f"rediss://ann:{SECRET}@cache.example/1#x", "rediss://ann@cache.example/1#x"),
+        (f"unix:///run/redis.sock?password={SECRET}", "unix:///run/redis.sock"),
+        (f"unix://ann:{SECRET}@/run/redis.sock?db=2", "unix://ann@/run/redis.sock?db=2"),
+        (f"postgresql://ann:{SECRET}@[::1", "postgresql://ann@[::1"),  # malformed: still no password
+        (f"postgresql://ann:p@ss:{SECRET}@db.example/agents", "postgresql://ann@db.example/agents"),
+        (f"mysql://root:{SECRET}@db.example/x", "mysql://root@db.example/x"),
+        ("postgresql://db.example/agents", "postgresql://db.example/agents"),
+        ("threads.sqlite", "threads.sqlite"),
+        (Path("/data/threads.sqlite"), "/data/threads.sqlite"),
+    ],
+)
+def test_a_location_is_described_without_its_password(location: str | Path, shown: str) -> None:
+    assert describe_location(location) == shown
+    assert SECRET not in describe_location(location)
+
+
+@pytest.mark.parametrize(
+    ("location", "url"),
+    [
+        ("postgresql://h/db", True),
+        ("mysql://h/db", True),
+        ("a+b.c-d://x", True),
+        ("threads.sqlite", False),
+        ("./postgresql://x", False),
+        ("C://windows/drive", False),
+        ("postgresql:/h/db", False),
+        (Path("postgresql://h/db"), False),  # a Path is a path, whatever it spells
+    ],
+)
+def test_is_url(location: str | Path, url: bool) -> None:
+    assert is_url(location) is url
+
+
+# --- CUBEPI_DB -------------------------------------------------------------------------------
+
+
+def _default_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    target = tmp_path / "data" / "cubepi-tui" / "threads.sqlite"
+    monkeypatch.setattr(locations, "default_sqlite_path", lambda: target)
+    return target
+
+
+def test_an_argument_beats_cubepi_db_which_beats_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    default = _default_in(tmp_path, monkeypatch)
+    env = {"CUBEPI_DB": "redis://cache.example/0"}
+    assert chosen_location("given.sqlite", env) == locations.ChosenLocation("given.sqlite", False)
+    assert chosen_location(Path("given.sqlite"), env) == locations.ChosenLocation(Path("given.sqlite"), False)
+    assert chosen_location(None, env) == locations.ChosenLocation("redis://cache.example/0", False)
+    assert chosen_location("", env).location == "redis://cache.example/0"  # an empty argument is none
+    assert chosen_location(None, {"CUBEPI_DB": "  "}) == locations.ChosenLocation(default, True)
+    assert chosen_location(None, {}) == locations.ChosenLocation(default, True)
+    monkeypatch.setenv("CUBEPI_DB", "from-os.sqlite")
+    assert chosen_location(None).location == "from-os.sqlite"  # os.environ by default
+
+
+async def test_the_app_takes_cubepi_db_unless_given_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    default = _default_in(tmp_path, monkeypatch)
+    link = networked.install(monkeypatch)
+    assert cli.build_session(cli.parse_args([]).database, demo=True).location == str(default)
+
+    monkeypatch.setenv("CUBEPI_DB", f"postgresql://ann:{SECRET}@db.example/agents")
+    session = cli.build_session(cli.parse_args([]).database, demo=True)
+    assert session.location == "postgresql://ann@db.example/agents"  # what the title shows
+    await session.open()
+    try:
+        assert link.opened[0][0] == f"postgresql://ann:{SECRET}@db.example/agents"  # the driver gets it all
+        assert link.opened[0][1] is True  # created on first use
+        assert session.store is link.stores[0]
+    finally:
+        await session.close()
+
+    given = tmp_path / "given.sqlite"
+    session = cli.build_session(cli.parse_args([str(given)]).database, demo=True)
+    assert session.location == str(given)
+    await session.open()
+    await session.close()
+    assert given.is_file() and len(link.opened) == 1 and not default.exists()
+
+
+@pytest.mark.parametrize("where", ["argument", "CUBEPI_DB"])
+def test_the_app_refuses_an_unknown_scheme_before_starting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    url = f"mysql://root:{SECRET}@db.example/agents"
+    if where == "CUBEPI_DB":
+        monkeypatch.setenv("CUBEPI_DB", url)
+    with pytest.raises(SystemExit) as exited:
+        cli.main([url] if where == "argument" else [])
+    err = capsys.readouterr().err
+    assert exited.value.code == BAD_INPUT
+    assert err.startswith("cubepi-tui: mysql://root@db.example/agents is not a store")
+    assert len(err.strip().splitlines()) == 1 and SECRET not in err
+
+
+def test_the_runner_takes_cubepi_db_unless_given_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    default = _default_in(tmp_path, monkeypatch)
+    run = ["run", "--thread", "t1", "--demo", "--speed", "50", "hi"]
+    assert run_main(run) == 0
+    assert default.is_file()  # neither: the default file, its directory made
+
+    from_env, given = tmp_path / "env.sqlite", tmp_path / "given.sqlite"
+    monkeypatch.setenv("CUBEPI_DB", str(from_env))
+    assert run_main(run) == 0
+    assert from_env.is_file() and not given.exists()
+    assert run_main([*run[:1], "--db", str(given), *run[1:]]) == 0
+    assert given.is_file()
+
+
+def test_the_runner_refuses_an_unknown_scheme_in_one_sentence(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CUBEPI_DB", f"http://ann:{SECRET}@example.com/")
+    assert run_main(["run", "--thread", "t1", "--demo", "hi"]) == BAD_INPUT
+    out, err = capsys.readouterr()
+    assert err.startswith("http://ann@example.com/ is not a store cubepi-tui can open")
+    assert len(err.strip().splitlines()) == 1 and SECRET not in out + err
+
+
+# --- the runner on a server store ------------------------------------------------------------
+
+
+async def test_the_runner_prints_each_reconnect_and_the_recovery(monkeypatch: pytest.MonkeyPatch) -> None:
+    link = networked.install(monkeypatch, networked.Link(fail_next=3))
+    out, err = io.StringIO(), io.StringIO()
+    url = f"postgresql://ann:{SECRET}@db.example/agents"
+    status = await run_headless(url, "t1", "hi", demo=True, speed=50, out=out, err=err)
+    assert status == 0, err.getvalue()
+    lines = err.getvalue().splitlines()
+    reason = "ConnectionResetError: the server closed the connection unexpectedly"
+    assert lines == [
+        *(
+            f"store: reconnecting to postgresql://ann@db.example/agents (attempt {n}, next in 0.1 s)…: {reason}"
+            for n in (1, 2, 3)
+        ),
+        "store: reconnected to postgresql://ann@db.example/agents",
+    ]
+    assert out.getvalue().splitlines()[-1] == "run completed"
+    assert SECRET not in out.getvalue() + err.getvalue()
+    data = await link.stores[0].load("t1")
+    assert data is not None and data.messages[0].text == "hi"
+
+
+async def test_the_runner_exits_1_with_one_sentence_when_the_server_stays_away(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    networked.install(monkeypatch, networked.Link(down=True, delays=(0.01, 0.02)))
+    out, err = io.StringIO(), io.StringIO()
+    status = await run_headless(
+        f"redis://:{SECRET}@cache.example:6379/0", "t1", "hi", demo=True, speed=50, out=out, err=err
+    )
+    assert status == 1
+    *notices, sentence = err.getvalue().splitlines()
+    assert [n.partition(" (")[0] for n in notices] == ["store: reconnecting to redis://cache.example:6379/0"] * 2
+    assert sentence.startswith("Lost the connection to redis://cache.example:6379/0 and could not get it back")
+    assert out.getvalue() == "" and SECRET not in err.getvalue()
+
+
+# --- upgrading ---------------------------------------------------------------------------------
+
+
+async def test_each_store_explains_its_own_upgrade(monkeypatch: pytest.MonkeyPatch, fixture_db: Path) -> None:
+    networked.install(monkeypatch, networked.Link(needs_upgrade=True))
+    sqlite_store = await open_store(fixture_db, create=False)  # cubeloop's file: browse-only
+    server_store = await open_store("postgresql://db.example/agents", create=False)
+    try:
+        for store in (sqlite_store, server_store):
+            assert supports(store, SchemaUpgrade) and store.needs_upgrade
+        sqlite_words, server_words = sqlite_store.upgrade_explanation, server_store.upgrade_explanation
+    finally:
+        await sqlite_store.close()
+        await server_store.close()
+    assert "WAL" in sqlite_words and "tables" in sqlite_words  # a file: its journal mode changes too
+    assert "WAL" not in server_words and "file" not in server_words  # the default words, true of any store
+    for words in (sqlite_words, server_words):
+        assert words.endswith("Upgrade now?") and "browsing only" in words
