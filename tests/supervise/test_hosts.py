@@ -4,7 +4,7 @@ own ``CUBEPI_HOST_ID``, share one store with the test (the supervisor, itself ho
 Commands reach the runner holding their thread's lease and no other; a runner killed on
 another host reads running until its lease expires, then crashed with that host named (its
 pid, dead here, proves nothing about another host); on the supervisor's own host the dead
-pid counts at once. Every test runs once per store kind in ``tests.helpers.sites.LOCATIONS``.
+pid counts at once. Every test runs once per backend (``tests.helpers.store_backends``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from core.checkpoint.base import Checkpointer, Lease
 from core.leases import HOST_ID_ENV, pid_alive
 from core.messages import UserMessage
 from core.supervise import LeaseState, ThreadCrashedError, lease_status, send
-from tests.helpers.sites import LOCATIONS, open_location
+from tests.helpers.store_backends import BACKEND_PARAMS, new_location
+from tests.helpers.store_locations import open_location
 from tests.helpers.supervise import ROOT, SIGKILL, TIMEOUT, Runner, runner_argv, until_status
 from tests.helpers.tui import fast_session
 from tui.session import Session
@@ -31,16 +32,19 @@ SUPERVISOR_HOST = "desk"
 """The test process's host id: no runner's but the "same host" one."""
 
 
-@pytest.fixture(params=sorted(LOCATIONS))
+@pytest.fixture(params=BACKEND_PARAMS)
 async def location(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """A fresh store every runner of the test and the test itself use, of each listed kind."""
-    async with LOCATIONS[request.param](tmp_path) as made:
+    """A fresh store every runner of the test and the test itself use, on each backend
+    (created here, so runners and test never race to create it)."""
+    async with new_location(request.param, tmp_path, "hosts") as made:
+        created = await open_location(made, create=True)
+        await created.close()
         yield made
 
 
 @pytest.fixture
 async def store(location: str) -> AsyncIterator[Checkpointer]:
-    opened = await open_location(location)
+    opened = await open_location(location, create=False)
     yield opened
     await opened.close()
 
@@ -90,7 +94,7 @@ def _steers(messages: object) -> list[tuple[str, object]]:
 
 async def _session(location: str) -> Session:
     """The app's session (what its picker lists) on its own connection to ``location``."""
-    session = fast_session(await open_location(location))
+    session = fast_session(await open_location(location, create=False))
     await session.open()
     return session
 
