@@ -113,6 +113,12 @@ class RunAlreadyClaimedError(RunError):
         self.lease = lease
 
 
+class HostIdError(RunError):
+    """Raised by ``core.leases.host_id`` when ``CUBEPI_HOST_ID`` is set to something that
+    cannot name a host in lease records (a control character, or longer than
+    ``core.leases.HOST_ID_MAX`` characters)."""
+
+
 class RunAlreadyCompletedError(RunError):
     """Raised when a message is appended to, or a claim is made for, a run that already completed."""
 

@@ -8,8 +8,15 @@ released when the run ends. A lease is *stale*, and may be taken over, when it e
 (its holder stopped heartbeating: crashed, hung or asleep) or when its holder ran on
 this host and that process no longer exists.
 
-A holder is one :class:`LeaseHolder` (a uuid, the pid, the host name): by default each
+A holder is one :class:`LeaseHolder` (a uuid, the pid, the host id): by default each
 ``Agent`` is its own holder, so two agents of one process exclude each other too.
+
+The host id (:func:`host_id`) is what every lease record names as its holder's host and
+what "this host" means wherever a lease is judged: ``$CUBEPI_HOST_ID`` when set, else the
+host name. Set it where host names are not unique (containers built from one image share
+theirs, simulated hosts share the real one): a pid is only checked on its own host, so two
+machines reporting one name would judge each other's pids, and a run on the other one
+would read crashed while it still heartbeats.
 """
 
 from __future__ import annotations
@@ -25,22 +32,47 @@ from dataclasses import dataclass, field
 
 from core.checkpoint.base import Lease
 from core.checkpoint.capabilities import Leases
-from core.errors import DatabaseGoneError, RunAlreadyClaimedError, error_sentence
+from core.errors import DatabaseGoneError, HostIdError, RunAlreadyClaimedError, error_sentence
 
 _log = logging.getLogger(__name__)
 
 
-def _hostname() -> str:
-    return socket.gethostname()
+HOST_ID_ENV = "CUBEPI_HOST_ID"
+"""The environment variable naming this host in lease records (see :func:`host_id`)."""
+
+HOST_ID_MAX = 255
+"""The longest host id accepted, in characters: a DNS name's limit (RFC 1035 section 2.3.4),
+so any real host name fits."""
+
+
+def host_id() -> str:
+    """This host's id in lease records: ``$CUBEPI_HOST_ID`` (surrounding spaces dropped)
+    when set and not blank, else ``socket.gethostname()``.
+
+    The one place a host is named: lease holders write it, and :func:`is_stale` and
+    ``core.supervise.lease_status`` compare a lease's host with it to decide whether its
+    pid may be checked here. Read on every call, so it follows the environment. Raises
+    :class:`~core.errors.HostIdError` when the variable holds a control character or more
+    than :data:`HOST_ID_MAX` characters.
+    """
+    value = os.environ.get(HOST_ID_ENV, "").strip()
+    if not value:
+        return socket.gethostname()
+    if len(value) > HOST_ID_MAX:
+        raise HostIdError(f"{HOST_ID_ENV} must be at most {HOST_ID_MAX} characters long, not {len(value)}.")
+    if not value.isprintable():
+        raise HostIdError(f"{HOST_ID_ENV} must be printable text, not {value!r}.")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
 class LeaseHolder:
-    """Who holds a lease: ``holder_id`` (uuid hex, unique per holder), ``pid`` and ``host``."""
+    """Who holds a lease: ``holder_id`` (uuid hex, unique per holder), ``pid`` and ``host``
+    (default :func:`host_id`, so may raise ``HostIdError``)."""
 
     holder_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     pid: int = field(default_factory=os.getpid)
-    host: str = field(default_factory=_hostname)
+    host: str = field(default_factory=host_id)
 
 
 def pid_alive(pid: int) -> bool:
@@ -64,11 +96,12 @@ def pid_alive(pid: int) -> bool:
 
 def is_stale(lease: Lease, *, now: float | None = None, host: str | None = None) -> bool:
     """Whether ``lease`` may be taken over: expired (``expires_at`` before ``now``, unix
-    seconds), or held on this ``host`` by a process that no longer exists."""
+    seconds), or held on this ``host`` (default :func:`host_id`) by a process that no longer
+    exists. A lease of another host is judged by its expiry alone: its pid means nothing here."""
     now = time.time() if now is None else now
     if lease.expires_at <= now:
         return True
-    return lease.host == (host or _hostname()) and not pid_alive(lease.pid)
+    return lease.host == (host or host_id()) and not pid_alive(lease.pid)
 
 
 def claimed_sentence(thread_id: str, lease: Lease | None) -> str:

@@ -7,7 +7,8 @@
 The store is a SQLite file or a server URL (:mod:`core.checkpoint.locations`): ``--db``,
 else the ``CUBEPI_DB`` environment variable, else the app's default SQLite file.
 
-The run holds the thread's lease (heartbeat every ``--heartbeat`` seconds), writes live
+The run holds the thread's lease (heartbeat every ``--heartbeat`` seconds; the lease names
+this host as ``$CUBEPI_HOST_ID``, else the host name, see :func:`core.leases.host_id`), writes live
 events and obeys abort / steer / follow-up commands sent from the app (or from
 :func:`core.supervise.send`), exactly as :class:`~core.supervise.Supervisor` describes.
 It prints one plain-text line per finished message to stdout (``user: ...``,

@@ -38,7 +38,6 @@ import asyncio
 import enum
 import logging
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -49,7 +48,7 @@ from core.checkpoint.base import Command, CommandKind, CommandStatus, Lease, Run
 from core.checkpoint.capabilities import LIVE, Commands, CommandStore, LiveStore, lacking
 from core.errors import AgentBusyError, CommandTransitionError, EmptyMessageError, RunError
 from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome
-from core.leases import pid_alive
+from core.leases import host_id, pid_alive
 from core.live import BATCH_INTERVAL, KEEP, LiveLog
 from core.messages import UserMessage
 from core.recovery import ResumePlan, SettleChoice
@@ -110,29 +109,38 @@ class LeaseView:
         return not self.live
 
     def at(self, now: float) -> LeaseView:
-        """This view of a run elsewhere as it reads at ``now`` (unix seconds): the heartbeat's
-        age and the time left move on while no new heartbeat is read. The state is kept:
-        whether the lease expired is decided from the store (:func:`lease_status`). Views in
-        other states are returned unchanged."""
-        if self.lease is None or self.state is not LeaseState.RUNNING_ELSEWHERE:
+        """This view of a run elsewhere, or of a crashed one, as it reads at ``now`` (unix
+        seconds): the heartbeat's age and the time left (negative: since expiry) move on
+        while no new heartbeat is read. The state is kept: whether the lease expired is
+        decided from the store (:func:`lease_status`). Views in other states are returned
+        unchanged."""
+        if self.lease is None or self.state not in (LeaseState.RUNNING_ELSEWHERE, LeaseState.CRASHED):
             return self
         return replace(self, heartbeat_age=now - self.lease.heartbeat_at, expires_in=self.lease.expires_at - now)
 
     @property
     def label(self) -> str:
-        """Short text for a list: "running elsewhere (pid 42 on box, heartbeat 1 s ago)", ..."""
+        """Short text for a list, naming the lease holder's host (cut to :data:`HOST_CHARS`):
+        "running here", "running on build-7 (pid 412, beat 2 s ago)", "crashed on build-7
+        (lease expired 40 s ago)", "crashed on build-7 (pid 412 gone)", else "not running".
+        The host comes from the store: show it as untrusted text."""
         lease = self.lease
         if self.state is LeaseState.RUNNING_HERE:
             return "running here"
         if lease is None:
             return "not running"
-        where = f"pid {lease.pid} on {lease.host}"
+        host = lease.host if len(lease.host) <= HOST_CHARS else lease.host[: HOST_CHARS - 1] + "…"
         if self.state is LeaseState.RUNNING_ELSEWHERE:
-            return f"running elsewhere ({where}, heartbeat {_ago(self.heartbeat_age)})"
+            return f"running on {host} (pid {lease.pid}, beat {_ago(self.heartbeat_age)})"
         if self.state is LeaseState.CRASHED:
-            why = "its process is gone" if self.gone else f"lease expired {_ago(-(self.expires_in or 0.0))}"
-            return f"crashed ({where}; {why})"
+            why = f"pid {lease.pid} gone" if self.gone else f"lease expired {_ago(-(self.expires_in or 0.0))}"
+            return f"crashed on {host} ({why})"
         return "not running"
+
+
+HOST_CHARS = 20
+"""A lease holder's host is cut to this many characters in :attr:`LeaseView.label`, so a
+thread's state stays one short cell of the picker at 80 columns; sentences name it whole."""
 
 
 def _ago(seconds: float | None) -> str:
@@ -159,19 +167,21 @@ def lease_status(
 
     ``runs`` are the thread's run records (to tell a crashed run from a completed one);
     ``now`` is unix seconds (default: now); ``host`` and ``pid`` say who "here" is
-    (default: this host and process); ``alive(pid)`` probes a process on this host.
+    (default: :func:`core.leases.host_id` and this process); ``alive(pid)`` probes a process
+    on this host.
 
     The rule is :func:`core.leases.is_stale`'s, the one that decides whether another
     runner may take the thread over: a lease is stale once ``expires_at <= now``, or at
     once when it was taken on this host by a process that no longer exists. A stale lease
     whose run did not complete is ``CRASHED``; a lease on another host therefore shows
-    as running until it expires, even if that machine died. Pure apart from ``alive``;
-    never raises.
+    as running until it expires, even if that machine died, and even when a process of
+    that pid is gone here. Pure apart from ``alive`` and reading the host id; raises only
+    ``HostIdError`` (a bad ``CUBEPI_HOST_ID``).
     """
     if lease is None:
         return LeaseView(LeaseState.NONE)
     now = time.time() if now is None else now
-    host = socket.gethostname() if host is None else host
+    host = host_id() if host is None else host
     pid = os.getpid() if pid is None else pid
     age, left = now - lease.heartbeat_at, lease.expires_at - now
     same_host = lease.host == host

@@ -7,7 +7,8 @@ child process, and saves:
 * ``screenshots/crash.svg``: the crash banner of a cubeloop thread that crashed mid-tool;
 * ``screenshots/waiting.svg``: a cubeloop thread whose run asked a human question (HITL);
 * ``screenshots/thread.svg``: a live demo run in the app, tools reporting progress;
-* ``screenshots/picker.svg``: the thread list, one thread "running here", one "running elsewhere";
+* ``screenshots/picker.svg``: the thread list, one thread "running here", one running on
+  host ``build-7`` (the runner's ``CUBEPI_HOST_ID``), one crashed on ``build-3``;
 * ``screenshots/elsewhere.svg``: the thread the child process runs, followed live, with a
   steer sent to it (the commands bar shows how far it got);
 * ``screenshots/resume.svg``: the resume confirmation of a thread killed with three tool
@@ -24,12 +25,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from textual.widgets import DataTable, Input
 
+from core.checkpoint.base import Lease
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.demo import demo_tools
+from core.leases import HOST_ID_ENV
 from core.messages import AssistantMessage, TextContent, ToolCall, user_text
 from core.recovery import JOURNALED_KEY
 from core.tool_execution import call_job_key, result_to_json
@@ -118,6 +122,26 @@ async def _write_killed_run(db: Path) -> None:
         await store.close()
 
 
+async def _write_crashed_elsewhere(db: Path) -> None:
+    """A thread whose runner on host ``build-3`` stopped mid-tool 40 s ago (its lease expired)."""
+    store = await SQLiteCheckpointer.open(db, create=False)
+    try:
+        await store.claim_run("weekly-digest", "run-w1")
+        call = ToolCall(id="call_fetch", name="fetch_dataset", arguments={"name": "tickets", "rows": 900})
+        reply = AssistantMessage(
+            content=[TextContent(text="Fetching this week's tickets."), call],
+            stop_reason="tool_use",
+            run_id="run-w1",
+            model_id="demo",
+        )
+        await store.append("weekly-digest", [user_text("Summarise this week's tickets", run_id="run-w1"), reply])
+        now = time.time()
+        lease = Lease("weekly-digest", uuid.uuid4().hex, 31337, "build-3", "run-w1", now - 300, now - 55, now - 40)
+        await store.acquire_lease(lease, is_stale=lambda _current: True)
+    finally:
+        await store.close()
+
+
 async def main() -> None:
     """Write the six SVGs into ``screenshots/``."""
     OUT.mkdir(exist_ok=True)
@@ -164,7 +188,8 @@ async def main() -> None:
             app.save_screenshot("thread.svg", str(OUT))
             await pilot.press("q")
 
-            # A headless runner in another process, on the same (now upgraded) file.
+            # A headless runner in another process ("on host build-7"), on the same (now upgraded) file.
+            await _write_crashed_elsewhere(db)
             runner = subprocess.Popen(
                 [
                     sys.executable,
@@ -181,6 +206,7 @@ async def main() -> None:
                     "Write the nightly sales report",
                 ],
                 cwd=ROOT,
+                env={**os.environ, HOST_ID_ENV: "build-7"},
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )

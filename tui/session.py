@@ -63,9 +63,8 @@ class ThreadRow:
     elsewhere: bool = False
     """Whether another process holds a live lease on it (it runs there)."""
     lease: LeaseView | None = None
-    """What the thread's lease says (running here / elsewhere / crashed), when it has one."""
-    note: str = ""
-    """A few words after the state: why a crashed runner counts as gone ("its process is gone")."""
+    """What the thread's lease says (running here / elsewhere / crashed), when it has one;
+    ``state`` is its label when it names the thread's state (a run elsewhere, a crash)."""
 
 
 @dataclass
@@ -272,15 +271,14 @@ class Session:
         )
         running = self.is_running(summary.thread_id) or (view is not None and view.state is LeaseState.RUNNING_HERE)
         elsewhere = not running and view is not None and view.state is LeaseState.RUNNING_ELSEWHERE
-        note = ""
         if running:
             state = "running here"
-        elif elsewhere and view is not None:
-            state = view.label  # "running elsewhere (pid 42 on box, heartbeat 1 s ago)"
+        elif view is not None and (
+            elsewhere or (view.state is LeaseState.CRASHED and diagnosis.state is ThreadState.CRASHED)
+        ):
+            state = view.label  # names the host: "running on box (pid 42, beat 1 s ago)", "crashed on box (...)"
         else:
             state = diagnosis.label
-            if view is not None and view.state is LeaseState.CRASHED and diagnosis.state is ThreadState.CRASHED:
-                note = "runner gone" if view.gone else "lease expired"
         return ThreadRow(
             thread_id=summary.thread_id,
             state=state,
@@ -292,7 +290,6 @@ class Session:
             problems=len(summary.problems),
             elsewhere=elsewhere,
             lease=view if view is not None and view.lease is not None else None,
-            note=note,
         )
 
     def follower(self, thread_id: str) -> ThreadFollower:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +15,7 @@ from core.checkpoint.base import Lease, RunRecord
 from core.checkpoint.memory import MemoryCheckpointer
 from core.errors import RunAlreadyClaimedError
 from core.events import AgentEnd
-from core.leases import LeaseHolder, is_stale
+from core.leases import LeaseHolder, host_id, is_stale
 from core.live import LiveFold
 from core.messages import UserMessage, user_text
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_tool_call
@@ -37,7 +36,7 @@ from core.supervise import (
 )
 from core.tools import ToolContext, tool
 
-HOST = socket.gethostname()
+HOST = host_id()
 NOW = 1_800_000_000.0
 
 
@@ -65,13 +64,13 @@ def test_a_live_lease_of_another_host_runs_elsewhere_until_it_expires() -> None:
     lease = _lease(heartbeat=NOW - 1.2, expires=NOW + 3)
     view = lease_status(lease, [RunRecord("r1", NOW - 60)], NOW, alive=lambda pid: False)
     assert view.state is LeaseState.RUNNING_ELSEWHERE and view.live and not view.may_resume
-    assert view.label == "running elsewhere (pid 4242 on other-host, heartbeat 1 s ago)"
+    assert view.label == "running on other-host (pid 4242, beat 1 s ago)"
     assert view.heartbeat_age == pytest.approx(1.2) and view.expires_in == pytest.approx(3)
     # Past expiry with its run not completed: crashed. Not a moment before.
     assert lease_status(lease, [RunRecord("r1", NOW - 60)], NOW + 2.99).state is LeaseState.RUNNING_ELSEWHERE
     crashed = lease_status(lease, [RunRecord("r1", NOW - 60)], NOW + 3)
     assert crashed.state is LeaseState.CRASHED and crashed.may_resume and not crashed.gone
-    assert crashed.label == "crashed (pid 4242 on other-host; lease expired 0 s ago)"
+    assert crashed.label == "crashed on other-host (lease expired 0 s ago)"
     assert lease_status(lease, [], NOW + 183).label.endswith("lease expired 3 min ago)")
 
 
@@ -84,11 +83,7 @@ def test_on_this_host_a_gone_process_is_crashed_at_once() -> None:
     lease = _lease(host=HOST, pid=999_999)
     assert lease_status(lease, [], NOW, alive=lambda pid: True).state is LeaseState.RUNNING_ELSEWHERE
     view = lease_status(lease, [], NOW, alive=lambda pid: False)
-    assert (
-        view.state is LeaseState.CRASHED
-        and view.gone
-        and view.label == f"crashed (pid 999999 on {HOST}; its process is gone)"
-    )
+    assert view.state is LeaseState.CRASHED and view.gone and view.label == f"crashed on {HOST} (pid 999999 gone)"
 
 
 def test_this_process_runs_here() -> None:
@@ -586,6 +581,10 @@ def test_a_view_of_a_run_elsewhere_ages_without_a_new_read() -> None:
     view = lease_status(lease, (), 1001.0)
     later = view.at(1009.0)
     assert later.state is LeaseState.RUNNING_ELSEWHERE  # expiry is the store's call, not the clock's here
-    assert (later.heartbeat_age, later.expires_in) == (9.0, 6.0) and "heartbeat 9 s ago" in later.label
+    assert (later.heartbeat_age, later.expires_in) == (9.0, 6.0) and "beat 9 s ago" in later.label
+    # A crash's "lease expired N s ago" ages too; it stays crashed.
     crashed = lease_status(lease, (), 1020.0)
-    assert crashed.at(1030.0) is crashed
+    assert crashed.at(1030.0).state is LeaseState.CRASHED
+    assert crashed.at(1030.0).label == "crashed on other-host (lease expired 15 s ago)"
+    ended = lease_status(None, (), 1020.0)
+    assert ended.at(1030.0) is ended

@@ -24,8 +24,8 @@ TIMEOUT = 60.0
 """Seconds any wait may take before the test fails: generous, for a loaded 2-core machine."""
 
 
-def runner_argv(db: Path, thread: str, *options: str) -> list[str]:
-    """The command line of a headless runner (``cubepi-tui run``) on ``db`` and ``thread``,
+def runner_argv(db: str | os.PathLike[str], thread: str, *options: str) -> list[str]:
+    """The command line of a headless runner (``cubepi-tui run``) on ``db`` (a store's location) and ``thread``,
     ``options`` after them (``--demo``, ``--agent MODULE:FUNCTION``, the prompt, ...)."""
     return [sys.executable, "-m", "core.runner", "run", "--db", str(db), "--thread", thread, *options]
 

@@ -81,11 +81,11 @@ async def test_the_first_prompt_takes_the_width_a_run_elsewhere_no_longer_needs(
     store = Store()
     app = make_app(fast_session(store))
     async with app.run_test(size=(120, 30)) as pilot:
-        await wait_for_text(pilot, "running elsewhere (pid 4242")
+        await wait_for_text(pilot, "running on build-box (pid 4242")
         picker = app.screen
         assert isinstance(picker, ThreadsScreen)
         assert PROMPT not in screen_text(app)  # no room while the long state label is shown
         store.leased = False
         picker.reload()
-        await wait_for(pilot, lambda: "running elsewhere" not in screen_text(app), what="the run ended")
+        await wait_for(pilot, lambda: "running on" not in screen_text(app), what="the run ended")
         await wait_for_text(pilot, PROMPT)  # 43 characters fit in the free width at 120 columns

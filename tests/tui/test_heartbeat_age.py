@@ -9,7 +9,7 @@ from tests.helpers.tui import fast_session, leased_elsewhere, open_from_picker, 
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
 
-AGE = re.compile(r"running elsewhere \(pid 4242 on far-box, heartbeat (\d+) s ago\)")
+AGE = re.compile(r"running on far-box \(pid 4242, beat (\d+) s ago\)")
 
 
 def _ages(text: str) -> list[int]:
@@ -28,7 +28,7 @@ async def test_the_picker_counts_the_heartbeat_age_up() -> None:
 async def test_the_status_bar_counts_the_heartbeat_age_up() -> None:
     app = make_app(fast_session(await leased_elsewhere(heartbeat_ago=3)))
     async with app.run_test(size=(160, 30)) as pilot:
-        await wait_for_text(pilot, "running elsewhere")
+        await wait_for_text(pilot, "running on far-box")
         await open_from_picker(pilot, "busy")
         screen = app.screen
         assert isinstance(screen, ThreadScreen)

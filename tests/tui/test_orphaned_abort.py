@@ -14,7 +14,7 @@ async def test_an_abort_a_dead_runner_never_took_is_shown_refused_once_its_lease
     await store.claim_run("busy", "r1")
     app = make_app(fast_session(store))
     async with app.run_test(size=(130, 30)) as pilot:
-        await wait_for_text(pilot, "running elsewhere")
+        await wait_for_text(pilot, "running on ")
         await open_from_picker(pilot, "busy")
         await wait_for(
             pilot,

@@ -152,7 +152,7 @@ async def test_a_thread_leased_by_another_process_shows_as_running_elsewhere() -
     assert isinstance(session, Session)
     app = make_app(session)
     async with app.run_test(size=(130, 30)) as pilot:
-        await wait_for_text(pilot, "running elsewhere (pid 4242 on build-box, heartbeat")
+        await wait_for_text(pilot, "running on build-box (pid 4242, beat")
 
 
 async def test_a_reload_while_the_app_exits_draws_nothing_and_raises_nothing() -> None:

@@ -199,9 +199,10 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
     (
         "Running elsewhere",
         'A thread another process runs (another window, or `cubepi-tui run`) shows as "running '
-        'elsewhere (pid, host, heartbeat)". Open it to follow it live; a, s and f are sent to that '
+        'on HOST (pid, heartbeat)". Open it to follow it live; a, s and f are sent to that '
         "process and the commands bar shows pending -> delivered -> applied, or refused with the "
-        "reason. It cannot be resumed until that run ends or its lease expires; then it shows as crashed.",
+        "reason. It cannot be resumed until that run ends or its lease expires; then it shows as "
+        '"crashed on HOST". HOST is CUBEPI_HOST_ID where the run started, else its host name.',
     ),
     (
         "",

@@ -32,17 +32,15 @@ _STATE_STYLES = {
 
 
 def state_text(row: ThreadRow) -> Text:
-    """The picker's state cell: "running here", or the diagnosis label, coloured."""
+    """The picker's state cell: "running here", the lease's label naming its host ("running
+    on box (...)", "crashed on box (...)"), or the diagnosis label, coloured."""
     if row.running:
         return Text(row.state, style="bold cyan")
     if row.elsewhere:
         return literal(row.state, style="bold magenta")  # names the lease holder's host, untrusted
-    # The label carries its notes ("completed · 2 unreadable rows") and, waiting for an
-    # answer, the question another program wrote: untrusted, so shown literally.
-    text = literal(row.state, style=_STATE_STYLES.get(row.diagnosis.state, ""))
-    if row.note:
-        text.append(f" · {row.note}", style="dim")
-    return text
+    # A lease's host, the diagnosis' notes ("completed · 2 unreadable rows") and, waiting
+    # for an answer, the question come from another program: untrusted, so shown literally.
+    return literal(row.state, style=_STATE_STYLES.get(row.diagnosis.state, ""))
 
 
 class ThreadTable(DataTable[Text | str]):
@@ -248,10 +246,11 @@ class ThreadsScreen(Screen[None]):
             table.update_cell(row.thread_id, "last", Text(relative_time(row.last_activity)))
 
     def _age_leases(self) -> None:
-        """Redraw the heartbeat age of each thread running elsewhere (see ``LeaseView.at``)."""
+        """Redraw the heartbeat and expiry ages of each row showing its lease (a thread running
+        elsewhere or crashed, see ``LeaseView.at``)."""
         table = self.query_one(DataTable)
         for index, row in enumerate(self.rows):
-            if not row.elsewhere or row.lease is None:
+            if row.lease is None or row.running or row.state != row.lease.label:
                 continue
             view = row.lease.at(time.time())
             if view.label == row.state:

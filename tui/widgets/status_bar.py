@@ -17,7 +17,7 @@ _STATE_STYLES = {
     "aborted": "bold $warning",
     "failed": "bold $error",
     "crashed": "bold $error",
-    "running elsewhere": "bold magenta",
+    "running on": "bold magenta",  # a run elsewhere: LeaseView.label names its host
     "waiting for an answer": "bold $warning",
 }
 _PREFIXES = sorted(_STATE_STYLES, key=len, reverse=True)
