@@ -133,9 +133,20 @@ class LeaseView:
         if self.state is LeaseState.RUNNING_ELSEWHERE:
             return f"running on {host} (pid {lease.pid}, beat {_ago(self.heartbeat_age)})"
         if self.state is LeaseState.CRASHED:
-            why = f"pid {lease.pid} gone" if self.gone else f"lease expired {_ago(-(self.expires_in or 0.0))}"
-            return f"crashed on {host} ({why})"
+            return f"crashed {self.crash_place}"
         return "not running"
+
+    @property
+    def crash_place(self) -> str:
+        """Where and how a crashed lease's holder ended, to follow a crash's own words:
+        "on build-7 (lease expired 40 s ago)", "on build-7 (pid 412 gone)"; empty unless
+        the state is ``CRASHED``. The host is cut as in :attr:`label` and comes from the store."""
+        lease = self.lease
+        if self.state is not LeaseState.CRASHED or lease is None:
+            return ""
+        host = lease.host if len(lease.host) <= HOST_CHARS else lease.host[: HOST_CHARS - 1] + "…"
+        why = f"pid {lease.pid} gone" if self.gone else f"lease expired {_ago(-(self.expires_in or 0.0))}"
+        return f"on {host} ({why})"
 
 
 HOST_CHARS = 20

@@ -46,6 +46,20 @@ ProviderFactory = Callable[[], Any]
 """Builds the model provider; may raise ``MissingApiKeyError`` (then runs are disabled)."""
 
 
+def state_label(diagnosis: Diagnosis, view: LeaseView | None, *, running: bool) -> str:
+    """A picker row's state: "running here"; a run elsewhere's lease label naming its host
+    ("running on box (pid 42, beat 1 s ago)"); a crash's point, then the host it died on
+    when its lease says so ("crashed at point 3 (mid-tool) on box (lease expired 40 s ago)");
+    else the diagnosis label. Host and notes come from the store: show the text literally."""
+    if running:
+        return "running here"
+    if view is not None and view.state is LeaseState.RUNNING_ELSEWHERE:
+        return view.label
+    if view is not None and view.state is LeaseState.CRASHED and diagnosis.state is ThreadState.CRASHED:
+        return f"{diagnosis.label} {view.crash_place}"
+    return diagnosis.label
+
+
 @dataclass(frozen=True, slots=True)
 class ThreadRow:
     """One line of the picker: a thread's id, state, size, last activity and first prompt."""
@@ -271,17 +285,9 @@ class Session:
         )
         running = self.is_running(summary.thread_id) or (view is not None and view.state is LeaseState.RUNNING_HERE)
         elsewhere = not running and view is not None and view.state is LeaseState.RUNNING_ELSEWHERE
-        if running:
-            state = "running here"
-        elif view is not None and (
-            elsewhere or (view.state is LeaseState.CRASHED and diagnosis.state is ThreadState.CRASHED)
-        ):
-            state = view.label  # names the host: "running on box (pid 42, beat 1 s ago)", "crashed on box (...)"
-        else:
-            state = diagnosis.label
         return ThreadRow(
             thread_id=summary.thread_id,
-            state=state,
+            state=state_label(diagnosis, view, running=running),
             message_count=summary.message_count,
             last_activity=summary.last_activity,
             first_prompt=summary.first_prompt,

@@ -127,8 +127,10 @@ async def test_picker_shows_a_demo_runner_elsewhere_then_crashed_once_its_proces
             what="the row to turn crashed",
         )
         row = _row(app, "t-away")
-        gone = f"crashed on {host_id()} (pid {child.pid} gone)"
-        assert row is not None and row.state == gone and not row.elsewhere
+        # The crash point first (what resuming will do), then the host it died on.
+        gone = f"{row.diagnosis.label} on {host_id()} (pid {child.pid} gone)" if row is not None else ""
+        assert row is not None and row.state.startswith("crashed at point") and row.state == gone
+        assert not row.elsewhere
         # The row changes before the table is redrawn: wait for the drawing too.
         await wait_for(pilot, lambda: gone in _line(app, "t-away"), what="the row drawn crashed")
         assert "running on" not in _line(app, "t-away")
@@ -159,7 +161,8 @@ async def test_picker_waits_for_the_lease_of_a_runner_on_another_host_to_expire(
             what="the row to turn crashed",
         )
         row = _row(app, "t-remote")
-        assert row is not None and row.state.startswith("crashed on far-box (lease expired ")
+        assert row is not None and row.state.startswith(f"{row.diagnosis.label} on far-box (lease expired ")
+        assert row.state.startswith("crashed at point")
         assert row.diagnosis.state is ThreadState.CRASHED
     _, _, lease = await _load(shared_db, "t-remote")
     assert lease is not None and lease.host == "far-box"

@@ -1,6 +1,6 @@
 """The picker names each leased thread's host, compactly enough for an 80-column terminal:
-"running here", "running on build-7 (pid 412, beat 2 s ago)", "crashed on build-7 (lease
-expired 40 s ago)", and a long host cut rather than the row."""
+"running here", "running on build-7 (pid 412, beat 2 s ago)", "crashed at point 1 (between
+turns) on build-7 (lease expired 40 s ago)", and a long host cut rather than the row."""
 
 from __future__ import annotations
 
@@ -67,7 +67,9 @@ async def test_each_leased_thread_shows_its_host_and_lease_within_80_columns(mon
         assert all(len(line) <= 80 for line in text.splitlines())
         # Whole, on the thread's own line, at 80 columns (ages read as the clock moved on since).
         assert re.search(r"running on build-7 \(pid 412, beat \d+ s ago\)", _line(text, "nightly"))
-        expired = re.search(r"crashed on build-7 \(lease expired (\d+) s ago\)", _line(text, "weekly"))
+        expired = re.search(
+            r"crashed at point \d \([a-z -]+\) on build-7 \(lease expired (\d+) s ago\)", _line(text, "weekly")
+        )
         assert expired and int(expired[1]) >= 40
         assert "running here" in _line(text, "mine")
         assert re.search(

@@ -18,7 +18,7 @@ from textual.worker import Worker
 from core.errors import CubepiError
 from core.recovery import ThreadState
 from tui.messages import NewThread, OpenThread, ThreadsLoaded
-from tui.session import Session, ThreadRow
+from tui.session import Session, ThreadRow, state_label
 from tui.text import clean, literal, one_line, relative_time
 
 _STATE_STYLES = {
@@ -32,8 +32,7 @@ _STATE_STYLES = {
 
 
 def state_text(row: ThreadRow) -> Text:
-    """The picker's state cell: "running here", the lease's label naming its host ("running
-    on box (...)", "crashed on box (...)"), or the diagnosis label, coloured."""
+    """The picker's state cell (:func:`tui.session.state_label`), coloured."""
     if row.running:
         return Text(row.state, style="bold cyan")
     if row.elsewhere:
@@ -250,12 +249,13 @@ class ThreadsScreen(Screen[None]):
         elsewhere or crashed, see ``LeaseView.at``)."""
         table = self.query_one(DataTable)
         for index, row in enumerate(self.rows):
-            if row.lease is None or row.running or row.state != row.lease.label:
+            if row.lease is None or row.running:
                 continue
             view = row.lease.at(time.time())
-            if view.label == row.state:
+            state = state_label(row.diagnosis, view, running=False)
+            if state == row.state:
                 continue
-            self.rows[index] = row = replace(row, state=view.label, lease=view)
+            self.rows[index] = row = replace(row, state=state, lease=view)
             table.update_cell(row.thread_id, "state", state_text(row), update_width=True)
         self._fit_prompts()
 
