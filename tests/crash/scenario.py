@@ -273,6 +273,7 @@ async def child_main(req: dict[str, Any]) -> None:
         os.write(fd, (json.dumps(obj) + "\n").encode())
 
     store = await open_location(req["store"], create=False)
+    note({"opened": time.time()})  # the parent times kills from here: opening a server store takes a while
     runs = []
     for job in req["threads"]:
         thread_id, scenario = job["thread"], job["scenario"]
