@@ -29,7 +29,7 @@ from typing import Literal
 
 from core.checkpoint.base import Checkpointer
 from core.checkpoint.reconnect import OnStatus
-from core.checkpoint.redact import redacted
+from core.checkpoint.redact import KEYWORD_FORM, redacted
 from core.errors import DatabaseOpenError
 
 ENV_VAR = "CUBEPI_DB"
@@ -88,6 +88,11 @@ def backend_of(location: str | os.PathLike[str]) -> Backend:
     """Which backend opens ``location`` (see the module docstring). Raises
     ``DatabaseOpenError`` (one sentence, no password) for a URL of another scheme."""
     if not is_url(location):
+        if isinstance(location, str) and KEYWORD_FORM.match(location):
+            raise DatabaseOpenError(
+                f"{redacted(location)} looks like a PostgreSQL keyword connection string; give it as a URL "
+                "instead, such as postgresql://user@host:5432/dbname."
+            )
         return "sqlite"
     assert isinstance(location, str)
     match = _URL.match(location)
@@ -105,7 +110,7 @@ def backend_of(location: str | os.PathLike[str]) -> Backend:
 def describe_location(location: str | os.PathLike[str]) -> str:
     """``location`` for a sentence or the status bar: a URL without its password
     (:func:`core.checkpoint.redact.redacted`), a path as given. Never raises."""
-    return redacted(location) if is_url(location) else os.fspath(location)
+    return redacted(location)
 
 
 async def open_store(

@@ -210,6 +210,26 @@ def test_the_app_refuses_an_unknown_scheme_before_starting(
     assert len(err.strip().splitlines()) == 1 and SECRET not in err
 
 
+def test_a_libpq_keyword_string_is_refused_not_taken_for_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "host=... password=..." is libpq's other form: as a SQLite path it would become a file
+    # named after the password, and the title would show it.
+    monkeypatch.chdir(tmp_path)
+    dsn = f"host=127.0.0.1 dbname=threads user=postgres password={SECRET}"
+    with pytest.raises(SystemExit) as exited:
+        cli.main([dsn])
+    err = capsys.readouterr().err
+    assert exited.value.code == BAD_INPUT
+    assert "looks like a PostgreSQL keyword connection string" in err and "postgresql://" in err
+    assert len(err.strip().splitlines()) == 1 and SECRET not in err
+    assert run_main(["run", "--db", dsn, "--thread", "t1", "--demo", "hi"]) == BAD_INPUT
+    out, err = capsys.readouterr()
+    assert "keyword connection string" in err and SECRET not in out + err
+    assert list(tmp_path.iterdir()) == []  # no file made
+    assert describe_location("/srv/a b=c.sqlite") == "/srv/a b=c.sqlite"  # one "=" word is still a path
+
+
 def test_the_runner_takes_cubepi_db_unless_given_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     default = _default_in(tmp_path, monkeypatch)
     run = ["run", "--thread", "t1", "--demo", "--speed", "50", "hi"]
