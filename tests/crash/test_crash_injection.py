@@ -74,6 +74,7 @@ from tests.crash.scenario import (
     prompt_text,
 )
 from tests.helpers.crash_report import REPORT
+from tests.helpers.store_backends import settle
 from tests.helpers.store_locations import open_location
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -334,6 +335,7 @@ async def kill_once(
     await asyncio.sleep(delay)
     died = await run.server.kill(pid)
     run.killed[process] = time.time()  # reaped: nothing it does can come later than this
+    await settle(lane.location)  # but a server may still run the statement it sent last
     lines = [json.loads(x) for x in notes.read_text().splitlines()] if notes.exists() else []
     errors = [x["error"] for x in lines if "error" in x]
     assert not errors, f"child of episode {episode} failed:\n{errors[0]}"
