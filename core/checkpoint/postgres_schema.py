@@ -259,8 +259,10 @@ BEGIN
   PERFORM pg_advisory_xact_lock(hashtext(p_thread));
   PERFORM cubepi_tui_fence(p_thread, p_holder, p_now);
   INSERT INTO cubepi_threads (thread_id) VALUES (p_thread) ON CONFLICT DO NOTHING;
-  SELECT run_id INTO v_done FROM cubepi_runs WHERE thread_id = p_thread AND run_id = ANY(p_run_ids)
-    AND completed_at IS NOT NULL ORDER BY run_id LIMIT 1;
+  IF array_remove(p_run_ids, NULL) <> '{{}}' THEN  -- as cubeloop, only when a row names a run
+    SELECT run_id INTO v_done FROM cubepi_runs WHERE thread_id = p_thread AND run_id = ANY(p_run_ids)
+      AND completed_at IS NOT NULL ORDER BY run_id LIMIT 1;
+  END IF;
   IF v_done IS NOT NULL THEN
     RAISE EXCEPTION USING ERRCODE = '{RUN_COMPLETED}', MESSAGE = 'append to a completed run',
       DETAIL = json_build_object('thread_id', p_thread, 'run_id', v_done)::text;
