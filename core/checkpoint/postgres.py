@@ -11,7 +11,9 @@ How a database is opened (read-write, created, browse-only until :meth:`upgrade`
 refused) is :meth:`PostgresStore.open <core.checkpoint.postgres_store.PostgresStore.open>`;
 every call is one transaction on a pooled connection, retried through
 :func:`core.checkpoint.reconnect.with_reconnect` when the connection breaks, and every
-write is idempotent across those retries (a write id in its own transaction).
+write is idempotent across those retries (a write id in its own transaction). The hot
+writes (append, ``save_extra``, tool events, live events, heartbeats) are one statement
+each, a function of ours doing the whole write on the server: one round trip.
 """
 
 from __future__ import annotations
@@ -69,13 +71,13 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         return data if data is not None else CheckpointData()
 
     async def append(self, thread_id: str, messages: Sequence[AnyMessage], *, holder_id: str | None = None) -> None:
-        """See ``Checkpointer.append``: one transaction under cubeloop's per-thread lock (the
-        lease fence included), the batch in one INSERT."""
+        """See ``Checkpointer.append``: one statement, one round trip (our ``cubepi_tui_append``):
+        cubeloop's per-thread lock, the lease fence, the batch in one INSERT."""
         if not messages:
             return
         self._check_writable()
         encoded = [rows.encode_message(m) for m in messages]
-        await self._write(lambda c: queries.append(c, thread_id, encoded, holder_id), "append", thread_id)
+        await self._write_call(lambda c, w: queries.append(c, w, thread_id, encoded, holder_id), "append")
 
     async def save_extra(self, thread_id: str, extra: dict[str, Any]) -> None:
         """See ``Checkpointer.save_extra``: cubeloop's upsert, merged by the server (JSONB ``||``).
@@ -84,7 +86,7 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         stored extra is not a JSON object (it is left unchanged rather than overwritten).
         """
         patch = codec.encode_extra(extra)  # the copy in; fails early on bad values
-        await self._write(lambda c: queries.save_extra(c, thread_id, patch), "save", thread_id)
+        await self._write_call(lambda c, w: queries.save_extra(c, w, thread_id, patch), "save")
 
     async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.claim_run``; ``claimed_at`` is the server's ``now()``, as cubeloop stamps it."""
@@ -125,7 +127,7 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         at: float | None = None,
         holder_id: str | None = None,
     ) -> None:
-        """See ``SupervisedStore.record_tool_event``: one upsert after the fence, in one transaction.
+        """See ``SupervisedStore.record_tool_event``: the fence and one upsert in one statement.
 
         ``tool_name``, ``run_id`` and ``job_key`` overwrite the entry's only when given, so
         an ``end`` keeps what ``start`` wrote; a ``start`` clears an earlier end. Raises
@@ -133,12 +135,11 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         """
         supervised.check_phase(phase)
         when = time.time() if at is None else at
-        await self._write(
-            lambda c: supervised.record_tool_event(
-                c, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when, holder_id
+        await self._write_call(
+            lambda c, w: supervised.record_tool_event(
+                c, w, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when, holder_id
             ),
             "journal write",
-            thread_id,
         )
 
     async def load_journal(self, thread_id: str) -> dict[str, JournalEntry] | None:
@@ -190,9 +191,9 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         return await self._write(lambda c: supervised.acquire_lease(c, lease, is_stale), "lease", lease.thread_id)
 
     async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
-        """See ``SupervisedStore.renew_lease``: one UPDATE guarded by the holder."""
-        return await self._write(
-            lambda c: supervised.renew_lease(c, thread_id, holder_id, heartbeat_at, expires_at), "heartbeat", thread_id
+        """See ``SupervisedStore.renew_lease``: one UPDATE guarded by the holder, one statement."""
+        return await self._write_call(
+            lambda c, w: supervised.renew_lease(c, w, thread_id, holder_id, heartbeat_at, expires_at), "heartbeat"
         )
 
     async def release_lease(self, thread_id: str, holder_id: str) -> None:
@@ -216,15 +217,15 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
     async def append_live_events(
         self, thread_id: str, run_id: str | None, events: Sequence[dict[str, Any]], *, keep: int = 2000
     ) -> None:
-        """See ``SupervisedStore.append_live_events``: insert and prune in one transaction;
+        """See ``SupervisedStore.append_live_events``: insert and prune in one statement;
         every event of a batch gets the same ``at``. Raises ``TypeError`` (nothing written)
         when an event is not JSON."""
         if not events:
             return
         texts = [json.dumps(e, separators=(",", ":")) for e in events]  # TypeError before any write
         at = time.time()
-        await self._write(
-            lambda c: supervised.append_live_events(c, thread_id, run_id, texts, at, keep), "live events", thread_id
+        await self._write_call(
+            lambda c, w: supervised.append_live_events(c, w, thread_id, run_id, texts, at, keep), "live events"
         )
 
     async def read_live_events(self, thread_id: str, after_seq: int = 0) -> list[LiveEvent]:

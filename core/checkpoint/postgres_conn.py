@@ -1,6 +1,6 @@
 """Connections to the PostgreSQL server: the pool, which errors mean the connection broke,
-the one-sentence open errors, the URL without its password, and the write ids that make a
-retried write idempotent.
+the one-sentence open errors, the URL without its password, the write ids that make a
+retried write idempotent, and the sentences for the refusals our write functions raise.
 
 Only :mod:`core.checkpoint.postgres` and its ``postgres_*`` helpers import this module.
 """
@@ -17,9 +17,9 @@ from typing import Any
 import asyncpg
 
 from core.checkpoint import postgres_schema as schema
-from core.checkpoint.base import Command, JobRecord, Lease
+from core.checkpoint.base import Command, JobRecord, Lease, check_lease_holder
 from core.checkpoint.redact import redacted
-from core.errors import DatabaseOpenError
+from core.errors import CorruptRecordError, DatabaseOpenError, LeaseLostError, RunAlreadyCompletedError
 
 APPLICATION_NAME = "cubepi-tui"
 """``application_name`` of every connection we open (so an admin can find ours in pg_stat_activity)."""
@@ -103,8 +103,22 @@ async def connect(url: str, *, read_only: bool) -> asyncpg.Connection:
 async def create_pool(url: str, *, read_only: bool, max_size: int = 10) -> asyncpg.Pool:
     """The pool every store call takes its connection from (see :func:`connect`)."""
     return await asyncpg.create_pool(
-        url, min_size=1, max_size=max_size, timeout=CONNECT_TIMEOUT, server_settings=_settings(read_only)
+        url,
+        min_size=1,
+        max_size=max_size,
+        timeout=CONNECT_TIMEOUT,
+        server_settings=_settings(read_only),
+        reset=_keep_session,
     )
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset on release: nothing to send. asyncpg's default sends ``SELECT
+    pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`` - one more round trip per
+    call - but a pooled connection of ours never holds session state: its advisory locks
+    are transaction-scoped (``pg_advisory_xact_lock``), it declares no cursor, the change
+    watch LISTENs on a connection of its own, and nothing SETs a session variable. asyncpg
+    still rolls back a transaction left open before calling this (``Connection._reset``)."""
 
 
 def _settings(read_only: bool) -> dict[str, str]:
@@ -125,14 +139,9 @@ def new_write_id() -> str:
 async def claim_write(conn: Any, write_id: str, thread_id: str | None) -> tuple[bool, Any]:
     """Inside the write's transaction: record ``write_id``; ``(True, None)`` when it is new,
     ``(False, result)`` when an earlier attempt of this write already committed (its
-    acknowledgement was lost), with the result that attempt stored."""
-    status = await conn.execute(
-        f"INSERT INTO {schema.WRITES} (write_id, thread_id, at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-        write_id,
-        thread_id,
-        time.time(),
-    )
-    if status.endswith(" 1"):
+    acknowledgement was lost), with the result that attempt stored. The one-statement
+    writes claim theirs inside their function (``cubepi_tui_claim_write``, the same rule)."""
+    if await conn.fetchval("SELECT cubepi_tui_claim_write($1, $2, $3)", write_id, thread_id, time.time()):
         return True, None
     stored = await conn.fetchval(f"SELECT result FROM {schema.WRITES} WHERE write_id = $1", write_id)
     return False, unpack_result(stored)
@@ -167,3 +176,41 @@ def unpack_result(text: str | None) -> Any:
     packed = json.loads(text)
     kind = _RESULT_TYPES.get(packed["type"])
     return packed["value"] if kind is None else kind(**packed["value"])
+
+
+# --- refusals raised by our functions --------------------------------------------------------
+
+
+def refusal(error: BaseException) -> Exception | None:
+    """The one-sentence error for a refusal one of our functions raised (an SQLSTATE of
+    ``postgres_schema``: ``LEASE_REFUSED`` -> ``LeaseLostError``, ``RUN_COMPLETED`` ->
+    ``RunAlreadyCompletedError``, ``EXTRA_NOT_OBJECT`` -> ``CorruptRecordError``), or
+    ``None`` for any other error. Nothing was written: the refusal aborted the transaction."""
+    if not isinstance(error, asyncpg.PostgresError):
+        return None
+    code = error.sqlstate
+    if code not in (schema.LEASE_REFUSED, schema.RUN_COMPLETED, schema.EXTRA_NOT_OBJECT):
+        return None
+    detail = json.loads(error.detail)
+    thread_id = detail["thread_id"]
+    if code == schema.RUN_COMPLETED:
+        return RunAlreadyCompletedError(
+            f"Run {detail['run_id']} of thread {thread_id!r} is already completed, so nothing was appended."
+        )
+    if code == schema.EXTRA_NOT_OBJECT:
+        return CorruptRecordError(
+            f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
+            " unchanged and the new keys were not saved.",
+            thread_id=thread_id,
+            row_id="extra",
+        )
+    lease = None if detail["lease"] is None else Lease(**detail["lease"])
+    try:
+        # The sentence (and its "why") is the rule's own; the server applied the same rule.
+        check_lease_holder(lease, thread_id, detail["holder_id"], detail["now"])
+    except LeaseLostError as lost:
+        return lost
+    # Reached only if the two copies of the rule disagreed: the write was refused all the same.
+    return LeaseLostError(
+        f"This run no longer holds the lease on thread {thread_id!r}, so nothing was written.", why="refused"
+    )

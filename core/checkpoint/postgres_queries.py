@@ -1,8 +1,9 @@
 """cubeloop's tables: load, append, extra, runs, pending requests and the thread listing.
 
 Each function takes an asyncpg connection inside a transaction the caller opened (see
-:meth:`~core.checkpoint.postgres_store.PostgresStore._read` or ``_write``) and
-scopes every statement by thread. Writes follow cubeloop 0.15.3's ``PostgresCheckpointer``
+:meth:`~core.checkpoint.postgres_store.PostgresStore._read` or ``_write``), or, for the
+one-statement writes (``append``, ``save_extra``), a connection outside one
+(``_write_call``), and scopes every statement by thread. Writes follow cubeloop 0.15.3's ``PostgresCheckpointer``
 statement for statement where it has one: the per-thread ``pg_advisory_xact_lock(hashtext(
 thread_id))`` around seq allocation and run rules, the lazy thread row, the JSONB ``||``
 merge of ``extra`` - so both programs can write one thread at the same time.
@@ -10,6 +11,7 @@ merge of ``extra`` - so both programs can write one thread at the same time.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +19,7 @@ from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_schema as schema
 from core.checkpoint.base import CheckpointData, RunRecord, ThreadSummary
 from core.checkpoint.postgres_supervised import all_leases, fence, read_journal
-from core.errors import CorruptRecordError, RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
+from core.errors import RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import UserMessage
 
 Connection = Any
@@ -90,34 +92,22 @@ async def runs_of(conn: Connection, thread_id: str) -> list[RunRecord]:
 
 
 async def append(
-    conn: Connection, thread_id: str, encoded: Sequence[tuple[str, str, bytes, str | None]], holder_id: str | None
+    conn: Connection,
+    write_id: str,
+    thread_id: str,
+    encoded: Sequence[tuple[str, str, bytes, str | None]],
+    holder_id: str | None,
 ) -> None:
-    """Insert the encoded rows after the thread's last seq, under cubeloop's per-thread lock,
-    unless a run named is completed or the fence refuses (nothing written then)."""
-    await conn.execute(_LOCK_THREAD, thread_id)
-    await fence(conn, thread_id, holder_id)
-    await conn.execute(_ENSURE_THREAD, thread_id)
-    run_ids = sorted({r[3] for r in encoded if r[3] is not None})
-    if run_ids:
-        done = await conn.fetchval(
-            "SELECT run_id FROM cubepi_runs WHERE thread_id = $1 AND run_id = ANY($2::text[])"
-            " AND completed_at IS NOT NULL ORDER BY run_id LIMIT 1",
-            thread_id,
-            run_ids,
-        )
-        if done is not None:
-            raise RunAlreadyCompletedError(
-                f"Run {done} of thread {thread_id!r} is already completed, so nothing was appended."
-            )
-    last = await conn.fetchval("SELECT COALESCE(MAX(seq), 0) FROM cubepi_messages WHERE thread_id = $1", thread_id)
-    # One statement for the batch: one round trip, and one firing of the stats trigger.
+    """One statement (``cubepi_tui_append``, in its own implicit transaction): claim
+    ``write_id``, then under cubeloop's per-thread lock the fence, the lazy thread row, the
+    completed-run check and the rows after the thread's last seq. Refused (nothing written)
+    with ``RUN_COMPLETED`` / ``LEASE_REFUSED``, made sentences by the store."""
     await conn.execute(
-        "INSERT INTO cubepi_messages (thread_id, seq, role, metadata, payload, run_id)"
-        " SELECT $1, $2 + u.ord, u.role, u.metadata::jsonb, u.payload, u.run_id"
-        " FROM unnest($3::text[], $4::text[], $5::bytea[], $6::text[]) WITH ORDINALITY"
-        " AS u(role, metadata, payload, run_id, ord) ORDER BY u.ord",
+        "SELECT cubepi_tui_append($1, $2, $3, $4, $5::text[], $6::text[], $7::bytea[], $8::text[])",
+        write_id,
         thread_id,
-        last,
+        time.time(),
+        holder_id,
         [r[0] for r in encoded],
         [r[1] for r in encoded],
         [r[2] for r in encoded],
@@ -125,23 +115,11 @@ async def append(
     )
 
 
-async def save_extra(conn: Connection, thread_id: str, patch_json: str) -> None:
-    """cubeloop's upsert with a server-side ``||`` merge; refused (nothing changed) when the
+async def save_extra(conn: Connection, write_id: str, thread_id: str, patch_json: str) -> None:
+    """One statement (``cubepi_tui_save_extra``): claim ``write_id``, then cubeloop's upsert
+    with a server-side ``||`` merge; refused (``EXTRA_NOT_OBJECT``, nothing changed) when the
     stored extra is not an object, which ``||`` would turn into an array."""
-    status = await conn.execute(
-        "INSERT INTO cubepi_threads (thread_id, extra, updated_at) VALUES ($1, $2::jsonb, now())"
-        " ON CONFLICT (thread_id) DO UPDATE SET extra = cubepi_threads.extra || EXCLUDED.extra, updated_at = now()"
-        " WHERE jsonb_typeof(cubepi_threads.extra) = 'object'",
-        thread_id,
-        patch_json,
-    )
-    if status.endswith(" 0"):
-        raise CorruptRecordError(
-            f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
-            " unchanged and the new keys were not saved.",
-            thread_id=thread_id,
-            row_id="extra",
-        )
+    await conn.execute("SELECT cubepi_tui_save_extra($1, $2, $3, $4)", write_id, thread_id, time.time(), patch_json)
 
 
 async def save_pending_request(

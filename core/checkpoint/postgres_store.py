@@ -178,8 +178,9 @@ class PostgresStore:
         return self._pool
 
     async def _retrying(self, call: Callable[[], Awaitable[T]], what: str) -> T:
-        """``call()`` through the reconnect policy; an SQL error (not a broken connection)
-        becomes one sentence (``CheckpointError``) naming the call and the server."""
+        """``call()`` through the reconnect policy; a refusal of our write functions becomes
+        its own sentence (:func:`core.checkpoint.postgres_conn.refusal`), any other SQL error
+        (not a broken connection) one sentence (``CheckpointError``) naming the call and the server."""
         try:
             return await with_reconnect(
                 call,
@@ -189,6 +190,9 @@ class PostgresStore:
                 on_status=self._on_status,
             )
         except asyncpg.PostgresError as error:
+            refused = pg.refusal(error)
+            if refused is not None:
+                raise refused from None
             raise CheckpointError(f"The {what} on {self._where} failed: {error}.") from None
 
     async def _read(self, fn: Callable[[Any], Awaitable[T]], what: str) -> T:
@@ -220,6 +224,22 @@ class PostgresStore:
                 result = await fn(conn)
                 await pg.store_result(conn, write_id, result)
                 return result
+
+        return await self._retrying(attempt, what)
+
+    async def _write_call(self, fn: Callable[[Any, str], Awaitable[T]], what: str) -> T:
+        """Run ``fn(conn, write_id)``: one statement calling one of our write functions
+        (:mod:`core.checkpoint.postgres_schema`, v2), in its own implicit transaction - one
+        round trip, where :meth:`_write` costs BEGIN, the write id and COMMIT besides. The
+        function claims ``write_id`` itself, so a retry of a write that committed does nothing
+        again. Raises ``ReadOnlyStoreError`` on a browse-only store (nothing sent), and the
+        refusals of :func:`core.checkpoint.postgres_conn.refusal`."""
+        self._check_writable()
+        write_id = pg.new_write_id()
+
+        async def attempt() -> T:
+            async with self._live_pool().acquire() as conn, _dropping_broken(conn):
+                return await fn(conn, write_id)
 
         return await self._retrying(attempt, what)
 

@@ -1,8 +1,9 @@
 """Rows of our supervision tables: tool journal, jobs, leases, live events, commands; the fence.
 
-Each function takes an asyncpg connection inside the caller's transaction and scopes
-every statement by thread (commands by their ``seq``). Times are unix seconds from the
-client's clock (``time.time()``), as the memory and SQLite stores stamp them, so a lease
+Each function takes an asyncpg connection inside the caller's transaction (the
+one-statement writes - tool event, heartbeat, live events - one outside a transaction,
+see ``PostgresStore._write_call``) and scopes every statement by thread (commands by
+their ``seq``). Times are unix seconds from the client's clock (``time.time()``), as the memory and SQLite stores stamp them, so a lease
 written by one backend's rules reads the same in another's.
 
 Readers are called only when our tables exist; a browse-only store answers ``None`` /
@@ -24,9 +25,9 @@ from core.checkpoint.base import (
     Lease,
     LiveEvent,
     check_command_move,
-    check_lease_holder,
     command_sources,
 )
+from core.checkpoint.postgres_conn import pack_result, unpack_result
 from core.errors import RunAlreadyClaimedError
 
 Connection = Any
@@ -58,30 +59,24 @@ _LEASE_COLUMNS = "thread_id, holder_id, pid, host, run_id, acquired_at, heartbea
 
 
 async def fence(conn: Connection, thread_id: str, holder_id: str | None) -> None:
-    """Inside a write transaction: raise ``LeaseLostError`` unless the write is unfenced or
-    ``holder_id`` holds the thread's live lease. The lease row is locked ``FOR UPDATE`` until
-    commit, so no takeover can land between this check and the write."""
+    """Inside a write transaction: refuse (``LEASE_REFUSED``, made ``LeaseLostError`` by the
+    store) unless the write is unfenced or ``holder_id`` holds the thread's live lease. The
+    rule is ``cubepi_tui_fence`` (:mod:`core.checkpoint.postgres_schema`), the one every
+    write function calls; the lease row stays locked ``FOR UPDATE`` until commit, so no
+    takeover can land between this check and the write."""
     if holder_id is None:
         return
-    row = await conn.fetchrow(
-        f"SELECT {_LEASE_COLUMNS} FROM {schema.LEASES} WHERE thread_id = $1 FOR UPDATE", thread_id
-    )
-    check_lease_holder(None if row is None else Lease(*row), thread_id, holder_id, time.time())
+    await conn.execute("SELECT cubepi_tui_fence($1, $2, $3)", thread_id, holder_id, time.time())
 
 
 # --- tool journal ----------------------------------------------------------------------------
 
 _JOURNAL_COLUMNS = "tool_call_id, tool_name, run_id, started_at, ended_at, job_key"
-_JOURNAL_UPSERT = (
-    f"INSERT INTO {schema.JOURNAL} AS j (thread_id, {_JOURNAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
-    " ON CONFLICT (thread_id, tool_call_id) DO UPDATE SET"
-    " tool_name = CASE WHEN EXCLUDED.tool_name <> '' THEN EXCLUDED.tool_name ELSE j.tool_name END,"
-    " run_id = COALESCE(EXCLUDED.run_id, j.run_id), job_key = COALESCE(EXCLUDED.job_key, j.job_key),"
-)
 
 
 async def record_tool_event(
     conn: Connection,
+    write_id: str,
     thread_id: str,
     tool_call_id: str,
     phase: str,
@@ -91,13 +86,21 @@ async def record_tool_event(
     at: float,
     holder_id: str | None,
 ) -> None:
-    """Upsert the entry for one phase (a start clears an old end), after the fence."""
-    await fence(conn, thread_id, holder_id)
-    if phase == "start":
-        sql, times = _JOURNAL_UPSERT + " started_at = EXCLUDED.started_at, ended_at = NULL", (at, None)
-    else:
-        sql, times = _JOURNAL_UPSERT + " ended_at = EXCLUDED.ended_at", (None, at)
-    await conn.execute(sql, thread_id, tool_call_id, tool_name, run_id, *times, job_key)
+    """One statement (``cubepi_tui_tool_event``): claim ``write_id``, the fence, then upsert
+    the entry for one phase (a start clears an old end)."""
+    await conn.execute(
+        "SELECT cubepi_tui_tool_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        write_id,
+        thread_id,
+        time.time(),
+        holder_id,
+        tool_call_id,
+        phase,
+        tool_name,
+        run_id,
+        job_key,
+        at,
+    )
 
 
 async def read_journal(conn: Connection, thread_id: str) -> dict[str, JournalEntry]:
@@ -212,16 +215,24 @@ async def acquire_lease(conn: Connection, lease: Lease, is_stale: Callable[[Leas
     return lease
 
 
-async def renew_lease(conn: Connection, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
-    """One UPDATE guarded by the holder: ``False`` when another holder took it (or none exists)."""
-    status = await conn.execute(
-        f"UPDATE {schema.LEASES} SET heartbeat_at = $3, expires_at = $4 WHERE thread_id = $1 AND holder_id = $2",
+async def renew_lease(
+    conn: Connection, write_id: str, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float
+) -> bool:
+    """One statement (``cubepi_tui_renew_lease``): claim ``write_id``, then one UPDATE guarded
+    by the holder: ``False`` when another holder took it (or none exists). A retry of an
+    attempt that committed gets that attempt's answer."""
+    packed = await conn.fetchval(
+        "SELECT cubepi_tui_renew_lease($1, $2, $3, $4, $5, $6, $7, $8)",
+        write_id,
         thread_id,
+        time.time(),
         holder_id,
         heartbeat_at,
         expires_at,
+        pack_result(True),
+        pack_result(False),
     )
-    return status == "UPDATE 1"
+    return bool(unpack_result(packed))
 
 
 async def release_lease(conn: Connection, thread_id: str, holder_id: str) -> None:
@@ -258,25 +269,17 @@ def lease_refusal(current: Lease, now: float | None = None) -> str:
 
 
 async def append_live_events(
-    conn: Connection, thread_id: str, run_id: str | None, texts: Sequence[str], at: float, keep: int
+    conn: Connection, write_id: str, thread_id: str, run_id: str | None, texts: Sequence[str], at: float, keep: int
 ) -> None:
-    """Insert the batch in one statement, then delete all but the thread's newest ``keep``
-    (one probe on ``(thread_id, seq)`` and a range delete below it)."""
+    """One statement (``cubepi_tui_live_events``): claim ``write_id``, insert the batch (each
+    event stamped ``at``), then delete all but the thread's newest ``keep``."""
     await conn.execute(
-        f"INSERT INTO {schema.LIVE_EVENTS} (thread_id, run_id, data, at)"
-        " SELECT $1, $2, u.data, $4 FROM unnest($3::text[]) WITH ORDINALITY AS u(data, ord) ORDER BY u.ord",
+        "SELECT cubepi_tui_live_events($1, $2, $3, $4, $5::text[], $6)",
+        write_id,
         thread_id,
+        at,
         run_id,
         list(texts),
-        at,
-    )
-    if keep <= 0:
-        await conn.execute(f"DELETE FROM {schema.LIVE_EVENTS} WHERE thread_id = $1", thread_id)
-        return
-    await conn.execute(
-        f"DELETE FROM {schema.LIVE_EVENTS} WHERE thread_id = $1 AND seq <= (SELECT seq FROM {schema.LIVE_EVENTS}"
-        " WHERE thread_id = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1)",
-        thread_id,
         keep,
     )
 

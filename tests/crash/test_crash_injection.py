@@ -75,6 +75,7 @@ from tests.crash.scenario import (
     prompt_text,
 )
 from tests.helpers.crash_report import REPORT
+from tests.helpers.store_backends import settle
 from tests.helpers.store_locations import open_location
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -340,6 +341,7 @@ async def kill_once(
     await asyncio.sleep(delay + _opening(run))
     died = await run.server.kill(pid)
     run.killed[process] = time.time()  # reaped: nothing it does can come later than this
+    await settle(lane.location)  # but a server may still run the statement it sent last
     lines = [json.loads(x) for x in notes.read_text().splitlines()] if notes.exists() else []
     run.openings.extend(x["opened"] - spawned for x in lines if "opened" in x)
     errors = [x["error"] for x in lines if "error" in x]

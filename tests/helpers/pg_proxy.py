@@ -1,10 +1,15 @@
 """A TCP proxy in front of the PostgreSQL server that can lose one commit's acknowledgement.
 
-Armed, it forwards the next ``COMMIT;`` query (asyncpg's transaction commit, a simple
-Query message) to the server, waits until the server answered it - so the transaction
-is committed - and then closes both sides without passing the answer on: the client
-sees its connection drop mid-commit, exactly as when a network fails after the server
-committed. Loopback only; it stops with :meth:`close`.
+Armed, it withholds the server's answer to the next statement that committed a
+transaction and closes both sides instead: the client sees its connection drop mid-call,
+exactly as when a network fails after the server committed. "Committed" is read off the
+server's messages (protocol v3: a type byte and an int32 length): a CommandComplete that
+is not a ROLLBACK (or a PortalSuspended, which ends a fetch of one row) followed by a
+ReadyForQuery whose status is idle (``I``) - so both an
+explicit ``COMMIT`` (asyncpg's transaction) and a single statement in its own implicit
+transaction count, while a statement inside a transaction (ReadyForQuery ``T``), a
+statement that failed (ErrorResponse, no CommandComplete) or a prepare (no
+CommandComplete) do not. Loopback and cleartext only; it stops with :meth:`close`.
 """
 
 from __future__ import annotations
@@ -12,7 +17,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-_COMMIT = b"Q\x00\x00\x00\x0cCOMMIT;\x00"  # 'Q', int32 length 12, the query text with its NUL
+
+class _Committed:
+    """Reads the server's side of one connection and says when a commit's answer is in it."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._started = False
+        self._completed = False  # a CommandComplete (not ROLLBACK) since the last ReadyForQuery
+
+    def feed(self, data: bytes) -> bool:
+        """Take the next bytes from the server; whether they finish a commit's answer."""
+        self._buffer += data
+        if not self._started:
+            self._started = True
+            if self._buffer[:1] == b"N":  # the one-byte "no TLS" answer to asyncpg's SSLRequest
+                self._buffer = self._buffer[1:]
+        committed = False
+        while len(self._buffer) >= 5:
+            kind = self._buffer[:1]
+            length = int.from_bytes(self._buffer[1:5], "big")
+            if len(self._buffer) < 1 + length:
+                break
+            body, self._buffer = self._buffer[5 : 1 + length], self._buffer[1 + length :]
+            if kind == b"C":
+                self._completed = not body.startswith(b"ROLLBACK")
+            elif kind == b"s":  # PortalSuspended: a fetch of one row (fetchval) ran its statement
+                self._completed = True
+            elif kind == b"Z":
+                committed = committed or (self._completed and body == b"I")
+                self._completed = False
+        return committed
 
 
 class CommitDropper:
@@ -32,7 +67,7 @@ class CommitDropper:
         return self._server.sockets[0].getsockname()[1]
 
     def arm(self) -> None:
-        """Withhold the answer to the next COMMIT that passes through."""
+        """Withhold the answer of the next commit that passes through."""
         self._armed = True
 
     async def close(self) -> None:
@@ -47,20 +82,17 @@ class CommitDropper:
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         server_r, server_w = await asyncio.open_connection(*self._target)
-        committing = asyncio.Event()
+        answers = _Committed()
 
         async def upstream() -> None:
             while data := await client_r.read(65536):
-                if self._armed and _COMMIT in data:
-                    self._armed = False
-                    committing.set()
                 server_w.write(data)
                 await server_w.drain()
 
         async def downstream() -> None:
             while data := await server_r.read(65536):
-                # The server's answer to COMMIT: CommandComplete "COMMIT" then ReadyForQuery.
-                if committing.is_set() and b"COMMIT\x00" in data:
+                if answers.feed(data) and self._armed:
+                    self._armed = False
                     self.dropped += 1
                     return
                 client_w.write(data)

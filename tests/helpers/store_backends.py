@@ -13,6 +13,7 @@ an import error is a failure, as an unreachable server is; see :mod:`tests.helpe
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 from collections.abc import AsyncIterator
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.services import postgres_database, redis_prefix, services_required
-from tests.helpers.store_locations import BACKEND_MODULES, redis_location
+from tests.helpers.store_locations import BACKEND_MODULES, backend_of, redis_location
 
 BACKEND_PARAMS = [
     pytest.param("sqlite", id="sqlite"),
@@ -61,3 +62,40 @@ async def new_location(backend: str, directory: Path, label: str) -> AsyncIterat
             yield redis_location(url, prefix)
     else:
         raise ValueError(f"No store backend is called {backend!r}.")
+
+
+SETTLE_WAIT = 60.0
+"""Seconds :func:`settle` waits at most; a liveness bound, reached only by a failing test."""
+
+
+async def settle(location: str) -> None:
+    """Wait until no statement a killed process sent to the store at ``location`` is still running.
+
+    A process SIGKILLed right after it sent a statement is gone, but a server goes on
+    running that statement and commits it: a write made of one statement (our Postgres
+    appends) lands after the kill, as a ``COMMIT`` sent just before it does. So, for a
+    Postgres location: until no other client backend of its database is running a
+    statement, seen twice in a row (a backend that had the statement still unread in its
+    socket shows up as running on the next look). SQLite writes in the process itself,
+    and Redis runs a command as soon as it reads it, so for them there is nothing to wait for.
+    """
+    if backend_of(location) != "postgres":
+        return
+    import asyncpg
+
+    conn = await asyncpg.connect(location, timeout=10)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_WAIT
+        quiet = 0
+        while quiet < 2:
+            running = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state = 'active'"
+            )
+            quiet = quiet + 1 if running == 0 else 0
+            if loop.time() > deadline:
+                raise AssertionError(f"{running} statement(s) still running on {location} after {SETTLE_WAIT:.0f} s")
+            await asyncio.sleep(0.005)
+    finally:
+        await conn.close()

@@ -14,7 +14,7 @@ from cubeloop.checkpointer.postgres import PostgresCheckpointer as CubeloopPostg
 from cubeloop.hitl.types import ConfirmRequest, HitlRequest
 from cubeloop.providers import base as cl
 
-from core.checkpoint import codec
+from core.checkpoint import codec, postgres_schema
 from core.checkpoint.postgres import PostgresCheckpointer
 from core.errors import ReadOnlyStoreError
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
@@ -91,7 +91,11 @@ async def test_cubeloop_threads_read_here_browse_only_then_after_upgrade() -> No
             with pytest.raises(ReadOnlyStoreError):
                 await store.append("t", [user_text("no")])
             await store.upgrade()
-            assert (store.needs_upgrade, store.read_only, store.schema_version) == (False, False, 1)
+            assert (store.needs_upgrade, store.read_only, store.schema_version) == (
+                False,
+                False,
+                len(postgres_schema.MIGRATIONS),
+            )
             await check(store)
             assert (await store.load("t")).journal == {}  # type: ignore[union-attr]
 

@@ -141,7 +141,7 @@ async def test_upgrade_adds_our_tables_in_one_go_and_keeps_cubeloops_rows() -> N
 
 
 async def test_an_older_schema_of_ours_is_browsed_until_the_next_migration_ran(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def v2_adds_a_table(conn: Any) -> None:
+    async def next_adds_a_table(conn: Any) -> None:
         await conn.execute("CREATE TABLE cubepi_tui_test_v2 (x INTEGER)")
 
     store = await new_store("older")
@@ -149,21 +149,52 @@ async def test_an_older_schema_of_ours_is_browsed_until_the_next_migration_ran(m
         await store.append("t", [user_text("kept")])
         await store.record_tool_event("t", "c1", "start", tool_name="read", at=1.0)
         url = store._url
-        monkeypatch.setattr(postgres_schema, "MIGRATIONS", [*postgres_schema.MIGRATIONS, v2_adds_a_table])
+        current = len(postgres_schema.MIGRATIONS)
+        monkeypatch.setattr(postgres_schema, "MIGRATIONS", [*postgres_schema.MIGRATIONS, next_adds_a_table])
         async with await PostgresCheckpointer.open(url, create=False) as older:
-            assert (older.needs_upgrade, older.read_only, older.schema_version) == (True, True, 1)
+            assert (older.needs_upgrade, older.read_only, older.schema_version) == (True, True, current)
             assert (await older.load("t")).messages[0].text == "kept"  # type: ignore[union-attr]
             assert list(await older.load_journal("t")) == ["c1"]  # type: ignore[arg-type]
             with pytest.raises(ReadOnlyStoreError):
                 await older.append("t", [user_text("no")])
             await older.upgrade()
-            assert (older.needs_upgrade, older.schema_version) == (False, 2)
+            assert (older.needs_upgrade, older.schema_version) == (False, current + 1)
             await older.append("t", [user_text("now")])
         (found,) = await _sql(url, "SELECT count(*) FROM cubepi_tui_test_v2")
         assert found[0][0] == 0
         assert [m.text for m in (await store.load("t")).messages] == ["kept", "now"]  # type: ignore[union-attr]
     finally:
         await store.close()
+
+
+async def _cubeloop_appends(url: str, text: str) -> None:
+    from cubeloop.checkpointer.postgres import PostgresCheckpointer as CubeloopPostgres
+    from cubeloop.providers.base import TextContent, UserMessage
+
+    async with CubeloopPostgres(url) as theirs:
+        await theirs.append("t", [UserMessage(content=[TextContent(text=text)])])
+
+
+async def test_a_version_1_store_of_ours_upgrades_to_the_write_functions(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = postgres_schema.MIGRATIONS[:1]
+    async with postgres_database("v1") as url:
+        with monkeypatch.context() as patched:
+            patched.setattr(postgres_schema, "MIGRATIONS", first)
+            await (await PostgresCheckpointer.open(url, create=True)).close()
+        await _cubeloop_appends(url, "from v1")  # v1's triggers count it
+        (functions,) = await _sql(url, "SELECT count(*) FROM pg_proc WHERE proname = 'cubepi_tui_append'")
+        assert functions[0][0] == 0
+        async with await PostgresCheckpointer.open(url, create=False) as store:
+            assert (store.needs_upgrade, store.schema_version) == (True, 1)
+            await store.upgrade()
+            assert (store.needs_upgrade, store.schema_version) == (False, len(postgres_schema.MIGRATIONS))
+            await store.append("t", [user_text("after")])
+            await store.save_extra("t", {"k": 1})
+            data = await store.load("t")
+            assert [m.text for m in data.messages] == ["from v1", "after"]  # type: ignore[union-attr]
+            assert data.message_ids == [1, 2] and data.extra == {"k": 1}  # type: ignore[union-attr]
+            (threads,) = await _sql(url, "SELECT n, last_seq FROM cubepi_tui_thread_stats WHERE thread_id = 't'")
+            assert tuple(threads[0]) == (2, 2)
 
 
 async def test_refusals_are_one_sentence() -> None:
@@ -177,7 +208,10 @@ async def test_refusals_are_one_sentence() -> None:
         await _sql(url, "UPDATE cubepi_tui_schema SET version = 99")
         with pytest.raises(SchemaError) as newer:
             await PostgresCheckpointer.open(url)
-        assert "written by a newer cubepi-tui (schema version 99, this one knows up to 1)" in str(newer.value)
+        assert (
+            f"written by a newer cubepi-tui (schema version 99, this one knows up to {len(postgres_schema.MIGRATIONS)})"
+            in str(newer.value)
+        )
 
         await _sql(url, "UPDATE cubepi_tui_schema SET version = 1", "UPDATE cubepi_schema_version SET version = 4")
         with pytest.raises(SchemaError) as theirs:

@@ -6,11 +6,13 @@ lost and nothing is written twice."""
 from __future__ import annotations
 
 import asyncio
+import time
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
+from core.checkpoint.base import Lease
 from core.checkpoint.postgres import PostgresCheckpointer
 from core.checkpoint.reconnect import StoreStatus
 from core.messages import user_text
@@ -89,13 +91,19 @@ async def test_a_commit_whose_acknowledgement_was_lost_is_not_written_twice() ->
     port = await proxy.start()
     statuses: list[StoreStatus] = []
     store = await PostgresCheckpointer.open(_through(origin._url, port), create=False, on_status=statuses.append)
+    now = time.time()
+    await origin.acquire_lease(Lease("t", "me", 1, "here", None, now, now, now + 600), is_stale=lambda _: False)
     try:
         calls = {
             "append": lambda: store.append("t", [user_text("once")]),
+            "fenced append": lambda: store.append("t", [user_text("fenced")], holder_id="me"),
             "claim_run": lambda: store.claim_run("t", "r1"),
             "send_command": lambda: store.send_command("t", "steer", "left"),
             "job_begin": lambda: store.job_begin("t", "k"),
             "save_extra": lambda: store.save_extra("t", {"k": 1}),
+            "live events": lambda: store.append_live_events("t", None, [{"type": "delta"}]),
+            "tool event": lambda: store.record_tool_event("t", "c1", "start", tool_name="read", holder_id="me"),
+            "renew_lease": lambda: store.renew_lease("t", "me", now + 1, now + 601),
         }
         results = {}
         for name, call in calls.items():
@@ -106,13 +114,18 @@ async def test_a_commit_whose_acknowledgement_was_lost_is_not_written_twice() ->
             assert proxy.dropped == dropped + 1, f"{name}: its commit's answer was withheld"
             assert statuses and statuses[0].reconnecting and statuses[-1] == StoreStatus(False), name
         data = await origin.load("t")
-        assert [m.text for m in data.messages] == ["once"]  # type: ignore[union-attr]
+        assert [m.text for m in data.messages] == ["once", "fenced"]  # type: ignore[union-attr]
         assert [(r.run_id, r.completed) for r in data.runs] == [("r1", False)]  # type: ignore[union-attr]
         commands = await origin.list_commands("t")
         assert [c.text for c in commands] == ["left"] and results["send_command"] == commands[0]
         job = await origin.job_get("t", "k")
         assert job is not None and job.attempts == 1 and results["job_begin"] == job
         assert data.extra == {"k": 1}  # type: ignore[union-attr]
+        assert [e.data for e in await origin.read_live_events("t")] == [{"type": "delta"}]
+        assert list(data.journal or {}) == ["c1"]
+        assert results["renew_lease"] is True
+        lease = await origin.get_lease("t")
+        assert lease is not None and lease.expires_at == now + 601
     finally:
         await store.close()
         await proxy.close()
