@@ -17,6 +17,7 @@ from typing import Any
 import asyncpg
 
 from core.checkpoint import postgres_schema as schema
+from core.checkpoint.addresses import UNREACHABLE, port_problem
 from core.checkpoint.base import Command, JobRecord, Lease
 from core.checkpoint.redact import redacted
 from core.errors import DatabaseOpenError
@@ -76,13 +77,21 @@ def is_connection_error(error: BaseException) -> bool:
 def open_error(url: str, error: BaseException) -> DatabaseOpenError:
     """The one sentence for a server that cannot be reached or refuses us (no password in it)."""
     place = where(url)
-    if isinstance(error, (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError)):
+    port = port_problem(url)
+    if port is not None:
+        why = port  # asyncpg's own words are an OverflowError's
+    elif isinstance(error, (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError)):
         why = "the server refused the user name or password"
     elif isinstance(error, asyncpg.InvalidCatalogNameError):
         why = "that database does not exist on the server"
-    elif isinstance(error, (OSError, asyncio.TimeoutError)):
-        why = "the server cannot be reached"
-    elif isinstance(error, (ValueError, asyncpg.ClientConfigurationError)):
+    elif isinstance(error, ConnectionError) and "rejected SSL upgrade" in str(error):
+        # asyncpg (0.32, connect_utils) has no class of its own for this refusal.
+        why = "the server refused SSL, which the URL's sslmode requires"
+    elif isinstance(error, (OSError, asyncio.TimeoutError)) or is_connection_error(error):
+        why = UNREACHABLE
+    elif isinstance(error, asyncpg.ClientConfigurationError):
+        why = (str(error).strip().splitlines() or [""])[0].rstrip(".")  # e.g. which root certificate file is missing
+    elif isinstance(error, ValueError):
         why = "the address is not a valid PostgreSQL URL"
     else:
         why = _one_line(error)
