@@ -19,6 +19,7 @@ import time
 from collections.abc import Hashable
 
 from core.checkpoint.capabilities import ChangeNotification
+from core.errors import StoreConnectionError
 
 _log = logging.getLogger(__name__)
 
@@ -113,11 +114,15 @@ class StoreWatch:
                 self._kick.set()
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as error:
             # The timer still checks the token every `poll` seconds: slower, never blind.
+            # A server that stayed away is its one sentence (the traceback would only
+            # repeat the driver's chain of socket errors); anything else is a bug to see.
+            lost = isinstance(error, StoreConnectionError)
             _log.warning(
-                "cannot watch %s for changes; checking every %.1f s instead",
+                "cannot watch %s for changes%s; checking every %.1f s instead",
                 type(self.store).__name__,
+                f" ({error})" if lost else "",
                 self.poll,
-                exc_info=True,
+                exc_info=not lost,
             )

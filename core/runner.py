@@ -363,6 +363,9 @@ def _printer(out: TextIO) -> Callable[[AgentEvent], None]:
         line: str | None = None
         if isinstance(event, MessageEnd):
             line = describe(event.message)
+            if line is not None and not event.persisted:
+                # The store did not take it (the run stops, saying why): not a finished message.
+                line += " (not saved)"
         elif isinstance(event, MessageUpdate) and isinstance(event.delta, RetryWait):
             line = describe_wait(event.delta)
         elif isinstance(event, AgentEnd):
@@ -375,9 +378,20 @@ def _printer(out: TextIO) -> Callable[[AgentEvent], None]:
 
 def _status_printer(err: TextIO, where: str) -> OnStatus:
     """``on_status`` for a server store: one line on ``err`` per reconnect attempt (with its
-    reason, escaped as :func:`plain` does) and one when the store is back."""
+    reason, escaped as :func:`plain` does) and one when the store is back. Calls that wait
+    out one outage together (a write, the heartbeat, the live events) each count their own
+    attempts; attempt N is said by the first of them to reach it, so an outage reads as
+    attempt 1, 2, 3... once each, as the README promises."""
+    said = 0  # the highest attempt said since the store was last back
 
     def on_status(status: StoreStatus) -> None:
+        nonlocal said
+        if status.reconnecting:
+            if status.attempt <= said:
+                return
+            said = status.attempt
+        else:
+            said = 0
         line = f"store: {reconnect_notice(where, status)}"
         _say(err, f"{line}: {plain(status.reason)}" if status.reason else line)
 

@@ -17,6 +17,7 @@ from typing import Any
 import asyncpg
 
 from core.checkpoint import postgres_schema as schema
+from core.checkpoint.addresses import UNREACHABLE, port_problem
 from core.checkpoint.base import Command, JobRecord, Lease, check_lease_holder
 from core.checkpoint.redact import redacted
 from core.errors import CorruptRecordError, DatabaseOpenError, LeaseLostError, RunAlreadyCompletedError
@@ -76,13 +77,21 @@ def is_connection_error(error: BaseException) -> bool:
 def open_error(url: str, error: BaseException) -> DatabaseOpenError:
     """The one sentence for a server that cannot be reached or refuses us (no password in it)."""
     place = where(url)
-    if isinstance(error, (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError)):
+    port = port_problem(url)
+    if port is not None:
+        why = port  # asyncpg's own words are an OverflowError's
+    elif isinstance(error, (asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError)):
         why = "the server refused the user name or password"
     elif isinstance(error, asyncpg.InvalidCatalogNameError):
         why = "that database does not exist on the server"
-    elif isinstance(error, (OSError, asyncio.TimeoutError)):
-        why = "the server cannot be reached"
-    elif isinstance(error, (ValueError, asyncpg.ClientConfigurationError)):
+    elif isinstance(error, ConnectionError) and "rejected SSL upgrade" in str(error):
+        # asyncpg (0.32, connect_utils) has no class of its own for this refusal.
+        why = "the server refused SSL, which the URL's sslmode requires"
+    elif isinstance(error, (OSError, asyncio.TimeoutError)) or is_connection_error(error):
+        why = UNREACHABLE
+    elif isinstance(error, asyncpg.ClientConfigurationError):
+        why = (str(error).strip().splitlines() or [""])[0].rstrip(".")  # e.g. which root certificate file is missing
+    elif isinstance(error, ValueError):
         why = "the address is not a valid PostgreSQL URL"
     else:
         why = _one_line(error)
@@ -101,10 +110,15 @@ async def connect(url: str, *, read_only: bool) -> asyncpg.Connection:
 
 
 async def create_pool(url: str, *, read_only: bool, max_size: int = 10) -> asyncpg.Pool:
-    """The pool every store call takes its connection from (see :func:`connect`)."""
+    """The pool every store call takes its connection from (see :func:`connect`).
+
+    ``min_size=0``: connections are opened when a call needs one (and kept for the next).
+    With a floor, asyncpg (0.32) reopens lost connections in a task of its own, outside
+    the store's reconnect policy, and logs a traceback for each failed try ("Failed to
+    restore the pool connection floor") for as long as the server stays away."""
     return await asyncpg.create_pool(
         url,
-        min_size=1,
+        min_size=0,
         max_size=max_size,
         timeout=CONNECT_TIMEOUT,
         server_settings=_settings(read_only),

@@ -6,7 +6,9 @@ is retried after ``RECONNECT_DELAYS`` - 0.1, 0.2, 0.4, 0.8, 1.6, 3.2 then 5 s fo
 about 26 s in all - which covers a local server's restart (a few seconds) and a failover,
 yet ends a call to a server that is gone in under half a minute with one sentence
 (:class:`~core.errors.StoreConnectionError`). Each retry tells ``on_status`` (the app
-shows "reconnecting"); the first success after a retry tells it the store is back.
+shows "reconnecting"); the first call through the same ``on_status`` that succeeds after
+that tells it the store is back - also when the call that retried gave up or was
+cancelled while it waited, so a "reconnecting" never outlives the outage.
 
 A retried write must not be written twice: the backend makes each write idempotent
 (a write id checked inside the same transaction or script), so a commit whose
@@ -48,6 +50,10 @@ class StoreStatus:
 
 OnStatus = Callable[[StoreStatus], None]
 
+_unanswered: set[OnStatus] = set()
+"""The callbacks told "reconnecting" and not yet told "back" (by equality: a store passes
+the same callback to every call, so one store's calls share one entry)."""
+
 
 async def with_reconnect(
     call: Callable[[], Awaitable[T]],
@@ -64,7 +70,9 @@ async def with_reconnect(
 
     ``what`` names the operation and ``where`` the server (no password) for the one
     sentence of ``StoreConnectionError``, raised when the last retry failed too. The
-    ``on_status`` callback must not raise (an exception from it is logged and ignored).
+    ``on_status`` callback must not raise (an exception from it is logged and ignored);
+    it hears ``StoreStatus(False)`` on this call's success when this call or an earlier
+    one through it was told "reconnecting" since it last heard "back".
     """
     attempt = 0
     while True:
@@ -80,10 +88,13 @@ async def with_reconnect(
                 ) from error
             delay = delays[attempt]
             attempt += 1
+            if on_status is not None:
+                _unanswered.add(on_status)
             _tell(on_status, StoreStatus(True, attempt, delay, _one_line(error)))
             await asyncio.sleep(delay)
             continue
-        if attempt:
+        if on_status is not None and on_status in _unanswered:
+            _unanswered.discard(on_status)
             _tell(on_status, StoreStatus(False))
         return result
 

@@ -284,6 +284,7 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
                 return None
             return got[0][1][-1][0]
 
+        reading: asyncio.Future[bytes | None] | None = None
         try:
             last = await self._call("change watch", newest)
             while not stop.is_set():
@@ -294,9 +295,8 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
                 finally:
                     stopping.cancel()
                 if not reading.done():
-                    reading.cancel()
                     return
-                got = reading.result()
+                got, reading = reading.result(), None
                 if got is None:
                     continue
                 last = got
@@ -304,6 +304,12 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
                     return
                 yield None
         finally:
+            # The read must end before its client closes, also when this generator is
+            # cancelled from outside: a read left running would see its connection closed
+            # under it, report a reconnect that is not one, and open a new connection.
+            if reading is not None:
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
             await reader.aclose()
 
 

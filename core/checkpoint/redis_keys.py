@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from core.checkpoint.addresses import port_problem
 from core.checkpoint.redact import redacted
 from core.errors import DatabaseOpenError
 
@@ -149,21 +150,44 @@ def split_url(url: str, prefix: str | None) -> tuple[str, str, str]:
     The prefix is ``prefix`` when given, else the URL's ``prefix`` query parameter
     (``redis://host:6379/0?prefix=team:``), else ``cubepi:``; the parameter is removed
     from the URL handed to redis-py, which would refuse it. ``where`` is the URL without
-    its password or query, for messages. Raises ``DatabaseOpenError`` for a URL that is
-    not ``redis://``, ``rediss://`` or ``unix://``.
+    its password or query, for messages. Raises ``DatabaseOpenError`` (one sentence) for
+    a URL that is not ``redis://``, ``rediss://`` or ``unix://``, a port that is not a
+    port number (:func:`core.checkpoint.addresses.port_problem`), a ``redis://`` URL
+    without a host or a ``unix://`` one without a socket path (redis-py would quietly use
+    localhost), and a database - the path, or the ``db`` parameter - that is not a
+    non-negative integer (redis-py would quietly use database 0 for ``/abc``, and 1 for ``/0/1``).
     """
+    where = _masked(url)
+    problem = port_problem(url)
+    if problem is not None:
+        raise DatabaseOpenError(f"Cannot open the Redis store at {where}: {problem}.")
     try:
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True)
         _ = parts.port  # checks the port: a bad one raises ValueError here
     except ValueError:
-        raise DatabaseOpenError(f"{_masked(url)} is not a Redis URL (redis://host:port/db).") from None
+        raise DatabaseOpenError(f"{where} is not a Redis URL (redis://host:port/db).") from None
     if parts.scheme not in ("redis", "rediss", "unix"):
-        raise DatabaseOpenError(f"{_masked(url)} is not a Redis URL (redis://host:port/db).")
+        raise DatabaseOpenError(f"{where} is not a Redis URL (redis://host:port/db).")
+    if parts.scheme == "unix" and not parts.path:
+        raise DatabaseOpenError(
+            f"Cannot open the Redis store at {where}: the URL names no socket (unix:///path/to/redis.sock)."
+        )
+    if parts.scheme != "unix" and not parts.hostname:
+        raise DatabaseOpenError(
+            f"Cannot open the Redis store at {where}: the URL names no host (redis://host:6379/0, or"
+            " unix:///path/to/redis.sock for a socket)."
+        )
+    databases = [v for k, v in query if k == "db"] + ([] if parts.scheme == "unix" else [parts.path.removeprefix("/")])
+    for database in databases:
+        if database and not (database.isascii() and database.isdigit()):
+            raise DatabaseOpenError(
+                f"Cannot open the Redis store at {where}: the database must be a non-negative integer"
+                f" such as /0, not {database!r}."
+            )
     from_query = [v for k, v in query if k == "prefix"]
     rest = [(k, v) for k, v in query if k != "prefix"]
     chosen = prefix if prefix is not None else (from_query[-1] if from_query else DEFAULT_PREFIX)
-    where = _masked(url)
     return urlunsplit(parts._replace(query=urlencode(rest))), chosen, where
 
 

@@ -30,6 +30,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from core.checkpoint import redis_records as records
 from core.checkpoint import redis_schema as schema
 from core.checkpoint import redis_scripts as scripts
+from core.checkpoint.addresses import UNREACHABLE
 from core.checkpoint.base import check_lease_holder
 from core.checkpoint.reconnect import OnStatus, with_reconnect
 from core.checkpoint.redis_keys import WRITE_MEMORY, Keys, split_url
@@ -142,7 +143,7 @@ class RedisStore:
                 client_name=name,
             )
         except (ValueError, TypeError) as error:
-            raise DatabaseOpenError(f"{where} is not a usable Redis URL ({error}).") from None
+            raise DatabaseOpenError(f"{where} is not a usable Redis URL ({_one_line(error)}).") from None
         keys = Keys(chosen)
         try:
             version, writable = await _mode(client, keys, where, create=create)
@@ -150,7 +151,9 @@ class RedisStore:
             await client.aclose()
             if isinstance(error, CheckpointError):
                 raise
-            if isinstance(error, (RedisError, OSError)):
+            if is_connection_error(error):
+                raise DatabaseOpenError(f"Cannot open the Redis store at {where}: {UNREACHABLE}.") from None
+            if isinstance(error, RedisError):
                 raise DatabaseOpenError(f"Cannot open the Redis store at {where}: {_one_line(error)}.") from None
             raise
         return cls(

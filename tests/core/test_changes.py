@@ -11,11 +11,13 @@ watch all the time. These tests make that coincidence happen on purpose.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
 from core.changes import StoreWatch
 from core.checkpoint.memory import MemoryCheckpointer
+from core.errors import StoreConnectionError
 from core.follow import ThreadFollower
 from core.messages import user_text
 
@@ -56,3 +58,42 @@ async def test_a_follower_stopped_while_a_change_arrives_stops() -> None:
         assert follower._watch is not None
         follower._watch.kick()  # what the file watch does after a commit
         await asyncio.wait_for(follower.stop(), 5)  # raises TimeoutError where it used to hang
+
+
+class LostSignalsStore(TokenStore):
+    """Its change signals end as a server's do once it stayed away past every reconnect."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    async def change_signals(self, stop: asyncio.Event, *, quiet_ms: int = 50):  # type: ignore[no-untyped-def]
+        raise self.error
+        yield None
+
+
+async def _watch_warning(store: LostSignalsStore, caplog: pytest.LogCaptureFixture) -> logging.LogRecord:
+    with caplog.at_level(logging.WARNING, logger="core.changes"):
+        async with StoreWatch(store, poll=0.05) as watch:
+            await watch.wait(timeout=0.2)  # the listener fails meanwhile; the timer goes on
+    (record,) = [r for r in caplog.records if r.name == "core.changes"]
+    return record
+
+
+async def test_signals_lost_with_the_server_are_one_line_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    try:
+        raise ConnectionRefusedError(111, "Connect call failed")
+    except ConnectionRefusedError as cause:
+        lost = StoreConnectionError("Lost the connection to redis://db:6379/0 and could not get it back in 26 s.")
+        lost.__cause__ = cause
+    record = await _watch_warning(LostSignalsStore(lost), caplog)
+    assert not record.exc_info
+    assert record.getMessage() == (
+        "cannot watch LostSignalsStore for changes (Lost the connection to redis://db:6379/0 and could not get it"
+        " back in 26 s.); checking every 0.1 s instead"
+    )
+
+
+async def test_signals_that_fail_otherwise_keep_their_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    record = await _watch_warning(LostSignalsStore(KeyError("bug")), caplog)
+    assert record.exc_info is not None and isinstance(record.exc_info[1], KeyError)

@@ -24,7 +24,8 @@ from core.checkpoint.locations import (
 from core.checkpoint.reconnect import StoreStatus
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import DatabaseOpenError
-from core.runner import BAD_INPUT, run_headless
+from core.providers.faux import FauxProvider, faux_reply
+from core.runner import BAD_INPUT, AgentSpec, _status_printer, run_headless
 from core.runner import main as run_main
 from tests.helpers import networked
 from tui import cli
@@ -311,3 +312,46 @@ async def test_each_store_explains_its_own_upgrade(monkeypatch: pytest.MonkeyPat
     assert "WAL" not in server_words and "file" not in server_words  # the default words, true of any store
     for words in (sqlite_words, server_words):
         assert words.endswith("Upgrade now?") and "browsing only" in words
+
+
+async def test_the_runner_never_prints_a_reply_the_store_did_not_take_as_finished(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    link = networked.install(monkeypatch, networked.Link(delays=(0.01, 0.02)))
+
+    def reply_then_lose_the_server(request: object) -> object:
+        link.down = True  # the prompt is saved; the reply's append finds the server gone
+        return faux_reply("You asked: hi")
+
+    spec = AgentSpec(provider=FauxProvider(fallback=reply_then_lose_the_server))  # type: ignore[arg-type]
+    out, err = io.StringIO(), io.StringIO()
+    status = await run_headless("postgresql://db.example/agents", "t1", "hi", agent=lambda: spec, out=out, err=err)
+    assert status == 1, err.getvalue()
+    printed = out.getvalue().splitlines()
+    assert printed[0] == "user: hi"
+    assert "assistant: You asked: hi (not saved)" in printed, printed
+    assert "assistant: You asked: hi" not in printed
+    link.down = False
+    data = await link.stores[0].load("t1")
+    assert data is not None and [m.text for m in data.messages] == ["hi"]
+
+
+def test_calls_waiting_out_one_outage_together_say_each_attempt_once() -> None:
+    # A write, the heartbeat and the live events of one run each retry on their own: the
+    # runner's stderr still reads attempt 1, 2, ... once each, then the recovery.
+    err = io.StringIO()
+    on_status = _status_printer(err, "redis://cache.example:6379/0")
+    for attempt, delay in ((1, 0.1), (1, 0.1), (2, 0.2), (1, 0.1), (2, 0.2), (3, 0.4)):
+        on_status(StoreStatus(True, attempt, delay, "ConnectionError: gone"))
+    on_status(StoreStatus(False))
+    on_status(StoreStatus(False))  # a second call's own recovery: said again, harmless
+    on_status(StoreStatus(True, 1, 0.1, "ConnectionError: gone"))  # a new outage starts at 1 again
+    lines = err.getvalue().splitlines()
+    assert [line.partition(" (attempt ")[2][:1] or line for line in lines] == [
+        "1",
+        "2",
+        "3",
+        "store: reconnected to redis://cache.example:6379/0",
+        "store: reconnected to redis://cache.example:6379/0",
+        "1",
+    ]

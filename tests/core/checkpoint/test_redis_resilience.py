@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from core.changes import StoreWatch
 from core.checkpoint.reconnect import StoreStatus
 from core.checkpoint.redis import RedisCheckpointer
 from core.messages import user_text
@@ -212,3 +213,39 @@ async def test_a_blocking_change_read_outlasting_the_socket_timeout_is_read_agai
         stop.set()
         await asyncio.wait_for(watching, DEADLINE)
     assert statuses == [], "a slow blocking read is not a lost connection"
+
+
+async def test_stopping_a_change_watch_from_outside_leaves_no_connection_and_says_nothing(
+    place: tuple[str, str],
+) -> None:
+    # What the app does each time a thread screen opens and closes: a StoreWatch started,
+    # then stopped by cancelling its listening task while the feed read blocks.
+    url, prefix = place
+    statuses: list[StoreStatus] = []
+    async with (
+        await RedisCheckpointer.open(url, prefix=prefix, on_status=statuses.append) as store,
+        admin(url) as a,
+    ):
+        changes_name = f"{store.client_name}-changes"
+
+        async def watchers() -> int:
+            return sum(1 for entry in await a.client_list() if entry.get("name") == changes_name)
+
+        for cycle in range(6):
+            watch = StoreWatch(store)
+            await watch.start()
+
+            async def reading() -> bool:
+                return await watchers() == 1
+
+            await eventually(reading, f"cycle {cycle}: the watch never opened its connection")
+            await watch.stop()
+
+            async def closed() -> bool:
+                return await watchers() == 0
+
+            await eventually(closed, f"cycle {cycle}: the watch's connection stayed open after stop()")
+        await store.list_threads()  # a call on the pool after the watches: nothing to report
+        await asyncio.sleep(0.5)  # a read left running would have reported by now (it retries after 0.1 s)
+        assert await watchers() == 0
+    assert statuses == [], "stopping a watch is not a lost connection"
