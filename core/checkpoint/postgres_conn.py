@@ -101,9 +101,14 @@ async def connect(url: str, *, read_only: bool) -> asyncpg.Connection:
 
 
 async def create_pool(url: str, *, read_only: bool, max_size: int = 10) -> asyncpg.Pool:
-    """The pool every store call takes its connection from (see :func:`connect`)."""
+    """The pool every store call takes its connection from (see :func:`connect`).
+
+    ``min_size=0``: connections are opened when a call needs one (and kept for the next).
+    With a floor, asyncpg (0.32) reopens lost connections in a task of its own, outside
+    the store's reconnect policy, and logs a traceback for each failed try ("Failed to
+    restore the pool connection floor") for as long as the server stays away."""
     return await asyncpg.create_pool(
-        url, min_size=1, max_size=max_size, timeout=CONNECT_TIMEOUT, server_settings=_settings(read_only)
+        url, min_size=0, max_size=max_size, timeout=CONNECT_TIMEOUT, server_settings=_settings(read_only)
     )
 
 

@@ -293,8 +293,14 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
                     await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     stopping.cancel()
-                if not reading.done():
-                    reading.cancel()
+                    if not reading.done():
+                        # Stopped, or this watch itself cancelled (its consumer ended): the
+                        # read must not outlive it, retrying and failing with nobody to hear.
+                        reading.cancel()
+                    # A read that failed just as this watch was cancelled is never looked
+                    # at below; asyncio would print its error as "never retrieved".
+                    reading.add_done_callback(_retrieved)
+                if reading.cancelled():
                     return
                 got = reading.result()
                 if got is None:
@@ -305,6 +311,12 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
                 yield None
         finally:
             await reader.aclose()
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Mark a finished task's error as seen (whoever needs it reads ``result()``)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _stopped(stop: asyncio.Event, seconds: float) -> bool:
