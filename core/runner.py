@@ -260,22 +260,28 @@ def _connection_lost(error: BaseException | None) -> StoreConnectionError | None
 def _log_to(err: TextIO, quiet: logging.Filter) -> Iterator[None]:
     """While the run goes, ``core``'s warnings go to ``err`` through ``quiet``, as Python's
     last-resort handler would print them (message only), unless the program configured
-    logging itself (then its handlers get them, unchanged)."""
-    if logging.getLogger().handlers:
-        yield
-        return
+    logging itself (then its handlers get them, unchanged, and ``quiet`` only notes them:
+    a server lost for good is still said in the runner's one sentence)."""
     logger = logging.getLogger("core")
-    handler = logging.StreamHandler(err)
+    configured = bool(logging.getLogger().handlers)
+    handler = _Noting() if configured else logging.StreamHandler(err)
     handler.setLevel(logging.WARNING)
     handler.addFilter(quiet)
     propagate = logger.propagate
     logger.addHandler(handler)
-    logger.propagate = False
+    logger.propagate = configured
     try:
         yield
     finally:
         logger.removeHandler(handler)
         logger.propagate = propagate
+
+
+class _Noting(logging.Handler):
+    """A handler that writes nothing: its filters see each record (and note what they need)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        pass
 
 
 def _agent_spec(

@@ -46,12 +46,12 @@ def delays_within(seconds: float) -> tuple[float, ...]:
     if seconds >= sum(RECONNECT_DELAYS):
         return RECONNECT_DELAYS
     chosen: list[float] = []
-    left = seconds
     for delay in RECONNECT_DELAYS:
+        # Rounded to the microsecond, so 2.0 - (0.1 + 0.2 + 0.4 + 0.8) is 0.5, not 0.4999...
+        left = round(seconds - sum(chosen), 6)
         if left <= 0:
             break
         chosen.append(min(delay, left))
-        left -= delay
     return tuple(chosen)
 
 
@@ -100,7 +100,7 @@ async def with_reconnect(
             if attempt >= len(delays):
                 raise StoreConnectionError(
                     f"Lost the connection to {where} and could not get it back in "
-                    f"{round(sum(delays), 1):g} s, so the {what} did not complete ({_one_line(error)})."
+                    f"{sum(delays):.2g} s, so the {what} did not complete ({_one_line(error)})."
                 ) from error
             delay = delays[attempt]
             attempt += 1

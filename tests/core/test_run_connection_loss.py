@@ -209,7 +209,7 @@ async def test_a_run_whose_connections_are_cut_again_and_again_completes_with_no
     seed = int(os.environ.get("CUBEPI_TEST_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     async with opened(location) as store:
-        runner = Runner(runner_argv(location, THREAD, "--demo", "--speed", SPEED, PROMPT), tmp_path)
+        runner = Runner(runner_argv(location, THREAD, "--demo", "--speed", SPEED, PROMPT), tmp_path, to_files=True)
         kills = rounds = 0
         try:
             async with killer(server, location, runner.pid) as cutter:
@@ -226,7 +226,6 @@ async def test_a_run_whose_connections_are_cut_again_and_again_completes_with_no
             runner.kill()
         out, err = runner.output()
         context = f"seed {seed}, {kills} connections killed in {rounds} rounds\nstdout:\n{out}\nstderr:\n{err}"
-        print(context)  # DEBUG
         assert status == 0, context
         data = await store.load(THREAD)
     assert data is not None
@@ -262,7 +261,7 @@ async def test_a_server_gone_past_the_reconnect_wait_fails_the_run_in_one_senten
         via, password = with_password(through(location, await proxy.start()))
         try:
             argv = runner_argv(via, THREAD, "--demo", "--speed", SPEED, "--reconnect-wait", "2", PROMPT)
-            runner = Runner(argv, tmp_path)
+            runner = Runner(argv, tmp_path, to_files=True)
             try:
 
                 async def mid_tool() -> CheckpointData | None:
@@ -300,7 +299,7 @@ async def test_a_server_gone_past_the_reconnect_wait_fails_the_run_in_one_senten
             assert unanswered_calls(after.messages), "it was cut mid-tool"
 
             await proxy.restore()
-            resumed = Runner(runner_argv(via, THREAD, "--demo", "--speed", SPEED, "--resume"), tmp_path)
+            resumed = Runner(runner_argv(via, THREAD, "--demo", "--speed", SPEED, "--resume"), tmp_path, to_files=True)
             try:
                 status = await resumed.wait(DEADLINE)
             finally:
