@@ -293,14 +293,14 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
                     await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     stopping.cancel()
+                    # A read that failed just as this watch was cancelled is never looked
+                    # at below; asyncio would print its error as "never retrieved".
+                    reading.add_done_callback(_retrieved)
                     if not reading.done():
                         # Stopped, or this watch itself cancelled (its consumer ended): the
                         # read must not outlive it, retrying and failing with nobody to hear.
                         reading.cancel()
-                    # A read that failed just as this watch was cancelled is never looked
-                    # at below; asyncio would print its error as "never retrieved".
-                    reading.add_done_callback(_retrieved)
-                if reading.cancelled():
+                if not reading.done():  # cancelled just above
                     return
                 got = reading.result()
                 if got is None:

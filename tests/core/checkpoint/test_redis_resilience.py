@@ -283,7 +283,7 @@ async def test_a_change_watch_cancelled_as_its_read_fails_leaves_no_error_unseen
             (read,) = [
                 t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") == "RedisStore._call"
             ]
-            read.add_done_callback(lambda _task: watching.cancel())  # the same turn the read gave up
+            read.add_done_callback(lambda _task, w=watching: w.cancel())  # the same turn the read gave up
             await proxy.cut()
             await asyncio.gather(watching, return_exceptions=True)
             assert read.done() and not read.cancelled()  # it gave up (the case this is about)
