@@ -595,8 +595,9 @@ class Agent:
             state.running_tools.pop(event.tool_call_id, None)
             # The result message itself is the record that matters; a lost end only
             # makes a later diagnosis less precise, so it never fails the run.
-            if await self._journal_event(event.tool_call_id, "end", event.tool_name, None, time.time()):
-                _log.warning("could not journal the end of tool call %s", event.tool_call_id)
+            error = await self._journal_event(event.tool_call_id, "end", event.tool_name, None, time.time())
+            if error is not None:
+                _log.warning("could not journal the end of tool call %s", event.tool_call_id, exc_info=error)
         elif isinstance(event, AgentStart):
             state.run_id = event.run_id
         elif isinstance(event, AgentEnd):

@@ -108,6 +108,7 @@ async def run_headless(
     lease_ttl: float = 15.0,
     heartbeat_interval: float = 2.0,
     lock_wait: float | None = None,
+    reconnect_wait: float | None = None,
     holder: LeaseHolder | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
@@ -125,7 +126,10 @@ async def run_headless(
     :class:`AgentSpec`; else ``demo`` (at ``speed``) or Anthropic (``model``).
     ``lease_ttl``/``heartbeat_interval`` are seconds; ``lock_wait`` is how long (seconds)
     each store call waits for a database another program keeps locked (default
-    ``core.checkpoint.sqlite_file.LOCK_WAIT``; past it the run fails, exit 1; SQLite only); ``holder`` overrides who this
+    ``core.checkpoint.sqlite_file.LOCK_WAIT``; past it the run fails, exit 1; SQLite only);
+    ``reconnect_wait`` is how long (seconds) each call to a server store retries a broken
+    connection before the run fails (default and most about 26 s,
+    ``core.checkpoint.reconnect.RECONNECT_DELAYS``; servers only); ``holder`` overrides who this
     process is to other runners (tests). Lines go to ``out``, the one-sentence error to
     ``err`` (default stdout/stderr). ``handle_signals`` makes SIGINT/SIGTERM abort the
     run (a second one cancels it). Never raises: bad input returns 2, a database deleted or
@@ -135,7 +139,7 @@ async def run_headless(
     out = out or sys.stdout
     err = err or sys.stderr
     store = None
-    quiet = _GoneFilter()
+    quiet = _OneCause()
     chosen = chosen_location(db_path)
     where = describe_location(chosen.location)
     try:
@@ -151,6 +155,7 @@ async def run_headless(
             create=create or chosen.default,
             make_parent=chosen.default,
             lock_wait=lock_wait,
+            reconnect_wait=reconnect_wait,
             on_status=_status_printer(err, where),
         )
         quiet.store = store
@@ -191,6 +196,10 @@ async def run_headless(
         # The last write may have gone into a file deleted after it committed.
         if supports(store, FileBacked):
             store.check_file()
+        if quiet.lost is not None:
+            # The server went away for good during the run (its writes' records were
+            # dropped as accounts of this one cause): say it once.
+            _say(err, error_sentence(quiet.lost))
         return EXIT_CODES.get(outcome, 1)
     except asyncio.CancelledError:
         _say(err, "The run was cancelled.")
@@ -212,13 +221,21 @@ async def run_headless(
             await store.close()
 
 
-class _GoneFilter(logging.Filter):
-    """Drops log records once the database file is gone: each would be another account of
-    the one cause the runner states in its one sentence (every write fails from then on)."""
+class _OneCause(logging.Filter):
+    """Drops log records that are another account of the one cause the runner states in its
+    one sentence: every record once the database file is gone (every write fails from then
+    on), and every record whose exception is, or was caused by, a ``StoreConnectionError``
+    (the server stayed unreachable past every reconnect: the heartbeat, the live events,
+    the lease release all fail alike). ``lost`` is the first such error, for that sentence."""
 
     store: Checkpointer | None = None
+    lost: StoreConnectionError | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
+        lost = _connection_lost(record.exc_info[1] if record.exc_info else None)
+        if lost is not None:
+            self.lost = self.lost or lost
+            return False
         if not supports(self.store, FileBacked):
             return True
         try:
@@ -228,26 +245,43 @@ class _GoneFilter(logging.Filter):
         return True
 
 
+def _connection_lost(error: BaseException | None) -> StoreConnectionError | None:
+    """The ``StoreConnectionError`` that is ``error`` or its cause or context, if any."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, StoreConnectionError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 @contextlib.contextmanager
 def _log_to(err: TextIO, quiet: logging.Filter) -> Iterator[None]:
     """While the run goes, ``core``'s warnings go to ``err`` through ``quiet``, as Python's
     last-resort handler would print them (message only), unless the program configured
-    logging itself (then its handlers get them, unchanged)."""
-    if logging.getLogger().handlers:
-        yield
-        return
+    logging itself (then its handlers get them, unchanged, and ``quiet`` only notes them:
+    a server lost for good is still said in the runner's one sentence)."""
     logger = logging.getLogger("core")
-    handler = logging.StreamHandler(err)
+    configured = bool(logging.getLogger().handlers)
+    handler = _Noting() if configured else logging.StreamHandler(err)
     handler.setLevel(logging.WARNING)
     handler.addFilter(quiet)
     propagate = logger.propagate
     logger.addHandler(handler)
-    logger.propagate = False
+    logger.propagate = configured
     try:
         yield
     finally:
         logger.removeHandler(handler)
         logger.propagate = propagate
+
+
+class _Noting(logging.Handler):
+    """A handler that writes nothing: its filters see each record (and note what they need)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        pass
 
 
 def _agent_spec(
@@ -479,6 +513,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--heartbeat", type=positive_number, default=2.0, metavar="S", help="seconds between heartbeats (default 2)"
     )
+    p.add_argument(
+        "--reconnect-wait",
+        type=positive_number,
+        metavar="S",
+        help="server stores: seconds a lost connection is retried before the run fails (default and most about 26)",
+    )
     p.add_argument("--no-create", dest="create", action="store_false", help="fail if the store does not exist")
     p.add_argument(
         "--upgrade",
@@ -519,6 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 upgrade=args.upgrade,
                 lease_ttl=args.lease_ttl,
                 heartbeat_interval=args.heartbeat,
+                reconnect_wait=args.reconnect_wait,
                 handle_signals=True,
             )
         )

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from core.checkpoint.base import Checkpointer
-from core.checkpoint.reconnect import OnStatus
+from core.checkpoint.reconnect import OnStatus, delays_within
 from core.checkpoint.redact import KEYWORD_FORM, redacted
 from core.errors import DatabaseOpenError
 
@@ -121,6 +121,7 @@ async def open_store(
     on_busy: Callable[[int], None] | None = None,
     on_status: OnStatus | None = None,
     lock_wait: float | None = None,
+    reconnect_wait: float | None = None,
 ) -> Checkpointer:
     """Open the store at ``location`` with the backend its scheme names.
 
@@ -130,21 +131,26 @@ async def open_store(
     file), ``on_busy(attempt)`` is told each retry of a locked file and ``lock_wait``
     (seconds) bounds those retries (default ``core.checkpoint.sqlite_file.LOCK_WAIT``).
     Servers only: ``on_status`` is told each reconnect attempt and the recovery
-    (:mod:`core.checkpoint.reconnect`).
+    (:mod:`core.checkpoint.reconnect`), and ``reconnect_wait`` (seconds) shortens how long
+    a call whose connection broke is retried before ``StoreConnectionError`` (default and
+    most: the whole ``RECONNECT_DELAYS``, about 26 s; see ``delays_within``, whose
+    ``ValueError`` a wait not above zero raises).
 
     Raises ``DatabaseOpenError`` (one sentence) for an unknown scheme or a store that
     cannot be opened, ``SchemaError`` for a schema newer than this version knows,
     ``StoreConnectionError`` for a server that stayed unreachable.
     """
     backend = backend_of(location)
+    # Passed only when given, so a backend's own default stays the one rule.
+    reconnect = {} if reconnect_wait is None else {"reconnect_delays": delays_within(reconnect_wait)}
     if backend == "postgres":
         from core.checkpoint.postgres import PostgresCheckpointer
 
-        return await PostgresCheckpointer.open(_lower_scheme(location), create=create, on_status=on_status)
+        return await PostgresCheckpointer.open(_lower_scheme(location), create=create, on_status=on_status, **reconnect)
     if backend == "redis":
         from core.checkpoint.redis import RedisCheckpointer
 
-        return await RedisCheckpointer.open(_lower_scheme(location), create=create, on_status=on_status)
+        return await RedisCheckpointer.open(_lower_scheme(location), create=create, on_status=on_status, **reconnect)
     from core.checkpoint.sqlite import SQLiteCheckpointer
 
     path = Path(location)

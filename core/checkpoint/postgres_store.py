@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import Any, Self, TypeVar
 
 import asyncpg
 
 from core.checkpoint import postgres_conn as pg
 from core.checkpoint import postgres_schema as schema
-from core.checkpoint.reconnect import OnStatus, with_reconnect
+from core.checkpoint.reconnect import RECONNECT_DELAYS, OnStatus, with_reconnect
 from core.errors import CheckpointError, DatabaseOpenError, ReadOnlyStoreError, SchemaError
 
 T = TypeVar("T")
@@ -39,18 +39,33 @@ class PostgresStore:
     but whose acknowledgement was lost is found, not repeated.
     """
 
-    def __init__(self, url: str, pool: asyncpg.Pool, layout: schema.Layout, on_status: OnStatus | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool: asyncpg.Pool,
+        layout: schema.Layout,
+        on_status: OnStatus | None,
+        reconnect_delays: Sequence[float] = RECONNECT_DELAYS,
+    ) -> None:
         """Internal: use :meth:`open`."""
         self._url = url
         self._where = pg.where(url)
         self._pool: asyncpg.Pool | None = pool
         self._layout = layout
         self._on_status = on_status
+        self._reconnect_delays = tuple(reconnect_delays)
 
     # --- opening -------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, url: str, *, create: bool = True, on_status: OnStatus | None = None) -> Self:
+    async def open(
+        cls,
+        url: str,
+        *,
+        create: bool = True,
+        on_status: OnStatus | None = None,
+        reconnect_delays: Sequence[float] = RECONNECT_DELAYS,
+    ) -> Self:
         """Open the database at ``url`` (``postgresql://user:password@host:port/database``).
 
         * cubeloop's v5 tables and ours at this version: read-write.
@@ -67,7 +82,9 @@ class PostgresStore:
         Raises ``DatabaseOpenError`` (one sentence naming the server, without password) when
         the server cannot be reached, refuses the login, or the URL is not valid. Opening is
         not retried: a server that is down is said at once. ``on_status`` is told of every
-        reconnect of a later call (see :class:`~core.checkpoint.reconnect.StoreStatus`).
+        reconnect of a later call (see :class:`~core.checkpoint.reconnect.StoreStatus`);
+        ``reconnect_delays`` (seconds) are that call's waits before each retry
+        (:func:`core.checkpoint.reconnect.delays_within` makes shorter ones).
         """
         place = pg.where(url)
         try:
@@ -90,7 +107,7 @@ class PostgresStore:
             pool = await pg.create_pool(url, read_only=not writable)
         except Exception as error:
             raise pg.open_error(url, error) from None
-        store = cls(url, pool, layout, on_status)
+        store = cls(url, pool, layout, on_status, reconnect_delays)
         if writable:
             with contextlib.suppress(asyncpg.PostgresError):  # housekeeping only
                 async with pool.acquire() as conn:
@@ -188,6 +205,7 @@ class PostgresStore:
                 where=self._where,
                 is_connection_error=pg.is_connection_error,
                 on_status=self._on_status,
+                delays=self._reconnect_delays,
             )
         except asyncpg.PostgresError as error:
             refused = pg.refusal(error)

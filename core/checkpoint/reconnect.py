@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -31,6 +32,29 @@ T = TypeVar("T")
 
 RECONNECT_DELAYS: tuple[float, ...] = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0, 5.0)
 """Seconds to wait before each retry of a call whose connection broke (sum: 26.3 s)."""
+
+
+def delays_within(seconds: float) -> tuple[float, ...]:
+    """:data:`RECONNECT_DELAYS` cut so they wait ``seconds`` in all: its first steps while
+    they fit, then one shorter last step (``delays_within(2.0)`` is ``(0.1, 0.2, 0.4, 0.8,
+    0.5)``). A wait of the whole 26.3 s or more gives :data:`RECONNECT_DELAYS` itself: the
+    window is never made longer, as the backends remember a write's id for a bounded time
+    past it (``postgres_conn.WRITE_ID_KEEP``, ``redis_keys.WRITE_MEMORY``). For a user who
+    prefers a quick failure to riding out an outage (``cubepi-tui run --reconnect-wait``),
+    and for tests. Raises ``ValueError`` unless ``seconds`` is a finite number above zero.
+    """
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"The reconnect wait must be a number of seconds above zero, not {seconds!r}.")
+    if seconds >= sum(RECONNECT_DELAYS):
+        return RECONNECT_DELAYS
+    chosen: list[float] = []
+    for delay in RECONNECT_DELAYS:
+        # Rounded to the microsecond, so 2.0 - (0.1 + 0.2 + 0.4 + 0.8) is 0.5, not 0.4999...
+        left = round(seconds - sum(chosen), 6)
+        if left <= 0:
+            break
+        chosen.append(min(delay, left))
+    return tuple(chosen)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +108,7 @@ async def with_reconnect(
             if attempt >= len(delays):
                 raise StoreConnectionError(
                     f"Lost the connection to {where} and could not get it back in "
-                    f"{sum(delays):.0f} s, so the {what} did not complete ({_one_line(error)})."
+                    f"{sum(delays):.2g} s, so the {what} did not complete ({_one_line(error)})."
                 ) from error
             delay = delays[attempt]
             attempt += 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, Self, TypeVar
 
 from redis.asyncio import Redis
@@ -32,7 +32,7 @@ from core.checkpoint import redis_schema as schema
 from core.checkpoint import redis_scripts as scripts
 from core.checkpoint.addresses import UNREACHABLE
 from core.checkpoint.base import check_lease_holder
-from core.checkpoint.reconnect import OnStatus, with_reconnect
+from core.checkpoint.reconnect import RECONNECT_DELAYS, OnStatus, with_reconnect
 from core.checkpoint.redis_keys import WRITE_MEMORY, Keys, split_url
 from core.errors import CheckpointError, DatabaseOpenError, ReadOnlyStoreError, SchemaError
 
@@ -80,8 +80,10 @@ class RedisStore:
         socket_timeout: float,
         client_url: str,
         client_name: str,
+        reconnect_delays: Sequence[float] = RECONNECT_DELAYS,
     ) -> None:
         """Internal: use :meth:`open`."""
+        self._reconnect_delays = tuple(reconnect_delays)
         self._client: Redis | None = client
         self._keys = keys
         self._where = where
@@ -114,6 +116,7 @@ class RedisStore:
         on_status: OnStatus | None = None,
         prefix: str | None = None,
         socket_timeout: float = SOCKET_TIMEOUT,
+        reconnect_delays: Sequence[float] = RECONNECT_DELAYS,
     ) -> Self:
         """Open the store at ``url`` (``redis://[user:password@]host:port/db``, ``rediss://``
         or ``unix://``) under a key prefix: ``prefix`` when given, else the URL's ``prefix``
@@ -128,7 +131,9 @@ class RedisStore:
 
         ``socket_timeout`` (seconds) bounds the wait for each reply; a blocking read of the
         change feed always blocks for less (see ``change_signals``). ``on_status`` hears of
-        each reconnect attempt and of the store being back. Raises ``DatabaseOpenError``
+        each reconnect attempt and of the store being back; ``reconnect_delays`` (seconds)
+        are a call's waits before each retry (:func:`core.checkpoint.reconnect.delays_within`
+        makes shorter ones). Raises ``DatabaseOpenError``
         (one sentence, never the password) for a bad URL or a server that cannot be reached
         (one attempt: opening does not wait out an outage).
         """
@@ -166,6 +171,7 @@ class RedisStore:
             socket_timeout=socket_timeout,
             client_url=client_url,
             client_name=name,
+            reconnect_delays=reconnect_delays,
         )
 
     async def upgrade(self) -> None:
@@ -250,7 +256,12 @@ class RedisStore:
         self._live_client()
         try:
             return await with_reconnect(
-                call, what=what, where=self._where, is_connection_error=is_connection_error, on_status=self._on_status
+                call,
+                what=what,
+                where=self._where,
+                is_connection_error=is_connection_error,
+                on_status=self._on_status,
+                delays=self._reconnect_delays,
             )
         except ReadOnlyError:
             raise ReadOnlyStoreError(f"The Redis server at {self._where} is read-only (a replica?).") from None

@@ -8,6 +8,7 @@ so what is tested is the real dispatch and the real callers (the app's CLI, the 
 
 from __future__ import annotations
 
+import asyncio
 import io
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from core.checkpoint.locations import (
     is_url,
     open_store,
 )
-from core.checkpoint.reconnect import StoreStatus
+from core.checkpoint.reconnect import RECONNECT_DELAYS, StoreStatus, delays_within
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import DatabaseOpenError
 from core.providers.faux import FauxProvider, faux_reply
@@ -292,6 +293,63 @@ async def test_the_runner_exits_1_with_one_sentence_when_the_server_stays_away(
     assert [n.partition(" (")[0] for n in notices] == ["store: reconnecting to redis://cache.example:6379/0"] * 2
     assert sentence.startswith("Lost the connection to redis://cache.example:6379/0 and could not get it back")
     assert out.getvalue() == "" and SECRET not in err.getvalue()
+
+
+async def test_a_server_gone_mid_run_is_one_sentence_on_stderr_not_a_traceback_per_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Once the server stayed away, the heartbeat, the live events, the journal and the lease
+    # release each logged a warning with its traceback to stderr, and no sentence said why.
+    link = networked.install(monkeypatch, networked.Link(delays=(0.01, 0.02)))
+    out, err = io.StringIO(), io.StringIO()
+    url = f"postgresql://ann:{SECRET}@db.example/agents"
+    running = asyncio.ensure_future(run_headless(url, "t1", "hi", demo=True, speed=5, out=out, err=err))
+    deadline = asyncio.get_running_loop().time() + 60
+    while not (link.stores and (data := await link.stores[0].load("t1")) and len(data.messages) >= 2):
+        assert not running.done() and asyncio.get_running_loop().time() < deadline, err.getvalue()
+        await asyncio.sleep(0.01)
+    link.down = True  # the first tools are running: the server goes away for good
+    status = await asyncio.wait_for(running, 60)
+    assert status == 1
+    *notices, sentence = err.getvalue().splitlines()
+    assert all(n.startswith("store: reconnecting to postgresql://ann@db.example/agents (attempt ") for n in notices)
+    assert sentence.startswith("Lost the connection to postgresql://ann@db.example/agents and could not get it back")
+    assert "Traceback" not in err.getvalue() and SECRET not in err.getvalue() + out.getvalue()
+    assert out.getvalue().splitlines()[-1].startswith("run failed: Could not save a message")
+
+
+def test_a_shorter_reconnect_wait_keeps_the_first_steps_and_cuts_the_last() -> None:
+    assert delays_within(2.0) == (0.1, 0.2, 0.4, 0.8, 0.5)
+    assert delays_within(0.05) == (0.05,)
+    assert delays_within(sum(RECONNECT_DELAYS)) == RECONNECT_DELAYS == delays_within(1000.0)
+    for wait in (0.3, 1.5, 7.0, 20.0):
+        assert sum(delays_within(wait)) == pytest.approx(wait)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="above zero"):
+            delays_within(bad)
+
+
+def test_the_runner_passes_its_reconnect_wait_to_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[dict[str, object]] = []
+
+    async def fake_open(location: str, **options: object) -> object:
+        opened.append(options)
+        raise DatabaseOpenError("Not this time.")
+
+    monkeypatch.setattr("core.runner.open_store", fake_open)
+    assert (
+        run_main(["run", "--db", "redis://h:6379/0", "--thread", "t", "--demo", "--reconnect-wait", "3", "hi"])
+        == BAD_INPUT
+    )
+    assert run_main(["run", "--db", "redis://h:6379/0", "--thread", "t", "--demo", "hi"]) == BAD_INPUT
+    assert [o["reconnect_wait"] for o in opened] == [3.0, None]
+
+
+async def test_a_reconnect_wait_not_above_zero_is_refused_before_connecting(monkeypatch: pytest.MonkeyPatch) -> None:
+    link = networked.install(monkeypatch)
+    with pytest.raises(ValueError, match="above zero"):
+        await open_store("redis://h:6379/0", create=False, reconnect_wait=0)
+    assert link.opened == []
 
 
 # --- upgrading ---------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Tools for the Redis store's tests: CubePi's custom-backend example layout written and read
-with cubeloop's own message classes, killing a store's connections, and a proxy that loses
-one reply.
+with cubeloop's own message classes, killing a store's connections (found by client name, or
+by the process that holds them), and a proxy that loses one reply.
 
 The example keeps each thread as two keys: ``RPUSH {prefix}msgs:{thread}`` of
 ``message.model_dump_json()`` and ``SET {prefix}extra:{thread}`` of the extra object's JSON;
@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -55,6 +57,38 @@ async def kill_connections(client: aioredis.Redis, name_start: str) -> int:
             with contextlib.suppress(aioredis.ResponseError):
                 killed += await client.client_kill_filter(_id=entry["id"])
     return killed
+
+
+def local_ports(pid: int) -> set[int]:
+    """The local TCP ports of process ``pid``'s sockets (Linux: its ``/proc/PID/fd`` socket
+    inodes looked up in ``/proc/net/tcp`` and ``tcp6``); empty once it has ended."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 9 and fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+async def names_of_process(client: aioredis.Redis, pid: int) -> set[str]:
+    """The client names (``CLIENT SETNAME``) of the connections process ``pid`` (on this
+    machine) has open to the server, matched by the client side's port of each ``addr``."""
+    ports = local_ports(pid)
+    names = set()
+    for entry in await client.client_list():
+        port = int(entry.get("addr", ":0").rsplit(":", 1)[1])
+        if port in ports and entry.get("name"):
+            names.add(entry["name"])
+    return names
 
 
 class LostReplyProxy:

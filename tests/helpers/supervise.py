@@ -33,18 +33,38 @@ def runner_argv(db: str | os.PathLike[str], thread: str, *options: str) -> list[
 class Runner:
     """A child process running one thread; ``gate(name)`` creates a gate file it waits for
     (the gated test agent ``tests.supervise.child`` waits for files in ``gates``). ``quiet``
-    drops its stdout, for a child whose output nobody reads (a full pipe would block it)."""
+    drops its stdout, for a child whose output nobody reads (a full pipe would block it);
+    ``to_files`` sends stdout and stderr to files in ``gates`` instead of pipes, for a
+    child that may write more than a pipe holds before :meth:`output` reads it."""
 
-    def __init__(self, argv: list[str], gates: Path, env: dict[str, str] | None = None, *, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        gates: Path,
+        env: dict[str, str] | None = None,
+        *,
+        quiet: bool = False,
+        to_files: bool = False,
+    ) -> None:
         self.gates = gates
+        self._files: tuple[Path, Path] | None = None
+        out: Any = subprocess.DEVNULL if quiet else subprocess.PIPE
+        err: Any = subprocess.PIPE
+        if to_files:
+            # For a child that may write more than a pipe holds before anyone reads it.
+            self._files = (gates / f"stdout-{time.monotonic_ns()}", gates / f"stderr-{time.monotonic_ns()}")
+            out, err = (path.open("w") for path in self._files)
         self.proc = subprocess.Popen(
             argv,
             cwd=ROOT,
             env={**os.environ, "CUBEPI_TEST_GATES": str(gates), **(env or {})},
-            stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
             text=True,
         )
+        if to_files:
+            out.close()
+            err.close()
 
     @property
     def pid(self) -> int:
@@ -66,6 +86,8 @@ class Runner:
     def output(self) -> tuple[str, str]:
         """(stdout, stderr) once the process ended."""
         out, err = self.proc.communicate(timeout=TIMEOUT)
+        if self._files is not None:
+            return self._files[0].read_text(), self._files[1].read_text()
         return out, err
 
     def signal(self, sig: int) -> None:

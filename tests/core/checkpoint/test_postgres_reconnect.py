@@ -6,6 +6,7 @@ lost and nothing is written twice."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from urllib.parse import urlsplit, urlunsplit
 
@@ -14,7 +15,8 @@ import pytest
 
 from core.checkpoint.base import Lease
 from core.checkpoint.postgres import PostgresCheckpointer
-from core.checkpoint.reconnect import StoreStatus
+from core.checkpoint.reconnect import StoreStatus, delays_within
+from core.errors import StoreConnectionError
 from core.messages import user_text
 from tests.helpers.pg import new_store
 from tests.helpers.pg_proxy import CommitDropper
@@ -126,6 +128,39 @@ async def test_a_commit_whose_acknowledgement_was_lost_is_not_written_twice() ->
         assert results["renew_lease"] is True
         lease = await origin.get_lease("t")
         assert lease is not None and lease.expires_at == now + 601
+    finally:
+        await store.close()
+        await proxy.close()
+        await origin.close()
+
+
+async def test_a_server_gone_for_good_is_one_error_per_call_and_no_driver_noise(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The pool kept a floor of one connection, which asyncpg reopened in a task of its own,
+    # outside the reconnect policy, logging a traceback each second ("Failed to restore the
+    # pool connection floor; retrying") for as long as the server stayed away: a runner
+    # whose server was gone printed them to its stderr until it exited.
+    from tests.helpers.cut_proxy import CutProxy, through
+
+    origin = await new_store("gone")
+    proxy = CutProxy.to(origin._url)
+    port = await proxy.start()
+    store = await PostgresCheckpointer.open(
+        through(origin._url, port), create=False, reconnect_delays=delays_within(1.5)
+    )
+    caplog.set_level(logging.WARNING)
+    try:
+        await store.append("t", [user_text("one")])
+        await proxy.cut()
+        for _ in range(3):  # each call retries for 1.5 s, then says so once
+            with pytest.raises(StoreConnectionError, match=r"could not get it back in 1\.5 s, so the append"):
+                await store.append("t", [user_text("two")])
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("asyncpg")] == []
+        await proxy.restore()
+        await store.append("t", [user_text("three")])
+        data = await origin.load("t")
+        assert [m.text for m in data.messages] == ["one", "three"]  # type: ignore[union-attr]
     finally:
         await store.close()
         await proxy.close()

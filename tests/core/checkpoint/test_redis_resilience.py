@@ -249,3 +249,84 @@ async def test_stopping_a_change_watch_from_outside_leaves_no_connection_and_say
         await asyncio.sleep(0.5)  # a read left running would have reported by now (it retries after 0.1 s)
         assert await watchers() == 0
     assert statuses == [], "stopping a watch is not a lost connection"
+
+
+async def test_a_change_watch_cancelled_mid_read_leaves_no_read_running(place: tuple[str, str]) -> None:
+    # The blocking read ran in a task of its own, which outlived a cancelled watch: it kept
+    # retrying on the closed reader and, once it gave up, asyncio printed "Task exception
+    # was never retrieved" and a traceback (a runner's stderr at the end of a lost run).
+    url, prefix = place
+    async with await RedisCheckpointer.open(url, prefix=prefix) as store, admin(url) as a:
+        stop = asyncio.Event()
+
+        async def consume() -> None:
+            async for _ in store.change_signals(stop):
+                pass
+
+        watching = asyncio.ensure_future(consume())
+
+        async def reading() -> bool:
+            return any(
+                c.get("name") == f"{store.client_name}-changes" and c.get("cmd") == "xread"
+                for c in await a.client_list()
+            )
+
+        await eventually(reading, "the watch never blocked on its read")
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+        left = [
+            t
+            for t in asyncio.all_tasks()
+            if not t.done() and getattr(t.get_coro(), "__qualname__", "") == "RedisStore._call"
+        ]
+        assert left == [], "a read of the cancelled watch is still running"
+
+
+async def test_a_change_watch_cancelled_as_its_read_fails_leaves_no_error_unseen(place: tuple[str, str]) -> None:
+    # The read failed for good in the very loop turn its watch was cancelled (a runner
+    # whose server was gone, stopping at the end of its run): the watch never looked at it,
+    # and asyncio printed "Task exception was never retrieved" with a traceback.
+    import gc
+
+    from core.checkpoint.reconnect import delays_within
+    from tests.helpers.cut_proxy import CutProxy, through
+
+    url, prefix = place
+    unseen: list[dict] = []  # type: ignore[type-arg]
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: unseen.append(context))
+    proxy = CutProxy.to(url)
+    via = through(url, await proxy.start())
+    try:
+        async with (
+            await RedisCheckpointer.open(via, prefix=prefix, reconnect_delays=delays_within(0.3)) as store,
+            admin(url) as a,
+        ):
+            stop = asyncio.Event()
+
+            async def consume() -> None:
+                async for _ in store.change_signals(stop):
+                    pass
+
+            watching = asyncio.ensure_future(consume())
+
+            async def reading() -> bool:
+                return any(
+                    c.get("name") == f"{store.client_name}-changes" and c.get("cmd") == "xread"
+                    for c in await a.client_list()
+                )
+
+            await eventually(reading, "the watch never blocked on its read")
+            (read,) = [
+                t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") == "RedisStore._call"
+            ]
+            read.add_done_callback(lambda _task, w=watching: w.cancel())  # the same turn the read gave up
+            await proxy.cut()
+            await asyncio.gather(watching, return_exceptions=True)
+            assert read.done() and not read.cancelled()  # it gave up (the case this is about)
+            del read, watching, consume
+            gc.collect()  # a task's unseen error is reported when the task is destroyed
+        assert unseen == []
+    finally:
+        loop.set_exception_handler(None)
+        await proxy.close()
