@@ -125,4 +125,5 @@ class StoreWatch:
                 f" ({error})" if lost else "",
                 self.poll,
                 exc_info=not lost,
+                extra={"store_error": error},
             )

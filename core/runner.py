@@ -232,7 +232,8 @@ class _OneCause(logging.Filter):
     lost: StoreConnectionError | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
-        lost = _connection_lost(record.exc_info[1] if record.exc_info else None)
+        # ``store_error``: an error a record names without its traceback (core.changes).
+        lost = _connection_lost(record.exc_info[1] if record.exc_info else record.__dict__.get("store_error"))
         if lost is not None:
             self.lost = self.lost or lost
             return False
