@@ -300,6 +300,27 @@ def check_command_status(status: str) -> None:
         raise ValueError(f"A command status is one of {', '.join(sorted(COMMAND_STATUSES))}, not {status!r}.")
 
 
+def check_tool_phase(phase: str) -> None:
+    """Raise ``ValueError`` unless ``phase`` is ``start`` or ``end``; every backend's
+    ``record_tool_event`` calls it before it writes."""
+    if phase not in ("start", "end"):
+        raise ValueError(f"A tool event's phase is 'start' or 'end', not {phase!r}.")
+
+
+def encode_job_result(key: str, status: str, result: Any) -> str:
+    """The JSON text of job ``key``'s ``result``, once ``status`` is checked; every backend's
+    ``job_finish`` calls it before it writes. Raises ``ValueError`` unless ``status`` is
+    ``done`` or ``failed``, ``TypeError`` (one sentence) for a result JSON cannot hold."""
+    if status not in ("done", "failed"):
+        raise ValueError(f"A job can finish as 'done' or 'failed', not {status!r}.")
+    try:
+        return json.dumps(result, separators=(",", ":"))
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"The result of job {key!r} cannot be stored: it is not JSON ({type(result).__name__})."
+        ) from None
+
+
 def command_sources(status: str) -> tuple[str, ...]:
     """The statuses a command may move to ``status`` from (see :data:`COMMAND_TRANSITIONS`), sorted."""
     return tuple(sorted(old for old, targets in COMMAND_TRANSITIONS.items() if status in targets))

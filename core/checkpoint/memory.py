@@ -31,6 +31,8 @@ from core.checkpoint.base import (
     check_command_move,
     check_command_status,
     check_lease_holder,
+    check_tool_phase,
+    encode_job_result,
 )
 from core.checkpoint.capabilities import HumanRequests, SupervisedStore
 from core.checkpoint.codec import copy_message
@@ -216,8 +218,7 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
         without them keeps what ``start`` wrote. An ``end`` without a ``start`` still
         records the end. Raises ``ValueError`` for another ``phase``.
         """
-        if phase not in ("start", "end"):
-            raise ValueError(f"A tool event's phase is 'start' or 'end', not {phase!r}.")
+        check_tool_phase(phase)
         when = time.time() if at is None else at
         async with self._lock:
             self._fence(thread_id, holder_id)
@@ -283,9 +284,7 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
         have reused it). Raises ``KeyError`` if never begun, ``ValueError`` for another
         ``status``, ``TypeError`` when ``result`` is not JSON.
         """
-        if status not in ("done", "failed"):
-            raise ValueError(f"A job can finish as 'done' or 'failed', not {status!r}.")
-        stored = _json_result(result, key)
+        stored = json.loads(encode_job_result(key, status, result))
         async with self._lock:
             self._fence(thread_id, holder_id)
             old = self._jobs.get((thread_id, key))
@@ -450,15 +449,6 @@ def _lease_refusal(current: Lease, now: float | None = None) -> str:
 
 def _copy_job(record: JobRecord) -> JobRecord:
     return record if record.result is None else replace(record, result=json.loads(json.dumps(record.result)))
-
-
-def _json_result(result: Any, key: str) -> Any:
-    try:
-        return json.loads(json.dumps(result))
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"The result of job {key!r} cannot be stored: it is not JSON ({type(result).__name__})."
-        ) from None
 
 
 def _tail(messages: list[AnyMessage]) -> list[AnyMessage]:

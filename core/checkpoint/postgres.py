@@ -39,6 +39,8 @@ from core.checkpoint.base import (
     ThreadSummary,
     check_command_kind,
     check_command_status,
+    check_tool_phase,
+    encode_job_result,
 )
 from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
 from core.checkpoint.postgres_store import PostgresStore
@@ -133,7 +135,7 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         an ``end`` keeps what ``start`` wrote; a ``start`` clears an earlier end. Raises
         ``ValueError`` for another ``phase``.
         """
-        supervised.check_phase(phase)
+        check_tool_phase(phase)
         when = time.time() if at is None else at
         await self._write_call(
             lambda c, w: supervised.record_tool_event(
@@ -169,7 +171,7 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         """See ``SupervisedStore.job_finish``: a job already ``done`` stays as it is. Raises
         ``KeyError`` if never begun, ``ValueError`` for another ``status``, ``TypeError`` when
         ``result`` is not JSON (nothing is written)."""
-        text = supervised.encode_result(key, status, result)
+        text = encode_job_result(key, status, result)
         await self._write(
             lambda c: supervised.job_finish(c, thread_id, key, status, text, holder_id), "job finish", thread_id
         )

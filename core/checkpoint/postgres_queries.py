@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from core.checkpoint import codec
 from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_schema as schema
 from core.checkpoint.base import CheckpointData, RunRecord, ThreadSummary
@@ -216,7 +217,7 @@ async def list_threads(conn: Connection, ours: bool) -> list[ThreadSummary]:
     ):
         runs.setdefault(r[0], []).append(rows.run_record(*r[1:]))
     leases = await all_leases(conn) if ours else {}
-    with rows.gc_paused():  # once for the whole listing, not per thread (a collection at each resume)
+    with codec.gc_paused():  # once for the whole listing, not per thread (a collection at each resume)
         out = [_summary(t, by_thread.get(t["thread_id"], []), runs.get(t["thread_id"], []), leases) for t in threads]
     out.sort(key=lambda s: (s.last_activity is not None, s.last_activity or 0.0, s.thread_id), reverse=True)
     return out

@@ -20,11 +20,9 @@ same way; cubeloop's strict unpacker reports that row as corrupt instead of losi
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -70,7 +68,7 @@ def decode_rows(rows: Sequence[Any], thread_id: str) -> tuple[list[AnyMessage], 
     messages: list[AnyMessage] = []
     ids: list[int] = []
     problems: list[CorruptRow] = []
-    with gc_paused():
+    with codec.gc_paused():
         for seq, role, metadata, payload in rows:
             try:
                 messages.append(decode_row(thread_id, seq, role, metadata, payload))
@@ -114,19 +112,6 @@ def _raw(payload: bytes) -> str:
         return json.dumps(msgpack.unpackb(payload, raw=False, unicode_errors="surrogatepass"), default=repr)
     except Exception:
         return payload.hex()
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic collector while decoding many rows (decoded messages hold no
-    cycles; see ``sqlite_queries.gc_paused`` for the measurement)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def run_record(run_id: str, claimed: float | None, completed: float | None, seq: int | None) -> RunRecord:

@@ -35,24 +35,6 @@ Connection = Any
 # --- argument checks (before any round trip, so a bad call writes nothing) ------------------
 
 
-def check_phase(phase: str) -> None:
-    """Raise ``ValueError`` unless ``phase`` is ``start`` or ``end``."""
-    if phase not in ("start", "end"):
-        raise ValueError(f"A tool event's phase is 'start' or 'end', not {phase!r}.")
-
-
-def encode_result(key: str, status: str, result: Any) -> str:
-    """A job's result as JSON text; ``ValueError`` for a bad ``status``, ``TypeError`` for a non-JSON result."""
-    if status not in ("done", "failed"):
-        raise ValueError(f"A job can finish as 'done' or 'failed', not {status!r}.")
-    try:
-        return json.dumps(result)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"The result of job {key!r} cannot be stored: it is not JSON ({type(result).__name__})."
-        ) from None
-
-
 # --- the fence -------------------------------------------------------------------------------
 
 _LEASE_COLUMNS = "thread_id, holder_id, pid, host, run_id, acquired_at, heartbeat_at, expires_at"

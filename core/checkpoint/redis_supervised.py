@@ -30,6 +30,8 @@ from core.checkpoint.base import (
     check_command_kind,
     check_command_move,
     check_command_status,
+    check_tool_phase,
+    encode_job_result,
 )
 from core.checkpoint.redis_store import KEEP, RedisStore, now_arg, write_id
 from core.errors import RunAlreadyClaimedError
@@ -56,8 +58,7 @@ class RedisSupervised(RedisStore):
         overwrite the entry's only when given; a ``start`` clears an earlier end (a resume
         re-ran the call); an ``end`` without a ``start`` is kept. Raises ``ValueError`` for
         another ``phase``."""
-        if phase not in ("start", "end"):
-            raise ValueError(f"A tool event's phase is 'start' or 'end', not {phase!r}.")
+        check_tool_phase(phase)
         self._check_writable()
         when = time.time() if at is None else at
 
@@ -133,14 +134,7 @@ class RedisSupervised(RedisStore):
         """See ``Jobs.job_finish``: a job already ``done`` stays as it is (the first result
         wins). Raises ``KeyError`` if never begun, ``ValueError`` for another ``status``,
         ``TypeError`` when ``result`` is not JSON (nothing written)."""
-        if status not in ("done", "failed"):
-            raise ValueError(f"A job can finish as 'done' or 'failed', not {status!r}.")
-        try:
-            stored_result = json.loads(records.dumps(result))
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"The result of job {key!r} cannot be stored: it is not JSON ({type(result).__name__})."
-            ) from None
+        stored_result = json.loads(encode_job_result(key, status, result))
         self._check_writable()
 
         def decide(current: bytes | None) -> str | object:

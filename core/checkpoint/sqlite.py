@@ -47,6 +47,8 @@ from core.checkpoint.base import (
     ThreadSummary,
     check_command_kind,
     check_command_status,
+    check_tool_phase,
+    encode_job_result,
 )
 from core.checkpoint.capabilities import FileBacked, HumanRequests, SchemaUpgrade, SupervisedStore
 from core.checkpoint.sqlite_file import SQLiteFile
@@ -148,7 +150,7 @@ class SQLiteCheckpointer(SQLiteFile, SupervisedStore, HumanRequests, SchemaUpgra
         an ``end`` keeps what ``start`` wrote; a ``start`` clears an earlier end (a resume
         re-ran the call). Raises ``ValueError`` for another ``phase``.
         """
-        supervised.check_phase(phase)
+        check_tool_phase(phase)
         self._check_writable()
         when = time.time() if at is None else at
         await self._run(
@@ -195,7 +197,7 @@ class SQLiteCheckpointer(SQLiteFile, SupervisedStore, HumanRequests, SchemaUpgra
         reused it). Raises ``KeyError`` if never begun, ``ValueError`` for another
         ``status``, ``TypeError`` when ``result`` is not JSON (nothing is written).
         """
-        text = supervised.encode_result(key, status, result)
+        text = encode_job_result(key, status, result)
         self._check_writable()
         await self._run(
             lambda c: supervised.job_finish(c, thread_id, key, status, text, holder_id, self.locked_since), "job finish"

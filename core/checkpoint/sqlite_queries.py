@@ -8,11 +8,9 @@ too, one row per validator call, so the event loop keeps getting the GIL during 
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from core.checkpoint import codec
@@ -199,7 +197,7 @@ def decode_rows(
     messages: list[AnyMessage] = []
     ids: list[int] = []
     problems: list[CorruptRow] = []
-    with _gc_paused():
+    with codec.gc_paused():
         for row_id, raw in rows:
             try:
                 messages.append(codec.decode(raw, thread_id=thread_id, row_id=row_id))
@@ -208,24 +206,6 @@ def decode_rows(
             else:
                 ids.append(row_id)
     return messages, ids, problems
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while decoding.
-
-    Decoding allocates many small containers, which triggers collections that walk every
-    live object of the process again and again (measured: 10,000 messages decode in ~115 ms
-    with the collector paused against ~390 ms without). Decoded messages hold no cycles,
-    so nothing is lost by collecting once afterwards instead.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def parse_extra(text: str | None, thread_id: str) -> tuple[dict[str, Any], CorruptRow | None]:

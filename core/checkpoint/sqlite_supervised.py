@@ -35,24 +35,6 @@ from core.errors import RunAlreadyClaimedError
 # --- argument checks (before any hop, so a bad call writes nothing) --------------------------
 
 
-def check_phase(phase: str) -> None:
-    """Raise ``ValueError`` unless ``phase`` is ``start`` or ``end``."""
-    if phase not in ("start", "end"):
-        raise ValueError(f"A tool event's phase is 'start' or 'end', not {phase!r}.")
-
-
-def encode_result(key: str, status: str, result: Any) -> str:
-    """A job's result as JSON text; ``ValueError`` for a bad ``status``, ``TypeError`` for a non-JSON result."""
-    if status not in ("done", "failed"):
-        raise ValueError(f"A job can finish as 'done' or 'failed', not {status!r}.")
-    try:
-        return json.dumps(result)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"The result of job {key!r} cannot be stored: it is not JSON ({type(result).__name__})."
-        ) from None
-
-
 # --- tool journal ----------------------------------------------------------------------------
 
 _JOURNAL_COLUMNS = "tool_call_id, tool_name, run_id, started_at, ended_at, job_key"
