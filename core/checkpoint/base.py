@@ -369,6 +369,16 @@ class LiveEvent:
     at: float
 
 
+def live_event_data(text: str) -> dict[str, Any]:
+    """A stored live event's JSON text as its ``data``; text that is not a JSON object reads
+    ``{"type": "unreadable", "raw": text}`` (kept and shown, never dropped)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {"type": "unreadable", "raw": text}
+
+
 def check_lease_holder(
     lease: Lease | None, thread_id: str, holder_id: str, now: float, *, locked_since: float | None = None
 ) -> None:

@@ -26,6 +26,7 @@ from core.checkpoint.base import (
     LiveEvent,
     check_command_move,
     command_sources,
+    live_event_data,
 )
 from core.checkpoint.postgres_conn import pack_result, unpack_result
 from core.errors import RunAlreadyClaimedError
@@ -273,20 +274,12 @@ async def read_live_events(conn: Connection, thread_id: str, after_seq: int) -> 
         thread_id,
         after_seq,
     )
-    return [LiveEvent(seq, thread_id, run_id, _event_data(text), at) for seq, run_id, text, at in found]
+    return [LiveEvent(seq, thread_id, run_id, live_event_data(text), at) for seq, run_id, text, at in found]
 
 
 async def prune_live_events(conn: Connection, thread_id: str) -> None:
     """Delete every live event of the thread."""
     await conn.execute(f"DELETE FROM {schema.LIVE_EVENTS} WHERE thread_id = $1", thread_id)
-
-
-def _event_data(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    return value if isinstance(value, dict) else {"type": "unreadable", "raw": text}
 
 
 # --- commands --------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from core.checkpoint.base import (
     check_command_move,
     check_lease_holder,
     command_sources,
+    live_event_data,
     lock_wait_credit,
 )
 from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, Layout, write_txn
@@ -317,20 +318,12 @@ def read_live_events(c: sqlite3.Connection, layout: Layout, thread_id: str, afte
         f"SELECT seq, run_id, data_json, at FROM {LIVE_EVENTS} WHERE thread_id = ? AND seq > ? ORDER BY seq",
         (thread_id, after_seq),
     )
-    return [LiveEvent(seq, thread_id, run_id, _event_data(text), at) for seq, run_id, text, at in rows]
+    return [LiveEvent(seq, thread_id, run_id, live_event_data(text), at) for seq, run_id, text, at in rows]
 
 
 def prune_live_events(c: sqlite3.Connection, thread_id: str) -> None:
     """Delete every live event of the thread."""
     c.execute(f"DELETE FROM {LIVE_EVENTS} WHERE thread_id = ?", (thread_id,))
-
-
-def _event_data(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    return value if isinstance(value, dict) else {"type": "unreadable", "raw": text}
 
 
 # --- commands --------------------------------------------------------------------------------
