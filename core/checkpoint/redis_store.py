@@ -349,7 +349,12 @@ class RedisStore:
 async def _mode(client: Redis, keys: Keys, where: str, *, create: bool) -> tuple[int | None, bool]:
     """``(version, writable)`` of the store under ``keys.prefix``, creating it when allowed."""
     version = await schema.read_version(client, keys, where)
-    if version is None and not await schema.anything_under(client, keys):
+    if version is None and await schema.anything_under(client, keys):
+        # Our program records the version before writing any other key, so keys seen after
+        # a missing version may be another process's fresh store: read the version again
+        # before calling the store the example's layout (a 4-writer CI run hit this).
+        version = await schema.read_version(client, keys, where)
+    elif version is None:
         if not create:
             raise DatabaseOpenError(f"There is no agent store at {where} under the prefix {keys.prefix!r}.")
         if await schema.create(client, keys):

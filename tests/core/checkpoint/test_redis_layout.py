@@ -19,6 +19,7 @@ from cubeloop.providers.base import UserMessage as CubeUser
 
 from core.checkpoint import redis_schema
 from core.checkpoint.redis import RedisCheckpointer
+from core.checkpoint.redis_keys import Keys
 from core.errors import DatabaseOpenError, ReadOnlyStoreError, SchemaError
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
 from tests.helpers.redis_tools import admin, example_append, example_load, example_save_extra
@@ -269,3 +270,30 @@ async def test_an_upgrade_that_fails_writes_nothing(place: tuple[str, str], monk
     async with admin(url) as client:
         keys = sorted(k.decode() for k in await client.keys(prefix + "*"))
     assert keys == sorted(f"{prefix}{k}" for k in ("msgs:t0", "msgs:t1", "msgs:t2", "extra:t0", "extra:only-extra"))
+
+
+async def test_a_store_another_process_creates_while_this_one_opens_opens_writable(
+    place: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four appenders opening one fresh prefix at once: one saw no version, then the keys
+    another had just written, and took the store for the example's layout (browse-only)."""
+    url, prefix = place
+    real_anything_under = redis_schema.anything_under
+    raced: list[bool] = []
+
+    async def another_process_creates_first(client: object, keys: Keys) -> bool:
+        if not raced:
+            raced.append(True)
+            async with await RedisCheckpointer.open(url, prefix=prefix) as other:
+                await other.append("t", [user_text("from the other process")])
+        return await real_anything_under(client, keys)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(redis_schema, "anything_under", another_process_creates_first)
+    async with await RedisCheckpointer.open(url, prefix=prefix) as store:
+        assert raced == [True]
+        assert (store.read_only, store.schema_version) == (False, len(redis_schema.MIGRATIONS))
+        await store.append("t", [user_text("from this one")])
+        assert [m.content[0].text for m in (await store.load("t")).messages] == [
+            "from the other process",
+            "from this one",
+        ]
