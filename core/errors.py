@@ -48,7 +48,28 @@ class DatabaseOpenError(CheckpointError):
 
 
 class ThreadNotFoundError(CheckpointError):
-    """Raised when a thread id has no messages and no extra data in the store."""
+    """The thread is unavailable to this store's owner: it has no messages, extra or runs, or
+    it belongs to another owner. Both read the same sentence, made in one place
+    (:func:`core.checkpoint.base.thread_unavailable`), so nothing tells them apart."""
+
+
+class ConflictError(CheckpointError):
+    """A compare-and-set write found another revision than it expected; nothing was written.
+
+    ``thread_id`` names the thread, ``record`` what was written ("extra", "fingerprints",
+    "command 7", "step job:ab12"), ``expected`` and ``actual`` the two revisions (``None``
+    for a record that does not exist). Also raised when a record is created again with the
+    same key but another input or workflow ("same run requires same input and workflow").
+    """
+
+    def __init__(
+        self, message: str, *, thread_id: str, record: str, expected: int | None = None, actual: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.record = record
+        self.expected = expected
+        self.actual = actual
 
 
 class CorruptRecordError(CheckpointError):
@@ -168,6 +189,18 @@ class UnreadableThreadError(RunError):
             f"Thread {thread_id!r} has {count} unreadable row(s) (first: row {first_row_id}); it can be read "
             "but not continued: start a new thread (n in the thread list) to go on."
         )
+
+
+class FingerprintMismatchError(RunError):
+    """Raised by ``prompt()``, ``resume()`` and ``start()`` when the thread was written by
+    another definition of the agent (system prompt, tools, model, workflow version) or
+    started with another first input; nothing ran. ``changes`` lists what differs, one short
+    phrase each ("tool read_file: parameters changed", "model: a -> b"). Passing
+    ``accept_changes=True`` goes on and records the override in the thread."""
+
+    def __init__(self, message: str, *, changes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.changes = changes
 
 
 class WaitingForAnswerError(RunError):

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from core.errors import CommandTransitionError, LeaseLostError
+from core.errors import CommandTransitionError, ConflictError, LeaseLostError, ThreadNotFoundError
 from core.messages import AnyMessage
 
 
@@ -52,6 +52,8 @@ class RunRecord:
     claimed_at: float | None
     completed_at: float | None = None
     completion_seq: int | None = None
+    revision: int = 1
+    """1 when claimed, 2 once completed; cubeloop's rows (which keep none) read as either."""
 
     @property
     def completed(self) -> bool:
@@ -120,6 +122,11 @@ class CheckpointData:
     """Tool journal by tool call id; ``None`` when the store keeps none (cubeloop files)."""
     pending_request: PendingRequest | None = None
     """The human request the thread waits on, if any."""
+    extra_revision: int = 0
+    """The revision of ``extra``: 0 before any ``save_extra`` of ours, then one more per
+    ``save_extra`` (cubeloop's own ``save_extra`` does not count: it keeps no revision)."""
+    meta: ThreadMeta | None = None
+    """The thread's owner and fingerprints record; ``None`` when it has none (cubeloop's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +244,8 @@ class JobRecord:
     started_at: float | None = None
     finished_at: float | None = None
     attempts: int = 1
+    revision: int = 1
+    """One more per write of this record (begin, each retry's begin, finish)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +265,8 @@ class Lease:
     acquired_at: float
     heartbeat_at: float
     expires_at: float
+    revision: int = 1
+    """One more per write of this lease row (acquire, takeover, renew); a new row starts at 1."""
 
 
 CommandKind = Literal["abort", "steer", "follow_up"]
@@ -352,6 +363,8 @@ class Command:
     created_at: float
     updated_at: float
     note: str = ""
+    revision: int = 1
+    """1 when sent, one more per ``update_command``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,3 +434,115 @@ def lock_wait_credit(lease: Lease, now: float, locked_since: float | None) -> fl
     if locked_since is None or lease.expires_at > now or lease.expires_at <= locked_since:
         return 0.0
     return now - locked_since
+
+
+# --- owners, revisions, fingerprints, tool steps ------------------------------------------
+# The design follows a lesson on resuming interrupted agents (a small, strict checkpoint
+# store): rows carry an owner, the input's sha256 fingerprint, a workflow version, the next
+# step, a revision and JSON data; reads filter by id *and* owner in the query; an update is
+# one ``UPDATE ... WHERE revision = ?`` whose row count must be 1, inside one transaction.
+
+
+def thread_unavailable(thread_id: str, owner: str) -> ThreadNotFoundError:
+    """The one error for a thread that is missing *or* another owner's, as seen by ``owner``
+    (:data:`core.owners.UNOWNED` for the unowned scope). Every backend and every caller that
+    needs the thread to exist raises this, so the two cases read the same sentence."""
+    from core.owners import owner_label
+
+    return ThreadNotFoundError(f"Thread {thread_id!r} is unavailable: owner {owner_label(owner)} has no such thread.")
+
+
+def revision_conflict(thread_id: str, record: str, expected: int | None, actual: int | None) -> ConflictError:
+    """The one error of a compare-and-set write that found ``actual`` where it expected
+    ``expected`` (``None``: no such record) for ``record`` of ``thread_id``; nothing was written."""
+
+    def shown(revision: int | None) -> str:
+        return "none" if revision is None else f"revision {revision}"
+
+    return ConflictError(
+        f"The {record} of thread {thread_id!r} changed under this write: it expected {shown(expected)}, "
+        f"the store has {shown(actual)}; nothing was written.",
+        thread_id=thread_id,
+        record=record,
+        expected=expected,
+        actual=actual,
+    )
+
+
+def input_conflict(thread_id: str, record: str) -> ConflictError:
+    """The error for creating ``record`` of ``thread_id`` again with the same key but another
+    input or workflow (the lesson's "same run requires same input and workflow")."""
+    return ConflictError(
+        f"The {record} of thread {thread_id!r} already exists with another input or workflow: "
+        "the same run requires the same input and workflow; nothing was written.",
+        thread_id=thread_id,
+        record=record,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprints:
+    """What a thread was started with, to compare with what would continue it.
+
+    ``input`` is the sha256 hex of the thread's first input (see
+    :func:`core.fingerprints.input_fingerprint`); ``agent`` the sha256 hex of the agent's
+    definition; ``parts`` that definition by part, so a change can be named: ``"model"`` ->
+    the model id as is, ``"system_prompt"`` -> its sha256 hex, ``"tool:NAME"`` -> the sha256
+    hex of the tool's parameter schema; ``workflow`` the user-given workflow version (``None``
+    when none was given).
+    """
+
+    input: str | None
+    agent: str
+    parts: dict[str, str]
+    workflow: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FingerprintOverride:
+    """One explicit "go on anyway": when (unix seconds), by which owner, over which changes."""
+
+    at: float
+    owner: str
+    changes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadMeta:
+    """A thread's own record beside cubeloop's tables: its owner and fingerprints.
+
+    ``owner`` is :data:`core.owners.UNOWNED` for a thread that records none; ``created_at``
+    unix seconds; ``revision`` counts writes of ``fingerprints``/``overrides`` (0 when none
+    was recorded yet); ``overrides`` in the order they were made.
+    """
+
+    thread_id: str
+    owner: str
+    created_at: float | None = None
+    revision: int = 0
+    fingerprints: Fingerprints | None = None
+    overrides: tuple[FingerprintOverride, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A stepped tool's committed progress (the lesson's run row), keyed by the call's job key.
+
+    ``next_step`` is the number of steps committed (0 before the first; the tool's next step
+    to run is ``next_step + 1``); ``total_steps`` how many it declared (``None`` if unknown);
+    ``revision`` one more per commit (0 at begin); ``data`` the JSON value the last step
+    committed; ``input_fingerprint`` the sha256 hex of the call's arguments and ``workflow``
+    the tool's workflow version, both fixed at begin; ``updated_at`` unix seconds of the
+    last commit (or the begin).
+    """
+
+    thread_id: str
+    key: str
+    input_fingerprint: str
+    workflow: str
+    next_step: int = 0
+    total_steps: int | None = None
+    revision: int = 0
+    data: Any = None
+    tool_call_id: str | None = None
+    updated_at: float = 0.0

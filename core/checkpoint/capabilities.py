@@ -29,10 +29,14 @@ from core.checkpoint.base import (
     Command,
     CommandKind,
     CommandStatus,
+    FingerprintOverride,
+    Fingerprints,
     JobRecord,
     JournalEntry,
     Lease,
     LiveEvent,
+    StepRecord,
+    ThreadMeta,
 )
 
 C = TypeVar("C")
@@ -183,12 +187,17 @@ class Commands(Protocol):
         """Queue a command as ``pending`` and return it. Raises ``ValueError`` for an unknown ``kind``."""
         ...
 
-    async def update_command(self, seq: int, status: CommandStatus, note: str = "") -> Command:
-        """Move a command to ``status`` (with ``note``) and return it, checked and written in
-        one transaction (a conditional UPDATE): only the moves in ``COMMAND_TRANSITIONS``
-        are made. Raises ``CommandTransitionError`` (``command``: the command as stored,
-        unchanged) when its current status does not allow the move, e.g. it was discarded
-        meanwhile; ``KeyError`` for an unknown ``seq``; ``ValueError`` for an unknown ``status``."""
+    async def update_command(
+        self, seq: int, status: CommandStatus, note: str = "", *, expected_revision: int | None = None
+    ) -> Command:
+        """Move a command to ``status`` (with ``note``) and return it with its revision one
+        higher, checked and written in one transaction (a conditional UPDATE): only the moves
+        in ``COMMAND_TRANSITIONS`` are made. Raises ``CommandTransitionError`` (``command``:
+        the command as stored, unchanged) when its current status does not allow the move,
+        e.g. it was discarded meanwhile; ``ConflictError`` when ``expected_revision`` is
+        given and the command's revision differs; ``KeyError`` for an unknown ``seq`` or a
+        command of a thread this store's owner cannot see (the same sentence for both);
+        ``ValueError`` for an unknown ``status``."""
         ...
 
     async def list_commands(
@@ -231,6 +240,137 @@ class HumanRequests(Protocol):
         ...
 
 
+class OwnerScoped(Protocol):
+    """A store opened for one owner (:mod:`core.owners`): every read and write it makes is
+    filtered by that owner in the query itself.
+
+    What that means for each call, on every backend:
+
+    * reads (``load``, ``load_after``, ``list_threads``, ``load_journal``, ``job_get``,
+      ``get_lease``, ``list_leases``, ``read_live_events``, ``list_commands``, the step and
+      meta readers) see only this owner's threads: another owner's reads as missing
+      (``None`` / empty / absent from lists), with the same queries and no count of them;
+    * ``change_token`` may change for any owner's writes (it only says "look again");
+    * writes to a thread that does not exist create it, owned by this owner (the unowned
+      scope creates it with no owner); writes to another owner's thread, or from a named
+      owner to an unowned thread, raise :func:`~core.checkpoint.base.thread_unavailable`'s
+      ``ThreadNotFoundError`` and write nothing, the check made inside the write's own
+      transaction (or Lua script);
+    * ``update_command`` of another owner's command raises ``KeyError`` as for an unknown seq.
+    """
+
+    @property
+    def owner(self) -> str:
+        """The owner this store was opened for (:data:`core.owners.UNOWNED` for the unowned scope)."""
+        ...
+
+    async def unowned_count(self) -> int:
+        """How many threads record no owner (so a named owner's empty list can say that
+        ``--unowned`` opens them); never counts another named owner's threads."""
+        ...
+
+
+class CheckedExtra(Protocol):
+    """``save_extra`` with a revision (compare-and-set), beside cubeloop's plain merge."""
+
+    async def save_extra(self, thread_id: str, extra: dict[str, Any], *, expected_revision: int | None = None) -> int:
+        """Merge ``extra`` key by key, atomically, and return the extra's new revision (one
+        higher; ``CheckpointData.extra_revision`` reads it). With ``expected_revision``
+        the merge is made only when the stored revision equals it (0: never saved), in the
+        same transaction; otherwise ``ConflictError`` names the thread and both revisions and
+        nothing is written. ``ThreadNotFoundError`` as :class:`OwnerScoped` says."""
+        ...
+
+
+class ThreadRecords(Protocol):
+    """Each thread's owner and fingerprints record (:class:`~core.checkpoint.base.ThreadMeta`)."""
+
+    async def load_meta(self, thread_id: str) -> ThreadMeta | None:
+        """The thread's record, ``None`` when the thread is unavailable to this owner or
+        keeps none (cubeloop's threads read with ``owner=UNOWNED`` and revision 0 when
+        they exist)."""
+        ...
+
+    async def save_fingerprints(
+        self,
+        thread_id: str,
+        fingerprints: Fingerprints,
+        *,
+        expected_revision: int,
+        override: FingerprintOverride | None = None,
+    ) -> ThreadMeta:
+        """Record ``fingerprints`` (and append ``override`` to the overrides, when given),
+        compare-and-set on the record's revision: ``expected_revision`` 0 for a thread that
+        recorded none yet. Returns the record with its revision one higher. Raises
+        ``ConflictError`` (both revisions) when another writer was first, and
+        ``ThreadNotFoundError`` as :class:`OwnerScoped` says; nothing is written then."""
+        ...
+
+
+class ToolSteps(Protocol):
+    """Committed progress of long tools (:class:`~core.checkpoint.base.StepRecord`), the
+    lesson's store given to tools through ``ToolContext.steps`` (:mod:`core.steps`)."""
+
+    async def step_begin(
+        self,
+        thread_id: str,
+        key: str,
+        *,
+        input_fingerprint: str,
+        workflow: str,
+        total_steps: int | None = None,
+        tool_call_id: str | None = None,
+        holder_id: str | None = None,
+    ) -> StepRecord:
+        """The step record of job ``key``, created at ``next_step`` 0, revision 0 when new;
+        the existing one, unchanged, when ``input_fingerprint`` and ``workflow`` match.
+        Raises ``ConflictError`` (:func:`~core.checkpoint.base.input_conflict`) when they
+        differ; ``LeaseLostError`` when fenced by ``holder_id`` and not the holder;
+        ``ThreadNotFoundError`` as :class:`OwnerScoped` says."""
+        ...
+
+    async def step_commit(
+        self,
+        thread_id: str,
+        key: str,
+        *,
+        expected_revision: int,
+        workflow: str,
+        next_step: int,
+        data: Any,
+        holder_id: str | None = None,
+    ) -> StepRecord:
+        """Write ``next_step``, ``data`` (JSON) and ``revision = revision + 1`` in one
+        ``UPDATE ... WHERE revision = expected AND workflow = ...`` whose row count must be 1,
+        inside one transaction (checks first, then the write, then commit: an exception or
+        a kill before the commit leaves the earlier record exactly as it was). Returns the
+        new record. Raises ``ConflictError`` (both revisions; or ``input_conflict`` for
+        another workflow) when the row does not match, ``KeyError`` when the step record was
+        never begun, ``TypeError`` for data JSON cannot hold, ``LeaseLostError`` as for
+        ``step_begin``; nothing is written then."""
+        ...
+
+    async def step_get(self, thread_id: str, key: str) -> StepRecord | None:
+        """Job ``key``'s step record, ``None`` if never begun (or the thread is unavailable)."""
+        ...
+
+    async def list_steps(self, thread_id: str) -> list[StepRecord]:
+        """Every step record of the thread, by ``key``."""
+        ...
+
+
+class ThreadDeletion(Protocol):
+    """Removing a whole thread."""
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread and everything stored for it (messages, extra, runs, pending
+        request, journal, jobs, steps, live events, commands, lease, its record), in one
+        transaction. Raises ``ThreadNotFoundError`` (the same sentence for missing and
+        another owner's), ``RunAlreadyClaimedError`` (with the lease) while a live lease
+        holds it, ``ReadOnlyStoreError`` on a browse-only store; nothing is deleted then."""
+        ...
+
+
 class SchemaUpgrade(Protocol):
     """A store that opens a foreign or older database browse-only until the user agrees to upgrade."""
 
@@ -265,7 +405,21 @@ class FileBacked(Protocol):
         ...
 
 
-class SupervisedStore(IncrementalReads, ToolJournal, Jobs, Leases, LiveEvents, Commands, ChangeNotification, Protocol):
+class SupervisedStore(
+    IncrementalReads,
+    ToolJournal,
+    Jobs,
+    Leases,
+    LiveEvents,
+    Commands,
+    ChangeNotification,
+    OwnerScoped,
+    CheckedExtra,
+    ThreadRecords,
+    ToolSteps,
+    ThreadDeletion,
+    Protocol,
+):
     """Everything supervision and safe resume use beyond ``Checkpointer``: every backend of
     ours (memory, SQLite, Postgres, Redis) declares it, and the contract suite tests it."""
 
