@@ -40,19 +40,21 @@ from redis.exceptions import WatchError
 from core.checkpoint.redis_keys import CHANGES_KEEP, Keys
 from core.checkpoint.redis_read import TAIL_WINDOW, first_prompt_of, message_time, scan_threads
 from core.errors import DatabaseOpenError
+from core.owners import UNOWNED
 
 Command = tuple[Any, ...]
 Migration = Callable[[Redis, Keys], Awaitable[list[Command]]]
 
 
 async def _v1_thread_index(r: Redis, keys: Keys) -> list[Command]:
-    """The listing index over the example's threads, by their last message's time."""
+    """The listing index over the example's threads, by their last message's time (the
+    unowned scope's index since v3: these threads record no owner)."""
     tids = sorted(await scan_threads(r, keys))
     pipe = r.pipeline(transaction=False)
     for tid in tids:
         pipe.lindex(keys.msgs(tid), -1)
     lasts = await pipe.execute() if tids else []
-    return [("ZADD", keys.threads, "NX", message_time(raw) or 0.0, tid) for tid, raw in zip(tids, lasts, strict=True)]
+    return [("ZADD", keys.index(UNOWNED), "NX", message_time(raw) or 0.0, tid) for tid, raw in zip(tids, lasts, strict=True)]
 
 
 async def _v2_first_prompts(r: Redis, keys: Keys) -> list[Command]:

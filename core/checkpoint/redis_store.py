@@ -350,7 +350,9 @@ class RedisStore:
             while True:
                 if isinstance(thread_id, str):
                     tid: str | None = thread_id
-                    got = await self._script("FIELD", [*self._keys.scope(thread_id), hash_key], [thread_id, self._owner, field])
+                    got = await self._script(
+                        "FIELD", [*self._keys.scope(thread_id), hash_key], [thread_id, self._owner, field]
+                    )
                     if got[0] == b"unavailable":
                         self._unavailable(thread_id)
                     current = got[1] if len(got) > 1 else None

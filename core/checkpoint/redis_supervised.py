@@ -35,10 +35,10 @@ from core.checkpoint.base import (
     Lease,
     LiveEvent,
     check_command_kind,
-    command_record_name,
     check_command_move,
     check_command_status,
     check_tool_phase,
+    command_record_name,
     encode_job_result,
     no_such_command,
     revision_conflict,
@@ -339,7 +339,9 @@ class RedisSupervised(RedisStore):
         def thread_of(current: bytes) -> str:
             return records.decode_command(seq, current).thread_id
 
-        stored = await self._cas("command update", self._keys.commands(self._owner), str(seq), decide, thread_id=thread_of)
+        stored = await self._cas(
+            "command update", self._keys.commands(self._owner), str(seq), decide, thread_id=thread_of
+        )
         assert stored is not None
         return records.decode_command(seq, stored)
 

@@ -216,13 +216,10 @@ class RedisThreads(RedisSupervised):
             k.changes,
             marker,
         ]
-        reply = await self._call(
-            "delete", lambda: self._script("DELETE", keys, [thread_id, owner, now_arg(), ttl])
-        )
+        reply = await self._call("delete", lambda: self._script("DELETE", keys, [thread_id, owner, now_arg(), ttl]))
         if reply[0] == b"unavailable":
             self._unavailable(thread_id)
         if reply[0] == b"leased":
             lease = records.decode_lease(reply[1])
             assert lease is not None
             raise RunAlreadyClaimedError(lease_refusal(lease), lease=lease)
-
