@@ -54,7 +54,9 @@ async def _v1_thread_index(r: Redis, keys: Keys) -> list[Command]:
     for tid in tids:
         pipe.lindex(keys.msgs(tid), -1)
     lasts = await pipe.execute() if tids else []
-    return [("ZADD", keys.index(UNOWNED), "NX", message_time(raw) or 0.0, tid) for tid, raw in zip(tids, lasts, strict=True)]
+    return [
+        ("ZADD", keys.index(UNOWNED), "NX", message_time(raw) or 0.0, tid) for tid, raw in zip(tids, lasts, strict=True)
+    ]
 
 
 async def _v2_first_prompts(r: Redis, keys: Keys) -> list[Command]:
