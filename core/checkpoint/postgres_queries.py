@@ -20,10 +20,10 @@ from typing import Any
 from core.checkpoint import codec
 from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_schema as schema
-from core.checkpoint.base import CheckpointData, RunRecord, ThreadSummary
+from core.checkpoint.base import CheckpointData, CorruptRow, RunRecord, ThreadSummary
 from core.checkpoint.postgres_schema import Scope
 from core.checkpoint.postgres_supervised import admit, all_leases, fence, read_journal
-from core.errors import RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
+from core.errors import CorruptRecordError, RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import UserMessage
 
 Connection = Any
@@ -69,7 +69,10 @@ async def load(
     if thread is not None:
         data.parent_thread_id = thread["parent_thread_id"]
         data.extra_revision = thread["extra_revision"]
-        data.meta = _meta(thread_id, thread)
+        try:
+            data.meta = _meta(thread_id, thread)
+        except CorruptRecordError as error:  # shown, kept; the thread still loads
+            data.problems.append(CorruptRow("record", str(error), str(thread["fingerprints"])))
         data.extra, problem = rows.parse_extra(thread["extra"], thread_id)
         if problem is not None:
             data.problems.append(problem)

@@ -494,3 +494,26 @@ async def test_a_compare_and_set_write_whose_commit_answer_was_lost_answers_what
         await store.close()
         await proxy.close()
         await origin.close()
+
+
+async def test_an_unreadable_fingerprints_record_is_one_sentence_and_left_as_it_is() -> None:
+    from core.errors import CorruptRecordError
+
+    store = await new_store("badrecord")
+    try:
+        await store.append("t", [user_text("hi")])
+        await _sql(
+            store._url, "UPDATE cubepi_tui_thread_records SET fingerprints = '{\"input\": 1' WHERE thread_id = 't'"
+        )
+        sentence = "The fingerprints record of thread 't' cannot be read; it was left as it is."
+        with pytest.raises(CorruptRecordError) as bad:
+            await store.load_meta("t")
+        assert str(bad.value) == sentence
+        data = await store.load("t")  # the thread still loads; the record is a problem shown raw
+        assert data is not None and [m.text for m in data.messages] == ["hi"] and data.meta is None  # type: ignore[union-attr]
+        assert [(p.row_id, p.reason, p.raw) for p in data.problems] == [("record", sentence, '{"input": 1')]
+        (kept,) = await _sql(store._url, "SELECT fingerprints FROM cubepi_tui_thread_records")
+        assert kept[0] == '{"input": 1'
+        assert [s.thread_id for s in await store.list_threads()] == ["t"]  # the picker does not read it
+    finally:
+        await store.close()
