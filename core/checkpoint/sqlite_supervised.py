@@ -30,9 +30,11 @@ from core.checkpoint.base import (
     LiveEvent,
     check_command_move,
     check_lease_holder,
+    command_record_name,
     command_sources,
     live_event_data,
     lock_wait_credit,
+    no_such_command,
     revision_conflict,
 )
 from core.checkpoint.sqlite_owners import admit, owned
@@ -89,9 +91,7 @@ def record_tool_event(
         c.execute(sql, (thread_id, tool_call_id, tool_name, run_id, *times, job_key))
 
 
-def read_journal(
-    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str
-) -> dict[str, JournalEntry] | None:
+def read_journal(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str) -> dict[str, JournalEntry] | None:
     """Tool call id -> entry in rowid order, of ``owner``'s thread; ``None`` when the file has
     no journal table."""
     if not layout.has(JOURNAL):
@@ -223,12 +223,13 @@ def acquire_lease(
                 heartbeat_at=lease.heartbeat_at + shift,
                 expires_at=lease.expires_at + shift,
             )
-        current = _lease(c, lease.thread_id)
+        current = lease_row(c, lease.thread_id)
         if current is not None and current.holder_id != lease.holder_id and not is_stale(current):
             raise RunAlreadyClaimedError(lease_refusal(current), lease=current)
         lease = replace(lease, revision=1 if current is None else current.revision + 1)
         c.execute(
-            f"INSERT OR REPLACE INTO {LEASES} ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", _lease_row(lease)
+            f"INSERT OR REPLACE INTO {LEASES} ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _lease_values(lease),
         )
     return lease
 
@@ -261,7 +262,7 @@ def fence(c: sqlite3.Connection, thread_id: str, holder_id: str | None, locked_s
     """
     if holder_id is None:
         return
-    lease = _lease(c, thread_id)
+    lease = lease_row(c, thread_id)
     now = time.time()
     check_lease_holder(lease, thread_id, holder_id, now, locked_since=locked_since)
     assert lease is not None  # check_lease_holder refuses a missing lease
@@ -350,13 +351,14 @@ def lease_refusal(current: Lease, now: float | None = None) -> str:
     )
 
 
-def _lease(c: sqlite3.Connection, thread_id: str) -> Lease | None:
-    """Inside a write transaction, after :func:`~core.checkpoint.sqlite_owners.admit`."""
+def lease_row(c: sqlite3.Connection, thread_id: str) -> Lease | None:
+    """The thread's lease, read inside a write transaction after
+    :func:`~core.checkpoint.sqlite_owners.admit` (or another owner check)."""
     row = c.execute(f"SELECT {_LEASE_COLUMNS} FROM {LEASES} WHERE thread_id = ?", (thread_id,)).fetchone()
     return None if row is None else Lease(*row)
 
 
-def _lease_row(lease: Lease) -> tuple[Any, ...]:
+def _lease_values(lease: Lease) -> tuple[Any, ...]:
     return (
         lease.thread_id,
         lease.holder_id,
