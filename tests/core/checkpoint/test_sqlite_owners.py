@@ -442,8 +442,9 @@ async def test_every_read_names_the_owner_and_every_write_begins_with_the_admiss
         assert "owner" in sql, f"a read without the owner in its query: {sql}"
     transactions = write_transactions(statements)
     assert len(transactions) == WRITES + 2
-    for one in transactions[:WRITES]:
-        assert one[0].startswith("INSERT INTO cubepi_thread_records") and "owner" in one[1], one
+    for one in transactions[:WRITES]:  # the admission: the owner's record, or one made for a new thread
+        assert one[0].startswith("SELECT 1 FROM cubepi_thread_records") and "owner" in one[0], one
+    assert transactions[0][1].startswith("INSERT INTO cubepi_thread_records"), "the first write made the record"
     for one in transactions[WRITES:]:  # update_command (by seq) and delete_thread: no record to make
         assert "owner" in one[0], one
 
