@@ -124,6 +124,16 @@ async def test_a_previous_version_file_is_unowned_browsed_and_upgraded(
         assert (await alice.load_meta("mine")).owner == "alice"  # type: ignore[union-attr]
         assert await alice.unowned_count() == 2
 
+    # The real cubeloop reads and continues the migrated file's threads, ours included.
+    loaded = await cubeloop_load(sqlite_path, "old-a")
+    assert [m.role for m in loaded.messages] == ["user", "assistant", "user"]
+    run_id = await cubeloop_continue(sqlite_path, "old-b")
+    assert run_completed(sqlite_path, "old-b", run_id)
+    assert (await cubeloop_load(sqlite_path, "mine")).messages[0].role == "user"
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner=UNOWNED) as nobody:
+        data = await nobody.load("old-b")
+        assert data is not None and data.messages[-1].text == CONTINUED  # type: ignore[union-attr]
+
 
 async def test_a_cubeloop_file_is_unowned_after_the_upgrade_and_cubeloop_keeps_using_it(
     fixture_db: Path, fixture_json: dict[str, Any]
