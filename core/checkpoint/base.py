@@ -32,12 +32,23 @@ is unfenced (cubeloop's ``append(thread_id, messages)``); a store that keeps no 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from core.errors import CommandTransitionError, ConflictError, LeaseLostError, ThreadNotFoundError
+from core.errors import (
+    CommandTransitionError,
+    ConflictError,
+    CorruptRecordError,
+    LeaseLostError,
+    RunAlreadyClaimedError,
+    RunAlreadyCompletedError,
+    RunNotClaimedError,
+    ThreadNotFoundError,
+)
 from core.messages import AnyMessage
+from core.owners import UNOWNED
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +214,59 @@ class Checkpointer(Protocol):
     async def close(self) -> None:
         """Release connections; the object is unusable afterwards."""
         ...
+
+
+def run_taken(thread_id: str, run_id: str, *, completed: bool) -> RunAlreadyClaimedError | RunAlreadyCompletedError:
+    """``claim_run``'s refusal of a run id the thread already has: ``RunAlreadyCompletedError``
+    when that run ``completed``, else ``RunAlreadyClaimedError`` (it is still running)."""
+    if completed:
+        return RunAlreadyCompletedError(f"Run {run_id} of thread {thread_id!r} already completed.")
+    return RunAlreadyClaimedError(f"Run {run_id} of thread {thread_id!r} is already running.")
+
+
+def run_never_claimed(thread_id: str, run_id: str) -> RunNotClaimedError:
+    """``mark_run_complete``'s refusal of a run id the thread never claimed."""
+    return RunNotClaimedError(f"Run {run_id} of thread {thread_id!r} was never claimed.")
+
+
+def run_completed_append(thread_id: str, run_id: str) -> RunAlreadyCompletedError:
+    """``append``'s refusal of messages naming ``run_id``, a run that already completed; nothing was appended."""
+    return RunAlreadyCompletedError(
+        f"Run {run_id} of thread {thread_id!r} is already completed, so nothing was appended."
+    )
+
+
+def parse_extra(
+    raw: str | bytes | None, thread_id: str, row_id: str = "extra"
+) -> tuple[dict[str, Any], CorruptRow | None]:
+    """A thread's stored extra JSON text (``None`` or empty: none) as ``(object, None)``; text
+    that is not a JSON object gives ``({}, CorruptRow(row_id, reason, the text shown raw))``
+    instead of raising (``row_id``: how the backend names the row). Every backend's ``load``
+    and ``save_extra`` read the extra through it."""
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        value = None
+    if isinstance(value, dict):
+        return value, None
+    reason = f"The extra data of thread {thread_id!r} is not a JSON object; it is shown raw and left unchanged."
+    return {}, CorruptRow(row_id, reason, _shown(raw))
+
+
+def extra_not_object(thread_id: str, row_id: str = "extra") -> CorruptRecordError:
+    """``save_extra``'s refusal to merge into a stored extra that is not a JSON object (see
+    :func:`parse_extra`): it is left unchanged and nothing is saved."""
+    return CorruptRecordError(
+        f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
+        " unchanged and the new keys were not saved.",
+        thread_id=thread_id,
+        row_id=row_id,
+    )
+
+
+def _shown(raw: str | bytes | None) -> str:
+    """Stored text as it is shown in a ``CorruptRow``: bytes that are not UTF-8 kept as lone surrogates."""
+    return raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else str(raw)
 
 
 # --- tool journal, jobs, leases, live events, commands ------------------------------------
@@ -436,6 +500,28 @@ def lock_wait_credit(lease: Lease, now: float, locked_since: float | None) -> fl
     return now - locked_since
 
 
+def lease_held(lease: Lease, now: float | None = None) -> RunAlreadyClaimedError:
+    """The one error for a thread whose live ``lease`` is someone else's: what ``acquire_lease``
+    raises (``lease`` the current holder's) and ``delete_thread`` (see
+    :func:`check_deletable`). The sentence is "Thread X is already running (holder pid P on
+    HOST, heartbeat Ns ago)." with the heartbeat's age at ``now`` (unix seconds; default the
+    clock); the error carries ``lease``."""
+    ago = max(0.0, (time.time() if now is None else now) - lease.heartbeat_at)
+    return RunAlreadyClaimedError(
+        f"Thread {lease.thread_id} is already running "
+        f"(holder pid {lease.pid} on {lease.host}, heartbeat {ago:.0f}s ago).",
+        lease=lease,
+    )
+
+
+def check_deletable(lease: Lease | None, now: float) -> None:
+    """``delete_thread``'s refusal, made inside its transaction once the thread is known to be
+    the owner's: raise :func:`lease_held` while ``lease`` (the thread's lease record, or
+    ``None``) is live at ``now`` (unix seconds: ``expires_at`` after it); nothing is deleted."""
+    if lease is not None and lease.expires_at > now:
+        raise lease_held(lease, now)
+
+
 # --- owners, revisions, fingerprints, tool steps ------------------------------------------
 # The design follows a lesson on resuming interrupted agents (a small, strict checkpoint
 # store): rows carry an owner, the input's sha256 fingerprint, a workflow version, the next
@@ -586,3 +672,133 @@ def encode_step_data(key: str, data: Any) -> str:
         raise TypeError(
             f"The step data of job {key!r} cannot be stored: it is not JSON ({type(data).__name__})."
         ) from None
+
+
+def check_step_input(record: StepRecord, input_fingerprint: str, workflow: str) -> None:
+    """``step_begin``'s check of the step record it found (or just made) for the call: raise
+    :func:`input_conflict` (the lesson's "same run requires same input and workflow") unless
+    ``record`` was begun with this ``input_fingerprint`` and ``workflow``."""
+    if record.input_fingerprint != input_fingerprint or record.workflow != workflow:
+        raise input_conflict(record.thread_id, step_record_name(record.key))
+
+
+def step_refusal(thread_id: str, key: str, current: StepRecord | None, workflow: str, expected: int) -> Exception:
+    """Why ``step_commit`` of job ``key`` at revision ``expected`` under ``workflow`` writes
+    nothing, from the record as the store has it (``current``, ``None`` if never begun):
+    :func:`step_never_begun` (a ``KeyError``), else :func:`input_conflict` for another
+    workflow (reported before a stale revision), else :func:`revision_conflict` with both
+    revisions. Only for a ``current`` that does refuse the commit."""
+    if current is None:
+        return step_never_begun(thread_id, key)
+    if current.workflow != workflow:
+        return input_conflict(thread_id, step_record_name(key))
+    return revision_conflict(thread_id, step_record_name(key), expected, current.revision)
+
+
+# --- the fingerprints record's JSON, as every backend stores it ---------------------------
+
+RECORD_ROW = "record"
+"""The ``row_id`` naming a thread's unreadable fingerprints record: of the
+``CorruptRecordError`` that ``load_meta`` raises and of the ``CorruptRow`` that ``load`` reports."""
+
+_COMPACT = (",", ":")
+_SPACED = (", ", ": ")
+
+
+def encode_fingerprints(fingerprints: Fingerprints, *, spaced: bool = False) -> str:
+    """The JSON text a store keeps for ``fingerprints``: an object of ``input``, ``agent``,
+    ``parts`` and ``workflow``, in that order, non-ASCII written as ``\\uXXXX`` escapes;
+    compact, or with ``spaced`` the separators ``", "`` and ``": "`` (what the Postgres store
+    has always written to its column, kept byte for byte). Read back by :func:`decode_thread_meta`."""
+    value = {
+        "input": fingerprints.input,
+        "agent": fingerprints.agent,
+        "parts": dict(fingerprints.parts),
+        "workflow": fingerprints.workflow,
+    }
+    return json.dumps(value, separators=_SPACED if spaced else _COMPACT)
+
+
+def encode_override(override: FingerprintOverride, *, spaced: bool = False) -> str:
+    """The JSON text of one override, an element of the stored overrides array: an object of
+    ``at``, ``owner`` and ``changes`` (a list), in that order; ``spaced`` as for
+    :func:`encode_fingerprints`."""
+    return json.dumps(_override_value(override), separators=_SPACED if spaced else _COMPACT)
+
+
+def encode_overrides(overrides: Sequence[FingerprintOverride], *, spaced: bool = False) -> str:
+    """The JSON array of ``overrides`` in the order they were made (each element as
+    :func:`encode_override` writes it; ``"[]"`` for none)."""
+    return json.dumps([_override_value(o) for o in overrides], separators=_SPACED if spaced else _COMPACT)
+
+
+def _override_value(override: FingerprintOverride) -> dict[str, Any]:
+    return {"at": override.at, "owner": override.owner, "changes": list(override.changes)}
+
+
+class _Unreadable(Exception):
+    """A part of a stored record that is not what the encoders above write (``raw``: its text)."""
+
+    def __init__(self, raw: str | bytes | None) -> None:
+        super().__init__()
+        self.raw = raw
+
+
+def _decoded(
+    fingerprints: str | bytes | None, overrides: str | bytes | None
+) -> tuple[Fingerprints | None, tuple[FingerprintOverride, ...]]:
+    """The two JSON texts of a record, read; raises ``_Unreadable`` with the one that is not ours."""
+    try:
+        found = None
+        if fingerprints is not None:
+            f = json.loads(fingerprints)
+            found = Fingerprints(input=f["input"], agent=f["agent"], parts=dict(f["parts"]), workflow=f.get("workflow"))
+    except (ValueError, KeyError, TypeError):
+        raise _Unreadable(fingerprints) from None
+    try:
+        made = tuple(
+            FingerprintOverride(at=float(o["at"]), owner=str(o["owner"]), changes=tuple(o["changes"]))
+            for o in json.loads("[]" if overrides is None else overrides)
+        )
+    except (ValueError, KeyError, TypeError):
+        raise _Unreadable(overrides) from None
+    return found, made
+
+
+def decode_thread_meta(
+    thread_id: str,
+    owner: str | None,
+    created_at: float | None,
+    revision: int,
+    fingerprints: str | bytes | None,
+    overrides: str | bytes | None,
+) -> ThreadMeta:
+    """A thread's record from what a store keeps of it: ``owner`` (``None`` or ``""``:
+    unowned), ``created_at`` (unix seconds, ``None`` if unknown), ``revision``, the JSON text
+    :func:`encode_fingerprints` wrote (``None``: none recorded yet) and the array
+    :func:`encode_overrides` wrote (``None``: none made), as ``str`` or ``bytes``. Raises
+    ``CorruptRecordError`` (one sentence, ``row_id`` :data:`RECORD_ROW`) when either text is
+    not what those write; the stored text is left as it is. What ``load_meta`` and a write's
+    returned record use."""
+    try:
+        found, made = _decoded(fingerprints, overrides)
+    except _Unreadable as part:
+        # The part's text rides along as the cause, for load_thread_meta to show.
+        raise CorruptRecordError(
+            f"The fingerprints record of thread {thread_id!r} cannot be read; it was left as it is.",
+            thread_id=thread_id,
+            row_id=RECORD_ROW,
+        ) from part
+    return ThreadMeta(thread_id, owner or UNOWNED, created_at, revision, found, made)
+
+
+def load_thread_meta(thread_id: str, *stored: Any) -> tuple[ThreadMeta | None, CorruptRow | None]:
+    """:func:`decode_thread_meta` (``stored``: its arguments after ``thread_id``) for ``load``,
+    which reports an unreadable record instead of raising, so the rest of the thread still
+    loads: ``(record, None)``, or ``(None, CorruptRow(RECORD_ROW, the sentence, the
+    unreadable text))`` (bytes that are not UTF-8 kept as lone surrogates)."""
+    try:
+        return decode_thread_meta(thread_id, *stored), None
+    except CorruptRecordError as error:
+        raw = error.__cause__.raw if isinstance(error.__cause__, _Unreadable) else None
+        return None, CorruptRow(RECORD_ROW, str(error), _shown(raw))

@@ -40,21 +40,24 @@ from core.checkpoint.base import (
     check_command_kind,
     check_command_move,
     check_command_status,
+    check_deletable,
     check_lease_holder,
+    check_step_input,
     check_tool_phase,
     command_record_name,
     encode_job_result,
     encode_step_data,
-    input_conflict,
+    lease_held,
     no_such_command,
     revision_conflict,
-    step_never_begun,
-    step_record_name,
+    run_completed_append,
+    run_never_claimed,
+    run_taken,
+    step_refusal,
     thread_unavailable,
 )
 from core.checkpoint.capabilities import HumanRequests, SupervisedStore
 from core.checkpoint.codec import copy_message
-from core.errors import RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import AnyMessage, AssistantMessage, UserMessage
 from core.owners import UNOWNED, resolve_owner
 
@@ -206,7 +209,7 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
             for m in messages:
                 run = t.runs.get(m.run_id) if m.run_id else None
                 if run is not None and run.completed:
-                    raise RunAlreadyCompletedError(f"Run {m.run_id} of thread {thread_id!r} is already completed.")
+                    raise run_completed_append(thread_id, m.run_id)
             self._adopt(thread_id)
             self._d.threads[thread_id] = t
             for m in messages:
@@ -276,9 +279,7 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
             t = self._d.threads.get(thread_id)
             existing = t.runs.get(run_id) if t is not None else None
             if existing is not None:
-                if existing.completed:
-                    raise RunAlreadyCompletedError(f"Run {run_id} of thread {thread_id!r} already completed.")
-                raise RunAlreadyClaimedError(f"Run {run_id} of thread {thread_id!r} is already running.")
+                raise run_taken(thread_id, run_id, completed=existing.completed)
             self._adopt(thread_id)
             t = self._d.threads.setdefault(thread_id, _Thread())
             t.runs[run_id] = RunRecord(run_id=run_id, claimed_at=time.time())
@@ -294,7 +295,7 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
             t = self._d.threads.get(thread_id)
             run = t.runs.get(run_id) if t else None
             if t is None or run is None:
-                raise RunNotClaimedError(f"Run {run_id} of thread {thread_id!r} was never claimed.")
+                raise run_never_claimed(thread_id, run_id)
             if run.completed:
                 return
             seq = 1 + max((r.completion_seq or 0 for r in t.runs.values()), default=0)
@@ -355,9 +356,7 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
         async with self._d.lock:
             if not self._visible(thread_id):
                 raise thread_unavailable(thread_id, self._owner)
-            lease = self._d.leases.get(thread_id)
-            if lease is not None and lease.expires_at > time.time():
-                raise RunAlreadyClaimedError(_lease_refusal(lease), lease=lease)
+            check_deletable(self._d.leases.get(thread_id), time.time())
             d = self._d
             for table in (d.threads, d.records, d.journal, d.leases, d.events):
                 table.pop(thread_id, None)  # type: ignore[attr-defined]
@@ -494,7 +493,7 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
             self._writable(lease.thread_id)
             current = self._d.leases.get(lease.thread_id)
             if current is not None and current.holder_id != lease.holder_id and not is_stale(current):
-                raise RunAlreadyClaimedError(_lease_refusal(current), lease=current)
+                raise lease_held(current)
             stored = replace(lease, revision=1 if current is None else current.revision + 1)
             self._adopt(lease.thread_id)
             self._d.leases[lease.thread_id] = stored
@@ -637,8 +636,7 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
             self._fence(thread_id, holder_id)
             existing = self._d.steps.get((thread_id, key))
             if existing is not None:
-                if existing.input_fingerprint != input_fingerprint or existing.workflow != workflow:
-                    raise input_conflict(thread_id, step_record_name(key))
+                check_step_input(existing, input_fingerprint, workflow)
                 return _copy_step(existing)
             record = StepRecord(
                 thread_id=thread_id,
@@ -672,12 +670,8 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
             self._writable(thread_id)
             self._fence(thread_id, holder_id)
             old = self._d.steps.get((thread_id, key))
-            if old is None:
-                raise step_never_begun(thread_id, key)
-            if old.workflow != workflow:
-                raise input_conflict(thread_id, step_record_name(key))
-            if old.revision != expected_revision:
-                raise revision_conflict(thread_id, step_record_name(key), expected_revision, old.revision)
+            if old is None or old.workflow != workflow or old.revision != expected_revision:
+                raise step_refusal(thread_id, key, old, workflow, expected_revision)
             new = replace(old, next_step=next_step, revision=old.revision + 1, data=stored, updated_at=time.time())
             self._d.steps[(thread_id, key)] = new
             self._bump()
@@ -725,15 +719,6 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def _lease_refusal(current: Lease, now: float | None = None) -> str:
-    """The one sentence ``acquire_lease`` raises when ``current`` is live and someone else's."""
-    ago = max(0.0, (time.time() if now is None else now) - current.heartbeat_at)
-    return (
-        f"Thread {current.thread_id} is already running "
-        f"(holder pid {current.pid} on {current.host}, heartbeat {ago:.0f}s ago)."
-    )
 
 
 def _copy_job(record: JobRecord) -> JobRecord:

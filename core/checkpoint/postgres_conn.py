@@ -26,11 +26,13 @@ from core.checkpoint.base import (
     StepRecord,
     ThreadMeta,
     check_lease_holder,
+    extra_not_object,
     revision_conflict,
+    run_completed_append,
     thread_unavailable,
 )
 from core.checkpoint.redact import redacted
-from core.errors import CorruptRecordError, DatabaseOpenError, LeaseLostError, RunAlreadyCompletedError
+from core.errors import DatabaseOpenError, LeaseLostError
 
 APPLICATION_NAME = "cubepi-tui"
 """``application_name`` of every connection we open (so an admin can find ours in pg_stat_activity)."""
@@ -239,16 +241,9 @@ def refusal(error: BaseException) -> Exception | None:
     if code == schema.REVISION_CONFLICT:
         return revision_conflict(thread_id, detail["record"], detail["expected"], detail["actual"])
     if code == schema.RUN_COMPLETED:
-        return RunAlreadyCompletedError(
-            f"Run {detail['run_id']} of thread {thread_id!r} is already completed, so nothing was appended."
-        )
+        return run_completed_append(thread_id, detail["run_id"])
     if code == schema.EXTRA_NOT_OBJECT:
-        return CorruptRecordError(
-            f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
-            " unchanged and the new keys were not saved.",
-            thread_id=thread_id,
-            row_id="extra",
-        )
+        return extra_not_object(thread_id)
     lease = None if detail["lease"] is None else Lease(**detail["lease"])
     try:
         # The sentence (and its "why") is the rule's own; the server applied the same rule.

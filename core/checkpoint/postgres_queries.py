@@ -20,10 +20,17 @@ from typing import Any
 from core.checkpoint import codec
 from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_schema as schema
-from core.checkpoint.base import CheckpointData, CorruptRow, RunRecord, ThreadSummary
+from core.checkpoint.base import (
+    CheckpointData,
+    RunRecord,
+    ThreadSummary,
+    load_thread_meta,
+    parse_extra,
+    run_never_claimed,
+    run_taken,
+)
 from core.checkpoint.postgres_schema import Scope
 from core.checkpoint.postgres_supervised import admit, all_leases, fence, read_journal
-from core.errors import CorruptRecordError, RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import UserMessage
 
 Connection = Any
@@ -69,11 +76,11 @@ async def load(
     if thread is not None:
         data.parent_thread_id = thread["parent_thread_id"]
         data.extra_revision = thread["extra_revision"]
-        try:
-            data.meta = _meta(thread_id, thread)
-        except CorruptRecordError as error:  # shown, kept; the thread still loads
-            data.problems.append(CorruptRow("record", str(error), str(thread["fingerprints"])))
-        data.extra, problem = rows.parse_extra(thread["extra"], thread_id)
+        if thread["has_record"]:
+            data.meta, problem = load_thread_meta(thread_id, *(thread[c] for c in rows.RECORD_COLUMNS))
+            if problem is not None:  # shown, kept; the thread still loads
+                data.problems.append(problem)
+        data.extra, problem = parse_extra(thread["extra"], thread_id)
         if problem is not None:
             data.problems.append(problem)
         data.pending_request = rows.pending_request(
@@ -98,15 +105,6 @@ def _record_columns(scope: Scope) -> str:
 def _record_join(scope: Scope, of: str = "t") -> str:
     """The thread record of table alias ``of``'s thread, joined as ``r`` (nothing to join without records)."""
     return f" LEFT JOIN {schema.RECORDS} AS r ON r.thread_id = {of}.thread_id" if scope.records else ""
-
-
-def _meta(thread_id: str, row: Any) -> Any:
-    """The thread's record from a row of :func:`_record_columns`, ``None`` without one."""
-    if not row["has_record"]:
-        return None
-    return rows.thread_meta(
-        thread_id, row["owner"], row["created_at"], row["revision"], row["fingerprints"], row["overrides"]
-    )
 
 
 def _pending_ours(ours: bool) -> str:
@@ -222,9 +220,7 @@ async def claim_run(conn: Connection, owner: str, thread_id: str, run_id: str, h
         "SELECT completed_at FROM cubepi_runs WHERE thread_id = $1 AND run_id = $2", thread_id, run_id
     )
     if completed is not None:
-        if completed["completed_at"] is not None:
-            raise RunAlreadyCompletedError(f"Run {run_id} of thread {thread_id!r} already completed.")
-        raise RunAlreadyClaimedError(f"Run {run_id} of thread {thread_id!r} is already running.")
+        raise run_taken(thread_id, run_id, completed=completed["completed_at"] is not None)
     await conn.execute("INSERT INTO cubepi_runs (thread_id, run_id) VALUES ($1, $2)", thread_id, run_id)
 
 
@@ -238,7 +234,7 @@ async def mark_run_complete(conn: Connection, owner: str, thread_id: str, run_id
         "SELECT completed_at FROM cubepi_runs WHERE thread_id = $1 AND run_id = $2", thread_id, run_id
     )
     if row is None:
-        raise RunNotClaimedError(f"Run {run_id} of thread {thread_id!r} was never claimed.")
+        raise run_never_claimed(thread_id, run_id)
     if row["completed_at"] is not None:
         return
     await conn.execute(

@@ -30,16 +30,16 @@ import msgpack
 from core.checkpoint import codec
 from core.checkpoint.base import (
     CorruptRow,
-    FingerprintOverride,
-    Fingerprints,
     PendingRequest,
     RunRecord,
     StepRecord,
     ThreadMeta,
+    decode_thread_meta,
+    encode_fingerprints,
+    encode_overrides,
 )
 from core.errors import CorruptRecordError
 from core.messages import AnyMessage
-from core.owners import UNOWNED
 
 _COLUMN_ROLE = {"user": "user", "assistant": "assistant", "tool_result": "tool"}
 _PAYLOAD_ROLE = {"tool": "tool_result"}
@@ -133,67 +133,26 @@ def run_record(run_id: str, claimed: float | None, completed: float | None, seq:
 # --- thread records and steps (our tables, v3) --------------------------------------------------
 
 
-def fingerprints_json(fingerprints: Fingerprints) -> str:
-    """The ``fingerprints`` column's JSON text of a record."""
-    return json.dumps(
-        {
-            "input": fingerprints.input,
-            "agent": fingerprints.agent,
-            "parts": fingerprints.parts,
-            "workflow": fingerprints.workflow,
-        }
-    )
-
-
-def overrides_json(overrides: Sequence[FingerprintOverride]) -> str:
-    """The ``overrides`` column's JSON text: a list in the order they were made."""
-    return json.dumps([{"at": o.at, "owner": o.owner, "changes": list(o.changes)} for o in overrides])
-
-
-def thread_meta(
-    thread_id: str,
-    owner: str | None,
-    created_at: float | None,
-    revision: int,
-    fingerprints: str | None,
-    overrides: str | None,
-) -> ThreadMeta:
-    """A thread record row (``fingerprints`` and ``overrides`` JSON text) as its record.
-    Raises ``CorruptRecordError`` (the row left as it is) when that text is not what
-    :func:`fingerprints_json` and :func:`overrides_json` write."""
-    try:
-        found = None
-        if fingerprints is not None:
-            f = json.loads(fingerprints)
-            found = Fingerprints(input=f["input"], agent=f["agent"], parts=dict(f["parts"]), workflow=f["workflow"])
-        made = tuple(
-            FingerprintOverride(at=float(o["at"]), owner=str(o["owner"]), changes=tuple(o["changes"]))
-            for o in json.loads(overrides or "[]")
-        )
-    except (ValueError, KeyError, TypeError):
-        raise CorruptRecordError(
-            f"The fingerprints record of thread {thread_id!r} cannot be read; it was left as it is.",
-            thread_id=thread_id,
-            row_id="record",
-        ) from None
-    return ThreadMeta(thread_id, owner or UNOWNED, created_at, revision, found, made)
+RECORD_COLUMNS = ("owner", "created_at", "revision", "fingerprints", "overrides")
+"""The thread record's columns :func:`~core.checkpoint.base.decode_thread_meta` takes after the thread id, in its order."""
 
 
 def meta_json(meta: ThreadMeta) -> dict[str, Any]:
-    """``meta`` as a JSON object (a write's kept result), read back by :func:`meta_of_json`."""
+    """``meta`` as a JSON object (a write's kept result), read back by :func:`meta_of_json`;
+    its fingerprints and overrides as the record's columns hold them (spaced JSON text)."""
     return {
         "thread_id": meta.thread_id,
         "owner": meta.owner,
         "created_at": meta.created_at,
         "revision": meta.revision,
-        "fingerprints": None if meta.fingerprints is None else fingerprints_json(meta.fingerprints),
-        "overrides": overrides_json(meta.overrides),
+        "fingerprints": None if meta.fingerprints is None else encode_fingerprints(meta.fingerprints, spaced=True),
+        "overrides": encode_overrides(meta.overrides, spaced=True),
     }
 
 
 def meta_of_json(value: dict[str, Any]) -> ThreadMeta:
     """The inverse of :func:`meta_json`."""
-    return thread_meta(**value)
+    return decode_thread_meta(**value)
 
 
 STEP_COLUMNS = (
@@ -225,13 +184,3 @@ def pending_request(
         asked = None
     at = float(asked) if isinstance(asked, (int, float)) and not isinstance(asked, bool) else updated_at
     return PendingRequest(jsonb_text, run_id, at)
-
-
-def parse_extra(text: str | None, thread_id: str) -> tuple[dict[str, Any], CorruptRow | None]:
-    """The ``extra`` column as ``(object, None)``; one that is not an object gives
-    ``({}, CorruptRow("extra", reason, raw))`` instead of raising."""
-    value = json.loads(text) if text else {}
-    if isinstance(value, dict):
-        return value, None
-    reason = f"The extra data of thread {thread_id!r} is not a JSON object; it is shown raw and left unchanged."
-    return {}, CorruptRow("extra", reason, str(text))

@@ -37,19 +37,23 @@ from core.checkpoint.base import (
     StepRecord,
     ThreadMeta,
     check_command_move,
+    check_deletable,
+    check_step_input,
     command_record_name,
     command_sources,
-    input_conflict,
+    decode_thread_meta,
+    encode_fingerprints,
+    encode_overrides,
+    lease_held,
     live_event_data,
     no_such_command,
     revision_conflict,
-    step_never_begun,
-    step_record_name,
+    step_refusal,
     thread_unavailable,
 )
 from core.checkpoint.postgres_conn import pack_result, unpack_result
 from core.checkpoint.postgres_schema import Scope
-from core.errors import RunAlreadyClaimedError
+from core.owners import UNOWNED
 
 Connection = Any
 
@@ -236,7 +240,7 @@ async def acquire_lease(conn: Connection, scope: Scope, lease: Lease, is_stale: 
     await admit(conn, scope.owner, lease.thread_id)
     current = await get_lease(conn, scope, lease.thread_id, lock=True)
     if current is not None and current.holder_id != lease.holder_id and not is_stale(current):
-        raise RunAlreadyClaimedError(lease_refusal(current), lease=current)
+        raise lease_held(current)
     revision = await conn.fetchval(
         f"INSERT INTO {schema.LEASES} ({_LEASE_COLUMNS}, revision) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1)"
         " ON CONFLICT (thread_id) DO UPDATE SET holder_id = EXCLUDED.holder_id, pid = EXCLUDED.pid,"
@@ -314,15 +318,6 @@ async def all_leases(conn: Connection, scope: Scope) -> dict[str, Lease]:
             scope.owner,
         )
     return {r[0]: Lease(*r) for r in found}
-
-
-def lease_refusal(current: Lease, now: float | None = None) -> str:
-    """The one sentence ``acquire_lease`` raises when ``current`` is live and someone else's."""
-    ago = max(0.0, (time.time() if now is None else now) - current.heartbeat_at)
-    return (
-        f"Thread {current.thread_id} is already running "
-        f"(holder pid {current.pid} on {current.host}, heartbeat {ago:.0f}s ago)."
-    )
 
 
 # --- live events -----------------------------------------------------------------------------
@@ -478,8 +473,7 @@ async def step_begin(
             key,
         )
     record = rows.step_record(row)
-    if record.input_fingerprint != fingerprint or record.workflow != workflow:
-        raise input_conflict(thread_id, step_record_name(key))
+    check_step_input(record, fingerprint, workflow)
     return record
 
 
@@ -517,12 +511,7 @@ async def step_commit(
     current = await conn.fetchrow(
         f"SELECT {rows.STEP_COLUMNS} FROM {schema.STEPS} WHERE thread_id = $1 AND key = $2", thread_id, key
     )
-    if current is None:
-        raise step_never_begun(thread_id, key)
-    found = rows.step_record(current)
-    if found.workflow != workflow:
-        raise input_conflict(thread_id, step_record_name(key))
-    raise revision_conflict(thread_id, step_record_name(key), expected, found.revision)
+    raise step_refusal(thread_id, key, None if current is None else rows.step_record(current), workflow, expected)
 
 
 async def step_get(conn: Connection, scope: Scope, thread_id: str, key: str) -> StepRecord | None:
@@ -550,7 +539,7 @@ async def list_steps(conn: Connection, scope: Scope, thread_id: str) -> list[Ste
 
 # --- thread records (v3) ---------------------------------------------------------------------
 
-_RECORD_COLUMNS = "owner, created_at, revision, fingerprints, overrides"
+_RECORD_COLUMNS = ", ".join(rows.RECORD_COLUMNS)
 
 
 async def load_meta(conn: Connection, scope: Scope, thread_id: str) -> ThreadMeta | None:
@@ -561,9 +550,9 @@ async def load_meta(conn: Connection, scope: Scope, thread_id: str) -> ThreadMet
         exists = await conn.fetchval(
             "SELECT EXISTS (SELECT 1 FROM cubepi_threads WHERE thread_id = $1) AND '' = $2", thread_id, scope.owner
         )
-        return ThreadMeta(thread_id, "") if exists else None
+        return ThreadMeta(thread_id, UNOWNED) if exists else None
     row = await conn.fetchrow(
-        f"SELECT r.thread_id IS NOT NULL AS has_record, {', '.join('r.' + c for c in _RECORD_COLUMNS.split(', '))}"
+        f"SELECT r.thread_id IS NOT NULL AS has_record, {', '.join('r.' + c for c in rows.RECORD_COLUMNS)}"
         f" FROM (SELECT $1::text AS thread_id) AS k LEFT JOIN {schema.RECORDS} AS r ON r.thread_id = k.thread_id"
         " WHERE coalesce(r.owner, '') = $2"
         " AND (r.thread_id IS NOT NULL OR EXISTS (SELECT 1 FROM cubepi_threads WHERE thread_id = $1))",
@@ -573,8 +562,8 @@ async def load_meta(conn: Connection, scope: Scope, thread_id: str) -> ThreadMet
     if row is None:
         return None
     if not row["has_record"]:
-        return ThreadMeta(thread_id, "")
-    return rows.thread_meta(thread_id, *(row[c] for c in _RECORD_COLUMNS.split(", ")))
+        return ThreadMeta(thread_id, UNOWNED)
+    return decode_thread_meta(thread_id, *(row[c] for c in rows.RECORD_COLUMNS))
 
 
 async def save_fingerprints(
@@ -589,19 +578,19 @@ async def save_fingerprints(
     at revision ``expected`` (revision + 1; the override appended to the list) whose row count
     must be 1; else ``ConflictError`` with both revisions."""
     await admit(conn, owner, thread_id)
-    added = "[]" if override is None else rows.overrides_json([override])
+    added = encode_overrides([] if override is None else [override], spaced=True)
     row = await conn.fetchrow(
         f"UPDATE {schema.RECORDS} SET fingerprints = $3, overrides = (overrides::jsonb || $4::jsonb)::text,"
         f" revision = revision + 1 WHERE thread_id = $1 AND revision = $2 RETURNING {_RECORD_COLUMNS}",
         thread_id,
         expected,
-        rows.fingerprints_json(fingerprints),
+        encode_fingerprints(fingerprints, spaced=True),
         added,
     )
     if row is None:
         actual = await conn.fetchval(f"SELECT revision FROM {schema.RECORDS} WHERE thread_id = $1", thread_id)
         raise revision_conflict(thread_id, FINGERPRINTS_RECORD, expected, actual)
-    return rows.thread_meta(thread_id, *row)
+    return decode_thread_meta(thread_id, *row)
 
 
 # --- deleting a thread (v3) ------------------------------------------------------------------
@@ -625,8 +614,6 @@ async def delete_thread(conn: Connection, owner: str, thread_id: str) -> None:
     lease = await conn.fetchrow(
         f"SELECT {_LEASE_COLUMNS}, revision FROM {schema.LEASES} WHERE thread_id = $1 FOR UPDATE", thread_id
     )
-    if lease is not None and lease["expires_at"] > time.time():
-        current = Lease(*lease)
-        raise RunAlreadyClaimedError(lease_refusal(current), lease=current)
+    check_deletable(None if lease is None else Lease(*lease), time.time())
     for table in (*schema.OUR_DATA_TABLES, schema.STEPS, schema.STATS, schema.RECORDS, "cubepi_threads"):
         await conn.execute(f"DELETE FROM {table} WHERE thread_id = $1", thread_id)

@@ -56,12 +56,21 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core.checkpoint import codec
 from core.checkpoint import redis_read as read
-from core.checkpoint.base import EXTRA_RECORD, CheckpointData, ThreadSummary, revision_conflict
+from core.checkpoint.base import (
+    EXTRA_RECORD,
+    CheckpointData,
+    ThreadSummary,
+    extra_not_object,
+    parse_extra,
+    revision_conflict,
+    run_completed_append,
+    run_never_claimed,
+    run_taken,
+)
 from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
 from core.checkpoint.redis_records import encode_pending
 from core.checkpoint.redis_store import CONNECT_TIMEOUT, KEEP, now_arg, write_id
 from core.checkpoint.redis_threads import RedisThreads
-from core.errors import CorruptRecordError, RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import AnyMessage, UserMessage
 
 __all__ = ["BLOCK_MAX", "FOREIGN_POLL", "RedisCheckpointer"]
@@ -129,9 +138,7 @@ class RedisCheckpointer(RedisThreads, SupervisedStore, HumanRequests, SchemaUpgr
             if reply[0] == b"lease":
                 self._lease_lost(thread_id, holder_id or "", reply[1], now)
             if reply[0] == b"completed":
-                raise RunAlreadyCompletedError(
-                    f"Run {(reply[1] or b'').decode()} of thread {thread_id!r} is already completed, so nothing was appended."
-                )
+                raise run_completed_append(thread_id, (reply[1] or b"").decode())
 
         await self._call("append", attempt)
 
@@ -163,14 +170,9 @@ class RedisCheckpointer(RedisThreads, SupervisedStore, HumanRequests, SchemaUpgr
                 revision, raw = int(seen[1]), seen[2] if len(seen) > 2 else None
                 if expected_revision is not None and revision != expected_revision:
                     raise revision_conflict(thread_id, EXTRA_RECORD, expected_revision, revision)
-                current, problem = read.parse_extra(raw, thread_id)
+                current, problem = parse_extra(raw, thread_id)
                 if problem is not None:
-                    raise CorruptRecordError(
-                        f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
-                        " unchanged and the new keys were not saved.",
-                        thread_id=thread_id,
-                        row_id="extra",
-                    )
+                    raise extra_not_object(thread_id)
                 current.update(patch)
                 args = [thread_id, owner, now_arg(), ttl, "0" if raw is None else "1", raw or b""]
                 await self._at_commit("extra")
@@ -207,10 +209,8 @@ class RedisCheckpointer(RedisThreads, SupervisedStore, HumanRequests, SchemaUpgr
                 self._unavailable(thread_id)
             if reply[0] == b"lease":
                 self._lease_lost(thread_id, holder_id or "", reply[1], now)
-            if reply[0] == b"completed":
-                raise RunAlreadyCompletedError(f"Run {run_id} of thread {thread_id!r} already completed.")
-            if reply[0] == b"claimed":
-                raise RunAlreadyClaimedError(f"Run {run_id} of thread {thread_id!r} is already running.")
+            if reply[0] in (b"completed", b"claimed"):
+                raise run_taken(thread_id, run_id, completed=reply[0] == b"completed")
 
         await self._call("claim", attempt)
 
@@ -231,7 +231,7 @@ class RedisCheckpointer(RedisThreads, SupervisedStore, HumanRequests, SchemaUpgr
             if reply[0] == b"lease":
                 self._lease_lost(thread_id, holder_id or "", reply[1], now)
             if reply[0] == b"unclaimed":
-                raise RunNotClaimedError(f"Run {run_id} of thread {thread_id!r} was never claimed.")
+                raise run_never_claimed(thread_id, run_id)
 
         await self._call("completion", attempt)
 

@@ -12,14 +12,13 @@ another owner's thread reads exactly as a missing one.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from core.checkpoint import codec
 from core.checkpoint import redis_records as records
-from core.checkpoint.base import CheckpointData, CorruptRow, ThreadSummary
+from core.checkpoint.base import CheckpointData, CorruptRow, ThreadSummary, parse_extra
 from core.checkpoint.redis_keys import Keys
 from core.errors import CorruptRecordError
 from core.messages import AnyMessage, UserMessage
@@ -55,20 +54,6 @@ def decode_rows(
     return messages, good, problems
 
 
-def parse_extra(raw: bytes | None, thread_id: str) -> tuple[dict[str, Any], CorruptRow | None]:
-    """The extra object, or ``{}`` and a problem when the stored text is not a JSON object."""
-    if raw is None:
-        return {}, None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = None
-    if isinstance(value, dict):
-        return value, None
-    why = f"The extra data of thread {thread_id!r} is not a JSON object; it is shown raw and left unchanged."
-    return {}, CorruptRow("extra", why, records.text(raw))
-
-
 async def load(
     r: Redis,
     script: AsyncScript,
@@ -98,7 +83,10 @@ async def load(
     if version is not None:
         data.journal = {records.text(k): records.decode_journal(v) for k, v in records.pairs(journal_flat)}  # type: ignore[misc]
     data.extra_revision = records.extra_revision(record_flat)
-    data.meta = records.decode_meta(thread_id, record_flat) if record_flat else None
+    if record_flat:
+        data.meta, unreadable = records.load_meta(thread_id, record_flat)
+        if unreadable is not None:  # shown, kept; the thread still loads
+            data.problems.append(unreadable)
     return data
 
 

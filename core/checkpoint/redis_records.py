@@ -19,8 +19,7 @@ from typing import Any
 
 from core.checkpoint.base import (
     Command,
-    FingerprintOverride,
-    Fingerprints,
+    CorruptRow,
     JobRecord,
     JournalEntry,
     Lease,
@@ -28,9 +27,10 @@ from core.checkpoint.base import (
     RunRecord,
     StepRecord,
     ThreadMeta,
+    decode_thread_meta,
+    load_thread_meta,
 )
 from core.checkpoint.redis_keys import STEP_FIELDS
-from core.owners import UNOWNED
 
 _COMPACT = (",", ":")
 
@@ -129,36 +129,28 @@ def decode_runs(fields: dict[bytes, bytes] | Sequence[bytes]) -> list[RunRecord]
     return [run for _, run in ordered]
 
 
-def encode_fingerprints(fingerprints: Fingerprints) -> str:
-    """A thread's fingerprints as JSON (field ``fp`` of its record)."""
-    return dumps(asdict(fingerprints))
-
-
-def encode_override(override: FingerprintOverride) -> str:
-    """One override as JSON (an element of field ``ovr`` of the thread's record)."""
-    return dumps({"at": override.at, "owner": override.owner, "changes": list(override.changes)})
+def _record(thread_id: str, flat: Sequence[bytes] | None) -> tuple[Any, ...]:
+    """The arguments of :func:`~core.checkpoint.base.decode_thread_meta` from the flat
+    ``HGETALL`` of a thread's record: ``owner`` (none: unowned), ``created_at``, ``rev``
+    (none: 0), the fingerprints ``fp`` and the overrides array ``ovr`` (none: none made)."""
+    fields = {text(k): v for k, v in pairs(flat)}
+    created = fields.get("created_at")
+    owner = text(fields["owner"]) if "owner" in fields else None
+    revision = int(fields.get("rev", 0))
+    return thread_id, owner, None if created is None else float(created), revision, fields.get("fp"), fields.get("ovr")
 
 
 def decode_meta(thread_id: str, flat: Sequence[bytes] | None) -> ThreadMeta:
     """A thread's record from the flat ``HGETALL`` of ``tui:rec:{thread}`` (empty for a
-    thread that keeps none: unowned, revision 0)."""
-    fields = {text(k): v for k, v in pairs(flat)}
-    fingerprints = None
-    if "fp" in fields:
-        fingerprints = Fingerprints(**json.loads(fields["fp"]))
-    overrides = tuple(
-        FingerprintOverride(at=o["at"], owner=o["owner"], changes=tuple(o["changes"]))
-        for o in json.loads(fields.get("ovr", b"[]"))
-    )
-    created = fields.get("created_at")
-    return ThreadMeta(
-        thread_id=thread_id,
-        owner=text(fields["owner"]) if "owner" in fields else UNOWNED,
-        created_at=None if created is None else float(created),
-        revision=int(fields.get("rev", 0)),
-        fingerprints=fingerprints,
-        overrides=overrides,
-    )
+    thread that keeps none: unowned, revision 0); ``CorruptRecordError`` (one sentence) when
+    its fingerprints or overrides cannot be read."""
+    return decode_thread_meta(*_record(thread_id, flat))
+
+
+def load_meta(thread_id: str, flat: Sequence[bytes] | None) -> tuple[ThreadMeta | None, CorruptRow | None]:
+    """:func:`decode_meta` for ``load``: ``(record, None)``, or ``(None, the problem to
+    show)`` when the record cannot be read (see :func:`~core.checkpoint.base.load_thread_meta`)."""
+    return load_thread_meta(*_record(thread_id, flat))
 
 
 def extra_revision(flat: Sequence[bytes] | None) -> int:

@@ -40,11 +40,11 @@ from core.checkpoint.base import (
     check_tool_phase,
     command_record_name,
     encode_job_result,
+    lease_held,
     no_such_command,
     revision_conflict,
 )
 from core.checkpoint.redis_store import KEEP, RedisStore, now_arg, write_id
-from core.errors import RunAlreadyClaimedError
 
 
 class RedisSupervised(RedisStore):
@@ -178,7 +178,7 @@ class RedisSupervised(RedisStore):
         def decide(current: bytes | None) -> str | BaseException:
             held = records.decode_lease(current)
             if held is not None and held.holder_id != lease.holder_id and not is_stale(held):
-                return RunAlreadyClaimedError(lease_refusal(held), lease=held)
+                return lease_held(held)
             return records.encode_lease(replace(lease, revision=1 if held is None else held.revision + 1))
 
         leases = self._keys.leases(self._owner)
@@ -364,13 +364,3 @@ class RedisSupervised(RedisStore):
 
         found = await self._call("command read", read)
         return [c for c in found if wanted is None or c.status in wanted]
-
-
-def lease_refusal(current: Lease, now: float | None = None) -> str:
-    """The one sentence ``acquire_lease`` (and ``delete_thread``) raises when ``current`` is
-    live and someone else's (backends are independent, so each keeps its copy of it)."""
-    ago = max(0.0, (time.time() if now is None else now) - current.heartbeat_at)
-    return (
-        f"Thread {current.thread_id} is already running "
-        f"(holder pid {current.pid} on {current.host}, heartbeat {ago:.0f}s ago)."
-    )

@@ -22,16 +22,18 @@ from core.checkpoint.base import (
     Fingerprints,
     StepRecord,
     ThreadMeta,
+    encode_fingerprints,
+    encode_override,
     encode_step_data,
     input_conflict,
+    lease_held,
     revision_conflict,
     step_never_begun,
     step_record_name,
 )
 from core.checkpoint.redis_keys import STEP_FIELDS
 from core.checkpoint.redis_store import now_arg, write_id
-from core.checkpoint.redis_supervised import RedisSupervised, lease_refusal
-from core.errors import RunAlreadyClaimedError
+from core.checkpoint.redis_supervised import RedisSupervised
 from core.owners import UNOWNED
 
 
@@ -76,8 +78,8 @@ class RedisThreads(RedisSupervised):
         self._check_writable()
         marker, ttl = self._write_args(write_id())
         keys = [*self._keys.scope(thread_id), self._keys.changes, marker]
-        text = records.encode_fingerprints(fingerprints)
-        extra = "" if override is None else records.encode_override(override)
+        text = encode_fingerprints(fingerprints)
+        extra = "" if override is None else encode_override(override)
 
         async def attempt() -> list[Any]:
             args = [thread_id, self._owner, now_arg(), ttl, expected_revision, text, extra]
@@ -222,4 +224,4 @@ class RedisThreads(RedisSupervised):
         if reply[0] == b"leased":
             lease = records.decode_lease(reply[1])
             assert lease is not None
-            raise RunAlreadyClaimedError(lease_refusal(lease), lease=lease)
+            raise lease_held(lease)

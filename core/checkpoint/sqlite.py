@@ -62,7 +62,9 @@ from core.checkpoint.base import (
     check_command_kind,
     check_command_status,
     check_tool_phase,
+    encode_fingerprints,
     encode_job_result,
+    encode_override,
     encode_step_data,
 )
 from core.checkpoint.capabilities import FileBacked, HumanRequests, SchemaUpgrade, SupervisedStore
@@ -191,8 +193,8 @@ class SQLiteCheckpointer(SQLiteFile, SupervisedStore, HumanRequests, SchemaUpgra
         """See ``ThreadRecords.save_fingerprints``: one compare-and-set UPDATE of the thread's
         record inside one ``BEGIN IMMEDIATE``."""
         self._check_writable()
-        text = records.encode_fingerprints(fingerprints)
-        extra = None if override is None else records.encode_override(override)
+        text = encode_fingerprints(fingerprints)
+        extra = None if override is None else encode_override(override)
         owner, seam = self._owner, self._before_commit
         return await self._run(
             lambda c: records.save_fingerprints(c, owner, thread_id, text, expected_revision, extra, seam),

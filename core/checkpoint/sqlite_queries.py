@@ -24,19 +24,25 @@ from core.checkpoint.base import (
     PendingRequest,
     RunRecord,
     ThreadSummary,
+    extra_not_object,
+    parse_extra,
     revision_conflict,
+    run_completed_append,
+    run_never_claimed,
+    run_taken,
 )
 from core.checkpoint.sqlite_owners import admit, owned
 from core.checkpoint.sqlite_records import read_meta
 from core.checkpoint.sqlite_schema import RECORDS, Layout, read_txn, write_txn
 from core.checkpoint.sqlite_supervised import BeforeCommit, all_leases, fence, read_journal
-from core.errors import CorruptRecordError, RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
+from core.errors import CorruptRecordError
 from core.messages import AnyMessage, AssistantMessage, UserMessage
 
 FIRST_PROMPT_CHARS = 200
 """``ThreadSummary.first_prompt`` is cut to this many characters (whitespace collapsed)."""
 _TAIL_WINDOW = 8  # rows per thread fetched for the tail; a turn rarely has more after its reply
 _JD_UNIX_EPOCH = 2440587.5
+_EXTRA_ROW = "thread_extra"  # how an unreadable extra names its row (its table, as cubeloop's file has it)
 
 
 def julianday_to_unix(jd: float | None) -> float | None:
@@ -74,14 +80,16 @@ def load(
         runs = [run for _, run in runs_of(c, layout, owner, thread_id)]
         journal = read_journal(c, layout, owner, thread_id)
         pending = pending_requests(c, layout, owner, thread_id).get(thread_id)
-        meta, extra_revision = read_meta(c, layout, owner, thread_id)
+        meta, extra_revision, unreadable = read_meta(c, layout, owner, thread_id)
     if after_id is None and not rows and extra_row is None and not runs:
         return None  # an unknown thread (an incremental read answers with empty data instead)
     data = CheckpointData(runs=runs, journal=journal, pending_request=pending, extra_revision=extra_revision, meta=meta)
     data.messages, data.message_ids, data.problems = decode_rows(rows, thread_id)
+    if unreadable is not None:  # shown, kept; the thread still loads
+        data.problems.append(unreadable)
     if extra_row is not None:
         data.parent_thread_id = extra_row[1]
-        data.extra, problem = parse_extra(extra_row[0], thread_id)
+        data.extra, problem = parse_extra(extra_row[0], thread_id, _EXTRA_ROW)
         if problem is not None:
             data.problems.append(problem)
     return data
@@ -109,9 +117,7 @@ def append(
                 (thread_id, *run_ids),
             ).fetchall()
             if done:
-                raise RunAlreadyCompletedError(
-                    f"Run {done[0][0]} of thread {thread_id!r} is already completed, so nothing was appended."
-                )
+                raise run_completed_append(thread_id, done[0][0])
         c.executemany("INSERT INTO messages (thread_id, message_json, run_id) VALUES (?, ?, ?)", rows)
 
 
@@ -146,14 +152,9 @@ def save_extra(
                 (thread_id, codec.encode_extra(patch)),
             )
         else:
-            current, problem = parse_extra(row[0], thread_id)
+            current, problem = parse_extra(row[0], thread_id, _EXTRA_ROW)
             if problem is not None:
-                raise CorruptRecordError(
-                    f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
-                    " unchanged and the new keys were not saved.",
-                    thread_id=thread_id,
-                    row_id="thread_extra",
-                )
+                raise extra_not_object(thread_id, _EXTRA_ROW)
             current.update(patch)
             c.execute(
                 "UPDATE thread_extra SET extra_json = ? WHERE thread_id = ?",
@@ -200,6 +201,17 @@ def save_pending_request(
             )
 
 
+def _run_row(
+    c: sqlite3.Connection, owner: str, thread_id: str, run_id: str, holder_id: str | None, locked_since: float | None
+) -> tuple[Any, ...] | None:
+    """Inside a write transaction, the first statements of a run's claim or completion: the
+    owner's admission, the lease fence, then the run's ``(completed_at,)`` row (``None``
+    when the thread has no such run)."""
+    admit(c, thread_id, owner)
+    fence(c, thread_id, holder_id, locked_since)
+    return c.execute("SELECT completed_at FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id)).fetchone()
+
+
 def claim_run(
     c: sqlite3.Connection,
     owner: str,
@@ -210,15 +222,9 @@ def claim_run(
 ) -> None:
     """Insert the run (``claimed_at = julianday('now')``) unless it exists; fenced by ``holder_id``."""
     with write_txn(c):
-        admit(c, thread_id, owner)
-        fence(c, thread_id, holder_id, locked_since)
-        row = c.execute(
-            "SELECT completed_at FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id)
-        ).fetchone()
+        row = _run_row(c, owner, thread_id, run_id, holder_id, locked_since)
         if row is not None:
-            if row[0] is not None:
-                raise RunAlreadyCompletedError(f"Run {run_id} of thread {thread_id!r} already completed.")
-            raise RunAlreadyClaimedError(f"Run {run_id} of thread {thread_id!r} is already running.")
+            raise run_taken(thread_id, run_id, completed=row[0] is not None)
         c.execute("INSERT INTO runs (thread_id, run_id) VALUES (?, ?)", (thread_id, run_id))
 
 
@@ -232,13 +238,9 @@ def mark_run_complete(
 ) -> None:
     """Complete the run with the thread's next ``completion_seq``; idempotent; fenced by ``holder_id``."""
     with write_txn(c):
-        admit(c, thread_id, owner)
-        fence(c, thread_id, holder_id, locked_since)
-        row = c.execute(
-            "SELECT completed_at FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id)
-        ).fetchone()
+        row = _run_row(c, owner, thread_id, run_id, holder_id, locked_since)
         if row is None:
-            raise RunNotClaimedError(f"Run {run_id} of thread {thread_id!r} was never claimed.")
+            raise run_never_claimed(thread_id, run_id)
         if row[0] is not None:
             return
         c.execute(
@@ -272,19 +274,6 @@ def decode_rows(
             else:
                 ids.append(row_id)
     return messages, ids, problems
-
-
-def parse_extra(text: str | None, thread_id: str) -> tuple[dict[str, Any], CorruptRow | None]:
-    """A thread's ``extra_json`` as ``(object, None)``; text that is not a JSON object gives
-    ``({}, CorruptRow("thread_extra", reason, raw))`` instead of raising."""
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        value = None
-    if isinstance(value, dict):
-        return value, None
-    reason = f"The extra data of thread {thread_id!r} is not a JSON object; it is shown raw and left unchanged."
-    return {}, CorruptRow("thread_extra", reason, str(text))
 
 
 def runs_of(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | None) -> list[tuple[str, RunRecord]]:

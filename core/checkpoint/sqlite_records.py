@@ -18,14 +18,15 @@ from typing import Any
 
 from core.checkpoint.base import (
     FINGERPRINTS_RECORD,
-    FingerprintOverride,
-    Fingerprints,
+    CorruptRow,
     StepRecord,
     ThreadMeta,
-    input_conflict,
+    check_deletable,
+    check_step_input,
+    decode_thread_meta,
+    load_thread_meta,
     revision_conflict,
-    step_never_begun,
-    step_record_name,
+    step_refusal,
     thread_unavailable,
 )
 from core.checkpoint.sqlite_owners import admit, exists, owned
@@ -41,8 +42,7 @@ from core.checkpoint.sqlite_schema import (
     read_txn,
     write_txn,
 )
-from core.checkpoint.sqlite_supervised import BeforeCommit, fence, lease_refusal, lease_row
-from core.errors import CorruptRecordError, RunAlreadyClaimedError
+from core.checkpoint.sqlite_supervised import BeforeCommit, fence, lease_row
 from core.owners import UNOWNED
 
 # --- the thread's record ----------------------------------------------------------------------
@@ -50,63 +50,45 @@ from core.owners import UNOWNED
 _RECORD_COLUMNS = "owner, created_at, fingerprints_revision, fingerprints_json, overrides_json, extra_revision"
 
 
-def encode_fingerprints(fingerprints: Fingerprints) -> str:
-    """``fingerprints`` as the JSON text of ``fingerprints_json``."""
-    return json.dumps(
-        {
-            "input": fingerprints.input,
-            "agent": fingerprints.agent,
-            "parts": dict(fingerprints.parts),
-            "workflow": fingerprints.workflow,
-        },
-        separators=(",", ":"),
-    )
-
-
-def encode_override(override: FingerprintOverride) -> str:
-    """``override`` as one element of the JSON array ``overrides_json``."""
-    return json.dumps({"at": override.at, "owner": override.owner, "changes": list(override.changes)})
-
-
-def _meta(thread_id: str, row: tuple[Any, ...]) -> ThreadMeta:
-    owner, created_at, revision, fingerprints_json, overrides_json, _ = row
-    try:
-        fingerprints = None
-        if fingerprints_json is not None:
-            given = json.loads(fingerprints_json)
-            fingerprints = Fingerprints(given["input"], given["agent"], dict(given["parts"]), given.get("workflow"))
-        overrides = tuple(
-            FingerprintOverride(float(o["at"]), str(o["owner"]), tuple(o["changes"]))
-            for o in json.loads(overrides_json)
-        )
-    except (ValueError, KeyError, TypeError):
-        raise CorruptRecordError(
-            f"The fingerprints record of thread {thread_id!r} cannot be read; it was left as it is.",
-            thread_id=thread_id,
-            row_id=RECORDS,
-        ) from None
-    return ThreadMeta(thread_id, owner or UNOWNED, created_at, revision, fingerprints, overrides)
-
-
-def read_meta(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str) -> tuple[ThreadMeta | None, int]:
-    """The record of ``owner``'s thread and its extra's revision, inside the caller's
-    snapshot: ``(None, 0)`` when it has no record (or is another owner's)."""
+def _record_row(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str) -> tuple[Any, ...] | None:
+    """The record row of ``owner``'s thread (:data:`_RECORD_COLUMNS`: the five values
+    :func:`~core.checkpoint.base.decode_thread_meta` takes after the thread id, then the
+    extra's revision), inside the caller's snapshot; ``None`` without one (or another owner's)."""
     if not layout.has(RECORDS):
-        return None, 0
-    row = c.execute(
+        return None
+    return c.execute(
         f"SELECT {_RECORD_COLUMNS} FROM {RECORDS} WHERE thread_id = :thread AND coalesce(owner, '') = :owner",
         {"thread": thread_id, "owner": owner},
     ).fetchone()
-    return (None, 0) if row is None else (_meta(thread_id, row), int(row[5]))
+
+
+def _meta(thread_id: str, row: tuple[Any, ...]) -> ThreadMeta:
+    """A row of :data:`_RECORD_COLUMNS` as its record; ``CorruptRecordError`` when unreadable."""
+    return decode_thread_meta(thread_id, *row[:5])
+
+
+def read_meta(
+    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str
+) -> tuple[ThreadMeta | None, int, CorruptRow | None]:
+    """For ``load``, inside its snapshot: the record of ``owner``'s thread (``None`` when it
+    has none, or is another owner's), its extra's revision (0 then), and the problem to show
+    when the fingerprints record cannot be read (the record is ``None`` then; see
+    :func:`~core.checkpoint.base.load_thread_meta`)."""
+    row = _record_row(c, layout, owner, thread_id)
+    if row is None:
+        return None, 0, None
+    meta, problem = load_thread_meta(thread_id, *row[:5])
+    return meta, int(row[5]), problem
 
 
 def load_meta(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str) -> ThreadMeta | None:
     """``owner``'s thread's record; a thread that exists without one (cubeloop's, ours before
-    v3) reads as unowned with revision 0, to the unowned scope only; else ``None``."""
+    v3) reads as unowned with revision 0, to the unowned scope only; else ``None``.
+    ``CorruptRecordError`` (one sentence) when its fingerprints record cannot be read."""
     with read_txn(c):
-        meta, _ = read_meta(c, layout, owner, thread_id)
-        if meta is not None:
-            return meta
+        row = _record_row(c, layout, owner, thread_id)
+        if row is not None:
+            return _meta(thread_id, row)
         found = c.execute(
             f"SELECT 1 WHERE {owned(layout)} AND {exists(layout)}", {"thread": thread_id, "owner": owner}
         ).fetchone()
@@ -192,8 +174,7 @@ def step_begin(
         )
         record = _stored_step(c, thread_id, key)
         assert record is not None  # inserted or already there, under the write lock
-        if record.input_fingerprint != input_fingerprint or record.workflow != workflow:
-            raise input_conflict(thread_id, step_record_name(key))
+        check_step_input(record, input_fingerprint, workflow)
     return record
 
 
@@ -235,12 +216,7 @@ def step_commit(
             args,
         ).fetchall()
         if len(written) != 1:
-            current = _stored_step(c, thread_id, key)
-            if current is None:
-                raise step_never_begun(thread_id, key)
-            if current.workflow != workflow:
-                raise input_conflict(thread_id, step_record_name(key))
-            raise revision_conflict(thread_id, step_record_name(key), expected_revision, current.revision)
+            raise step_refusal(thread_id, key, _stored_step(c, thread_id, key), workflow, expected_revision)
         if before_commit is not None:
             before_commit("step_commit", c)
     return _step(written[0])
@@ -300,8 +276,6 @@ def delete_thread(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: 
         ).fetchone()
         if found is None:
             raise thread_unavailable(thread_id, owner)
-        lease = lease_row(c, thread_id)
-        if lease is not None and lease.expires_at > now:
-            raise RunAlreadyClaimedError(lease_refusal(lease, now), lease=lease)
+        check_deletable(lease_row(c, thread_id), now)
         for table in _THREAD_ROWS:
             c.execute(f"DELETE FROM {table} WHERE thread_id = :thread", args)

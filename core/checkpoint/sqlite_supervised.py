@@ -32,6 +32,7 @@ from core.checkpoint.base import (
     check_lease_holder,
     command_record_name,
     command_sources,
+    lease_held,
     live_event_data,
     lock_wait_credit,
     no_such_command,
@@ -39,7 +40,6 @@ from core.checkpoint.base import (
 )
 from core.checkpoint.sqlite_owners import admit, owned
 from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, Layout, write_txn
-from core.errors import RunAlreadyClaimedError
 
 BeforeCommit = Callable[[str, sqlite3.Connection], None]
 """A test seam (``SQLiteCheckpointer._before_commit``): called with the write's name and the
@@ -226,7 +226,7 @@ def acquire_lease(
             )
         current = lease_row(c, lease.thread_id)
         if current is not None and current.holder_id != lease.holder_id and not is_stale(current):
-            raise RunAlreadyClaimedError(lease_refusal(current), lease=current)
+            raise lease_held(current)
         lease = replace(lease, revision=1 if current is None else current.revision + 1)
         c.execute(
             f"INSERT OR REPLACE INTO {LEASES} ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -341,15 +341,6 @@ def all_leases(c: sqlite3.Connection, layout: Layout, owner: str) -> dict[str, L
         {"owner": owner},
     )
     return {row[0]: Lease(*row) for row in rows}
-
-
-def lease_refusal(current: Lease, now: float | None = None) -> str:
-    """The one sentence ``acquire_lease`` raises when ``current`` is live and someone else's."""
-    ago = max(0.0, (time.time() if now is None else now) - current.heartbeat_at)
-    return (
-        f"Thread {current.thread_id} is already running "
-        f"(holder pid {current.pid} on {current.host}, heartbeat {ago:.0f}s ago)."
-    )
 
 
 def lease_row(c: sqlite3.Connection, thread_id: str) -> Lease | None:

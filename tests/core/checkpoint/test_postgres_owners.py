@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 from core.checkpoint import postgres_rows, postgres_schema
-from core.checkpoint.base import Fingerprints, Lease, StepRecord, thread_unavailable
+from core.checkpoint.base import Fingerprints, Lease, StepRecord, decode_thread_meta, thread_unavailable
 from core.checkpoint.postgres import PostgresCheckpointer
 from core.errors import ConflictError, ReadOnlyStoreError, ThreadNotFoundError
 from core.messages import user_text
@@ -101,7 +101,7 @@ async def test_a_store_of_the_previous_version_migrates_its_threads_as_unowned(m
             assert (await unowned.job_get("t", "job:a")).revision == 1  # type: ignore[union-attr]
             assert (await unowned.get_lease("t")).revision == 1  # type: ignore[union-attr]
             assert [c.revision for c in await unowned.list_commands("t")] == [1]
-            assert await unowned.load_meta("t") == postgres_rows.thread_meta("t", None, None, 0, None, None)
+            assert await unowned.load_meta("t") == decode_thread_meta("t", None, None, 0, None, None)
             assert await unowned.step_get("t", "k") is None and await unowned.list_steps("t") == []
             assert await unowned.unowned_count() == 1 == await ann.unowned_count()
             assert await ann.load("t") is None and await ann.list_threads() == []
@@ -159,7 +159,7 @@ async def test_a_cubeloop_store_migrates_with_its_threads_unowned_and_cubeloop_k
             data = await unowned.load("t")
             assert data is not None and [m.text for m in data.messages] == ["from cubeloop"]  # type: ignore[union-attr]
             assert [(r.run_id, r.revision) for r in data.runs] == [("r1", 1)]
-            assert await unowned.load_meta("t") == postgres_rows.thread_meta("t", None, None, 0, None, None)
+            assert await unowned.load_meta("t") == decode_thread_meta("t", None, None, 0, None, None)
             assert await ann.load("t") is None and await ann.list_threads() == [] and await ann.load_meta("t") is None
             assert await ann.unowned_count() == 1
 
