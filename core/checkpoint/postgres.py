@@ -114,25 +114,19 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
 
     async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.claim_run``; ``claimed_at`` is the server's ``now()``, as cubeloop stamps it."""
-        owner = self._owner
-        await self._write(lambda c: queries.claim_run(c, owner, thread_id, run_id, holder_id), "claim", thread_id)
+        await self._write_owned("claim", queries.claim_run, thread_id, run_id, holder_id)
 
     async def mark_run_complete(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.mark_run_complete``: ``completion_seq`` is the thread's next number."""
-        owner = self._owner
-        await self._write(
-            lambda c: queries.mark_run_complete(c, owner, thread_id, run_id, holder_id), "completion", thread_id
-        )
+        await self._write_owned("completion", queries.mark_run_complete, thread_id, run_id, holder_id)
 
     async def save_pending_request(
         self, thread_id: str, request_json: str | None, *, run_id: str | None = None
     ) -> None:
         """See ``HumanRequests.save_pending_request``: cubeloop's statements on its row, and the
         exact text in ours (JSONB keeps the value, not the text)."""
-        now, owner = time.time(), self._owner
-        await self._write(
-            lambda c: queries.save_pending_request(c, owner, thread_id, request_json, run_id, now), "save", thread_id
-        )
+        now = time.time()
+        await self._write_owned("save", queries.save_pending_request, thread_id, request_json, run_id, now)
 
     async def list_threads(self) -> list[ThreadSummary]:
         """See ``Checkpointer.list_threads``: this owner's threads, in four queries whatever
@@ -189,10 +183,7 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
     ) -> JobRecord:
         """See ``SupervisedStore.job_begin``: insert-or-lock in one transaction, atomic across
         processes: of any number beginning one key, exactly one gets ``attempts == 1``."""
-        owner = self._owner
-        return await self._write(
-            lambda c: supervised.job_begin(c, owner, thread_id, key, tool_call_id, holder_id), "job start", thread_id
-        )
+        return await self._write_owned("job start", supervised.job_begin, thread_id, key, tool_call_id, holder_id)
 
     async def job_finish(
         self,
@@ -207,10 +198,7 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         ``KeyError`` if never begun, ``ValueError`` for another ``status``, ``TypeError`` when
         ``result`` is not JSON (nothing is written)."""
         text = encode_job_result(key, status, result)
-        owner = self._owner
-        await self._write(
-            lambda c: supervised.job_finish(c, owner, thread_id, key, status, text, holder_id), "job finish", thread_id
-        )
+        await self._write_owned("job finish", supervised.job_finish, thread_id, key, status, text, holder_id)
 
     async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
         """See ``SupervisedStore.job_get``; ``None`` also without our tables."""
@@ -242,10 +230,7 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
 
     async def release_lease(self, thread_id: str, holder_id: str) -> None:
         """See ``SupervisedStore.release_lease``."""
-        owner = self._owner
-        await self._write(
-            lambda c: supervised.release_lease(c, owner, thread_id, holder_id), "lease release", thread_id
-        )
+        await self._write_owned("lease release", supervised.release_lease, thread_id, holder_id)
 
     async def get_lease(self, thread_id: str) -> Lease | None:
         """See ``SupervisedStore.get_lease``; ``None`` without our tables."""
@@ -286,16 +271,12 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
 
     async def prune_live_events(self, thread_id: str) -> None:
         """See ``SupervisedStore.prune_live_events``."""
-        owner = self._owner
-        await self._write(lambda c: supervised.prune_live_events(c, owner, thread_id), "live prune", thread_id)
+        await self._write_owned("live prune", supervised.prune_live_events, thread_id)
 
     async def send_command(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
         """See ``SupervisedStore.send_command`` (revision 1); raises ``ValueError`` for an unknown ``kind``."""
         check_command_kind(kind)
-        owner = self._owner
-        return await self._write(
-            lambda c: supervised.send_command(c, owner, thread_id, kind, text), "command", thread_id
-        )
+        return await self._write_owned("command", supervised.send_command, thread_id, kind, text)
 
     async def update_command(
         self, seq: int, status: CommandStatus, note: str = "", *, expected_revision: int | None = None
@@ -334,13 +315,16 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         holder_id: str | None = None,
     ) -> StepRecord:
         """See ``ToolSteps.step_begin``: insert-or-lock in one transaction."""
-        owner = self._owner
-        return await self._write(
-            lambda c: supervised.step_begin(
-                c, owner, thread_id, key, input_fingerprint, workflow, total_steps, tool_call_id, holder_id
-            ),
+        return await self._write_owned(
             "step start",
+            supervised.step_begin,
             thread_id,
+            key,
+            input_fingerprint,
+            workflow,
+            total_steps,
+            tool_call_id,
+            holder_id,
         )
 
     async def step_commit(
@@ -358,13 +342,16 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         ``UPDATE ... WHERE revision = expected AND workflow = ...`` (row count 1) in one
         transaction. Another workflow is reported before a stale revision."""
         text = encode_step_data(key, data)  # TypeError before any round trip
-        owner = self._owner
-        return await self._write(
-            lambda c: supervised.step_commit(
-                c, owner, thread_id, key, expected_revision, workflow, next_step, text, holder_id
-            ),
+        return await self._write_owned(
             "step commit",
+            supervised.step_commit,
             thread_id,
+            key,
+            expected_revision,
+            workflow,
+            next_step,
+            text,
+            holder_id,
         )
 
     async def step_get(self, thread_id: str, key: str) -> StepRecord | None:
@@ -396,15 +383,11 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
     ) -> ThreadMeta:
         """See ``ThreadRecords.save_fingerprints``: the admission and one UPDATE at the
         expected revision, in one transaction."""
-        owner = self._owner
-        return await self._write(
-            lambda c: supervised.save_fingerprints(c, owner, thread_id, fingerprints, expected_revision, override),
-            "fingerprints",
-            thread_id,
+        return await self._write_owned(
+            "fingerprints", supervised.save_fingerprints, thread_id, fingerprints, expected_revision, override
         )
 
     async def delete_thread(self, thread_id: str) -> None:
         """See ``ThreadDeletion.delete_thread``: one transaction under cubeloop's per-thread
         lock. A lease is live while its ``expires_at`` is ahead of this client's clock."""
-        owner = self._owner
-        await self._write(lambda c: supervised.delete_thread(c, owner, thread_id), "delete", thread_id)
+        await self._write_owned("delete", supervised.delete_thread, thread_id)

@@ -284,6 +284,13 @@ class PostgresStore:
 
         return await self._retrying(attempt, what)
 
+    async def _write_owned(self, what: str, fn: Callable[..., Awaitable[T]], thread_id: str, *args: Any) -> T:
+        """:meth:`_write` of ``fn(conn, owner, thread_id, *args)``: a write to ``thread_id`` made
+        as this store's owner (the shape of every writer of :mod:`~core.checkpoint.postgres_queries`
+        and :mod:`~core.checkpoint.postgres_supervised` that is not one statement)."""
+        owner = self._owner
+        return await self._write(lambda conn: fn(conn, owner, thread_id, *args), what, thread_id)
+
     async def _write_call(self, fn: Callable[[Any, str], Awaitable[T]], what: str) -> T:
         """Run ``fn(conn, write_id)``: one statement calling one of our write functions
         (:mod:`core.checkpoint.postgres_schema`, v2), in its own implicit transaction - one

@@ -79,6 +79,16 @@ local function fence(leases, thread_id, holder, now)
   end
   return nil
 end
+-- The first checks of a write of one thread, in this order: its write id (a write already
+-- made answers 'dup' and the reply it stored) and the owner ('unavailable'). Returns the
+-- scope() state, or nil and the reply to return.
+local function begin(write)
+  local done = redis.call('GET', write)
+  if done then return nil, {{'dup', done}} end
+  local state = scope()
+  if state == 'unavailable' then return nil, {{'unavailable'}} end
+  return state
+end
 local function changed(changes, thread_id)
   redis.call('XADD', changes, 'MAXLEN', '~', '{CHANGES_KEEP}', '*', 't', thread_id)
 end
@@ -100,10 +110,8 @@ APPEND = (
 -- KEYS: rec, msgs, extra, runs, pending, leases, index, changes, write, first
 -- ARGV: thread_id, owner, holder, now, ttl, has_prompt, prompt, n_runs, run ids..., messages...
 local tid, holder, now, ttl = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
-local done = redis.call('GET', KEYS[9])
-if done then return {'dup', done} end
-local state = scope()
-if state == 'unavailable' then return {'unavailable'} end
+local state, refused = begin(KEYS[9])
+if refused then return refused end
 local lost = fence(KEYS[6], tid, holder, now)
 if lost then return lost end
 local nruns = tonumber(ARGV[8])
@@ -133,10 +141,8 @@ CLAIM = (
 -- KEYS: rec, msgs, extra, runs, pending, leases, index, changes, write
 -- ARGV: thread_id, owner, holder, now, ttl, run_id
 local tid, holder, now, ttl, run = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local done = redis.call('GET', KEYS[9])
-if done then return {'dup', done} end
-local state = scope()
-if state == 'unavailable' then return {'unavailable'} end
+local state, refused = begin(KEYS[9])
+if refused then return refused end
 local lost = fence(KEYS[6], tid, holder, now)
 if lost then return lost end
 local raw = redis.call('HGET', KEYS[4], run)
@@ -161,9 +167,8 @@ COMPLETE = (
 -- KEYS: rec, msgs, extra, runs, pending, leases, changes, write
 -- ARGV: thread_id, owner, holder, now, ttl, run_id
 local tid, holder, now, ttl, run = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local done = redis.call('GET', KEYS[8])
-if done then return {'dup', done} end
-if scope() == 'unavailable' then return {'unavailable'} end
+local _, refused = begin(KEYS[8])
+if refused then return refused end
 local lost = fence(KEYS[6], tid, holder, now)
 if lost then return lost end
 local raw = redis.call('HGET', KEYS[4], run)
@@ -194,10 +199,8 @@ SAVE_EXTRA = (
 -- ARGV: thread_id, owner, now, ttl, had ('0' no extra, '1' the text in ARGV[6]), old text,
 --       new text, expected revision ('' for none)
 local tid, now, ttl = ARGV[1], ARGV[3], ARGV[4]
-local done = redis.call('GET', KEYS[8])
-if done then return {'dup', done} end
-local state = scope()
-if state == 'unavailable' then return {'unavailable'} end
+local state, refused = begin(KEYS[8])
+if refused then return refused end
 local revision = tonumber(redis.call('HGET', KEYS[1], 'xrev') or '0')
 if ARGV[8] ~= '' and revision ~= tonumber(ARGV[8]) then return {'conflict', tostring(revision)} end
 local current = redis.call('GET', KEYS[3])
@@ -338,10 +341,8 @@ CAS = (
 --       ttl, touch ('1' bumps the index)
 local tid, field, expect, expected, op, new = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local holder, now, ttl, touch = ARGV[8], ARGV[9], ARGV[10], ARGV[11]
-local done = redis.call('GET', KEYS[9])
-if done then return {'dup', done} end
-local state = scope()
-if state == 'unavailable' then return {'unavailable'} end
+local state, refused = begin(KEYS[9])
+if refused then return refused end
 local lost = fence(KEYS[7], tid, holder, now)
 if lost then return lost end
 local current = redis.call('HGET', KEYS[6], field)
@@ -366,10 +367,8 @@ SEND_COMMAND = (
     + """
 -- KEYS: rec, msgs, extra, runs, pending, commands, command_seq, thread_commands, changes, write
 -- ARGV: thread_id, owner, now, record, ttl
-local done = redis.call('GET', KEYS[10])
-if done then return {'dup', done} end
-local state = scope()
-if state == 'unavailable' then return {'unavailable'} end
+local state, refused = begin(KEYS[10])
+if refused then return refused end
 adopt(state, ARGV[3])
 local seq = redis.call('INCR', KEYS[7])
 redis.call('HSET', KEYS[6], seq, ARGV[4])
@@ -386,10 +385,8 @@ LIVE_APPEND = (
 -- Each event's stream id is 0-{seq}, seq from the store's counter: integer, increasing,
 -- never reused after a prune. KEYS: rec, msgs, extra, runs, pending, live, live_seq, changes, write
 -- ARGV: thread_id, owner, has_run, run_id, at, keep, ttl, events...
-local done = redis.call('GET', KEYS[9])
-if done then return {'dup', done} end
-local state = scope()
-if state == 'unavailable' then return {'unavailable'} end
+local state, refused = begin(KEYS[9])
+if refused then return refused end
 adopt(state, ARGV[5])
 for i = 8, #ARGV do
   local seq = redis.call('INCR', KEYS[7])
