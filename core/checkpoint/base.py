@@ -546,3 +546,43 @@ class StepRecord:
     data: Any = None
     tool_call_id: str | None = None
     updated_at: float = 0.0
+
+
+def step_record_name(key: str) -> str:
+    """How a :class:`ConflictError` names the step record of job ``key`` (``record``): ``"step KEY"``."""
+    return f"step {key}"
+
+
+def command_record_name(seq: int) -> str:
+    """How a :class:`ConflictError` names command ``seq`` (``record``): ``"command SEQ"``."""
+    return f"command {seq}"
+
+
+EXTRA_RECORD = "extra"
+"""How a :class:`ConflictError` names a thread's extra object (``record``)."""
+
+FINGERPRINTS_RECORD = "fingerprints"
+"""How a :class:`ConflictError` names a thread's fingerprints record (``record``)."""
+
+
+def no_such_command(seq: int) -> KeyError:
+    """The ``KeyError`` of ``update_command`` for a ``seq`` that names no command *or* a command
+    of a thread this store's owner cannot see: one sentence for both."""
+    return KeyError(f"There is no command {seq}.")
+
+
+def step_never_begun(thread_id: str, key: str) -> KeyError:
+    """The ``KeyError`` of ``step_commit`` for job ``key``'s step record that was never begun."""
+    return KeyError(f"The step record of job {key!r} of thread {thread_id!r} was never begun.")
+
+
+def encode_step_data(key: str, data: Any) -> str:
+    """The JSON text of a step's ``data`` for job ``key``; every backend's ``step_commit`` calls
+    it before it writes. Raises ``TypeError`` (one sentence) for data JSON cannot hold
+    (including NaN and infinities, which JSON has no words for)."""
+    try:
+        return json.dumps(data, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"The step data of job {key!r} cannot be stored: it is not JSON ({type(data).__name__})."
+        ) from None

@@ -410,8 +410,9 @@ async def test_lease_acquire_reacquire_refuse_and_take_over(store: Any) -> None:
     mine = lease_for("me")
     assert await store.acquire_lease(mine, is_stale=never_stale) == mine
     assert await store.get_lease("t") == mine
-    renewed = replace(mine, heartbeat_at=mine.heartbeat_at + 1, expires_at=mine.expires_at + 1)
-    assert await store.acquire_lease(renewed, is_stale=never_stale) == renewed  # same holder: fine
+    # Each write of the lease row takes the next revision (the caller's is not stored).
+    renewed = replace(mine, heartbeat_at=mine.heartbeat_at + 1, expires_at=mine.expires_at + 1, revision=2)
+    assert await store.acquire_lease(replace(renewed, revision=1), is_stale=never_stale) == renewed  # same holder
     with pytest.raises(RunAlreadyClaimedError) as error:
         await store.acquire_lease(lease_for("you"), is_stale=never_stale)
     assert error.value.lease == renewed
@@ -422,17 +423,19 @@ async def test_lease_acquire_reacquire_refuse_and_take_over(store: Any) -> None:
     assert await store.get_lease("t") == renewed, "a refused acquire changes nothing"
 
     seen: list[Lease] = []
-    yours = lease_for("you")
-    assert await store.acquire_lease(yours, is_stale=lambda cur: seen.append(cur) or True) == yours
+    sent = lease_for("you")
+    yours = replace(sent, revision=3)  # a takeover writes the same row again
+    assert await store.acquire_lease(sent, is_stale=lambda cur: seen.append(cur) or True) == yours
     assert seen == [renewed], "is_stale is asked about the current lease"
     assert await store.get_lease("t") == yours
     assert await store.renew_lease("t", "me", 1.0, 2.0) is False, "the old holder lost it"
     assert await store.renew_lease("t", "you", yours.heartbeat_at + 5, yours.expires_at + 5) is True
     got = await store.get_lease("t")
-    assert (got.heartbeat_at, got.expires_at, got.acquired_at) == (
+    assert (got.heartbeat_at, got.expires_at, got.acquired_at, got.revision) == (
         yours.heartbeat_at + 5,
         yours.expires_at + 5,
         yours.acquired_at,
+        4,
     )
 
 
