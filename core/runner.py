@@ -71,7 +71,6 @@ from core.checkpoint.reconnect import OnStatus, StoreStatus, reconnect_notice
 from core.errors import (
     CubepiError,
     DatabaseGoneError,
-    FingerprintMismatchError,
     StoreBusyError,
     StoreConnectionError,
     error_sentence,
@@ -106,10 +105,6 @@ class AgentSpec:
 
 class BadInput(CubepiError):
     """The command line or its inputs cannot be used; the message is the one sentence shown."""
-
-
-ACCEPT_HINT = "Pass --accept-changes to go on anyway; the override is recorded in the thread."
-"""Said after a ``FingerprintMismatchError``'s sentence (what changed) by the runner."""
 
 
 def chosen_owner(name: str | None, unowned: bool) -> str:
@@ -283,9 +278,6 @@ async def run_headless(
         # unreachable past every reconnect (core.checkpoint.reconnect). The run failed.
         _say(err, error_sentence(exc))
         return EXIT_CODES["failed"]
-    except FingerprintMismatchError as exc:
-        _say(err, f"{error_sentence(exc)} {ACCEPT_HINT}")
-        return BAD_INPUT
     except CubepiError as exc:
         _say(err, error_sentence(exc))
         return BAD_INPUT

@@ -410,9 +410,10 @@ class Session:
         )
         if fingerprints is None or self.provider is None:
             return facts
-        agent = self.agents.get(thread_id) if self.is_running(thread_id) else await self.agent(thread_id)
+        agent = self.agents.get(thread_id)
         if agent is None:
-            return facts
+            # Comparing reads only the thread's record: no load needed (agent() loads it before a run).
+            agent = self.agents[thread_id] = self._new_agent(thread_id)
         return replace(facts, changes=tuple(await agent.definition_changes()), compared=True)
 
     async def delete(self, thread_id: str) -> None:
@@ -464,9 +465,17 @@ class Session:
             if not agent.state.is_running:
                 await agent.load()  # another process may have written since
             return agent
+        agent = self._new_agent(thread_id)
+        await agent.load()
+        self.agents[thread_id] = agent
+        return agent
+
+    def _new_agent(self, thread_id: str) -> Agent:
+        """A new agent of ``thread_id`` (not loaded). Raises ``CubepiError`` with
+        ``provider_error`` when no provider could be built."""
         if self.provider is None:
             raise CubepiError(self.provider_error or "No model provider is configured.")
-        agent = Agent(
+        return Agent(
             self.provider,
             self._store(),
             thread_id,
@@ -474,9 +483,6 @@ class Session:
             system_prompt=self.system_prompt,
             **self.agent_options,
         )
-        await agent.load()
-        self.agents[thread_id] = agent
-        return agent
 
     async def supervisor(self, thread_id: str) -> Supervisor | None:
         """The Supervisor that runs ``thread_id`` here, so other processes can follow and
@@ -565,11 +571,15 @@ class Session:
         Undelivered steers and follow-ups in ``discard_seqs`` are discarded first; with
         ``send_pending`` the others are delivered with the resumed run. ``on_start`` and
         ``accept_changes`` are as for :meth:`prompt`. Raises what ``Agent.resume`` raises
-        (one sentence each; ``FingerprintMismatchError`` too), and ``CubepiError`` once the
-        app is ending.
+        (one sentence each; ``FingerprintMismatchError`` too), ``ThreadNotFoundError``
+        (:meth:`unavailable`) for a thread missing or another owner's, and ``CubepiError``
+        once the app is ending.
         """
         if self.ending:
             raise CubepiError("cubepi-tui is quitting, so the resume was not started.")
+        if await self._store().load(thread_id) is None:
+            # Said before any write (a lease would record the thread), as the runner does.
+            raise self.unavailable(thread_id)
         return await self._owned(
             thread_id, self._resume(thread_id, choices, send_pending, discard_seqs, on_start, accept_changes)
         )
