@@ -79,6 +79,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--thread", metavar="ID", help="open this thread directly instead of the thread list")
     add_owner_options(parser)
     parser.add_argument(
+        "--workflow",
+        metavar="V",
+        help="the version of the agent's workflow runs started here record (as `cubepi-tui run --workflow`)",
+    )
+    parser.add_argument(
         "--model",
         metavar="NAME",
         help="Anthropic model for new turns; needs ANTHROPIC_API_KEY (without the key the app browses only)",
@@ -168,6 +173,7 @@ def build_session(
     demo_speed: float = 1.0,
     store: Checkpointer | None = None,
     owner: str | None = None,
+    workflow: str | None = None,
 ) -> Session:
     """The session the app drives: which store, which provider, which tools.
 
@@ -175,7 +181,8 @@ def build_session(
     default file (created with its directory), as :func:`core.checkpoint.locations.chosen_location`
     says. ``store`` replaces it (tests pass a ready store, opened for its own owner). The
     store is opened for ``owner`` (``None``: the default owner, see :mod:`core.owners`;
-    ``ValueError``, one sentence, for a name that cannot be an owner). With ``demo`` or without ``ANTHROPIC_API_KEY`` (and no ``model``) the demo agent is used.
+    ``ValueError``, one sentence, for a name that cannot be an owner). Runs started here
+    record ``workflow`` as the agent's workflow version (``None``: none). With ``demo`` or without ``ANTHROPIC_API_KEY`` (and no ``model``) the demo agent is used.
     """
     from core import demo as demo_agent
 
@@ -198,6 +205,7 @@ def build_session(
         model=name,
         tools=demo_agent.demo_tools(speed=demo_speed),
         system_prompt=demo_agent.SYSTEM_PROMPT,
+        agent_options={"workflow": workflow},
     )
     if store is not None:
         ready = store
@@ -254,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         model=args.model,
         demo_speed=args.demo_speed,
         owner=args.owner,
+        workflow=args.workflow,
     )
     app = make_app(session, thread_id=args.thread)
     # While text streams, Textual allocates many short-lived objects; with the default

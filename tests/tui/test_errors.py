@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from core.checkpoint.base import thread_unavailable
 from core.checkpoint.memory import MemoryCheckpointer
 from core.providers.faux import FauxProvider
 from tests.helpers.tui import (
@@ -115,8 +116,9 @@ async def test_unknown_thread_id() -> None:
     app = make_app(fast_session(MemoryCheckpointer()), thread_id="no-such-thread")
     async with app.run_test(size=(110, 30)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="error screen")
-        assert "There is no thread 'no-such-thread'" in _error_sentence(app)
-        await wait_for_text(pilot, "There is no thread 'no-such-thread'")  # drawn after the push
+        sentence = str(thread_unavailable("no-such-thread", app.session.owner))
+        assert _error_sentence(app) == sentence
+        await wait_for_text(pilot, "Thread 'no-such-thread' is unavailable")  # drawn after the push
         await pilot.press("escape")  # back to the picker, still running
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
 

@@ -99,7 +99,7 @@ async def test_an_empty_list_counts_only_the_threads_that_have_no_owner(opener: 
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for_text(pilot, "2 threads have no owner: open them with --unowned")
         text = screen_text(app)
-        assert "threads of alice · 0" in text and "No threads of alice yet" in text
+        assert "threads of alice · 0" in text and "No threads yet" in text
         assert "t-bob" not in text and "3 threads" not in text and "1 thread" not in text
     # --unowned opens them; that list offers no hint about itself.
     app = make_app(fast_session(await opener(UNOWNED)))
@@ -113,7 +113,7 @@ async def test_the_empty_list_of_a_store_with_only_other_owners_threads_says_not
     await _thread(await opener("bob"), "t-bob", "bob's")
     app = make_app(fast_session(await opener("alice")))
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for_text(pilot, "No threads of alice yet")
+        await wait_for_text(pilot, "No threads yet")
         await pilot.pause(0.3)  # the unowned count has come back by now
         text = screen_text(app)
         assert "no owner" not in text and "--unowned" not in text and "t-bob" not in text

@@ -216,7 +216,7 @@ class ThreadsScreen(Screen[None]):
             table.focus()
 
     def _empty_text(self, unowned: int) -> Text:
-        text = Text(f"No {owner_heading(self.session.owner, None)} yet. Press n to start one.")
+        text = Text("No threads yet. Press n to start one.")
         if unowned:
             text.append("\n")
             text.append(unowned_hint(unowned), style="bold")
