@@ -54,7 +54,7 @@ from core.checkpoint.base import (
     thread_unavailable,
 )
 from core.checkpoint.capabilities import LIVE, Commands, CommandStore, LiveStore, OwnerScoped, lacking, supports
-from core.errors import AgentBusyError, CommandTransitionError, CubepiError, EmptyMessageError, RunError
+from core.errors import AgentBusyError, CommandTransitionError, EmptyMessageError, RunError
 from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome
 from core.leases import host_id, pid_alive
 from core.live import BATCH_INTERVAL, KEEP, LiveLog
@@ -258,6 +258,9 @@ async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str
         raise CommandError(f"A {_kind_words(kind)} needs some text.")
     lease = await store.get_lease(thread_id)
     view = lease_status(lease, (), time.time())
+    if lease is None and await store.load(thread_id) is None:
+        # Not this owner's thread, or none at all: the store's reads cannot tell which.
+        raise thread_unavailable(thread_id, store.owner if supports(store, OwnerScoped) else UNOWNED)
     if not view.live:
         raise await _refusal(store, thread_id, kind, lease)
     command = await store.send_command(thread_id, kind, text)
@@ -271,11 +274,8 @@ async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str
     return command
 
 
-async def _refusal(store: CommandStore, thread_id: str, kind: str, lease: Lease | None) -> CubepiError:
-    data = await store.load(thread_id)
-    if data is None and lease is None:
-        # Not this owner's thread, or none at all: the store's reads cannot tell which.
-        return thread_unavailable(thread_id, store.owner if supports(store, OwnerScoped) else UNOWNED)
+async def _refusal(store: CommandStore, thread_id: str, kind: str, lease: Lease | None) -> ThreadNotRunningError:
+    data = await store.load(thread_id) if lease is not None else None
     view = lease_status(lease, data.runs if data else (), time.time())
     if view.state is LeaseState.CRASHED:
         where = f"process {lease.pid} on {lease.host}" if lease else "its runner"
