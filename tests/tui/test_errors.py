@@ -9,6 +9,7 @@ import pytest
 
 from core.checkpoint.base import thread_unavailable
 from core.checkpoint.memory import MemoryCheckpointer
+from core.owners import UNOWNED
 from core.providers.faux import FauxProvider
 from tests.helpers.tui import (
     fast_session,
@@ -87,7 +88,7 @@ async def test_missing_file_with_no_create(tmp_path: Path) -> None:
 async def test_malformed_json_row(fixture_copy: Path) -> None:
     with sqlite3.connect(fixture_copy) as db:
         db.execute("UPDATE messages SET message_json = ? WHERE id = 9", ('{"role": "tool_result", "content": [',))
-    app = make_app(fast_session(path=fixture_copy))
+    app = make_app(fast_session(path=fixture_copy, owner=UNOWNED))
     async with app.run_test(size=(120, 40)) as pilot:
         await open_from_picker(pilot, "completed")
         await wait_for_text(pilot, "Row 9 could not be read")
