@@ -52,6 +52,7 @@ from core.checkpoint.base import (
     check_command_status,
     check_tool_phase,
     encode_job_result,
+    encode_step_data,
 )
 from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
 from core.checkpoint.postgres_store import PostgresStore
@@ -356,7 +357,7 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         """See ``ToolSteps.step_commit``: the admission, the fence and the lesson's one
         ``UPDATE ... WHERE revision = expected AND workflow = ...`` (row count 1) in one
         transaction. Another workflow is reported before a stale revision."""
-        text = json.dumps(data, separators=(",", ":"))
+        text = encode_step_data(key, data)  # TypeError before any round trip
         owner = self._owner
         return await self._write(
             lambda c: supervised.step_commit(

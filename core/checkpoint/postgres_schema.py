@@ -45,6 +45,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core.checkpoint.base import EXTRA_RECORD
+
 CUBELOOP_VERSION = 5
 """The cubeloop schema version this module reads and writes (``EXPECTED_SCHEMA_VERSION``)."""
 
@@ -359,7 +361,7 @@ unowned one written by a named owner); DETAIL is JSON ``{"thread_id", "owner"}``
 
 REVISION_CONFLICT = "CT005"
 """SQLSTATE of a compare-and-set write that found another revision; DETAIL is JSON
-``{"thread_id", "record", "expected", "actual"}`` (``record``: ``"extra"``)."""
+``{"thread_id", "record", "expected", "actual"}`` (``record``: ``base.EXTRA_RECORD``)."""
 
 _V3_TABLES = (
     # One row per thread we wrote since v3 (and per unowned thread the unowned scope wrote a
@@ -487,7 +489,7 @@ BEGIN
     RETURNING extra_revision INTO v_revision;
   IF NOT FOUND THEN
     RAISE EXCEPTION USING ERRCODE = '{REVISION_CONFLICT}', MESSAGE = 'the extra changed under this write',
-      DETAIL = json_build_object('thread_id', p_thread, 'record', 'extra', 'expected', p_expected,
+      DETAIL = json_build_object('thread_id', p_thread, 'record', '{EXTRA_RECORD}', 'expected', p_expected,
         'actual', (SELECT extra_revision FROM {RECORDS} WHERE thread_id = p_thread))::text;
   END IF;
   INSERT INTO cubepi_threads (thread_id, extra, updated_at) VALUES (p_thread, p_patch::jsonb, now())

@@ -26,6 +26,7 @@ from typing import Any
 from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_schema as schema
 from core.checkpoint.base import (
+    FINGERPRINTS_RECORD,
     Command,
     FingerprintOverride,
     Fingerprints,
@@ -36,10 +37,14 @@ from core.checkpoint.base import (
     StepRecord,
     ThreadMeta,
     check_command_move,
+    command_record_name,
     command_sources,
     input_conflict,
     live_event_data,
+    no_such_command,
     revision_conflict,
+    step_never_begun,
+    step_record_name,
     thread_unavailable,
 )
 from core.checkpoint.postgres_conn import pack_result, unpack_result
@@ -414,10 +419,10 @@ async def update_command(
         scope.owner,
     )
     if current is None:
-        raise KeyError(f"There is no command {seq}.")
+        raise no_such_command(seq)
     command = Command(*current)
     if expected is not None and command.revision != expected:
-        raise revision_conflict(command.thread_id, f"command {seq}", expected, command.revision)
+        raise revision_conflict(command.thread_id, command_record_name(seq), expected, command.revision)
     check_command_move(command, status)
     return command  # unreachable: the UPDATE moved every allowed status
 
@@ -474,7 +479,7 @@ async def step_begin(
         )
     record = rows.step_record(row)
     if record.input_fingerprint != fingerprint or record.workflow != workflow:
-        raise input_conflict(thread_id, f"step {key}")
+        raise input_conflict(thread_id, step_record_name(key))
     return record
 
 
@@ -513,11 +518,11 @@ async def step_commit(
         f"SELECT {rows.STEP_COLUMNS} FROM {schema.STEPS} WHERE thread_id = $1 AND key = $2", thread_id, key
     )
     if current is None:
-        raise KeyError(f"The step record of job {key!r} of thread {thread_id!r} was never begun.")
+        raise step_never_begun(thread_id, key)
     found = rows.step_record(current)
     if found.workflow != workflow:
-        raise input_conflict(thread_id, f"step {key}")
-    raise revision_conflict(thread_id, f"step {key}", expected, found.revision)
+        raise input_conflict(thread_id, step_record_name(key))
+    raise revision_conflict(thread_id, step_record_name(key), expected, found.revision)
 
 
 async def step_get(conn: Connection, scope: Scope, thread_id: str, key: str) -> StepRecord | None:
@@ -595,7 +600,7 @@ async def save_fingerprints(
     )
     if row is None:
         actual = await conn.fetchval(f"SELECT revision FROM {schema.RECORDS} WHERE thread_id = $1", thread_id)
-        raise revision_conflict(thread_id, "fingerprints", expected, actual)
+        raise revision_conflict(thread_id, FINGERPRINTS_RECORD, expected, actual)
     return rows.thread_meta(thread_id, *row)
 
 
