@@ -2,7 +2,7 @@
 run, always used as a copy), fresh database paths,
 and the ``checkpointer`` fixture that runs the contract suite on every backend.
 
-Adding a backend: give ``BACKENDS`` an async factory ``(tmp_path) -> Checkpointer`` and,
+Adding a backend: give ``BACKENDS`` an async factory ``(tmp_path) -> (store, reopen)`` and,
 for a server backend, a pytest mark (``postgres``/``redis``) in ``_MARKS``; a factory
 calls ``pytest.skip`` when its server is unreachable, unless ``CUBEPI_REQUIRE_SERVICES=1``.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,25 +65,50 @@ def sqlite_path(tmp_path: Path) -> Path:
     return tmp_path / "store" / "threads.sqlite"
 
 
-async def _memory(_tmp_path: Path) -> Checkpointer:
-    return MemoryCheckpointer()
+OWNER = "alice"
+"""The owner the ``checkpointer`` fixture's store is opened for (passed explicitly, so no
+test depends on the OS user name or ``CUBEPI_OWNER``)."""
+
+Reopen = Callable[[str], Awaitable[Checkpointer]]
+"""``await reopen(owner)``: another store object on the same data, opened for ``owner``."""
 
 
-async def _sqlite(tmp_path: Path) -> Checkpointer:
+async def _memory(_tmp_path: Path) -> tuple[Checkpointer, Reopen]:
+    store = MemoryCheckpointer(OWNER)
+
+    async def reopen(owner: str) -> Checkpointer:
+        return MemoryCheckpointer(owner, shared=store)
+
+    return store, reopen
+
+
+async def _sqlite(tmp_path: Path) -> tuple[Checkpointer, Reopen]:
     from core.checkpoint.sqlite import SQLiteCheckpointer
 
-    return await SQLiteCheckpointer.open(tmp_path / "contract.sqlite", create=True)
+    path = tmp_path / "contract.sqlite"
+    store = await SQLiteCheckpointer.open(path, create=True, owner=OWNER)
+
+    async def reopen(owner: str) -> Checkpointer:
+        return await SQLiteCheckpointer.open(path, create=False, owner=owner)
+
+    return store, reopen
 
 
-async def _postgres(_tmp_path: Path) -> Checkpointer:
+async def _postgres(_tmp_path: Path) -> tuple[Checkpointer, Reopen]:
     """A Postgres store on a database of its own, a copy of one made by ``open(create=True)``
     (skips when the server is down); closing it drops the database."""
+    from core.checkpoint.postgres import PostgresCheckpointer
     from tests.helpers.pg import new_store
 
-    return await new_store("contract")
+    store = await new_store("contract", owner=OWNER)
+
+    async def reopen(owner: str) -> Checkpointer:
+        return await PostgresCheckpointer.open(store.database_url, create=False, owner=owner)
+
+    return store, reopen
 
 
-async def _redis(_tmp_path: Path) -> Checkpointer:
+async def _redis(_tmp_path: Path) -> tuple[Checkpointer, Reopen]:
     """A Redis store under a key prefix of its own (skips when the server is down); closing
     it also deletes every key under that prefix."""
     from core.checkpoint.redis import RedisCheckpointer
@@ -90,7 +116,11 @@ async def _redis(_tmp_path: Path) -> Checkpointer:
 
     prefix = redis_prefix("contract")
     url, name = await prefix.__aenter__()
-    store = await RedisCheckpointer.open(url, prefix=name)
+    try:
+        store = await RedisCheckpointer.open(url, prefix=name, owner=OWNER)
+    except BaseException:
+        await prefix.__aexit__(None, None, None)
+        raise
     close = store.close
 
     async def close_and_clean() -> None:
@@ -100,26 +130,65 @@ async def _redis(_tmp_path: Path) -> Checkpointer:
             await prefix.__aexit__(None, None, None)
 
     store.close = close_and_clean  # type: ignore[method-assign]
-    return store
+
+    async def reopen(owner: str) -> Checkpointer:
+        return await RedisCheckpointer.open(url, prefix=name, create=False, owner=owner)
+
+    return store, reopen
 
 
-BACKENDS: dict[str, Callable[[Path], Awaitable[Checkpointer]]] = {
+BACKENDS: dict[str, Callable[[Path], Awaitable[tuple[Checkpointer, Reopen]]]] = {
     "memory": _memory,
     "sqlite": _sqlite,
     "postgres": _postgres,
     "redis": _redis,
 }
-"""Every backend the contract suite runs on, by name."""
+"""Every backend the contract suite runs on, by name: each makes a fresh, empty store opened
+for :data:`OWNER` and the :data:`Reopen` of its data."""
 
 _MARKS: dict[str, list[pytest.MarkDecorator]] = {"postgres": [pytest.mark.postgres], "redis": [pytest.mark.redis]}
 """Marks per backend, e.g. ``{"postgres": [pytest.mark.postgres]}``."""
 
 
+@dataclass
+class _Backend:
+    store: Checkpointer
+    reopen: Reopen
+
+
 @pytest.fixture(params=[pytest.param(name, marks=_MARKS.get(name, []), id=name) for name in BACKENDS])
-async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Checkpointer]:
-    """A fresh, empty store of each backend in turn; closed after the test."""
-    store = await BACKENDS[request.param](tmp_path)
+async def _backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[_Backend]:
+    """One backend's fresh store and its reopener; every store object either opened is
+    closed after the test (the reopened ones first: closing the first drops the data)."""
+    store, reopen = await BACKENDS[request.param](tmp_path)
+    opened: list[Checkpointer] = []
+
+    async def tracked(owner: str) -> Checkpointer:
+        other = await reopen(owner)
+        opened.append(other)
+        return other
+
     try:
-        yield store
+        yield _Backend(store, tracked)
     finally:
-        await store.close()
+        try:
+            for other in reversed(opened):
+                await other.close()
+        finally:
+            await store.close()
+
+
+@pytest.fixture
+def checkpointer(_backend: _Backend) -> Checkpointer:
+    """A fresh, empty store of each backend in turn, opened for owner :data:`OWNER`
+    (``"alice"``); closed after the test."""
+    return _backend.store
+
+
+@pytest.fixture
+def reopen(_backend: _Backend) -> Reopen:
+    """``await reopen(owner)``: ANOTHER store object on the SAME data as ``checkpointer``,
+    opened for ``owner`` (memory: ``MemoryCheckpointer(owner, shared=...)``; SQLite: the
+    same file; Postgres: the same database URL; Redis: the same URL and key prefix). Each
+    call opens a new one; all are closed after the test, before ``checkpointer``."""
+    return _backend.reopen

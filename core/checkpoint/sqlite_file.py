@@ -30,6 +30,7 @@ from core.errors import (
     SchemaError,
     StoreBusyError,
 )
+from core.owners import resolve_owner
 
 T = TypeVar("T")
 
@@ -76,8 +77,10 @@ class SQLiteFile:
         retries: int | None,
         durable: bool,
         on_busy: Callable[[int], None] | None,
+        owner: str,
     ) -> None:
         """Internal: use :meth:`open`."""
+        self._owner = owner
         self._db: aiosqlite.Connection | None = db
         self._path = path
         self._layout = layout
@@ -104,8 +107,9 @@ class SQLiteFile:
         retries: int | None = None,
         durable: bool = False,
         on_busy: Callable[[int], None] | None = None,
+        owner: str | None = None,
     ) -> Self:
-        """Open the store at ``path``.
+        """Open the store at ``path`` for ``owner``.
 
         ``create``: a missing file (or one without tables) is created with the full schema;
         when false a missing file is an error. ``busy_timeout`` (seconds) is how long SQLite
@@ -115,22 +119,26 @@ class SQLiteFile:
         ``on_busy(attempt)`` is called before each retry, so an app can show the wait.
         ``durable`` syncs every commit to disk (``synchronous=FULL``, ~10x slower); by default a commit survives a killed process but the last
         ones may be lost on power failure (WAL with ``synchronous=NORMAL``).
+        ``owner``: whose threads every call reads and writes (:mod:`core.owners`; ``None``:
+        the default owner, :data:`~core.owners.UNOWNED`: the threads that record none).
 
-        Raises ``DatabaseOpenError`` (one sentence naming the path) for a directory, a
+        Raises ``ValueError`` (one sentence, before the file is touched) for an owner name
+        :func:`core.owners.check_owner` refuses; ``DatabaseOpenError`` (one sentence naming the path) for a directory, a
         missing file when ``create`` is false or its directory is not writable, an
         unreadable file, a file that is not SQLite, or a SQLite file with no agent tables;
         ``SchemaError`` for a schema newer than this version knows. A cubeloop file or an
         older schema of ours opens browse-only (``needs_upgrade`` is true).
         """
-        p = Path(path).expanduser().absolute()
-        exists = check_path(p, create=create)
         settings = {
             "busy_timeout": busy_timeout,
             "lock_wait": lock_wait,
             "retries": retries,
             "durable": durable,
             "on_busy": on_busy,
+            "owner": resolve_owner(owner),
         }
+        p = Path(path).expanduser().absolute()
+        exists = check_path(p, create=create)
         if not exists:
             return await cls._create(p, **settings)
         db, layout = await _read_existing(p, busy_timeout)
@@ -218,6 +226,11 @@ class SQLiteFile:
         return self._path
 
     @property
+    def owner(self) -> str:
+        """See ``OwnerScoped.owner``: the owner this store was opened for."""
+        return self._owner
+
+    @property
     def locked_since(self) -> float | None:
         """Unix seconds since which another program has kept this database write-locked, as
         far as this store saw: when the earliest of its calls still retrying a locked file
@@ -241,7 +254,7 @@ class SQLiteFile:
             "This database was written by another program (cubeloop) or an older version and is open "
             "for browsing only. To write to it, cubepi-tui adds its own tables beside the existing ones "
             "and switches the file to WAL journaling; no existing row is changed and cubeloop can still "
-            "read and write it. Upgrade now?"
+            "read and write it. Its threads stay without an owner: --unowned opens them. Upgrade now?"
         )
 
     @property

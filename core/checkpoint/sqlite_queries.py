@@ -4,6 +4,9 @@ Every function here runs on aiosqlite's connection thread with a ``sqlite3.Conne
 and is one whole transaction, so each public call of
 :class:`~core.checkpoint.sqlite.SQLiteCheckpointer` stays one hop. Decoding happens here
 too, one row per validator call, so the event loop keeps getting the GIL during long loads.
+
+Every read carries the owner predicate (:func:`~core.checkpoint.sqlite_owners.owned`) in
+its own query and every write begins with :func:`~core.checkpoint.sqlite_owners.admit`.
 """
 
 from __future__ import annotations
@@ -14,9 +17,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.checkpoint import codec
-from core.checkpoint.base import CheckpointData, CorruptRow, PendingRequest, RunRecord, ThreadSummary
-from core.checkpoint.sqlite_schema import Layout, read_txn, write_txn
-from core.checkpoint.sqlite_supervised import all_leases, fence, read_journal
+from core.checkpoint.base import (
+    EXTRA_RECORD,
+    CheckpointData,
+    CorruptRow,
+    PendingRequest,
+    RunRecord,
+    ThreadSummary,
+    revision_conflict,
+)
+from core.checkpoint.sqlite_owners import admit, owned
+from core.checkpoint.sqlite_records import read_meta
+from core.checkpoint.sqlite_schema import RECORDS, Layout, read_txn, write_txn
+from core.checkpoint.sqlite_supervised import BeforeCommit, all_leases, fence, read_journal
 from core.errors import CorruptRecordError, RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import AnyMessage, AssistantMessage, UserMessage
 
@@ -34,14 +47,20 @@ def julianday_to_unix(jd: float | None) -> float | None:
 # --- the Checkpointer calls ------------------------------------------------------------------
 
 
-def load(c: sqlite3.Connection, layout: Layout, thread_id: str, after_id: int | None = None) -> CheckpointData | None:
-    """Messages in row-id order (only ids above ``after_id`` when given), extra, runs and
-    the tool journal, from one read snapshot."""
+def load(
+    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, after_id: int | None = None
+) -> CheckpointData | None:
+    """Messages in row-id order (only ids above ``after_id`` when given), extra, runs, the
+    tool journal and the thread's record, of ``owner``'s thread, from one read snapshot;
+    another owner's thread reads as a missing one (every query carries the owner)."""
+    args = {"thread": thread_id, "owner": owner, "after": -1 if after_id is None else after_id}
+    mine = owned(layout)
     with read_txn(c):
         rows = (
             c.execute(
-                "SELECT id, CAST(message_json AS BLOB) FROM messages WHERE thread_id = ? AND id > ? ORDER BY id",
-                (thread_id, -1 if after_id is None else after_id),
+                "SELECT id, CAST(message_json AS BLOB) FROM messages"
+                f" WHERE thread_id = :thread AND id > :after AND {mine} ORDER BY id",
+                args,
             ).fetchall()
             if layout.has("messages")
             else []
@@ -50,14 +69,15 @@ def load(c: sqlite3.Connection, layout: Layout, thread_id: str, after_id: int | 
         if layout.has("thread_extra"):
             parent = "parent_thread_id" if layout.has("thread_extra", "parent_thread_id") else "NULL"
             extra_row = c.execute(
-                f"SELECT extra_json, {parent} FROM thread_extra WHERE thread_id = ?", (thread_id,)
+                f"SELECT extra_json, {parent} FROM thread_extra WHERE thread_id = :thread AND {mine}", args
             ).fetchone()
-        runs = [run for _, run in runs_of(c, layout, thread_id)]
-        journal = read_journal(c, layout, thread_id)
-        pending = pending_requests(c, layout, thread_id).get(thread_id)
+        runs = [run for _, run in runs_of(c, layout, owner, thread_id)]
+        journal = read_journal(c, layout, owner, thread_id)
+        pending = pending_requests(c, layout, owner, thread_id).get(thread_id)
+        meta, extra_revision = read_meta(c, layout, owner, thread_id)
     if after_id is None and not rows and extra_row is None and not runs:
         return None  # an unknown thread (an incremental read answers with empty data instead)
-    data = CheckpointData(runs=runs, journal=journal, pending_request=pending)
+    data = CheckpointData(runs=runs, journal=journal, pending_request=pending, extra_revision=extra_revision, meta=meta)
     data.messages, data.message_ids, data.problems = decode_rows(rows, thread_id)
     if extra_row is not None:
         data.parent_thread_id = extra_row[1]
@@ -69,15 +89,18 @@ def load(c: sqlite3.Connection, layout: Layout, thread_id: str, after_id: int | 
 
 def append(
     c: sqlite3.Connection,
+    owner: str,
     thread_id: str,
     rows: Sequence[tuple[str, str, str | None]],
     holder_id: str | None = None,
     locked_since: float | None = None,
 ) -> None:
-    """Insert ``(thread_id, json, run_id)`` rows in one transaction, unless a run named is
-    completed or ``holder_id`` (when given) no longer holds the thread's live lease."""
+    """Insert ``(thread_id, json, run_id)`` rows in one transaction, unless the thread is not
+    ``owner``'s, a run named is completed or ``holder_id`` (when given) no longer holds the
+    thread's live lease."""
     run_ids = sorted({r[2] for r in rows if r[2] is not None})
     with write_txn(c):
+        admit(c, thread_id, owner)
         fence(c, thread_id, holder_id, locked_since)
         if run_ids:
             marks = ",".join("?" * len(run_ids))
@@ -92,51 +115,82 @@ def append(
         c.executemany("INSERT INTO messages (thread_id, message_json, run_id) VALUES (?, ?, ?)", rows)
 
 
-def save_extra(c: sqlite3.Connection, thread_id: str, patch: dict[str, Any]) -> None:
-    """Read, merge and write the extra object inside one ``BEGIN IMMEDIATE``."""
+def save_extra(
+    c: sqlite3.Connection,
+    owner: str,
+    thread_id: str,
+    patch: dict[str, Any],
+    expected_revision: int | None = None,
+    before_commit: BeforeCommit | None = None,
+) -> int:
+    """Read, merge and write the extra object and one more extra revision inside one
+    ``BEGIN IMMEDIATE``; return the new revision. The revision is one compare-and-set UPDATE
+    of the thread's record (``WHERE extra_revision = expected``, when given) whose row count
+    must be 1, else ``ConflictError`` and nothing is written."""
     with write_txn(c):
+        admit(c, thread_id, owner)
+        args = {"thread": thread_id, "expected": expected_revision}
+        bumped = c.execute(
+            f"UPDATE {RECORDS} SET extra_revision = extra_revision + 1"
+            " WHERE thread_id = :thread AND (:expected IS NULL OR extra_revision = :expected)"
+            " RETURNING extra_revision",
+            args,
+        ).fetchall()
+        if len(bumped) != 1:
+            actual = c.execute(f"SELECT extra_revision FROM {RECORDS} WHERE thread_id = :thread", args).fetchone()
+            raise revision_conflict(thread_id, EXTRA_RECORD, expected_revision, actual[0] if actual else None)
         row = c.execute("SELECT extra_json FROM thread_extra WHERE thread_id = ?", (thread_id,)).fetchone()
         if row is None:
             c.execute(
                 "INSERT INTO thread_extra (thread_id, extra_json) VALUES (?, ?)",
                 (thread_id, codec.encode_extra(patch)),
             )
-            return
-        current, problem = parse_extra(row[0], thread_id)
-        if problem is not None:
-            raise CorruptRecordError(
-                f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
-                " unchanged and the new keys were not saved.",
-                thread_id=thread_id,
-                row_id="thread_extra",
+        else:
+            current, problem = parse_extra(row[0], thread_id)
+            if problem is not None:
+                raise CorruptRecordError(
+                    f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
+                    " unchanged and the new keys were not saved.",
+                    thread_id=thread_id,
+                    row_id="thread_extra",
+                )
+            current.update(patch)
+            c.execute(
+                "UPDATE thread_extra SET extra_json = ? WHERE thread_id = ?",
+                (codec.encode_extra(current), thread_id),
             )
-        current.update(patch)
-        c.execute(
-            "UPDATE thread_extra SET extra_json = ? WHERE thread_id = ?",
-            (codec.encode_extra(current), thread_id),
-        )
+        if before_commit is not None:
+            before_commit("save_extra")
+    return int(bumped[0][0])
 
 
-def pending_requests(c: sqlite3.Connection, layout: Layout, thread_id: str | None) -> dict[str, PendingRequest]:
-    """cubeloop's ``thread_pending_request`` rows (of one thread, or with ``None`` of all)
-    by thread id; read only, the row is never changed here."""
+def pending_requests(
+    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | None
+) -> dict[str, PendingRequest]:
+    """cubeloop's ``thread_pending_request`` rows of ``owner``'s threads (of one thread, or
+    with ``None`` of all) by thread id; read only, the row is never changed here."""
     if not layout.has("thread_pending_request"):
         return {}
     run = "run_id" if layout.has("thread_pending_request", "run_id") else "NULL"
-    sql = f"SELECT thread_id, request_json, {run}, created_at FROM thread_pending_request"
-    args: tuple[str, ...] = ()
+    sql = f"SELECT thread_id, request_json, {run}, created_at FROM thread_pending_request AS p"
+    args = {"thread": thread_id, "owner": owner}
     if thread_id is not None:
-        sql, args = sql + " WHERE thread_id = ?", (thread_id,)
+        sql += f" WHERE p.thread_id = :thread AND {owned(layout)}"
+    else:
+        sql += f" WHERE {owned(layout, 'p.thread_id')}"
     return {
         tid: PendingRequest(str(raw), run_id, julianday_to_unix(created) if isinstance(created, (int, float)) else None)
         for tid, raw, run_id, created in c.execute(sql, args)
     }
 
 
-def save_pending_request(c: sqlite3.Connection, thread_id: str, request_json: str | None, run_id: str | None) -> None:
+def save_pending_request(
+    c: sqlite3.Connection, owner: str, thread_id: str, request_json: str | None, run_id: str | None
+) -> None:
     """Set or clear the thread's pending request in one transaction, as cubeloop's
-    ``save_pending_request`` does (``INSERT OR REPLACE`` / ``DELETE``)."""
+    ``save_pending_request`` does (``INSERT OR REPLACE`` / ``DELETE``), after the owner's admission."""
     with write_txn(c):
+        admit(c, thread_id, owner)
         if request_json is None:
             c.execute("DELETE FROM thread_pending_request WHERE thread_id = ?", (thread_id,))
         else:
@@ -147,10 +201,16 @@ def save_pending_request(c: sqlite3.Connection, thread_id: str, request_json: st
 
 
 def claim_run(
-    c: sqlite3.Connection, thread_id: str, run_id: str, holder_id: str | None = None, locked_since: float | None = None
+    c: sqlite3.Connection,
+    owner: str,
+    thread_id: str,
+    run_id: str,
+    holder_id: str | None = None,
+    locked_since: float | None = None,
 ) -> None:
     """Insert the run (``claimed_at = julianday('now')``) unless it exists; fenced by ``holder_id``."""
     with write_txn(c):
+        admit(c, thread_id, owner)
         fence(c, thread_id, holder_id, locked_since)
         row = c.execute(
             "SELECT completed_at FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id)
@@ -163,10 +223,16 @@ def claim_run(
 
 
 def mark_run_complete(
-    c: sqlite3.Connection, thread_id: str, run_id: str, holder_id: str | None = None, locked_since: float | None = None
+    c: sqlite3.Connection,
+    owner: str,
+    thread_id: str,
+    run_id: str,
+    holder_id: str | None = None,
+    locked_since: float | None = None,
 ) -> None:
     """Complete the run with the thread's next ``completion_seq``; idempotent; fenced by ``holder_id``."""
     with write_txn(c):
+        admit(c, thread_id, owner)
         fence(c, thread_id, holder_id, locked_since)
         row = c.execute(
             "SELECT completed_at FROM runs WHERE thread_id = ? AND run_id = ?", (thread_id, run_id)
@@ -221,64 +287,93 @@ def parse_extra(text: str | None, thread_id: str) -> tuple[dict[str, Any], Corru
     return {}, CorruptRow("thread_extra", reason, str(text))
 
 
-def runs_of(c: sqlite3.Connection, layout: Layout, thread_id: str | None) -> list[tuple[str, RunRecord]]:
-    """``(thread_id, run)`` pairs in claim order (rowid), of one thread or, with ``None``, of all."""
+def runs_of(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | None) -> list[tuple[str, RunRecord]]:
+    """``(thread_id, run)`` pairs in claim order (rowid), of one thread of ``owner``'s or,
+    with ``None``, of all of them.
+
+    A run's revision is not stored: it is 1 while claimed and 2 once completed, the two
+    writes a run row ever gets (each conditional: the claim on no such run, the completion
+    on none yet), so cubeloop's rows read right too."""
     if not layout.has("runs"):
         return []
     sql = "SELECT thread_id, run_id, claimed_at, completed_at, completion_seq FROM runs"
-    args: tuple[str, ...] = ()
+    args = {"thread": thread_id, "owner": owner}
     if thread_id is not None:
-        sql, args = sql + " WHERE thread_id = ?", (thread_id,)
+        sql += f" WHERE runs.thread_id = :thread AND {owned(layout)}"
+    else:
+        sql += f" WHERE {owned(layout, 'runs.thread_id')}"
     return [
-        (tid, RunRecord(run_id, julianday_to_unix(claimed), julianday_to_unix(completed), seq))
+        (
+            tid,
+            RunRecord(
+                run_id,
+                julianday_to_unix(claimed),
+                julianday_to_unix(completed),
+                seq,
+                revision=1 if completed is None else 2,
+            ),
+        )
         for tid, run_id, claimed, completed, seq in c.execute(sql + " ORDER BY rowid", args)
     ]
 
 
-def list_threads(c: sqlite3.Connection, layout: Layout) -> list[ThreadSummary]:
-    """Every thread with messages, runs or extra, most recently active first, in one snapshot.
+def list_threads(c: sqlite3.Connection, layout: Layout, owner: str) -> list[ThreadSummary]:
+    """Every thread of ``owner``'s with messages, runs or extra, most recently active first,
+    in one snapshot.
 
-    A handful of queries whatever the number of threads; each summary carries its lease.
+    A handful of queries whatever the number of threads, each with the owner predicate in
+    it (one primary-key probe per thread or per tail row); each summary carries its lease.
     """
     stats: dict[str, tuple[int, int, int, float | None]] = {}
     tails: dict[str, list[tuple[int, bytes]]] = {}
     firsts: dict[str, tuple[int, bytes]] = {}
+    args: dict[str, Any] = {"owner": owner, "window": _TAIL_WINDOW}
     with read_txn(c):
         if layout.has("messages"):
             for tid, count, first_id, last_id, last_at in c.execute(
                 "SELECT s.thread_id, s.n, s.first_id, s.last_id, m.created_at FROM"
                 " (SELECT thread_id, COUNT(*) AS n, MIN(id) AS first_id, MAX(id) AS last_id"
                 "  FROM messages GROUP BY thread_id) AS s JOIN messages AS m ON m.id = s.last_id"
+                f" WHERE {owned(layout, 's.thread_id')}",
+                args,
             ):
                 stats[tid] = (count, first_id, last_id, julianday_to_unix(last_at))
             # The last few rows of every thread in one query: numbering runs on (thread_id, id)
             # only, so the JSON of older rows is never read.
             for row_id, tid, raw in c.execute(
                 "SELECT id, thread_id, CAST(message_json AS BLOB) FROM messages WHERE id IN"
-                " (SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY thread_id ORDER BY id DESC) AS rn"
-                "  FROM messages) WHERE rn <= ?) ORDER BY id",
-                (_TAIL_WINDOW,),
+                " (SELECT id FROM (SELECT id, thread_id, ROW_NUMBER() OVER (PARTITION BY thread_id ORDER BY id DESC)"
+                f"  AS rn FROM messages) AS w WHERE rn <= :window AND {owned(layout, 'w.thread_id')}) ORDER BY id",
+                args,
             ):
                 tails.setdefault(tid, []).append((row_id, raw))
-            first_ids = json.dumps([s[1] for s in stats.values()])
+            args["firsts"] = json.dumps([s[1] for s in stats.values()])
             for row_id, tid, raw in c.execute(
-                "SELECT id, thread_id, CAST(message_json AS BLOB) FROM messages WHERE id IN (SELECT value FROM json_each(?))",
-                (first_ids,),
+                "SELECT id, thread_id, CAST(message_json AS BLOB) FROM messages"
+                f" WHERE id IN (SELECT value FROM json_each(:firsts)) AND {owned(layout, 'messages.thread_id')}",
+                args,
             ):
                 firsts[tid] = (row_id, raw)
         runs: dict[str, list[RunRecord]] = {}
-        for tid, run in runs_of(c, layout, None):
+        for tid, run in runs_of(c, layout, owner, None):
             runs.setdefault(tid, []).append(run)
         extra_ids = (
-            [r[0] for r in c.execute("SELECT thread_id FROM thread_extra")] if layout.has("thread_extra") else []
+            [
+                r[0]
+                for r in c.execute(
+                    f"SELECT thread_id FROM thread_extra WHERE {owned(layout, 'thread_extra.thread_id')}", args
+                )
+            ]
+            if layout.has("thread_extra")
+            else []
         )
-        leases = all_leases(c, layout)
-        pending = pending_requests(c, layout, None)
+        leases = all_leases(c, layout, owner)
+        pending = pending_requests(c, layout, owner, None)
 
         out: list[ThreadSummary] = []
         for tid in {**dict.fromkeys(stats), **dict.fromkeys(runs), **dict.fromkeys(extra_ids)}:
             count, first_id, _, last_at = stats.get(tid, (0, 0, 0, None))
-            tail, problems = _tail_of(c, tid, tails.get(tid, []), count)
+            tail, problems = _tail_of(c, layout, owner, tid, tails.get(tid, []), count)
             thread_runs = runs.get(tid, [])
             times = [
                 t
@@ -293,7 +388,7 @@ def list_threads(c: sqlite3.Connection, layout: Layout) -> list[ThreadSummary]:
                     runs=tuple(thread_runs),
                     tail=tuple(tail),
                     problems=tuple(problems),
-                    first_prompt=_first_prompt(c, tid, firsts.get(tid)) if count else "",
+                    first_prompt=_first_prompt(c, layout, owner, tid, firsts.get(tid)) if count else "",
                     lease=leases.get(tid),
                     pending_request=pending.get(tid),
                 )
@@ -303,7 +398,7 @@ def list_threads(c: sqlite3.Connection, layout: Layout) -> list[ThreadSummary]:
 
 
 def _tail_of(
-    c: sqlite3.Connection, thread_id: str, window: list[tuple[int, bytes]], count: int
+    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, window: list[tuple[int, bytes]], count: int
 ) -> tuple[list[AnyMessage], list[CorruptRow]]:
     """The last assistant message and all after it (all messages if there is none)."""
     messages, ids, problems = decode_rows(window, thread_id)
@@ -314,21 +409,26 @@ def _tail_of(
     if len(window) >= count:
         return messages, problems
     # The window held no reply: look further back, newest first, by the stored role.
-    older = window[0][0] if window else None
+    args = {"thread": thread_id, "owner": owner, "older": window[0][0] if window else None}
+    mine = owned(layout)
     found = c.execute(
-        "SELECT id FROM messages WHERE thread_id = ? AND id < ? AND json_valid(message_json)"
-        " AND json_extract(message_json, '$.role') = 'assistant' ORDER BY id DESC LIMIT 1",
-        (thread_id, older),
+        "SELECT id FROM messages WHERE thread_id = :thread AND id < :older AND json_valid(message_json)"
+        f" AND json_extract(message_json, '$.role') = 'assistant' AND {mine} ORDER BY id DESC LIMIT 1",
+        args,
     ).fetchone()
+    args["start"] = found[0] if found else 0
     rows = c.execute(
-        "SELECT id, CAST(message_json AS BLOB) FROM messages WHERE thread_id = ? AND id >= ? AND id < ? ORDER BY id",
-        (thread_id, found[0] if found else 0, older),
+        "SELECT id, CAST(message_json AS BLOB) FROM messages"
+        f" WHERE thread_id = :thread AND id >= :start AND id < :older AND {mine} ORDER BY id",
+        args,
     ).fetchall()
     more, _, more_problems = decode_rows(rows, thread_id)
     return more + messages, more_problems + problems
 
 
-def _first_prompt(c: sqlite3.Connection, thread_id: str, first: tuple[int, bytes] | None) -> str:
+def _first_prompt(
+    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, first: tuple[int, bytes] | None
+) -> str:
     """Text of the thread's first user message, whitespace collapsed, cut to FIRST_PROMPT_CHARS."""
     message: AnyMessage | None = None
     if first is not None:
@@ -336,9 +436,9 @@ def _first_prompt(c: sqlite3.Connection, thread_id: str, first: tuple[int, bytes
         message = decoded[0] if decoded else None
     if not isinstance(message, UserMessage):
         row = c.execute(
-            "SELECT id, CAST(message_json AS BLOB) FROM messages WHERE thread_id = ? AND json_valid(message_json)"
-            " AND json_extract(message_json, '$.role') = 'user' ORDER BY id LIMIT 1",
-            (thread_id,),
+            "SELECT id, CAST(message_json AS BLOB) FROM messages WHERE thread_id = :thread AND json_valid(message_json)"
+            f" AND json_extract(message_json, '$.role') = 'user' AND {owned(layout)} ORDER BY id LIMIT 1",
+            {"thread": thread_id, "owner": owner},
         ).fetchone()
         decoded = decode_rows([row], thread_id)[0] if row else []
         message = decoded[0] if decoded else None

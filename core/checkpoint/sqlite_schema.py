@@ -8,6 +8,12 @@
 * v2: the supervision tables: ``cubepi_tool_journal``, ``cubepi_jobs``, ``cubepi_leases``,
   ``cubepi_live_events``, ``cubepi_commands``. Their times are unix seconds (REAL), unlike
   cubeloop's ``julianday()`` columns.
+* v3: owners, revisions and tool steps: ``cubepi_thread_records`` (one row per thread of
+  ours: its owner, ``NULL`` for none, when it was created, its fingerprints record and the
+  revisions of that record and of the thread's extra), ``cubepi_steps`` (a stepped tool's
+  committed progress), and a ``revision`` column on jobs, leases and commands. No row is
+  added for the threads already there, so every earlier thread (ours before v3, and
+  cubeloop's) is unowned (:data:`core.owners.UNOWNED`).
 
 Only :mod:`core.checkpoint.sqlite` and its ``sqlite_*`` helpers import this module.
 """
@@ -46,6 +52,8 @@ JOBS = "cubepi_jobs"
 LEASES = "cubepi_leases"
 LIVE_EVENTS = "cubepi_live_events"
 COMMANDS = "cubepi_commands"
+RECORDS = "cubepi_thread_records"
+STEPS = "cubepi_steps"
 
 _SUPERVISION_TABLES = (
     f"CREATE TABLE IF NOT EXISTS {JOURNAL} (thread_id TEXT NOT NULL, tool_call_id TEXT NOT NULL,"
@@ -85,9 +93,36 @@ def _v2_supervision_tables(db: sqlite3.Connection) -> None:
         db.execute(ddl)
 
 
+_V3_TABLES = (
+    # owner NULL: the thread records none (UNOWNED). created_at NULL: unknown (a record made
+    # later for a thread written before v3 or by cubeloop). fingerprints_json and
+    # overrides_json hold Fingerprints and FingerprintOverride objects as JSON.
+    f"CREATE TABLE IF NOT EXISTS {RECORDS} (thread_id TEXT PRIMARY KEY, owner TEXT, created_at REAL,"
+    " fingerprints_json TEXT, fingerprints_revision INTEGER NOT NULL DEFAULT 0,"
+    " overrides_json TEXT NOT NULL DEFAULT '[]', extra_revision INTEGER NOT NULL DEFAULT 0)",
+    f"CREATE TABLE IF NOT EXISTS {STEPS} (thread_id TEXT NOT NULL, key TEXT NOT NULL,"
+    " input_fingerprint TEXT NOT NULL, workflow TEXT NOT NULL, next_step INTEGER NOT NULL DEFAULT 0,"
+    " total_steps INTEGER, revision INTEGER NOT NULL DEFAULT 0, data_json TEXT NOT NULL DEFAULT 'null',"
+    " tool_call_id TEXT, updated_at REAL NOT NULL, PRIMARY KEY (thread_id, key))",
+)
+_V3_REVISIONS = (JOBS, LEASES, COMMANDS)
+"""Our tables whose rows gain a ``revision`` (existing rows read 1: written once as far as we know)."""
+
+
+def _v3_owners_revisions_steps(db: sqlite3.Connection) -> None:
+    """Thread records (owner, fingerprints, extra revision), step records, and revisions on
+    jobs, leases and commands; every thread already in the file stays without a record (unowned)."""
+    for ddl in _V3_TABLES:
+        db.execute(ddl)
+    for table in _V3_REVISIONS:
+        if "revision" not in columns(db, table):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN revision INTEGER NOT NULL DEFAULT 1")
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _v1_cubeloop_tables_and_thread_index,
     _v2_supervision_tables,
+    _v3_owners_revisions_steps,
 ]
 """Ordered migrations: applying ``MIGRATIONS[i]`` brings a file to schema version ``i + 1``.
 

@@ -1,12 +1,16 @@
-"""Rows of the supervision tables (schema v2): journal, jobs, leases, live events, commands.
+"""Rows of the supervision tables (schema v2, revisions from v3): journal, jobs, leases,
+live events, commands.
 
 Every function here runs on aiosqlite's connection thread with a ``sqlite3.Connection``
-and is one whole transaction (or one statement, which SQLite makes its own transaction),
-so each public call of :class:`~core.checkpoint.sqlite.SQLiteCheckpointer` stays one hop.
-Times are unix seconds computed by the caller, so every backend stamps them alike.
+and is one whole transaction, so each public call of
+:class:`~core.checkpoint.sqlite.SQLiteCheckpointer` stays one hop. Times are unix seconds
+computed by the caller, so every backend stamps them alike.
 
-Readers take the file's :class:`~core.checkpoint.sqlite_schema.Layout` and return
-``None`` / empty when the table is missing (a cubeloop file or our v1, browsed).
+Owners (:mod:`core.checkpoint.sqlite_owners`): every writer takes the store's ``owner`` and
+begins its ``BEGIN IMMEDIATE`` with :func:`~core.checkpoint.sqlite_owners.admit`; every
+reader carries :func:`~core.checkpoint.sqlite_owners.owned` in its query. Readers take the
+file's :class:`~core.checkpoint.sqlite_schema.Layout` and return ``None`` / empty when the
+table is missing (a cubeloop file or our v1, browsed).
 """
 
 from __future__ import annotations
@@ -26,14 +30,26 @@ from core.checkpoint.base import (
     LiveEvent,
     check_command_move,
     check_lease_holder,
+    command_record_name,
     command_sources,
     live_event_data,
     lock_wait_credit,
+    no_such_command,
+    revision_conflict,
 )
+from core.checkpoint.sqlite_owners import admit, owned
 from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, Layout, write_txn
 from core.errors import RunAlreadyClaimedError
 
-# --- argument checks (before any hop, so a bad call writes nothing) --------------------------
+BeforeCommit = Callable[[str], None]
+"""A test seam (``SQLiteCheckpointer._before_commit``): called with the write's name on the
+connection thread inside a compare-and-set transaction, after its UPDATE and before COMMIT."""
+
+
+class NothingWritten(Exception):
+    """Raised inside a write transaction whose statement changed no row, so the transaction
+    (with a thread record :func:`~core.checkpoint.sqlite_owners.admit` may have made) rolls
+    back; the caller catches it and answers as for a write that found nothing to change."""
 
 
 # --- tool journal ----------------------------------------------------------------------------
@@ -51,6 +67,7 @@ _JOURNAL_UPSERT = (
 
 def record_tool_event(
     c: sqlite3.Connection,
+    owner: str,
     thread_id: str,
     tool_call_id: str,
     phase: str,
@@ -69,48 +86,57 @@ def record_tool_event(
         sql = _JOURNAL_UPSERT + " ended_at = excluded.ended_at"
         times = (None, at)
     with write_txn(c):
+        admit(c, thread_id, owner, at)
         fence(c, thread_id, holder_id, locked_since)
         c.execute(sql, (thread_id, tool_call_id, tool_name, run_id, *times, job_key))
 
 
-def read_journal(c: sqlite3.Connection, layout: Layout, thread_id: str) -> dict[str, JournalEntry] | None:
-    """Tool call id -> entry in rowid order; ``None`` when the file has no journal table."""
+def read_journal(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str) -> dict[str, JournalEntry] | None:
+    """Tool call id -> entry in rowid order, of ``owner``'s thread; ``None`` when the file has
+    no journal table."""
     if not layout.has(JOURNAL):
         return None
-    rows = c.execute(f"SELECT {_JOURNAL_COLUMNS} FROM {JOURNAL} WHERE thread_id = ? ORDER BY rowid", (thread_id,))
+    rows = c.execute(
+        f"SELECT {_JOURNAL_COLUMNS} FROM {JOURNAL} WHERE thread_id = :thread AND {owned(layout)} ORDER BY rowid",
+        {"thread": thread_id, "owner": owner},
+    )
     return {row[0]: JournalEntry(*row) for row in rows}
 
 
 # --- jobs ------------------------------------------------------------------------------------
 
-_JOB_COLUMNS = "key, status, result_json, tool_call_id, started_at, finished_at, attempts"
+_JOB_COLUMNS = "key, status, result_json, tool_call_id, started_at, finished_at, attempts, revision"
 
 
 def job_begin(
     c: sqlite3.Connection,
+    owner: str,
     thread_id: str,
     key: str,
     tool_call_id: str | None,
     holder_id: str | None = None,
     locked_since: float | None = None,
 ) -> JobRecord:
-    """Look up and start ``key`` inside one ``BEGIN IMMEDIATE`` (see ``SQLiteCheckpointer.job_begin``)."""
+    """Look up and start ``key`` inside one ``BEGIN IMMEDIATE`` (see ``SQLiteCheckpointer.job_begin``):
+    a new record is revision 1, each begin again one more."""
     with write_txn(c):
+        now = time.time()
+        admit(c, thread_id, owner, now)
         fence(c, thread_id, holder_id, locked_since)
         old = _job(c, thread_id, key)
         if old is not None and old.status == "done":
             return old
-        now = time.time()
         if old is None:
             c.execute(
-                f"INSERT INTO {JOBS} (thread_id, key, status, tool_call_id, started_at, attempts)"
-                " VALUES (?, ?, 'started', ?, ?, 1)",
+                f"INSERT INTO {JOBS} (thread_id, key, status, tool_call_id, started_at, attempts, revision)"
+                " VALUES (?, ?, 'started', ?, ?, 1, 1)",
                 (thread_id, key, tool_call_id, now),
             )
         else:
             c.execute(
                 f"UPDATE {JOBS} SET status = 'started', result_json = NULL, finished_at = NULL, started_at = ?,"
-                " attempts = attempts + 1, tool_call_id = COALESCE(?, tool_call_id) WHERE thread_id = ? AND key = ?",
+                " attempts = attempts + 1, tool_call_id = COALESCE(?, tool_call_id), revision = revision + 1"
+                " WHERE thread_id = ? AND key = ?",
                 (now, tool_call_id, thread_id, key),
             )
         record = _job(c, thread_id, key)
@@ -120,6 +146,7 @@ def job_begin(
 
 def job_finish(
     c: sqlite3.Connection,
+    owner: str,
     thread_id: str,
     key: str,
     status: str,
@@ -127,8 +154,10 @@ def job_finish(
     holder_id: str | None = None,
     locked_since: float | None = None,
 ) -> None:
-    """Record the outcome in one transaction; a ``done`` job stays as it is. ``KeyError`` if never begun."""
+    """Record the outcome (revision one more) in one transaction; a ``done`` job stays as it is.
+    ``KeyError`` if never begun."""
     with write_txn(c):
+        admit(c, thread_id, owner)
         fence(c, thread_id, holder_id, locked_since)
         row = c.execute(f"SELECT status FROM {JOBS} WHERE thread_id = ? AND key = ?", (thread_id, key)).fetchone()
         if row is None:
@@ -136,39 +165,56 @@ def job_finish(
         if row[0] == "done":
             return
         c.execute(
-            f"UPDATE {JOBS} SET status = ?, result_json = ?, finished_at = ? WHERE thread_id = ? AND key = ?",
+            f"UPDATE {JOBS} SET status = ?, result_json = ?, finished_at = ?, revision = revision + 1"
+            " WHERE thread_id = ? AND key = ?",
             (status, result_json, time.time(), thread_id, key),
         )
 
 
-def job_get(c: sqlite3.Connection, layout: Layout, thread_id: str, key: str) -> JobRecord | None:
-    """The job under ``key``, or ``None`` (also when the file has no jobs table)."""
-    return _job(c, thread_id, key) if layout.has(JOBS) else None
+def job_get(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, key: str) -> JobRecord | None:
+    """The job under ``key`` of ``owner``'s thread, or ``None`` (also when the file has no jobs table)."""
+    if not layout.has(JOBS):
+        return None
+    revision = "revision" if layout.has(JOBS, "revision") else "1"
+    row = c.execute(
+        f"SELECT {_JOB_COLUMNS.replace('revision', revision)} FROM {JOBS}"
+        f" WHERE thread_id = :thread AND key = :key AND {owned(layout)}",
+        {"thread": thread_id, "key": key, "owner": owner},
+    ).fetchone()
+    return None if row is None else _job_record(row)
 
 
 def _job(c: sqlite3.Connection, thread_id: str, key: str) -> JobRecord | None:
+    """Inside a write transaction, after :func:`~core.checkpoint.sqlite_owners.admit`."""
     row = c.execute(f"SELECT {_JOB_COLUMNS} FROM {JOBS} WHERE thread_id = ? AND key = ?", (thread_id, key)).fetchone()
-    if row is None:
-        return None
-    key, status, result_json, tool_call_id, started_at, finished_at, attempts = row
+    return None if row is None else _job_record(row)
+
+
+def _job_record(row: tuple[Any, ...]) -> JobRecord:
+    key, status, result_json, tool_call_id, started_at, finished_at, attempts, revision = row
     result = json.loads(result_json) if result_json is not None else None
-    return JobRecord(key, status, result, tool_call_id, started_at, finished_at, attempts)
+    return JobRecord(key, status, result, tool_call_id, started_at, finished_at, attempts, revision)
 
 
 # --- leases ----------------------------------------------------------------------------------
 
-_LEASE_COLUMNS = "thread_id, holder_id, pid, host, run_id, acquired_at, heartbeat_at, expires_at"
+_LEASE_COLUMNS = "thread_id, holder_id, pid, host, run_id, acquired_at, heartbeat_at, expires_at, revision"
 
 
-def acquire_lease(c: sqlite3.Connection, lease: Lease, is_stale: Callable[[Lease], bool], called_at: float) -> Lease:
+def acquire_lease(
+    c: sqlite3.Connection, owner: str, lease: Lease, is_stale: Callable[[Lease], bool], called_at: float
+) -> Lease:
     """Read the current lease, decide and upsert inside one ``BEGIN IMMEDIATE``.
 
     The write lock is held from the read to the commit, so of two processes racing for a
     thread exactly one sees no live lease; the other then sees the winner's. Returns the
     lease as stored: as given, or with its times moved on by the time since ``called_at``
-    (unix seconds) when the call waited for the lock (see :func:`lock_wait_shift`).
+    (unix seconds) when the call waited for the lock (see :func:`lock_wait_shift`), and its
+    revision: 1 for a new row, one more than the row it replaces (a takeover, or the same
+    holder again).
     """
     with write_txn(c):
+        admit(c, lease.thread_id, owner, called_at)
         shift = lock_wait_shift(called_at)
         if shift:
             lease = replace(
@@ -177,11 +223,13 @@ def acquire_lease(c: sqlite3.Connection, lease: Lease, is_stale: Callable[[Lease
                 heartbeat_at=lease.heartbeat_at + shift,
                 expires_at=lease.expires_at + shift,
             )
-        current = _lease(c, lease.thread_id)
+        current = lease_row(c, lease.thread_id)
         if current is not None and current.holder_id != lease.holder_id and not is_stale(current):
             raise RunAlreadyClaimedError(lease_refusal(current), lease=current)
+        lease = replace(lease, revision=1 if current is None else current.revision + 1)
         c.execute(
-            f"INSERT OR REPLACE INTO {LEASES} ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _lease_row(lease)
+            f"INSERT OR REPLACE INTO {LEASES} ({_LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _lease_values(lease),
         )
     return lease
 
@@ -214,47 +262,84 @@ def fence(c: sqlite3.Connection, thread_id: str, holder_id: str | None, locked_s
     """
     if holder_id is None:
         return
-    lease = _lease(c, thread_id)
+    lease = lease_row(c, thread_id)
     now = time.time()
     check_lease_holder(lease, thread_id, holder_id, now, locked_since=locked_since)
     assert lease is not None  # check_lease_holder refuses a missing lease
     credit = lock_wait_credit(lease, now, locked_since)
     if credit:
         c.execute(
-            f"UPDATE {LEASES} SET heartbeat_at = heartbeat_at + ?, expires_at = expires_at + ?"
-            " WHERE thread_id = ? AND holder_id = ?",
+            f"UPDATE {LEASES} SET heartbeat_at = heartbeat_at + ?, expires_at = expires_at + ?,"
+            " revision = revision + 1 WHERE thread_id = ? AND holder_id = ?",
             (credit, credit, thread_id, holder_id),
         )
 
 
 def renew_lease(
-    c: sqlite3.Connection, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float, called_at: float
+    c: sqlite3.Connection,
+    owner: str,
+    thread_id: str,
+    holder_id: str,
+    heartbeat_at: float,
+    expires_at: float,
+    called_at: float,
 ) -> bool:
-    """One UPDATE guarded by the holder: ``False`` when another holder took the lease (or none
-    exists). The times move on by the call's wait for the lock (:func:`lock_wait_shift`)."""
-    shift = lock_wait_shift(called_at)
-    cur = c.execute(
-        f"UPDATE {LEASES} SET heartbeat_at = ?, expires_at = ? WHERE thread_id = ? AND holder_id = ?",
-        (heartbeat_at + shift, expires_at + shift, thread_id, holder_id),
-    )
-    return cur.rowcount == 1
+    """One UPDATE guarded by the holder (revision one more), after the owner's admission:
+    ``False`` when another holder took the lease (or none exists; nothing is written then).
+    The times move on by the call's wait for the lock (:func:`lock_wait_shift`)."""
+    try:
+        with write_txn(c):
+            admit(c, thread_id, owner, called_at)
+            shift = lock_wait_shift(called_at)
+            cur = c.execute(
+                f"UPDATE {LEASES} SET heartbeat_at = ?, expires_at = ?, revision = revision + 1"
+                " WHERE thread_id = ? AND holder_id = ?",
+                (heartbeat_at + shift, expires_at + shift, thread_id, holder_id),
+            )
+            if cur.rowcount != 1:
+                raise NothingWritten
+    except NothingWritten:
+        return False
+    return True
 
 
-def release_lease(c: sqlite3.Connection, thread_id: str, holder_id: str) -> None:
-    """Delete the lease only if ``holder_id`` holds it."""
-    c.execute(f"DELETE FROM {LEASES} WHERE thread_id = ? AND holder_id = ?", (thread_id, holder_id))
+def release_lease(c: sqlite3.Connection, owner: str, thread_id: str, holder_id: str) -> None:
+    """Delete the lease only if ``holder_id`` holds it (after the owner's admission)."""
+    try:
+        with write_txn(c):
+            admit(c, thread_id, owner)
+            cur = c.execute(f"DELETE FROM {LEASES} WHERE thread_id = ? AND holder_id = ?", (thread_id, holder_id))
+            if cur.rowcount == 0:
+                raise NothingWritten
+    except NothingWritten:
+        pass
 
 
-def get_lease(c: sqlite3.Connection, layout: Layout, thread_id: str) -> Lease | None:
-    """The thread's lease record, or ``None``."""
-    return _lease(c, thread_id) if layout.has(LEASES) else None
+def _lease_columns(layout: Layout) -> str:
+    """The lease columns a file has (a v2 file, browsed, keeps no revision: it reads 1)."""
+    return _LEASE_COLUMNS if layout.has(LEASES, "revision") else _LEASE_COLUMNS.replace("revision", "1")
 
 
-def all_leases(c: sqlite3.Connection, layout: Layout) -> dict[str, Lease]:
-    """Every lease by thread id (empty without the table)."""
+def get_lease(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str) -> Lease | None:
+    """The lease record of ``owner``'s thread, or ``None``."""
+    if not layout.has(LEASES):
+        return None
+    row = c.execute(
+        f"SELECT {_lease_columns(layout)} FROM {LEASES} WHERE thread_id = :thread AND {owned(layout)}",
+        {"thread": thread_id, "owner": owner},
+    ).fetchone()
+    return None if row is None else Lease(*row)
+
+
+def all_leases(c: sqlite3.Connection, layout: Layout, owner: str) -> dict[str, Lease]:
+    """Every lease of ``owner``'s threads by thread id (empty without the table)."""
     if not layout.has(LEASES):
         return {}
-    return {row[0]: Lease(*row) for row in c.execute(f"SELECT {_LEASE_COLUMNS} FROM {LEASES} ORDER BY thread_id")}
+    rows = c.execute(
+        f"SELECT {_lease_columns(layout)} FROM {LEASES} WHERE {owned(layout, f'{LEASES}.thread_id')} ORDER BY thread_id",
+        {"owner": owner},
+    )
+    return {row[0]: Lease(*row) for row in rows}
 
 
 def lease_refusal(current: Lease, now: float | None = None) -> str:
@@ -266,12 +351,14 @@ def lease_refusal(current: Lease, now: float | None = None) -> str:
     )
 
 
-def _lease(c: sqlite3.Connection, thread_id: str) -> Lease | None:
+def lease_row(c: sqlite3.Connection, thread_id: str) -> Lease | None:
+    """The thread's lease, read inside a write transaction after
+    :func:`~core.checkpoint.sqlite_owners.admit` (or another owner check)."""
     row = c.execute(f"SELECT {_LEASE_COLUMNS} FROM {LEASES} WHERE thread_id = ?", (thread_id,)).fetchone()
     return None if row is None else Lease(*row)
 
 
-def _lease_row(lease: Lease) -> tuple[Any, ...]:
+def _lease_values(lease: Lease) -> tuple[Any, ...]:
     return (
         lease.thread_id,
         lease.holder_id,
@@ -281,6 +368,7 @@ def _lease_row(lease: Lease) -> tuple[Any, ...]:
         lease.acquired_at,
         lease.heartbeat_at,
         lease.expires_at,
+        lease.revision,
     )
 
 
@@ -288,7 +376,7 @@ def _lease_row(lease: Lease) -> tuple[Any, ...]:
 
 
 def append_live_events(
-    c: sqlite3.Connection, thread_id: str, run_id: str | None, texts: Sequence[str], at: float, keep: int
+    c: sqlite3.Connection, owner: str, thread_id: str, run_id: str | None, texts: Sequence[str], at: float, keep: int
 ) -> None:
     """Insert the batch, then delete all but the thread's newest ``keep``, in one transaction.
 
@@ -296,6 +384,7 @@ def append_live_events(
     a range delete below it, so its cost does not grow with the log.
     """
     with write_txn(c):
+        admit(c, thread_id, owner, at)
         c.executemany(
             f"INSERT INTO {LIVE_EVENTS} (thread_id, run_id, data_json, at) VALUES (?, ?, ?, ?)",
             [(thread_id, run_id, text, at) for text in texts],
@@ -310,69 +399,106 @@ def append_live_events(
         )
 
 
-def read_live_events(c: sqlite3.Connection, layout: Layout, thread_id: str, after_seq: int) -> list[LiveEvent]:
-    """Events with ``seq > after_seq`` in order; a row that is not a JSON object is shown, not dropped."""
+def read_live_events(
+    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, after_seq: int
+) -> list[LiveEvent]:
+    """Events of ``owner``'s thread with ``seq > after_seq`` in order; a row that is not a
+    JSON object is shown, not dropped."""
     if not layout.has(LIVE_EVENTS):
         return []
     rows = c.execute(
-        f"SELECT seq, run_id, data_json, at FROM {LIVE_EVENTS} WHERE thread_id = ? AND seq > ? ORDER BY seq",
-        (thread_id, after_seq),
+        f"SELECT seq, run_id, data_json, at FROM {LIVE_EVENTS}"
+        f" WHERE thread_id = :thread AND seq > :after AND {owned(layout)} ORDER BY seq",
+        {"thread": thread_id, "after": after_seq, "owner": owner},
     )
     return [LiveEvent(seq, thread_id, run_id, live_event_data(text), at) for seq, run_id, text, at in rows]
 
 
-def prune_live_events(c: sqlite3.Connection, thread_id: str) -> None:
-    """Delete every live event of the thread."""
-    c.execute(f"DELETE FROM {LIVE_EVENTS} WHERE thread_id = ?", (thread_id,))
+def prune_live_events(c: sqlite3.Connection, owner: str, thread_id: str) -> None:
+    """Delete every live event of the thread (after the owner's admission); nothing is
+    written when it has none."""
+    try:
+        with write_txn(c):
+            admit(c, thread_id, owner)
+            if c.execute(f"DELETE FROM {LIVE_EVENTS} WHERE thread_id = ?", (thread_id,)).rowcount == 0:
+                raise NothingWritten
+    except NothingWritten:
+        pass
 
 
 # --- commands --------------------------------------------------------------------------------
 
-_COMMAND_COLUMNS = "seq, thread_id, kind, text, status, created_at, updated_at, note"
+_COMMAND_COLUMNS = "seq, thread_id, kind, text, status, created_at, updated_at, note, revision"
 
 
-def send_command(c: sqlite3.Connection, thread_id: str, kind: str, text: str) -> Command:
-    """Insert a ``pending`` command; one statement, ``seq`` from the table's AUTOINCREMENT."""
+def send_command(c: sqlite3.Connection, owner: str, thread_id: str, kind: str, text: str) -> Command:
+    """Insert a ``pending`` command (revision 1) after the owner's admission, in one
+    transaction; ``seq`` from the table's AUTOINCREMENT."""
     now = time.time()
-    cur = c.execute(
-        f"INSERT INTO {COMMANDS} (thread_id, kind, text, status, created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?)",
-        (thread_id, kind, text, now, now),
-    )
+    with write_txn(c):
+        admit(c, thread_id, owner, now)
+        cur = c.execute(
+            f"INSERT INTO {COMMANDS} (thread_id, kind, text, status, created_at, updated_at, revision)"
+            " VALUES (?, ?, ?, 'pending', ?, ?, 1)",
+            (thread_id, kind, text, now, now),
+        )
     assert cur.lastrowid is not None
     return Command(cur.lastrowid, thread_id, kind, text, "pending", now, now)  # type: ignore[arg-type]
 
 
-def update_command(c: sqlite3.Connection, seq: int, status: str, note: str) -> Command:
-    """Set status, note and ``updated_at`` and return the row, in one transaction, only from
-    a status that allows it (the UPDATE's own condition); ``KeyError`` if unknown,
-    ``CommandTransitionError`` if its status does not allow the move."""
+def update_command(
+    c: sqlite3.Connection,
+    layout: Layout,
+    owner: str,
+    seq: int,
+    status: str,
+    note: str,
+    expected_revision: int | None,
+    before_commit: BeforeCommit | None = None,
+) -> Command:
+    """Set status, note and ``updated_at`` and one more revision and return the row, in one
+    transaction: one UPDATE whose own condition holds the allowed source statuses, the
+    expected revision (when given) and the owner (joined through the command's thread), so
+    it changes one row or none. Then, for none: ``KeyError`` when no command ``seq`` is this
+    owner's (:func:`~core.checkpoint.base.no_such_command`), ``ConflictError`` for another
+    revision, ``CommandTransitionError`` when its status does not allow the move."""
     sources = command_sources(status)
+    args = {"seq": seq, "status": status, "note": note, "now": time.time(), "owner": owner}
+    args.update({"expected": expected_revision}, **{f"from{i}": s for i, s in enumerate(sources)})
+    thread = owned(layout, f"{COMMANDS}.thread_id")
     with write_txn(c):
         moved = c.execute(
-            f"UPDATE {COMMANDS} SET status = ?, note = ?, updated_at = ? WHERE seq = ?"
-            f" AND status IN ({','.join('?' * len(sources))})",
-            (status, note, time.time(), seq, *sources),
+            f"UPDATE {COMMANDS} SET status = :status, note = :note, updated_at = :now, revision = revision + 1"
+            f" WHERE seq = :seq AND status IN ({','.join(f':from{i}' for i in range(len(sources))) or 'NULL'})"
+            f" AND (:expected IS NULL OR revision = :expected) AND {thread}",
+            args,
         ).rowcount
-        row = c.execute(f"SELECT {_COMMAND_COLUMNS} FROM {COMMANDS} WHERE seq = ?", (seq,)).fetchone()
+        row = c.execute(f"SELECT {_COMMAND_COLUMNS} FROM {COMMANDS} WHERE seq = :seq AND {thread}", args).fetchone()
         if row is None:
-            raise KeyError(f"There is no command {seq}.")
-    command = Command(*row)
+            raise no_such_command(seq)
+        command = Command(*row)
+        if moved and before_commit is not None:
+            before_commit("update_command")
     if not moved:
+        if expected_revision is not None and command.revision != expected_revision:
+            raise revision_conflict(command.thread_id, command_record_name(seq), expected_revision, command.revision)
         check_command_move(command, status)
     return command
 
 
 def list_commands(
-    c: sqlite3.Connection, layout: Layout, thread_id: str, statuses: Sequence[str] | None, after: int = 0
+    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, statuses: Sequence[str] | None, after: int = 0
 ) -> list[Command]:
-    """The thread's commands with ``seq > after`` in seq order, optionally only those in
-    ``statuses`` (index on thread, status)."""
+    """The commands of ``owner``'s thread with ``seq > after`` in seq order, optionally only
+    those in ``statuses`` (index on thread, status)."""
     if not layout.has(COMMANDS):
         return []
-    sql, args = f"SELECT {_COMMAND_COLUMNS} FROM {COMMANDS} WHERE thread_id = ? AND seq > ?", [thread_id, after]
+    columns = _COMMAND_COLUMNS if layout.has(COMMANDS, "revision") else _COMMAND_COLUMNS.replace("revision", "1")
+    sql = f"SELECT {columns} FROM {COMMANDS} WHERE thread_id = :thread AND seq > :after AND {owned(layout)}"
+    args: dict[str, Any] = {"thread": thread_id, "after": after, "owner": owner}
     if statuses is not None:
-        sql += f" AND status IN ({','.join('?' * len(statuses))})" if statuses else " AND 0"
-        args += list(statuses)
+        sql += f" AND status IN ({','.join(f':s{i}' for i in range(len(statuses)))})" if statuses else " AND 0"
+        args.update({f"s{i}": s for i, s in enumerate(statuses)})
     return [Command(*row) for row in c.execute(sql + " ORDER BY seq", args)]
 
 

@@ -52,6 +52,14 @@ _CALLS = (
     "update_command",
     "list_commands",
     "change_token",
+    "unowned_count",
+    "load_meta",
+    "save_fingerprints",
+    "step_begin",
+    "step_commit",
+    "step_get",
+    "list_steps",
+    "delete_thread",
 )
 """The memory store's coroutine methods, each made a call over the fake connection."""
 
@@ -69,6 +77,10 @@ _WRITES = frozenset(
         "append_live_events",
         "send_command",
         "update_command",
+        "save_fingerprints",
+        "step_begin",
+        "step_commit",
+        "delete_thread",
     }
 )
 
@@ -107,17 +119,19 @@ class NetworkedStore(MemoryCheckpointer, SchemaUpgrade):
 
     link: ClassVar[Link]
 
-    def __init__(self, url: str, on_status: OnStatus | None) -> None:
-        super().__init__()
+    def __init__(self, url: str, on_status: OnStatus | None, owner: str | None = None) -> None:
+        super().__init__(owner)
         self.url = url
         self._on_status = on_status
         self._needs_upgrade = self.link.needs_upgrade
 
     @classmethod
-    async def open(cls, url: str, *, create: bool = True, on_status: OnStatus | None = None) -> Self:
+    async def open(
+        cls, url: str, *, create: bool = True, on_status: OnStatus | None = None, owner: str | None = None
+    ) -> Self:
         """The backends' ``open``: record the call and connect (through ``with_reconnect``)."""
         cls.link.opened.append((url, create, on_status))
-        store = cls(url, on_status)
+        store = cls(url, on_status, owner)
         await store._call("open", _nothing)
         cls.link.stores.append(store)
         return store

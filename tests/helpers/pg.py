@@ -23,6 +23,8 @@ class DroppingStore(PostgresCheckpointer):
     """A ``PostgresCheckpointer`` whose ``close`` also drops the test database it was opened on."""
 
     _database: AbstractAsyncContextManager[str] | None = None
+    database_url: str = ""
+    """The URL of the test database it was opened on, to open more stores on the same data."""
 
     async def close(self) -> None:
         try:
@@ -34,8 +36,9 @@ class DroppingStore(PostgresCheckpointer):
 
 
 async def new_store(label: str = "store", **options: Any) -> DroppingStore:
-    """A store on a fresh database holding our schema; closing it drops the database.
-    Skips (or fails under ``CUBEPI_REQUIRE_SERVICES=1``) when the server is unreachable."""
+    """A store on a fresh database holding our schema (its URL in ``database_url``); closing
+    it drops the database. ``options`` go to ``open`` (e.g. ``owner=``). Skips (or fails
+    under ``CUBEPI_REQUIRE_SERVICES=1``) when the server is unreachable."""
     database = postgres_database(label, template=await _schema_template())
     url = await database.__aenter__()
     try:
@@ -44,6 +47,7 @@ async def new_store(label: str = "store", **options: Any) -> DroppingStore:
         await database.__aexit__(None, None, None)
         raise
     store._database = database
+    store.database_url = url
     return store
 
 

@@ -3,7 +3,10 @@
 * several real processes appending to one thread keep every message exactly once, each
   writer's messages in its own order, and every load returns the same one order;
 * 100 concurrent ``save_extra`` writers, each with its own connection where the backend
-  has connections, lose no key (no read-modify-write race).
+  has connections, lose no key (no read-modify-write race);
+* 100 concurrent compare-and-set writers (``save_extra(..., expected_revision=)`` and
+  ``step_commit``), on store objects of their own: each applies exactly once or raises
+  ``ConflictError``, and the final revision is the number applied.
 
 Memory has no second process, so there the writers are tasks on one store.
 """
@@ -11,15 +14,19 @@ Memory has no second process, so there the writers are tasks on one store.
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from core.checkpoint.base import Checkpointer
 from core.checkpoint.memory import MemoryCheckpointer
+from core.errors import ConflictError
 from core.messages import UserMessage
 from tests.helpers.children import REPO_ROOT
 from tests.helpers.store_backends import BACKEND_PARAMS, new_location
@@ -126,3 +133,97 @@ async def test_a_hundred_concurrent_save_extra_writers_lose_no_key(location: str
     finally:
         for store in {id(s): s for s in stores}.values():
             await store.close()
+
+
+CAS_WRITERS = 100
+CAS_STORES = 20
+"""Store objects the compare-and-set writers share out (5 writers each): see the tests' docstrings."""
+
+
+async def _race(
+    reopen: Any, read: Callable[[Any], Awaitable[Any]], write: Callable[[Any, int, Any], Awaitable[int]]
+) -> tuple[dict[int, int], int]:
+    """Run :data:`CAS_WRITERS` writers, writer ``i`` on store object ``i % CAS_STORES`` (each
+    from ``reopen("alice")``): all start together, each reads once, waits a few random
+    milliseconds (seeded by ``CUBEPI_CRASH_SEED`` when set) and writes once with what it read.
+    Returns ``{writer: new revision}`` of those applied and how many got ``ConflictError``.
+
+    One call at a time per store object (a gate each), so a Postgres store object, which
+    holds a pool, uses one connection: 20 connections in all, beside the fixture's store.
+    """
+    stores = [await reopen("alice") for _ in range(CAS_STORES)]
+    gates = [asyncio.Semaphore(1) for _ in stores]
+    rng = random.Random(os.environ.get("CUBEPI_CRASH_SEED", "cas"))
+    delays = [rng.uniform(0, 0.005) for _ in range(CAS_WRITERS)]
+    start = asyncio.Event()
+    applied: dict[int, int] = {}
+    conflicts = 0
+
+    async def writer(i: int) -> None:
+        nonlocal conflicts
+        store, gate = stores[i % CAS_STORES], gates[i % CAS_STORES]
+        await start.wait()
+        async with gate:
+            seen = await read(store)
+        await asyncio.sleep(delays[i])
+        async with gate:
+            try:
+                applied[i] = await write(store, i, seen)
+            except ConflictError as error:
+                assert error.thread_id == "t" and error.expected != error.actual, error
+                conflicts += 1
+
+    tasks = [asyncio.ensure_future(writer(i)) for i in range(CAS_WRITERS)]
+    start.set()
+    await asyncio.gather(*tasks)
+    return applied, conflicts
+
+
+async def test_a_hundred_compare_and_set_extra_writers_apply_once_or_conflict(checkpointer: Any, reopen: Any) -> None:
+    """100 writers, 20 store objects x 5 writers (see :func:`_race`): each reads
+    ``extra_revision`` and saves its own key with ``expected_revision`` = what it read."""
+    assert await checkpointer.save_extra("t", {"seed": 0}) == 1
+
+    async def read(store: Any) -> int:
+        return (await store.load("t")).extra_revision
+
+    async def write(store: Any, i: int, revision: int) -> int:
+        new = await store.save_extra("t", {f"w{i}": i}, expected_revision=revision)
+        assert new == revision + 1
+        return new
+
+    applied, conflicts = await _race(reopen, read, write)
+    assert len(applied) + conflicts == CAS_WRITERS
+    assert applied and conflicts, f"{len(applied)} applied, {conflicts} conflicts: the writers never raced"
+    assert sorted(applied.values()) == list(range(2, 2 + len(applied))), "each revision was given exactly once"
+    data = await checkpointer.load("t")
+    assert data.extra_revision == 1 + len(applied)
+    assert data.extra == {"seed": 0, **{f"w{i}": i for i in applied}}
+
+
+async def test_a_hundred_compare_and_set_step_writers_apply_once_or_conflict(checkpointer: Any, reopen: Any) -> None:
+    """100 writers, 20 store objects x 5 writers (see :func:`_race`): each reads the step
+    record and commits the next step with its id appended to the data it read."""
+    await checkpointer.step_begin("t", "job:race", input_fingerprint="f" * 64, workflow="w1")
+
+    async def read(store: Any) -> Any:
+        return await store.step_get("t", "job:race")
+
+    async def write(store: Any, i: int, seen: Any) -> int:
+        new = await store.step_commit(
+            "t",
+            "job:race",
+            expected_revision=seen.revision,
+            workflow="w1",
+            next_step=seen.next_step + 1,
+            data=[*(seen.data or []), i],
+        )
+        assert new.revision == seen.revision + 1
+        return new.revision
+
+    applied, conflicts = await _race(reopen, read, write)
+    assert len(applied) + conflicts == CAS_WRITERS
+    assert applied and conflicts, f"{len(applied)} applied, {conflicts} conflicts: the writers never raced"
+    final = await checkpointer.step_get("t", "job:race")
+    assert final.revision == final.next_step == len(applied)
+    assert final.data == sorted(applied, key=applied.__getitem__), "every applied step, each once, in order"

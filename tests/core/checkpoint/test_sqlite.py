@@ -22,7 +22,7 @@ import pytest
 
 from core.checkpoint import sqlite as sqlite_module
 from core.checkpoint import sqlite_schema
-from core.checkpoint.base import Lease
+from core.checkpoint.base import Fingerprints, Lease
 from core.checkpoint.sqlite import MIGRATIONS, SQLiteCheckpointer, julianday_to_unix
 from core.checkpoint.watch import watch_sqlite
 from core.errors import (
@@ -34,11 +34,14 @@ from core.errors import (
     StoreBusyError,
 )
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
+from core.owners import UNOWNED
+from tests.helpers.older_files import write_older_file
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 SUPERVISION_TABLES = {"cubepi_tool_journal", "cubepi_jobs", "cubepi_leases", "cubepi_live_events", "cubepi_commands"}
+OWNER_TABLES = {"cubepi_thread_records", "cubepi_steps"}
 
 
 def sha256(path: Path) -> str:
@@ -73,7 +76,7 @@ async def test_new_file_has_the_full_schema_in_wal(sqlite_path: Path) -> None:
         assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(len(MIGRATIONS),)]
     assert {"messages", "thread_extra", "runs", "thread_pending_request", "thread_hitl_answers"} <= tables
     assert {"ix_runs_thread_completion", "ix_messages_thread_id"} <= indexes
-    assert tables >= SUPERVISION_TABLES and len(MIGRATIONS) == 2
+    assert tables >= SUPERVISION_TABLES | OWNER_TABLES and len(MIGRATIONS) == 3
     assert {"ix_cubepi_live_events_thread", "ix_cubepi_commands_thread_status"} <= indexes
 
 
@@ -122,7 +125,7 @@ async def test_message_we_write_reads_the_way_cubeloop_reads_it(sqlite_path: Pat
 async def test_cubeloop_threads_load_with_every_field_kept(fixture_db: Path) -> None:
     with plain(fixture_db) as db:
         stored = db.execute("SELECT thread_id, id, message_json FROM messages ORDER BY id").fetchall()
-    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+    async with await SQLiteCheckpointer.open(fixture_db, create=False, owner=UNOWNED) as store:
         loaded: dict[int, dict[str, Any]] = {}
         for thread_id in {t for t, _, _ in stored}:
             data = await store.load(thread_id)
@@ -135,7 +138,8 @@ async def test_cubeloop_threads_load_with_every_field_kept(fixture_db: Path) -> 
 
 async def test_browsing_cubeloop_file_changes_no_byte(fixture_db: Path, fixture_json: dict[str, Any]) -> None:
     before, others = sha256(fixture_db), siblings(fixture_db)
-    store = await SQLiteCheckpointer.open(fixture_db, create=True)  # even when creating is allowed
+    # cubeloop's threads record no owner: the unowned scope sees them (even when creating is allowed)
+    store = await SQLiteCheckpointer.open(fixture_db, create=True, owner=UNOWNED)
     assert store.needs_upgrade and store.read_only and store.schema_version is None
     summaries = await store.list_threads()
     assert {s.thread_id for s in summaries} == {t["thread_id"] for t in fixture_json["threads"]}
@@ -176,6 +180,11 @@ async def test_writes_before_upgrade_raise_and_change_nothing(fixture_db: Path) 
             store.prune_live_events("completed"),
             store.send_command("completed", "steer", "hi"),
             store.update_command(1, "applied"),
+            store.save_extra("completed", {"k": 2}, expected_revision=0),
+            store.save_fingerprints("completed", Fingerprints("i", "a", {}), expected_revision=0),
+            store.step_begin("completed", "k", input_fingerprint="i", workflow="w"),
+            store.step_commit("completed", "k", expected_revision=0, workflow="w", next_step=1, data=None),
+            store.delete_thread("completed"),
         ]
         for attempt in attempts:
             with pytest.raises(ReadOnlyStoreError) as error:
@@ -188,7 +197,7 @@ async def test_upgrade_then_write_and_cubeloop_still_reads(fixture_db: Path) -> 
     with plain(fixture_db) as db:
         rows_before = db.execute("SELECT * FROM messages ORDER BY id").fetchall()
         runs_before = db.execute("SELECT * FROM runs ORDER BY rowid").fetchall()
-    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+    async with await SQLiteCheckpointer.open(fixture_db, create=False, owner=UNOWNED) as store:
         await store.upgrade()
         assert not store.read_only and not store.needs_upgrade and store.schema_version == len(MIGRATIONS)
         await store.upgrade()  # a no-op now
@@ -218,13 +227,7 @@ def reply_with_call(call_id: str) -> AssistantMessage:
 
 async def write_v1_file(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file at our schema version 1 (before the supervision tables) holding a message, extra and a run."""
-    path.parent.mkdir(exist_ok=True)
-    with monkeypatch.context() as patch:
-        patch.setattr(sqlite_schema, "MIGRATIONS", MIGRATIONS[:1])
-        async with await SQLiteCheckpointer.open(path) as store:
-            await store.append("t", [user_text("from version 1"), reply_with_call("c1")])
-            await store.save_extra("t", {"title": "v1"})
-            await store.claim_run("t", "r1")
+    write_older_file(path, 1, monkeypatch, {"t": [user_text("from version 1"), reply_with_call("c1")]})
 
 
 def table_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
@@ -234,12 +237,13 @@ def table_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
         }
 
 
-async def test_v1_file_of_ours_browses_then_upgrades_to_v2_keeping_every_row(
+async def test_v1_file_of_ours_browses_then_upgrades_to_the_current_schema_keeping_every_row(
     sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await write_v1_file(sqlite_path, monkeypatch)
     rows_before, before = table_rows(sqlite_path), sha256(sqlite_path)
-    store = await SQLiteCheckpointer.open(sqlite_path, create=True)
+    # Threads written before owners existed record none: the unowned scope opens them.
+    store = await SQLiteCheckpointer.open(sqlite_path, create=True, owner=UNOWNED)
     assert store.needs_upgrade and store.read_only and store.schema_version == 1
     data = await store.load("t")
     assert [m.role for m in data.messages] == ["user", "assistant"] and data.journal is None  # type: ignore[union-attr]
@@ -262,15 +266,15 @@ async def test_v1_file_of_ours_browses_then_upgrades_to_v2_keeping_every_row(
     assert sha256(sqlite_path) == before
 
     await store.upgrade()
-    assert store.schema_version == 2 and not store.needs_upgrade and not store.read_only
+    assert store.schema_version == len(MIGRATIONS) and not store.needs_upgrade and not store.read_only
     assert (await store.load("t")).journal == {}  # type: ignore[union-attr]
     await store.record_tool_event("t", "c1", "start", tool_name="read")
     assert (await store.job_begin("t", "k")).attempts == 1
     await store.close()
     with plain(sqlite_path) as db:
-        assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(2,)]
+        assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(len(MIGRATIONS),)]
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert tables >= SUPERVISION_TABLES
+    assert tables >= SUPERVISION_TABLES | OWNER_TABLES
     assert table_rows(sqlite_path) == rows_before, "the upgrade changed no existing row"
 
 
@@ -297,25 +301,27 @@ async def test_a_later_schema_step_upgrades_our_current_file(
     sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sqlite_path.parent.mkdir()
+    current = len(MIGRATIONS)
     async with await SQLiteCheckpointer.open(sqlite_path) as store:
-        await store.append("t", [user_text("from version 2")])
+        await store.append("t", [user_text("from the current version")])
 
-    def v3_notes(db: sqlite3.Connection) -> None:
+    def next_notes(db: sqlite3.Connection) -> None:
         db.execute("CREATE TABLE notes (thread_id TEXT, note TEXT)")
 
-    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", [*MIGRATIONS, v3_notes])
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", [*MIGRATIONS, next_notes])
     before = sha256(sqlite_path)
     store = await SQLiteCheckpointer.open(sqlite_path, create=True)
-    assert store.needs_upgrade and store.schema_version == 2
+    assert store.needs_upgrade and store.schema_version == current
     with pytest.raises(ReadOnlyStoreError):
         await store.append("t", [user_text("not yet")])
     assert sha256(sqlite_path) == before
     await store.upgrade()
-    assert store.schema_version == 3 and not store.needs_upgrade
-    await store.append("t", [user_text("from version 3")])
+    assert store.schema_version == current + 1 and not store.needs_upgrade
+    await store.append("t", [user_text("from the next version")])
+    assert len((await store.load("t")).messages) == 2  # type: ignore[union-attr]
     await store.close()
     with plain(sqlite_path) as db:
-        assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(3,)]
+        assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(current + 1,)]
         assert db.execute("SELECT count(*) FROM notes").fetchone() == (0,)
 
 
@@ -327,7 +333,7 @@ async def test_failed_migration_leaves_the_file_as_it_was(fixture_db: Path, monk
     monkeypatch.setattr(sqlite_schema, "MIGRATIONS", [*MIGRATIONS, broken])
     with plain(fixture_db) as db:
         schema_before = db.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
-    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+    async with await SQLiteCheckpointer.open(fixture_db, create=False, owner=UNOWNED) as store:
         with pytest.raises(CheckpointError):
             await store.upgrade()
         assert store.read_only and store.needs_upgrade
@@ -451,7 +457,7 @@ async def test_malformed_json_row_is_reported_not_fatal(fixture_db: Path) -> Non
     with plain(fixture_db) as db:
         db.execute("UPDATE messages SET message_json = ? WHERE id = 9", (broken,))
     before = sha256(fixture_db)
-    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+    async with await SQLiteCheckpointer.open(fixture_db, create=False, owner=UNOWNED) as store:
         data = await store.load("completed")
         summaries = {s.thread_id: s for s in await store.list_threads()}
     assert data is not None

@@ -1,0 +1,94 @@
+"""Owners in the SQLite store: the one predicate every read carries, the one admission every
+write makes first, and the counts and checks built on them.
+
+A store is opened for one owner (:mod:`core.owners`); a thread's owner is the ``owner``
+column of its row in ``cubepi_thread_records``, and a thread without a row (written by
+cubeloop, or by cubepi-tui before schema v3) or whose ``owner`` is ``NULL`` is unowned
+(:data:`~core.owners.UNOWNED`, the empty string). So "thread X is this owner's" is one SQL
+expression, :func:`owned`, compared with the ``:owner`` parameter inside each query itself:
+another owner's rows are never read, and a foreign thread answers exactly like a missing one.
+
+Queries that use it bind named parameters (``:thread``, ``:owner``, ...), so the predicate
+can be added to any statement without counting positions. A file without the records table
+(cubeloop's, or ours before v3, browsed) has only unowned threads: the predicate then reads
+``'' = :owner``, still in the query.
+
+Every function here runs on aiosqlite's connection thread with a ``sqlite3.Connection``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from core.checkpoint.base import thread_unavailable
+from core.checkpoint.sqlite_schema import RECORDS, Layout
+
+THREAD_TABLES = ("messages", "thread_extra", "runs", "thread_pending_request")
+"""cubeloop's tables whose rows make a thread exist (with a record of ours, the thread's
+whole presence). ``thread_hitl_answers`` only ever follows a pending request."""
+
+LISTED_TABLES = ("messages", "thread_extra", "runs")
+"""The tables whose threads ``list_threads`` lists (and :func:`unowned_count` counts)."""
+
+
+def owner_of(layout: Layout, thread: str = ":thread") -> str:
+    """SQL for the owner of the thread named by ``thread`` (a parameter or a column, e.g.
+    ``runs.thread_id``): the recorded owner, ``''`` for none. One primary-key probe."""
+    if not layout.has(RECORDS):
+        return "''"
+    return f"coalesce((SELECT owner_rec.owner FROM {RECORDS} AS owner_rec WHERE owner_rec.thread_id = {thread}), '')"
+
+
+def owned(layout: Layout, thread: str = ":thread") -> str:
+    """SQL that is true when the thread named by ``thread`` belongs to the owner bound as
+    ``:owner`` (see :func:`owner_of`); the predicate every read of a thread's rows carries."""
+    return f"{owner_of(layout, thread)} = :owner"
+
+
+def exists(layout: Layout | None, thread: str = ":thread", tables: tuple[str, ...] = THREAD_TABLES) -> str:
+    """SQL that is true when any of ``tables`` holds a row of the thread named by ``thread``;
+    with a ``layout``, only the tables the file has (``layout=None``: a writable file, which
+    has them all)."""
+    probes = [
+        f"EXISTS (SELECT 1 FROM {t} WHERE thread_id = {thread})" for t in tables if layout is None or layout.has(t)
+    ]
+    return "(" + " OR ".join(probes) + ")" if probes else "0"
+
+
+_THERE = exists(None)
+# A thread nobody wrote gets this owner's record (created now); a thread that exists but has
+# no record (cubeloop's, or ours before v3) gets one only in the unowned scope, with no owner
+# and an unknown creation time, so its revisions have a row to live in.
+_ADMIT = (
+    f"INSERT INTO {RECORDS} (thread_id, owner, created_at)"
+    f" SELECT :thread, nullif(:owner, ''), CASE WHEN {_THERE} THEN NULL ELSE :now END"
+    f" WHERE NOT EXISTS (SELECT 1 FROM {RECORDS} WHERE thread_id = :thread) AND (:owner = '' OR NOT {_THERE})"
+)
+_ADMITTED = f"SELECT 1 FROM {RECORDS} WHERE thread_id = :thread AND coalesce(owner, '') = :owner"
+
+
+def admit(c: sqlite3.Connection, thread_id: str, owner: str, now: float | None = None) -> None:
+    """The first statements of every write transaction on a thread (a writable file, so every
+    table exists): create the thread's record when the thread does not exist at all, owned by
+    ``owner`` (the unowned scope records no owner), then raise
+    :func:`~core.checkpoint.base.thread_unavailable` unless the record says the thread is
+    ``owner``'s. So a write to another owner's thread, or from a named owner to an unowned
+    one, writes nothing (the caller's transaction rolls back) and learns nothing first: the
+    lease fence and every other check come after this. ``now`` (unix seconds) is a new
+    record's ``created_at``."""
+    args = {"thread": thread_id, "owner": owner, "now": time.time() if now is None else now}
+    c.execute(_ADMIT, args)
+    if c.execute(_ADMITTED, args).fetchone() is None:
+        raise thread_unavailable(thread_id, owner)
+
+
+def unowned_count(c: sqlite3.Connection, layout: Layout) -> int:
+    """How many listed threads (messages, extra or runs) record no owner; one query."""
+    sources = [f"SELECT thread_id FROM {t}" for t in LISTED_TABLES if layout.has(t)]
+    if not sources:
+        return 0
+    row = c.execute(
+        f"SELECT count(*) FROM ({' UNION '.join(sources)}) AS listed WHERE {owner_of(layout, 'listed.thread_id')} = ''"
+    ).fetchone()
+    return int(row[0])
