@@ -14,6 +14,13 @@ every call is one transaction on a pooled connection, retried through
 write is idempotent across those retries (a write id in its own transaction). The hot
 writes (append, ``save_extra``, tool events, live events, heartbeats) are one statement
 each, a function of ours doing the whole write on the server: one round trip.
+
+A store is opened for one owner (``open(..., owner=...)``, :mod:`core.owners`). Every query
+carries that owner in its own text (the thread record's owner compared with it), and every
+write passes the server's owner admission first, in its own transaction: a thread of
+another owner reads as missing and refuses writes with
+:func:`~core.checkpoint.base.thread_unavailable`. Threads without a record - cubeloop's,
+and ours from before schema v3 - are unowned (:data:`core.owners.UNOWNED`).
 """
 
 from __future__ import annotations
@@ -32,15 +39,20 @@ from core.checkpoint.base import (
     Command,
     CommandKind,
     CommandStatus,
+    FingerprintOverride,
+    Fingerprints,
     JobRecord,
     JournalEntry,
     Lease,
     LiveEvent,
+    StepRecord,
+    ThreadMeta,
     ThreadSummary,
     check_command_kind,
     check_command_status,
     check_tool_phase,
     encode_job_result,
+    encode_step_data,
 )
 from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
 from core.checkpoint.postgres_store import PostgresStore
@@ -52,10 +64,13 @@ __all__ = ["PostgresCheckpointer"]
 class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, SchemaUpgrade):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` in one PostgreSQL database.
 
-    Build it with ``await PostgresCheckpointer.open(url, create=..., on_status=...)``; it is
-    also an async context manager that closes itself. Every method may raise
+    Build it with ``await PostgresCheckpointer.open(url, create=..., on_status=..., owner=...)``;
+    it is also an async context manager that closes itself. Every method may raise
     ``StoreConnectionError`` (the server stayed unreachable past every retry) and, for
-    writes on a browse-only store, ``ReadOnlyStoreError``. Times returned are unix seconds.
+    writes on a browse-only store, ``ReadOnlyStoreError``; every write to another owner's
+    thread (or from a named owner to an unowned one) raises ``ThreadNotFoundError``
+    (:func:`~core.checkpoint.base.thread_unavailable`) and writes nothing. Times returned
+    are unix seconds.
     """
 
     # --- the contract --------------------------------------------------------------------
@@ -63,13 +78,13 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
     async def load(self, thread_id: str) -> CheckpointData | None:
         """See ``Checkpointer.load``: messages in seq order, undecodable rows in ``problems``;
         ``journal`` is ``None`` without our tables (a cubeloop database, browsed)."""
-        ours = self._ours
-        return await self._read(lambda c: queries.load(c, thread_id, None, ours), "load")
+        ours, scope = self._ours, self._scope
+        return await self._read(lambda c: queries.load(c, scope, thread_id, None, ours), "load")
 
     async def load_after(self, thread_id: str, after_id: Any) -> CheckpointData:
         """See ``SupervisedStore.load_after``: rows with ``seq > after_id`` (the primary key's order)."""
-        ours = self._ours
-        data = await self._read(lambda c: queries.load(c, thread_id, int(after_id), ours), "load")
+        ours, scope = self._ours, self._scope
+        data = await self._read(lambda c: queries.load(c, scope, thread_id, int(after_id), ours), "load")
         return data if data is not None else CheckpointData()
 
     async def append(self, thread_id: str, messages: Sequence[AnyMessage], *, holder_id: str | None = None) -> None:
@@ -79,41 +94,58 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
             return
         self._check_writable()
         encoded = [rows.encode_message(m) for m in messages]
-        await self._write_call(lambda c, w: queries.append(c, w, thread_id, encoded, holder_id), "append")
+        owner = self._owner
+        await self._write_call(lambda c, w: queries.append(c, w, owner, thread_id, encoded, holder_id), "append")
 
-    async def save_extra(self, thread_id: str, extra: dict[str, Any]) -> None:
-        """See ``Checkpointer.save_extra``: cubeloop's upsert, merged by the server (JSONB ``||``).
+    async def save_extra(self, thread_id: str, extra: dict[str, Any], *, expected_revision: int | None = None) -> int:
+        """See ``CheckedExtra.save_extra``: one statement (``cubepi_tui_save_extra``) doing the
+        owner admission, the compare-and-set of the extra's revision (kept in the thread's
+        record) and cubeloop's upsert merged by the server (JSONB ``||``), in one transaction.
 
-        Raises ``TypeError`` for values JSON cannot hold and ``CorruptRecordError`` when the
+        Raises ``ConflictError`` (both revisions) when ``expected_revision`` is given and
+        stale, ``TypeError`` for values JSON cannot hold and ``CorruptRecordError`` when the
         stored extra is not a JSON object (it is left unchanged rather than overwritten).
         """
         patch = codec.encode_extra(extra)  # the copy in; fails early on bad values
-        await self._write_call(lambda c, w: queries.save_extra(c, w, thread_id, patch), "save")
+        owner = self._owner
+        return await self._write_call(
+            lambda c, w: queries.save_extra(c, w, owner, thread_id, patch, expected_revision), "save"
+        )
 
     async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.claim_run``; ``claimed_at`` is the server's ``now()``, as cubeloop stamps it."""
-        await self._write(lambda c: queries.claim_run(c, thread_id, run_id, holder_id), "claim", thread_id)
+        owner = self._owner
+        await self._write(lambda c: queries.claim_run(c, owner, thread_id, run_id, holder_id), "claim", thread_id)
 
     async def mark_run_complete(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.mark_run_complete``: ``completion_seq`` is the thread's next number."""
-        await self._write(lambda c: queries.mark_run_complete(c, thread_id, run_id, holder_id), "completion", thread_id)
+        owner = self._owner
+        await self._write(
+            lambda c: queries.mark_run_complete(c, owner, thread_id, run_id, holder_id), "completion", thread_id
+        )
 
     async def save_pending_request(
         self, thread_id: str, request_json: str | None, *, run_id: str | None = None
     ) -> None:
         """See ``HumanRequests.save_pending_request``: cubeloop's statements on its row, and the
         exact text in ours (JSONB keeps the value, not the text)."""
-        now = time.time()
+        now, owner = time.time(), self._owner
         await self._write(
-            lambda c: queries.save_pending_request(c, thread_id, request_json, run_id, now), "save", thread_id
+            lambda c: queries.save_pending_request(c, owner, thread_id, request_json, run_id, now), "save", thread_id
         )
 
     async def list_threads(self) -> list[ThreadSummary]:
-        """See ``Checkpointer.list_threads``: four queries whatever the number of threads,
-        each thread's counts from our trigger-kept stats table (browsing: one aggregate).
-        Decodes only each thread's tail and first user row; corrupt rows never break it."""
-        ours = self._ours
-        return await self._read(lambda c: queries.list_threads(c, ours), "listing")
+        """See ``Checkpointer.list_threads``: this owner's threads, in four queries whatever
+        their number (each joins the thread records and keeps this owner's), each thread's
+        counts from our trigger-kept stats table (browsing: one aggregate). Decodes only
+        each thread's tail and first user row; corrupt rows never break it."""
+        ours, scope = self._ours, self._scope
+        return await self._read(lambda c: queries.list_threads(c, scope, ours), "listing")
+
+    async def unowned_count(self) -> int:
+        """See ``OwnerScoped.unowned_count``: thread rows without an owner (one count)."""
+        scope = self._scope
+        return await self._read(lambda c: queries.unowned_count(c, scope), "listing")
 
     # --- SupervisedStore: tool journal and jobs ------------------------------------------
 
@@ -137,9 +169,10 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         """
         check_tool_phase(phase)
         when = time.time() if at is None else at
+        owner = self._owner
         await self._write_call(
             lambda c, w: supervised.record_tool_event(
-                c, w, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when, holder_id
+                c, w, owner, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when, holder_id
             ),
             "journal write",
         )
@@ -148,15 +181,17 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         """See ``SupervisedStore.load_journal``: ``None`` without our tables."""
         if not self._ours:
             return None
-        return await self._read(lambda c: supervised.read_journal(c, thread_id), "journal read")
+        scope = self._scope
+        return await self._read(lambda c: supervised.read_journal(c, scope, thread_id), "journal read")
 
     async def job_begin(
         self, thread_id: str, key: str, tool_call_id: str | None = None, *, holder_id: str | None = None
     ) -> JobRecord:
         """See ``SupervisedStore.job_begin``: insert-or-lock in one transaction, atomic across
         processes: of any number beginning one key, exactly one gets ``attempts == 1``."""
+        owner = self._owner
         return await self._write(
-            lambda c: supervised.job_begin(c, thread_id, key, tool_call_id, holder_id), "job start", thread_id
+            lambda c: supervised.job_begin(c, owner, thread_id, key, tool_call_id, holder_id), "job start", thread_id
         )
 
     async def job_finish(
@@ -172,15 +207,17 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         ``KeyError`` if never begun, ``ValueError`` for another ``status``, ``TypeError`` when
         ``result`` is not JSON (nothing is written)."""
         text = encode_job_result(key, status, result)
+        owner = self._owner
         await self._write(
-            lambda c: supervised.job_finish(c, thread_id, key, status, text, holder_id), "job finish", thread_id
+            lambda c: supervised.job_finish(c, owner, thread_id, key, status, text, holder_id), "job finish", thread_id
         )
 
     async def job_get(self, thread_id: str, key: str) -> JobRecord | None:
         """See ``SupervisedStore.job_get``; ``None`` also without our tables."""
         if not self._ours:
             return None
-        return await self._read(lambda c: supervised.job_get(c, thread_id, key), "job read")
+        scope = self._scope
+        return await self._read(lambda c: supervised.job_get(c, scope, thread_id, key), "job read")
 
     # --- SupervisedStore: leases ---------------------------------------------------------
 
@@ -189,30 +226,40 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         advisory lock, so of processes racing for one thread exactly one wins. ``is_stale``
         runs while that lock is held: it must be quick. Raises ``RunAlreadyClaimedError``
         ("Thread X is already running (holder pid P on HOST, heartbeat Ns ago).") with
-        ``lease`` set to the current lease."""
-        return await self._write(lambda c: supervised.acquire_lease(c, lease, is_stale), "lease", lease.thread_id)
+        ``lease`` set to the current lease. Returns the lease as stored, with its revision."""
+        scope = self._scope
+        return await self._write(
+            lambda c: supervised.acquire_lease(c, scope, lease, is_stale), "lease", lease.thread_id
+        )
 
     async def renew_lease(self, thread_id: str, holder_id: str, heartbeat_at: float, expires_at: float) -> bool:
         """See ``SupervisedStore.renew_lease``: one UPDATE guarded by the holder, one statement."""
+        owner = self._owner
         return await self._write_call(
-            lambda c, w: supervised.renew_lease(c, w, thread_id, holder_id, heartbeat_at, expires_at), "heartbeat"
+            lambda c, w: supervised.renew_lease(c, w, owner, thread_id, holder_id, heartbeat_at, expires_at),
+            "heartbeat",
         )
 
     async def release_lease(self, thread_id: str, holder_id: str) -> None:
         """See ``SupervisedStore.release_lease``."""
-        await self._write(lambda c: supervised.release_lease(c, thread_id, holder_id), "lease release", thread_id)
+        owner = self._owner
+        await self._write(
+            lambda c: supervised.release_lease(c, owner, thread_id, holder_id), "lease release", thread_id
+        )
 
     async def get_lease(self, thread_id: str) -> Lease | None:
         """See ``SupervisedStore.get_lease``; ``None`` without our tables."""
         if not self._ours:
             return None
-        return await self._read(lambda c: supervised.get_lease(c, thread_id), "lease read")
+        scope = self._scope
+        return await self._read(lambda c: supervised.get_lease(c, scope, thread_id), "lease read")
 
     async def list_leases(self) -> dict[str, Lease]:
-        """See ``SupervisedStore.list_leases``; empty without our tables."""
+        """See ``SupervisedStore.list_leases``: this owner's threads' leases; empty without our tables."""
         if not self._ours:
             return {}
-        return await self._read(supervised.all_leases, "lease read")
+        scope = self._scope
+        return await self._read(lambda c: supervised.all_leases(c, scope), "lease read")
 
     # --- SupervisedStore: live events and commands ---------------------------------------
 
@@ -225,31 +272,44 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         if not events:
             return
         texts = [json.dumps(e, separators=(",", ":")) for e in events]  # TypeError before any write
-        at = time.time()
+        at, owner = time.time(), self._owner
         await self._write_call(
-            lambda c, w: supervised.append_live_events(c, w, thread_id, run_id, texts, at, keep), "live events"
+            lambda c, w: supervised.append_live_events(c, w, owner, thread_id, run_id, texts, at, keep), "live events"
         )
 
     async def read_live_events(self, thread_id: str, after_seq: int = 0) -> list[LiveEvent]:
         """See ``SupervisedStore.read_live_events``; empty without our tables."""
         if not self._ours:
             return []
-        return await self._read(lambda c: supervised.read_live_events(c, thread_id, after_seq), "live read")
+        scope = self._scope
+        return await self._read(lambda c: supervised.read_live_events(c, scope, thread_id, after_seq), "live read")
 
     async def prune_live_events(self, thread_id: str) -> None:
         """See ``SupervisedStore.prune_live_events``."""
-        await self._write(lambda c: supervised.prune_live_events(c, thread_id), "live prune", thread_id)
+        owner = self._owner
+        await self._write(lambda c: supervised.prune_live_events(c, owner, thread_id), "live prune", thread_id)
 
     async def send_command(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
-        """See ``SupervisedStore.send_command``; raises ``ValueError`` for an unknown ``kind``."""
+        """See ``SupervisedStore.send_command`` (revision 1); raises ``ValueError`` for an unknown ``kind``."""
         check_command_kind(kind)
-        return await self._write(lambda c: supervised.send_command(c, thread_id, kind, text), "command", thread_id)
+        owner = self._owner
+        return await self._write(
+            lambda c: supervised.send_command(c, owner, thread_id, kind, text), "command", thread_id
+        )
 
-    async def update_command(self, seq: int, status: CommandStatus, note: str = "") -> Command:
-        """See ``SupervisedStore.update_command``: a conditional UPDATE, so only the moves of
-        ``COMMAND_TRANSITIONS`` happen, even between processes; ``ValueError`` for an unknown ``status``."""
+    async def update_command(
+        self, seq: int, status: CommandStatus, note: str = "", *, expected_revision: int | None = None
+    ) -> Command:
+        """See ``Commands.update_command``: one conditional UPDATE by ``seq``, joined to the
+        command's thread owner, so only the moves of ``COMMAND_TRANSITIONS`` happen, at the
+        expected revision, even between processes; ``ValueError`` for an unknown ``status``."""
         check_command_status(status)
-        return await self._write(lambda c: supervised.update_command(c, seq, status, note), "command update", None)
+        scope = self._scope
+        return await self._write(
+            lambda c: supervised.update_command(c, scope, seq, status, note, expected_revision),
+            "command update",
+            None,
+        )
 
     async def list_commands(
         self, thread_id: str, statuses: Sequence[CommandStatus] | None = None, *, after: int = 0
@@ -257,5 +317,94 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         """See ``SupervisedStore.list_commands``; empty without our tables."""
         if not self._ours:
             return []
-        wanted = None if statuses is None else list(statuses)
-        return await self._read(lambda c: supervised.list_commands(c, thread_id, wanted, after), "command read")
+        wanted, scope = (None if statuses is None else list(statuses)), self._scope
+        return await self._read(lambda c: supervised.list_commands(c, scope, thread_id, wanted, after), "command read")
+
+    # --- tool steps, thread records, deletion ---------------------------------------------
+
+    async def step_begin(
+        self,
+        thread_id: str,
+        key: str,
+        *,
+        input_fingerprint: str,
+        workflow: str,
+        total_steps: int | None = None,
+        tool_call_id: str | None = None,
+        holder_id: str | None = None,
+    ) -> StepRecord:
+        """See ``ToolSteps.step_begin``: insert-or-lock in one transaction."""
+        owner = self._owner
+        return await self._write(
+            lambda c: supervised.step_begin(
+                c, owner, thread_id, key, input_fingerprint, workflow, total_steps, tool_call_id, holder_id
+            ),
+            "step start",
+            thread_id,
+        )
+
+    async def step_commit(
+        self,
+        thread_id: str,
+        key: str,
+        *,
+        expected_revision: int,
+        workflow: str,
+        next_step: int,
+        data: Any,
+        holder_id: str | None = None,
+    ) -> StepRecord:
+        """See ``ToolSteps.step_commit``: the admission, the fence and the lesson's one
+        ``UPDATE ... WHERE revision = expected AND workflow = ...`` (row count 1) in one
+        transaction. Another workflow is reported before a stale revision."""
+        text = encode_step_data(key, data)  # TypeError before any round trip
+        owner = self._owner
+        return await self._write(
+            lambda c: supervised.step_commit(
+                c, owner, thread_id, key, expected_revision, workflow, next_step, text, holder_id
+            ),
+            "step commit",
+            thread_id,
+        )
+
+    async def step_get(self, thread_id: str, key: str) -> StepRecord | None:
+        """See ``ToolSteps.step_get``; ``None`` before schema v3 (browsing an older store)."""
+        if not self._scope.records:
+            return None
+        scope = self._scope
+        return await self._read(lambda c: supervised.step_get(c, scope, thread_id, key), "step read")
+
+    async def list_steps(self, thread_id: str) -> list[StepRecord]:
+        """See ``ToolSteps.list_steps``; empty before schema v3."""
+        if not self._scope.records:
+            return []
+        scope = self._scope
+        return await self._read(lambda c: supervised.list_steps(c, scope, thread_id), "step read")
+
+    async def load_meta(self, thread_id: str) -> ThreadMeta | None:
+        """See ``ThreadRecords.load_meta``: one query; cubeloop's threads read unowned at revision 0."""
+        scope = self._scope
+        return await self._read(lambda c: supervised.load_meta(c, scope, thread_id), "record read")
+
+    async def save_fingerprints(
+        self,
+        thread_id: str,
+        fingerprints: Fingerprints,
+        *,
+        expected_revision: int,
+        override: FingerprintOverride | None = None,
+    ) -> ThreadMeta:
+        """See ``ThreadRecords.save_fingerprints``: the admission and one UPDATE at the
+        expected revision, in one transaction."""
+        owner = self._owner
+        return await self._write(
+            lambda c: supervised.save_fingerprints(c, owner, thread_id, fingerprints, expected_revision, override),
+            "fingerprints",
+            thread_id,
+        )
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """See ``ThreadDeletion.delete_thread``: one transaction under cubeloop's per-thread
+        lock. A lease is live while its ``expires_at`` is ahead of this client's clock."""
+        owner = self._owner
+        await self._write(lambda c: supervised.delete_thread(c, owner, thread_id), "delete", thread_id)

@@ -16,9 +16,19 @@ from typing import Any
 
 import asyncpg
 
+from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_schema as schema
 from core.checkpoint.addresses import UNREACHABLE, port_problem
-from core.checkpoint.base import Command, JobRecord, Lease, check_lease_holder
+from core.checkpoint.base import (
+    Command,
+    JobRecord,
+    Lease,
+    StepRecord,
+    ThreadMeta,
+    check_lease_holder,
+    revision_conflict,
+    thread_unavailable,
+)
 from core.checkpoint.redact import redacted
 from core.errors import CorruptRecordError, DatabaseOpenError, LeaseLostError, RunAlreadyCompletedError
 
@@ -172,11 +182,14 @@ async def prune_writes(conn: Any) -> None:
     await conn.execute(f"DELETE FROM {schema.WRITES} WHERE at < $1", time.time() - WRITE_ID_KEEP)
 
 
-_RESULT_TYPES: dict[str, type] = {"lease": Lease, "command": Command, "job": JobRecord}
+_RESULT_TYPES: dict[str, type] = {"lease": Lease, "command": Command, "job": JobRecord, "step": StepRecord}
 
 
 def pack_result(result: Any) -> str:
-    """A write's result (a bool, ``Lease``, ``Command`` or ``JobRecord``) as JSON text."""
+    """A write's result (a bool or int, ``Lease``, ``Command``, ``JobRecord``, ``StepRecord``
+    or ``ThreadMeta``) as JSON text."""
+    if isinstance(result, ThreadMeta):
+        return json.dumps({"type": "meta", "value": rows.meta_json(result)})
     for tag, kind in _RESULT_TYPES.items():
         if isinstance(result, kind):
             return json.dumps({"type": tag, "value": asdict(result)})
@@ -188,6 +201,8 @@ def unpack_result(text: str | None) -> Any:
     if text is None:
         return None
     packed = json.loads(text)
+    if packed["type"] == "meta":
+        return rows.meta_of_json(packed["value"])
     kind = _RESULT_TYPES.get(packed["type"])
     return packed["value"] if kind is None else kind(**packed["value"])
 
@@ -195,18 +210,34 @@ def unpack_result(text: str | None) -> Any:
 # --- refusals raised by our functions --------------------------------------------------------
 
 
+_REFUSALS = (
+    schema.LEASE_REFUSED,
+    schema.RUN_COMPLETED,
+    schema.EXTRA_NOT_OBJECT,
+    schema.THREAD_UNAVAILABLE,
+    schema.REVISION_CONFLICT,
+)
+
+
 def refusal(error: BaseException) -> Exception | None:
     """The one-sentence error for a refusal one of our functions raised (an SQLSTATE of
     ``postgres_schema``: ``LEASE_REFUSED`` -> ``LeaseLostError``, ``RUN_COMPLETED`` ->
-    ``RunAlreadyCompletedError``, ``EXTRA_NOT_OBJECT`` -> ``CorruptRecordError``), or
-    ``None`` for any other error. Nothing was written: the refusal aborted the transaction."""
+    ``RunAlreadyCompletedError``, ``EXTRA_NOT_OBJECT`` -> ``CorruptRecordError``,
+    ``THREAD_UNAVAILABLE`` -> :func:`~core.checkpoint.base.thread_unavailable`'s
+    ``ThreadNotFoundError``, ``REVISION_CONFLICT`` -> :func:`~core.checkpoint.base.revision_conflict`'s
+    ``ConflictError``), or ``None`` for any other error. Nothing was written: the refusal
+    aborted the transaction."""
     if not isinstance(error, asyncpg.PostgresError):
         return None
     code = error.sqlstate
-    if code not in (schema.LEASE_REFUSED, schema.RUN_COMPLETED, schema.EXTRA_NOT_OBJECT):
+    if code not in _REFUSALS:
         return None
     detail = json.loads(error.detail)
     thread_id = detail["thread_id"]
+    if code == schema.THREAD_UNAVAILABLE:
+        return thread_unavailable(thread_id, detail["owner"])
+    if code == schema.REVISION_CONFLICT:
+        return revision_conflict(thread_id, detail["record"], detail["expected"], detail["actual"])
     if code == schema.RUN_COMPLETED:
         return RunAlreadyCompletedError(
             f"Run {detail['run_id']} of thread {thread_id!r} is already completed, so nothing was appended."

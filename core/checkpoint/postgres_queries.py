@@ -3,7 +3,9 @@
 Each function takes an asyncpg connection inside a transaction the caller opened (see
 :meth:`~core.checkpoint.postgres_store.PostgresStore._read` or ``_write``), or, for the
 one-statement writes (``append``, ``save_extra``), a connection outside one
-(``_write_call``), and scopes every statement by thread. Writes follow cubeloop 0.15.3's ``PostgresCheckpointer``
+(``_write_call``), and scopes every statement by thread and, through the store's
+:class:`~core.checkpoint.postgres_schema.Scope`, by owner in the statement's own text; every
+write passes the owner admission (``cubepi_tui_own``) first. Writes follow cubeloop 0.15.3's ``PostgresCheckpointer``
 statement for statement where it has one: the per-thread ``pg_advisory_xact_lock(hashtext(
 thread_id))`` around seq allocation and run rules, the lazy thread row, the JSONB ``||``
 merge of ``extra`` - so both programs can write one thread at the same time.
@@ -19,7 +21,8 @@ from core.checkpoint import codec
 from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_schema as schema
 from core.checkpoint.base import CheckpointData, RunRecord, ThreadSummary
-from core.checkpoint.postgres_supervised import all_leases, fence, read_journal
+from core.checkpoint.postgres_schema import Scope
+from core.checkpoint.postgres_supervised import admit, all_leases, fence, read_journal
 from core.errors import RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import UserMessage
 
@@ -35,28 +38,38 @@ _ENSURE_THREAD = "INSERT INTO cubepi_threads (thread_id) VALUES ($1) ON CONFLICT
 # --- reads -------------------------------------------------------------------------------------
 
 
-async def load(conn: Connection, thread_id: str, after_seq: int | None, ours: bool) -> CheckpointData | None:
-    """Messages in seq order (only ``seq > after_seq`` when given), extra, runs, pending request
-    and (when ``ours``: our tables exist) the journal, in the caller's one snapshot."""
+async def load(
+    conn: Connection, scope: Scope, thread_id: str, after_seq: int | None, ours: bool
+) -> CheckpointData | None:
+    """Messages in seq order (only ``seq > after_seq`` when given), extra, runs, pending request,
+    the thread's record (its extra revision and meta) and (when ``ours``: our tables exist)
+    the journal, in the caller's one snapshot; each query scoped by ``scope``'s owner, so
+    another owner's thread reads as missing."""
     msg_rows = await conn.fetch(
-        "SELECT seq, role, metadata::text, payload FROM cubepi_messages WHERE thread_id = $1 AND seq > $2 ORDER BY seq",
+        "SELECT seq, role, metadata::text, payload FROM cubepi_messages WHERE thread_id = $1 AND seq > $2"
+        f" AND {scope.visible('$1', '$3')} ORDER BY seq",
         thread_id,
         -1 if after_seq is None else after_seq,
+        scope.owner,
     )
     thread = await conn.fetchrow(
         f"SELECT t.extra::text AS extra, t.parent_thread_id, t.pending_request::text AS pending, t.run_id,"
-        f" {_EPOCH.format('t.updated_at')} AS updated_at, {_pending_ours(ours)}"
-        " FROM cubepi_threads AS t" + _pending_join(ours) + " WHERE t.thread_id = $1",
+        f" {_EPOCH.format('t.updated_at')} AS updated_at, {_pending_ours(ours)}, {_record_columns(scope)}"
+        " FROM cubepi_threads AS t" + _pending_join(ours) + _record_join(scope) + " WHERE t.thread_id = $1"
+        f" AND {_record_visible(scope, '$2')}",
         thread_id,
+        scope.owner,
     )
-    runs = await runs_of(conn, thread_id)
-    journal = await read_journal(conn, thread_id) if ours else None
+    runs = await runs_of(conn, scope, thread_id)
+    journal = await read_journal(conn, scope, thread_id) if ours else None
     if after_seq is None and thread is None and not msg_rows:
         return None
     data = CheckpointData(runs=runs, journal=journal)
     data.messages, data.message_ids, data.problems = rows.decode_rows(msg_rows, thread_id)
     if thread is not None:
         data.parent_thread_id = thread["parent_thread_id"]
+        data.extra_revision = thread["extra_revision"]
+        data.meta = _meta(thread_id, thread)
         data.extra, problem = rows.parse_extra(thread["extra"], thread_id)
         if problem is not None:
             data.problems.append(problem)
@@ -64,6 +77,38 @@ async def load(conn: Connection, thread_id: str, after_seq: int | None, ours: bo
             thread["pending"], thread["our_text"], thread["run_id"], thread["our_at"], thread["updated_at"]
         )
     return data
+
+
+def _record_columns(scope: Scope) -> str:
+    """The thread record's columns a load or listing reads (``r``: :func:`_record_join`)."""
+    if not scope.records:
+        return (
+            "0 AS extra_revision, false AS has_record, NULL AS owner, NULL::float8 AS created_at, 0 AS revision,"
+            " NULL AS fingerprints, NULL AS overrides"
+        )
+    return (
+        "coalesce(r.extra_revision, 0) AS extra_revision, r.thread_id IS NOT NULL AS has_record, r.owner,"
+        " r.created_at, r.revision, r.fingerprints, r.overrides"
+    )
+
+
+def _record_join(scope: Scope, of: str = "t") -> str:
+    """The thread record of table alias ``of``'s thread, joined as ``r`` (nothing to join without records)."""
+    return f" LEFT JOIN {schema.RECORDS} AS r ON r.thread_id = {of}.thread_id" if scope.records else ""
+
+
+def _record_visible(scope: Scope, owner: str) -> str:
+    """The owner predicate of a query that joined the record as ``r``."""
+    return f"coalesce(r.owner, '') = {owner}" if scope.records else f"'' = {owner}"
+
+
+def _meta(thread_id: str, row: Any) -> Any:
+    """The thread's record from a row of :func:`_record_columns`, ``None`` without one."""
+    if not row["has_record"]:
+        return None
+    return rows.thread_meta(
+        thread_id, row["owner"], row["created_at"], row["revision"], row["fingerprints"], row["overrides"]
+    )
 
 
 def _pending_ours(ours: bool) -> str:
@@ -79,12 +124,13 @@ def _pending_join(ours: bool) -> str:
     )
 
 
-async def runs_of(conn: Connection, thread_id: str) -> list[RunRecord]:
+async def runs_of(conn: Connection, scope: Scope, thread_id: str) -> list[RunRecord]:
     """The thread's runs in claim order (claim time, then run id: cubeloop keeps no row order)."""
     found = await conn.fetch(
         f"SELECT run_id, {_EPOCH.format('claimed_at')}, {_EPOCH.format('completed_at')}, completion_seq"
-        " FROM cubepi_runs WHERE thread_id = $1 ORDER BY claimed_at, run_id",
+        f" FROM cubepi_runs WHERE thread_id = $1 AND {scope.visible('$1', '$2')} ORDER BY claimed_at, run_id",
         thread_id,
+        scope.owner,
     )
     return [rows.run_record(*r) for r in found]
 
@@ -95,20 +141,23 @@ async def runs_of(conn: Connection, thread_id: str) -> list[RunRecord]:
 async def append(
     conn: Connection,
     write_id: str,
+    owner: str,
     thread_id: str,
     encoded: Sequence[tuple[str, str, bytes, str | None]],
     holder_id: str | None,
 ) -> None:
     """One statement (``cubepi_tui_append``, in its own implicit transaction): claim
-    ``write_id``, then under cubeloop's per-thread lock the fence, the lazy thread row, the
-    completed-run check and the rows after the thread's last seq. Refused (nothing written)
-    with ``RUN_COMPLETED`` / ``LEASE_REFUSED``, made sentences by the store."""
+    ``write_id``, then under cubeloop's per-thread lock the owner admission, the fence, the
+    lazy thread row, the completed-run check and the rows after the thread's last seq.
+    Refused (nothing written) with ``THREAD_UNAVAILABLE`` / ``RUN_COMPLETED`` /
+    ``LEASE_REFUSED``, made sentences by the store."""
     await conn.execute(
-        "SELECT cubepi_tui_append($1, $2, $3, $4, $5::text[], $6::text[], $7::bytea[], $8::text[])",
+        "SELECT cubepi_tui_append($1, $2, $3, $4, $5, $6::text[], $7::text[], $8::bytea[], $9::text[])",
         write_id,
         thread_id,
         time.time(),
         holder_id,
+        owner,
         [r[0] for r in encoded],
         [r[1] for r in encoded],
         [r[2] for r in encoded],
@@ -116,18 +165,31 @@ async def append(
     )
 
 
-async def save_extra(conn: Connection, write_id: str, thread_id: str, patch_json: str) -> None:
-    """One statement (``cubepi_tui_save_extra``): claim ``write_id``, then cubeloop's upsert
-    with a server-side ``||`` merge; refused (``EXTRA_NOT_OBJECT``, nothing changed) when the
-    stored extra is not an object, which ``||`` would turn into an array."""
-    await conn.execute("SELECT cubepi_tui_save_extra($1, $2, $3, $4)", write_id, thread_id, time.time(), patch_json)
+async def save_extra(
+    conn: Connection, write_id: str, owner: str, thread_id: str, patch_json: str, expected: int | None
+) -> int:
+    """One statement (``cubepi_tui_save_extra``): claim ``write_id``, the owner admission, the
+    compare-and-set of the extra's revision (when ``expected`` is given), then cubeloop's
+    upsert with a server-side ``||`` merge; returns the new revision. Refused (nothing
+    changed) with ``REVISION_CONFLICT``, or ``EXTRA_NOT_OBJECT`` when the stored extra is not
+    an object, which ``||`` would turn into an array."""
+    return await conn.fetchval(
+        "SELECT cubepi_tui_save_extra($1, $2, $3, $4, $5, $6)",
+        write_id,
+        thread_id,
+        time.time(),
+        owner,
+        patch_json,
+        expected,
+    )
 
 
 async def save_pending_request(
-    conn: Connection, thread_id: str, request_json: str | None, run_id: str | None, now: float
+    conn: Connection, owner: str, thread_id: str, request_json: str | None, run_id: str | None, now: float
 ) -> None:
-    """cubeloop's two statements (lazy thread row, one UPDATE of pending and run id), plus our
-    exact text beside it."""
+    """The owner admission, cubeloop's two statements (lazy thread row, one UPDATE of pending
+    and run id), plus our exact text beside it."""
+    await admit(conn, owner, thread_id)
     await conn.execute(_ENSURE_THREAD, thread_id)
     if request_json is None:
         await conn.execute(
@@ -151,9 +213,11 @@ async def save_pending_request(
     )
 
 
-async def claim_run(conn: Connection, thread_id: str, run_id: str, holder_id: str | None) -> None:
-    """cubeloop's claim: under the per-thread lock, refuse a run that exists, else insert it."""
+async def claim_run(conn: Connection, owner: str, thread_id: str, run_id: str, holder_id: str | None) -> None:
+    """cubeloop's claim: under the per-thread lock the owner admission and the fence, then
+    refuse a run that exists, else insert it (revision 1)."""
     await conn.execute(_LOCK_THREAD, thread_id)
+    await admit(conn, owner, thread_id)
     await fence(conn, thread_id, holder_id)
     await conn.execute(_ENSURE_THREAD, thread_id)
     completed = await conn.fetchrow(
@@ -166,9 +230,11 @@ async def claim_run(conn: Connection, thread_id: str, run_id: str, holder_id: st
     await conn.execute("INSERT INTO cubepi_runs (thread_id, run_id) VALUES ($1, $2)", thread_id, run_id)
 
 
-async def mark_run_complete(conn: Connection, thread_id: str, run_id: str, holder_id: str | None) -> None:
-    """cubeloop's completion: the thread's next ``completion_seq``; idempotent."""
+async def mark_run_complete(conn: Connection, owner: str, thread_id: str, run_id: str, holder_id: str | None) -> None:
+    """cubeloop's completion: the thread's next ``completion_seq`` (revision 2); idempotent.
+    The owner admission first, without adoption (a missing thread has no run to complete)."""
     await conn.execute(_LOCK_THREAD, thread_id)
+    await admit(conn, owner, thread_id, adopt=False)
     await fence(conn, thread_id, holder_id)
     row = await conn.fetchrow(
         "SELECT completed_at FROM cubepi_runs WHERE thread_id = $1 AND run_id = $2", thread_id, run_id
@@ -185,38 +251,55 @@ async def mark_run_complete(conn: Connection, thread_id: str, run_id: str, holde
     )
 
 
+async def unowned_count(conn: Connection, scope: Scope) -> int:
+    """How many threads (cubeloop's thread rows) have no owner: no record, or a record without one."""
+    if not scope.records:
+        return await conn.fetchval("SELECT count(*) FROM cubepi_threads")
+    return await conn.fetchval(f"SELECT count(*) FROM cubepi_threads AS t{_record_join(scope)} WHERE r.owner IS NULL")
+
+
 # --- the listing -------------------------------------------------------------------------------
 
 
-async def list_threads(conn: Connection, ours: bool) -> list[ThreadSummary]:
-    """Every thread, most recently active first, in four queries whatever their number.
+async def list_threads(conn: Connection, scope: Scope, ours: bool) -> list[ThreadSummary]:
+    """This owner's threads, most recently active first, in four queries whatever their number;
+    each query joins the thread records and keeps only ``scope``'s owner's rows.
 
     Per-thread counts come from our stats table when it exists (kept by trigger), else
     from one aggregate over every message (browse-only: correct, slower). Only each
     thread's tail (from its last assistant row) and first user row are decoded.
     """
     stats = schema.STATS if ours else f"({schema.STATS_OF_MESSAGES.format(rows='cubepi_messages')})"
+    mine = _record_visible(scope, "$1")
     threads = await conn.fetch(
         f"SELECT t.thread_id, {_EPOCH.format('t.updated_at')} AS updated_at, t.pending_request::text AS pending,"
         f" t.run_id, {_pending_ours(ours)}, COALESCE(s.n, 0) AS n, {_EPOCH.format('s.last_at')} AS last_at,"
         " s.last_assistant_seq, s.first_user_seq"
-        f" FROM cubepi_threads AS t LEFT JOIN {stats} AS s ON s.thread_id = t.thread_id" + _pending_join(ours)
+        f" FROM cubepi_threads AS t LEFT JOIN {stats} AS s ON s.thread_id = t.thread_id"
+        + _pending_join(ours)
+        + _record_join(scope)
+        + f" WHERE {mine}",
+        scope.owner,
     )
     message_rows = await conn.fetch(
         "SELECT m.thread_id, m.seq, m.role, m.metadata::text, m.payload FROM cubepi_messages AS m"
         f" JOIN {stats} AS s ON s.thread_id = m.thread_id"
-        " WHERE m.seq >= COALESCE(s.last_assistant_seq, 0) OR m.seq = s.first_user_seq ORDER BY m.thread_id, m.seq"
+        + _record_join(scope, "m")
+        + f" WHERE (m.seq >= COALESCE(s.last_assistant_seq, 0) OR m.seq = s.first_user_seq) AND {mine}"
+        " ORDER BY m.thread_id, m.seq",
+        scope.owner,
     )
     by_thread: dict[str, list[Any]] = {}
     for r in message_rows:
         by_thread.setdefault(r[0], []).append(r)
     runs: dict[str, list[RunRecord]] = {}
     for r in await conn.fetch(
-        f"SELECT thread_id, run_id, {_EPOCH.format('claimed_at')}, {_EPOCH.format('completed_at')}, completion_seq"
-        " FROM cubepi_runs ORDER BY thread_id, claimed_at, run_id"
+        f"SELECT t.thread_id, run_id, {_EPOCH.format('claimed_at')}, {_EPOCH.format('completed_at')}, completion_seq"
+        " FROM cubepi_runs AS t" + _record_join(scope) + f" WHERE {mine} ORDER BY t.thread_id, claimed_at, run_id",
+        scope.owner,
     ):
         runs.setdefault(r[0], []).append(rows.run_record(*r[1:]))
-    leases = await all_leases(conn) if ours else {}
+    leases = await all_leases(conn, scope) if ours else {}
     with codec.gc_paused():  # once for the whole listing, not per thread (a collection at each resume)
         out = [_summary(t, by_thread.get(t["thread_id"], []), runs.get(t["thread_id"], []), leases) for t in threads]
     out.sort(key=lambda s: (s.last_activity is not None, s.last_activity or 0.0, s.thread_id), reverse=True)

@@ -28,7 +28,15 @@ from typing import Any
 import msgpack
 
 from core.checkpoint import codec
-from core.checkpoint.base import CorruptRow, PendingRequest, RunRecord
+from core.checkpoint.base import (
+    CorruptRow,
+    FingerprintOverride,
+    Fingerprints,
+    PendingRequest,
+    RunRecord,
+    StepRecord,
+    ThreadMeta,
+)
 from core.errors import CorruptRecordError
 from core.messages import AnyMessage
 
@@ -115,8 +123,80 @@ def _raw(payload: bytes) -> str:
 
 
 def run_record(run_id: str, claimed: float | None, completed: float | None, seq: int | None) -> RunRecord:
-    """A run row (times already unix seconds) as a record."""
-    return RunRecord(run_id, claimed, completed, seq)
+    """A run row (times already unix seconds) as a record. cubeloop's runs table keeps no
+    revision, and needs none: a run is written twice at most, so its revision is 1 while
+    claimed and 2 once completed."""
+    return RunRecord(run_id, claimed, completed, seq, revision=1 if completed is None else 2)
+
+
+# --- thread records and steps (our tables, v3) --------------------------------------------------
+
+
+def fingerprints_json(fingerprints: Fingerprints) -> str:
+    """The ``fingerprints`` column's JSON text of a record."""
+    return json.dumps(
+        {
+            "input": fingerprints.input,
+            "agent": fingerprints.agent,
+            "parts": fingerprints.parts,
+            "workflow": fingerprints.workflow,
+        }
+    )
+
+
+def overrides_json(overrides: Sequence[FingerprintOverride]) -> str:
+    """The ``overrides`` column's JSON text: a list in the order they were made."""
+    return json.dumps([{"at": o.at, "owner": o.owner, "changes": list(o.changes)} for o in overrides])
+
+
+def thread_meta(
+    thread_id: str,
+    owner: str | None,
+    created_at: float | None,
+    revision: int,
+    fingerprints: str | None,
+    overrides: str | None,
+) -> ThreadMeta:
+    """A thread record row (``fingerprints`` and ``overrides`` JSON text) as its record."""
+    found = None
+    if fingerprints is not None:
+        f = json.loads(fingerprints)
+        found = Fingerprints(input=f["input"], agent=f["agent"], parts=dict(f["parts"]), workflow=f["workflow"])
+    made = tuple(
+        FingerprintOverride(at=o["at"], owner=o["owner"], changes=tuple(o["changes"]))
+        for o in json.loads(overrides or "[]")
+    )
+    return ThreadMeta(thread_id, owner or "", created_at, revision, found, made)
+
+
+def meta_json(meta: ThreadMeta) -> dict[str, Any]:
+    """``meta`` as a JSON object (a write's kept result), read back by :func:`meta_of_json`."""
+    return {
+        "thread_id": meta.thread_id,
+        "owner": meta.owner,
+        "created_at": meta.created_at,
+        "revision": meta.revision,
+        "fingerprints": None if meta.fingerprints is None else fingerprints_json(meta.fingerprints),
+        "overrides": overrides_json(meta.overrides),
+    }
+
+
+def meta_of_json(value: dict[str, Any]) -> ThreadMeta:
+    """The inverse of :func:`meta_json`."""
+    return thread_meta(**value)
+
+
+STEP_COLUMNS = (
+    "thread_id, key, input_fingerprint, workflow, next_step, total_steps, revision, data, tool_call_id, updated_at"
+)
+"""The ``cubepi_tui_steps`` columns :func:`step_record` reads, in its order."""
+
+
+def step_record(row: Sequence[Any]) -> StepRecord:
+    """A step row (:data:`STEP_COLUMNS`; ``data`` JSON text, ``NULL`` before the first commit) as its record."""
+    thread_id, key, fingerprint, workflow, next_step, total, revision, data, call_id, updated = row
+    value = None if data is None else json.loads(data)
+    return StepRecord(thread_id, key, fingerprint, workflow, next_step, total, revision, value, call_id, updated)
 
 
 def pending_request(

@@ -27,6 +27,13 @@ index. Our tables are prefixed ``cubepi_tui_``:
   does what cubeloop's statements do, in the same order, under the same locks. A refusal
   is raised with one of our SQLSTATEs (``LEASE_REFUSED`` ...) and a JSON DETAIL, from
   which :func:`core.checkpoint.postgres_conn.refusal` makes the sentence.
+* owners and revisions (v3): ``cubepi_tui_thread_records`` holds each thread's owner
+  (``NULL``: unowned), creation time, fingerprints and overrides (JSON) with their revision,
+  and the extra's revision; ``cubepi_tui_steps`` the tool steps; leases, jobs and commands
+  get a ``revision`` column. A thread without a record (cubeloop's, or ours from before v3)
+  is unowned. Every query is scoped by owner in its own text (:class:`Scope`); every write
+  passes the admission ``cubepi_tui_own`` first, inside its own transaction, and the write
+  functions take the owner (v2's are replaced).
 
 ``MIGRATIONS[i]`` brings our tables to version ``i + 1``. Only :mod:`core.checkpoint.postgres`
 and its ``postgres_*`` helpers import this module.
@@ -37,6 +44,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from core.checkpoint.base import EXTRA_RECORD
 
 CUBELOOP_VERSION = 5
 """The cubeloop schema version this module reads and writes (``EXPECTED_SCHEMA_VERSION``)."""
@@ -338,18 +347,258 @@ async def _v2_write_functions(conn: Connection) -> None:
         await conn.execute(ddl)
 
 
-MIGRATIONS: list[Callable[[Connection], Awaitable[None]]] = [_v1_our_tables, _v2_write_functions]
-"""Ordered migrations: applying * the write functions (v2): each hot write - append, ``save_extra``, a tool event, live
-  events, a heartbeat - is one PL/pgSQL function doing its write-id check, fence, locks and
-  rows, called as one statement in its own implicit transaction: one round trip. Each one
-  does what cubeloop's statements do, in the same order, under the same locks. A refusal
-  is raised with one of our SQLSTATEs (``LEASE_REFUSED`` ...) and a JSON DETAIL, from
-  which :func:`core.checkpoint.postgres_conn.refusal` makes the sentence.
+# --- v3: owners, revisions, fingerprints and tool steps ------------------------------------------
 
-``MIGRATIONS[i]`` brings our tables to version ``i + 1``.
+RECORDS = "cubepi_tui_thread_records"
+STEPS = "cubepi_tui_steps"
+
+V3_DATA_TABLES = (RECORDS, STEPS)
+"""Our tables added by v3 that carry the change trigger too."""
+
+THREAD_UNAVAILABLE = "CT004"
+"""SQLSTATE of a write to a thread this store's owner cannot see (another owner's, or an
+unowned one written by a named owner); DETAIL is JSON ``{"thread_id", "owner"}``."""
+
+REVISION_CONFLICT = "CT005"
+"""SQLSTATE of a compare-and-set write that found another revision; DETAIL is JSON
+``{"thread_id", "record", "expected", "actual"}`` (``record``: ``base.EXTRA_RECORD``)."""
+
+_V3_TABLES = (
+    # One row per thread we wrote since v3 (and per unowned thread the unowned scope wrote a
+    # revision to): owner NULL = unowned; created_at unix seconds, NULL when the thread
+    # existed before its record (cubeloop's, or ours before v3); revision counts writes of
+    # fingerprints/overrides (JSON text), extra_revision writes of the extra by save_extra.
+    f"CREATE TABLE {RECORDS} (thread_id TEXT PRIMARY KEY, owner TEXT, created_at DOUBLE PRECISION,"
+    " revision INTEGER NOT NULL DEFAULT 0, fingerprints TEXT, overrides TEXT NOT NULL DEFAULT '[]',"
+    " extra_revision INTEGER NOT NULL DEFAULT 0)",
+    f"CREATE INDEX ix_{RECORDS}_owner ON {RECORDS} (owner)",
+    # Rows written before v3 count as written once.
+    f"ALTER TABLE {LEASES} ADD COLUMN revision INTEGER NOT NULL DEFAULT 1",
+    f"ALTER TABLE {JOBS} ADD COLUMN revision INTEGER NOT NULL DEFAULT 1",
+    f"ALTER TABLE {COMMANDS} ADD COLUMN revision INTEGER NOT NULL DEFAULT 1",
+    f"CREATE TABLE {STEPS} (thread_id TEXT NOT NULL, key TEXT NOT NULL, input_fingerprint TEXT NOT NULL,"
+    " workflow TEXT NOT NULL, next_step INTEGER NOT NULL DEFAULT 0, total_steps INTEGER,"
+    " revision INTEGER NOT NULL DEFAULT 0, data TEXT, tool_call_id TEXT, updated_at DOUBLE PRECISION NOT NULL,"
+    " PRIMARY KEY (thread_id, key))",
+    *(
+        f"CREATE CONSTRAINT TRIGGER cubepi_tui_bump AFTER INSERT OR UPDATE OR DELETE ON {table}"
+        " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION cubepi_tui_bump()"
+        for table in V3_DATA_TABLES
+    ),
+)
+
+_V2_SIGNATURES = (
+    "cubepi_tui_append(text, text, float8, text, text[], text[], bytea[], text[])",
+    "cubepi_tui_save_extra(text, text, float8, text)",
+    "cubepi_tui_tool_event(text, text, float8, text, text, text, text, text, text, float8)",
+    "cubepi_tui_live_events(text, text, float8, text, text[], integer)",
+    "cubepi_tui_renew_lease(text, text, float8, text, float8, float8, text, text)",
+)
+"""v2's write functions, replaced in v3 by ones that take the owner (and, for the extra, a revision)."""
+
+_OWN = "PERFORM cubepi_tui_own(p_thread, p_owner, p_now, true);"
+
+_V3_FUNCTIONS = (
+    # The owner admission every write makes first, inside its own transaction (a refusal
+    # rolls back whatever the write did before). A thread's owner is its record's (NULL:
+    # unowned); a thread without a record but with cubeloop's row is unowned; a thread with
+    # neither does not exist. p_adopt: a write that creates thread data gives a thread that
+    # does not exist a record owned by p_owner (the unowned scope: no owner), and gives an
+    # unowned thread without a record one in the unowned scope (so its revisions have a row).
+    # Then: p_owner's thread (or a missing one) passes; any other raises THREAD_UNAVAILABLE.
+    f"""CREATE FUNCTION cubepi_tui_own(p_thread text, p_owner text, p_now float8, p_adopt boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_owner text;
+  v_exists boolean;
+BEGIN
+  SELECT coalesce(owner, '') INTO v_owner FROM {RECORDS} WHERE thread_id = p_thread;
+  IF NOT FOUND THEN
+    -- Again, in one snapshot with the thread row: a writer that committed its record and
+    -- its thread row since the probe above is seen with its record, not as unowned.
+    SELECT (SELECT coalesce(owner, '') FROM {RECORDS} WHERE thread_id = p_thread),
+           EXISTS (SELECT 1 FROM cubepi_threads WHERE thread_id = p_thread)
+      INTO v_owner, v_exists;
+    IF v_owner IS NULL THEN  -- still no record
+      IF v_exists THEN
+        v_owner := '';
+      END IF;
+      IF p_adopt AND coalesce(v_owner, p_owner) = p_owner THEN
+        INSERT INTO {RECORDS} (thread_id, owner, created_at)
+          VALUES (p_thread, nullif(p_owner, ''), CASE WHEN v_exists THEN NULL ELSE p_now END)
+          ON CONFLICT (thread_id) DO NOTHING;
+        IF FOUND THEN
+          RETURN;
+        END IF;
+        -- another writer created it first (this waited for its commit): its owner decides
+        SELECT coalesce(owner, '') INTO v_owner FROM {RECORDS} WHERE thread_id = p_thread;
+      ELSIF v_owner IS NULL THEN
+        RETURN;  -- a missing thread, and this write creates nothing of it
+      END IF;
+    END IF;
+  END IF;
+  IF v_owner = p_owner THEN
+    RETURN;
+  END IF;
+  RAISE EXCEPTION USING ERRCODE = '{THREAD_UNAVAILABLE}', MESSAGE = 'the thread is unavailable to this owner',
+    DETAIL = json_build_object('thread_id', p_thread, 'owner', p_owner)::text;
+END $$""",
+    # v2's append with the owner admission after cubeloop's lock, before the fence.
+    f"""CREATE FUNCTION cubepi_tui_append(p_write_id text, p_thread text, p_now float8, p_holder text,
+  p_owner text, p_roles text[], p_metadata text[], p_payloads bytea[], p_run_ids text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_done text;
+  v_last bigint;
+BEGIN
+  {_CLAIM}
+  PERFORM pg_advisory_xact_lock(hashtext(p_thread));
+  {_OWN}
+  PERFORM cubepi_tui_fence(p_thread, p_holder, p_now);
+  INSERT INTO cubepi_threads (thread_id) VALUES (p_thread) ON CONFLICT DO NOTHING;
+  IF array_remove(p_run_ids, NULL) <> '{{}}' THEN  -- as cubeloop, only when a row names a run
+    SELECT run_id INTO v_done FROM cubepi_runs WHERE thread_id = p_thread AND run_id = ANY(p_run_ids)
+      AND completed_at IS NOT NULL ORDER BY run_id LIMIT 1;
+  END IF;
+  IF v_done IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = '{RUN_COMPLETED}', MESSAGE = 'append to a completed run',
+      DETAIL = json_build_object('thread_id', p_thread, 'run_id', v_done)::text;
+  END IF;
+  SELECT COALESCE(MAX(seq), 0) INTO v_last FROM cubepi_messages WHERE thread_id = p_thread;
+  INSERT INTO cubepi_messages (thread_id, seq, role, metadata, payload, run_id)
+    SELECT p_thread, v_last + u.ord, u.role, u.metadata::jsonb, u.payload, u.run_id
+    FROM unnest(p_roles, p_metadata, p_payloads, p_run_ids) WITH ORDINALITY AS u(role, metadata, payload, run_id, ord)
+    ORDER BY u.ord;
+END $$""",
+    # The owner admission, then the lesson's compare-and-set: one UPDATE of the record's
+    # extra revision (WHERE revision = expected, when one is expected) whose row count must
+    # be 1, then cubeloop's merge, in the statement's one transaction. Returns the new
+    # revision; a retry of a write that committed returns what it returned (kept as text).
+    f"""CREATE FUNCTION cubepi_tui_save_extra(p_write_id text, p_thread text, p_now float8, p_owner text,
+  p_patch text, p_expected integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_revision integer;
+BEGIN
+  IF NOT cubepi_tui_claim_write(p_write_id, p_thread, p_now) THEN
+    RETURN (SELECT result::integer FROM {WRITES} WHERE write_id = p_write_id);
+  END IF;
+  {_OWN}
+  UPDATE {RECORDS} SET extra_revision = extra_revision + 1
+    WHERE thread_id = p_thread AND (p_expected IS NULL OR extra_revision = p_expected)
+    RETURNING extra_revision INTO v_revision;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = '{REVISION_CONFLICT}', MESSAGE = 'the extra changed under this write',
+      DETAIL = json_build_object('thread_id', p_thread, 'record', '{EXTRA_RECORD}', 'expected', p_expected,
+        'actual', (SELECT extra_revision FROM {RECORDS} WHERE thread_id = p_thread))::text;
+  END IF;
+  INSERT INTO cubepi_threads (thread_id, extra, updated_at) VALUES (p_thread, p_patch::jsonb, now())
+    ON CONFLICT (thread_id) DO UPDATE SET extra = cubepi_threads.extra || EXCLUDED.extra, updated_at = now()
+    WHERE jsonb_typeof(cubepi_threads.extra) = 'object';
+  IF NOT FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = '{EXTRA_NOT_OBJECT}', MESSAGE = 'the extra is not an object',
+      DETAIL = json_build_object('thread_id', p_thread)::text;
+  END IF;
+  UPDATE {WRITES} SET result = v_revision::text WHERE write_id = p_write_id;
+  RETURN v_revision;
+END $$""",
+    f"""CREATE FUNCTION cubepi_tui_tool_event(p_write_id text, p_thread text, p_now float8, p_holder text,
+  p_owner text, p_tool_call_id text, p_phase text, p_tool_name text, p_run_id text, p_job_key text, p_at float8)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  {_CLAIM}
+  {_OWN}
+  PERFORM cubepi_tui_fence(p_thread, p_holder, p_now);
+  {_JOURNAL_UPSERT}
+END $$""",
+    f"""CREATE FUNCTION cubepi_tui_live_events(p_write_id text, p_thread text, p_now float8, p_owner text,
+  p_run_id text, p_texts text[], p_keep integer) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  {_CLAIM}
+  {_OWN}
+  INSERT INTO {LIVE_EVENTS} (thread_id, run_id, data, at)
+    SELECT p_thread, p_run_id, u.data, p_now FROM unnest(p_texts) WITH ORDINALITY AS u(data, ord) ORDER BY u.ord;
+  IF p_keep <= 0 THEN
+    DELETE FROM {LIVE_EVENTS} WHERE thread_id = p_thread;
+    RETURN;
+  END IF;
+  DELETE FROM {LIVE_EVENTS} WHERE thread_id = p_thread AND seq <= (SELECT seq FROM {LIVE_EVENTS}
+    WHERE thread_id = p_thread ORDER BY seq DESC OFFSET p_keep LIMIT 1);
+END $$""",
+    # The heartbeat: the admission without adoption (a renewal creates nothing), then the
+    # holder's UPDATE, one revision more.
+    f"""CREATE FUNCTION cubepi_tui_renew_lease(p_write_id text, p_thread text, p_now float8, p_holder text,
+  p_owner text, p_heartbeat_at float8, p_expires_at float8, p_renewed text, p_not_renewed text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_result text;
+BEGIN
+  IF NOT cubepi_tui_claim_write(p_write_id, p_thread, p_now) THEN
+    RETURN (SELECT result FROM {WRITES} WHERE write_id = p_write_id);
+  END IF;
+  PERFORM cubepi_tui_own(p_thread, p_owner, p_now, false);
+  UPDATE {LEASES} SET heartbeat_at = p_heartbeat_at, expires_at = p_expires_at, revision = revision + 1
+    WHERE thread_id = p_thread AND holder_id = p_holder;
+  v_result := CASE WHEN FOUND THEN p_renewed ELSE p_not_renewed END;
+  UPDATE {WRITES} SET result = v_result WHERE write_id = p_write_id;
+  RETURN v_result;
+END $$""",
+)
+
+
+async def _v3_owners(conn: Connection) -> None:
+    """Owners, revisions, fingerprints and tool steps: the thread records and step tables,
+    revision columns on leases, jobs and commands, and the write functions again, now
+    taking the owner. Every thread already stored has no record: it is unowned."""
+    for ddl in _V3_TABLES:
+        await conn.execute(ddl)
+    for signature in _V2_SIGNATURES:
+        await conn.execute(f"DROP FUNCTION {signature}")
+    for ddl in _V3_FUNCTIONS:
+        await conn.execute(ddl)
+
+
+MIGRATIONS: list[Callable[[Connection], Awaitable[None]]] = [_v1_our_tables, _v2_write_functions, _v3_owners]
+"""Ordered migrations: ``MIGRATIONS[i]`` brings our tables to version ``i + 1`` (v1 the
+tables and triggers, v2 the one-statement write functions, v3 owners, revisions,
+fingerprints and tool steps).
 
 Each takes an asyncpg connection inside an open transaction; it adds, never rewrites a
 row of cubeloop's. Append only; never reorder. Read at call time, so tests can add a step."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Whose rows a store reads: its ``owner`` (:data:`core.owners.UNOWNED` for the unowned
+    scope) and our schema ``version`` in the database (``None``: none of ours), which says
+    whether thread records exist to read the owner from (v3) and revision columns with them."""
+
+    owner: str
+    version: int | None
+
+    @property
+    def records(self) -> bool:
+        """Whether the thread records (and the revision columns, the steps) exist."""
+        return (self.version or 0) >= 3
+
+    def owner_of(self, thread: str) -> str:
+        """SQL for the owner of the thread ``thread`` names (a placeholder or a column): its
+        record's, ``''`` without one (one primary-key probe). Without the records table every
+        thread is unowned."""
+        if not self.records:
+            return "''"
+        return f"coalesce((SELECT o.owner FROM {RECORDS} AS o WHERE o.thread_id = {thread}), '')"
+
+    def visible(self, thread: str, owner: str) -> str:
+        """SQL true when the thread ``thread`` names belongs to the owner bound at placeholder
+        ``owner``: the predicate every read of a thread's rows carries in its own text."""
+        return f"{self.owner_of(thread)} = {owner}"
+
+    def revision(self, alias: str = "") -> str:
+        """The select-list item of a lease's, job's or command's revision: the column, or 1
+        for rows of a database from before revisions (written once, as v3 counts them)."""
+        return f"{alias}revision" if self.records else "1"
 
 
 @dataclass(frozen=True, slots=True)

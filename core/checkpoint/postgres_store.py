@@ -18,6 +18,7 @@ from core.checkpoint import postgres_conn as pg
 from core.checkpoint import postgres_schema as schema
 from core.checkpoint.reconnect import RECONNECT_DELAYS, OnStatus, with_reconnect
 from core.errors import CheckpointError, DatabaseOpenError, ReadOnlyStoreError, SchemaError
+from core.owners import resolve_owner
 
 T = TypeVar("T")
 
@@ -28,6 +29,9 @@ triggers (browse-only of a cubeloop database: there is nothing to LISTEN to)."""
 WATCH_CHECK = 1.0
 """Seconds between two checks that the LISTEN connection is still alive."""
 
+BeforeCommit = Callable[[str, Any], Awaitable[None]]
+"""The test seam's type: ``await hook(what, conn)`` (see ``PostgresStore._before_commit``)."""
+
 
 class PostgresStore:
     """An open database and its mode; use :meth:`open` (a subclass gets its own type back).
@@ -37,7 +41,21 @@ class PostgresStore:
     (:func:`core.checkpoint.reconnect.with_reconnect`). A write carries one write id across
     its retries, recorded in its own transaction, so an attempt whose commit went through
     but whose acknowledgement was lost is found, not repeated.
+
+    The store is opened for one owner (:mod:`core.owners`): every query it sends carries
+    that owner (:class:`~core.checkpoint.postgres_schema.Scope`), and every write passes the
+    server-side admission ``cubepi_tui_own`` inside its own transaction.
     """
+
+    _before_commit: BeforeCommit | None = None
+    """Test seam, private: when set, every write awaits ``_before_commit(what, conn)`` inside
+    its transaction, after its statements ran (the compare-and-set UPDATE included) and
+    before COMMIT, with ``what`` the write's name ("save", "step commit", ...) and ``conn``
+    the asyncpg connection holding the open transaction. An exception it raises rolls the
+    write back; a process killed while it waits leaves the transaction uncommitted, which
+    the server rolls back when the connection drops. The one-statement writes then run in
+    an explicit transaction (BEGIN, the function, the hook, COMMIT) instead of an implicit
+    one. Never set outside tests."""
 
     def __init__(
         self,
@@ -46,8 +64,10 @@ class PostgresStore:
         layout: schema.Layout,
         on_status: OnStatus | None,
         reconnect_delays: Sequence[float] = RECONNECT_DELAYS,
+        owner: str = "",
     ) -> None:
         """Internal: use :meth:`open`."""
+        self._owner = owner
         self._url = url
         self._where = pg.where(url)
         self._pool: asyncpg.Pool | None = pool
@@ -65,8 +85,12 @@ class PostgresStore:
         create: bool = True,
         on_status: OnStatus | None = None,
         reconnect_delays: Sequence[float] = RECONNECT_DELAYS,
+        owner: str | None = None,
     ) -> Self:
-        """Open the database at ``url`` (``postgresql://user:password@host:port/database``).
+        """Open the database at ``url`` (``postgresql://user:password@host:port/database``)
+        for ``owner`` (``None``: the default owner, :func:`core.owners.resolve_owner`;
+        :data:`core.owners.UNOWNED`: the threads that record no owner - cubeloop's, and ours
+        from before owners).
 
         * cubeloop's v5 tables and ours at this version: read-write.
         * empty (neither): with ``create``, cubeloop's v5 tables (exactly as its metadata
@@ -84,8 +108,11 @@ class PostgresStore:
         not retried: a server that is down is said at once. ``on_status`` is told of every
         reconnect of a later call (see :class:`~core.checkpoint.reconnect.StoreStatus`);
         ``reconnect_delays`` (seconds) are that call's waits before each retry
-        (:func:`core.checkpoint.reconnect.delays_within` makes shorter ones).
+        (:func:`core.checkpoint.reconnect.delays_within` makes shorter ones). Raises
+        ``ValueError`` (one sentence, nothing opened) for an owner name
+        :func:`core.owners.check_owner` refuses.
         """
+        who = resolve_owner(owner)
         place = pg.where(url)
         try:
             conn = await pg.connect(url, read_only=True)
@@ -107,7 +134,7 @@ class PostgresStore:
             pool = await pg.create_pool(url, read_only=not writable)
         except Exception as error:
             raise pg.open_error(url, error) from None
-        store = cls(url, pool, layout, on_status, reconnect_delays)
+        store = cls(url, pool, layout, on_status, reconnect_delays, who)
         if writable:
             with contextlib.suppress(asyncpg.PostgresError):  # housekeeping only
                 async with pool.acquire() as conn:
@@ -142,6 +169,16 @@ class PostgresStore:
             await old.close()
 
     # --- state ---------------------------------------------------------------------------
+
+    @property
+    def owner(self) -> str:
+        """See ``OwnerScoped.owner``: the owner this store was opened for."""
+        return self._owner
+
+    @property
+    def _scope(self) -> schema.Scope:
+        """The owner and schema version every query of this store is written for."""
+        return schema.Scope(self._owner, self._layout.version)
 
     @property
     def where(self) -> str:
@@ -241,6 +278,8 @@ class PostgresStore:
                     return stored
                 result = await fn(conn)
                 await pg.store_result(conn, write_id, result)
+                if self._before_commit is not None:
+                    await self._before_commit(what, conn)
                 return result
 
         return await self._retrying(attempt, what)
@@ -257,7 +296,13 @@ class PostgresStore:
 
         async def attempt() -> T:
             async with self._live_pool().acquire() as conn, _dropping_broken(conn):
-                return await fn(conn, write_id)
+                hook = self._before_commit
+                if hook is None:
+                    return await fn(conn, write_id)
+                async with conn.transaction():
+                    result = await fn(conn, write_id)
+                    await hook(what, conn)
+                    return result
 
         return await self._retrying(attempt, what)
 

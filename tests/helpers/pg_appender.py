@@ -2,7 +2,8 @@
 
 ``python -m tests.helpers.pg_appender URL THREAD NAME COUNT ours|cubeloop`` appends COUNT
 user messages "NAME-0" ... one at a time (with our store, or with cubeloop 0.15.3's own
-``PostgresCheckpointer``) and prints "done" at the end.
+``PostgresCheckpointer``) and prints "done" at the end. Ours opens the unowned scope: a
+thread cubeloop writes too is unowned (cubeloop records no owner), whoever writes first.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import sys
 async def _ours(url: str, thread: str, name: str, count: int) -> None:
     from core.checkpoint.postgres import PostgresCheckpointer
     from core.messages import user_text
+    from core.owners import UNOWNED
 
-    async with await PostgresCheckpointer.open(url, create=False) as store:
+    async with await PostgresCheckpointer.open(url, create=False, owner=UNOWNED) as store:
         for i in range(count):
             await store.append(thread, [user_text(f"{name}-{i}")])
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.checkpoint.postgres import PostgresCheckpointer
+from core.owners import UNOWNED
 from tests.helpers.pg import new_store
 
 pytestmark = pytest.mark.postgres
@@ -19,7 +20,7 @@ WAIT = 120.0  # seconds; a liveness bound on a loaded 2-core machine, reached on
 
 
 async def test_processes_appending_to_one_thread_keep_every_message_once_in_one_order() -> None:
-    store = await new_store("procs")
+    store = await new_store("procs", owner=UNOWNED)  # cubeloop writes the thread too: it is unowned
     try:
         writers = {"a": "ours", "b": "ours", "c": "cubeloop"}
         count = 40
@@ -75,7 +76,7 @@ async def test_change_signals_wake_on_another_programs_commit_and_survive_a_drop
     import asyncpg
     from cubeloop.checkpointer.postgres import PostgresCheckpointer as CubeloopPostgres
 
-    store = await new_store("signals")
+    store = await new_store("signals", owner=UNOWNED)  # cubeloop's thread "t" is unowned
     stop = asyncio.Event()
     signals = asyncio.Queue[None]()
 

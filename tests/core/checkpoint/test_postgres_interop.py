@@ -18,6 +18,7 @@ from core.checkpoint import codec, postgres_schema
 from core.checkpoint.postgres import PostgresCheckpointer
 from core.errors import ReadOnlyStoreError
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
+from core.owners import UNOWNED
 from tests.helpers.pg import make_cubeloop_schema
 from tests.helpers.services import postgres_database
 
@@ -82,7 +83,7 @@ async def test_cubeloop_threads_read_here_browse_only_then_after_upgrade() -> No
             assert [m.role for m in by_id["t"].tail] == ["assistant"]
             assert by_id["asks"].pending_request == asks.pending_request
 
-        store = await PostgresCheckpointer.open(url, create=False)
+        store = await PostgresCheckpointer.open(url, create=False, owner=UNOWNED)  # cubeloop's threads: unowned
         try:
             assert (store.needs_upgrade, store.read_only, store.schema_version) == (True, True, None)
             await check(store)
@@ -215,7 +216,8 @@ async def test_both_programs_append_to_one_thread_at_once() -> None:
     import asyncio
 
     async with postgres_database("both") as url:
-        async with await PostgresCheckpointer.open(url, create=True) as store:
+        # A thread both programs write is unowned (cubeloop records no owner), whoever is first.
+        async with await PostgresCheckpointer.open(url, create=True, owner=UNOWNED) as store:
             async with CubeloopPostgres(url) as theirs:
 
                 async def cubeloop_writes() -> None:

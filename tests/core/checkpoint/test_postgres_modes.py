@@ -14,6 +14,7 @@ from core.checkpoint import postgres_schema
 from core.checkpoint.postgres import PostgresCheckpointer
 from core.errors import DatabaseOpenError, ReadOnlyStoreError, SchemaError
 from core.messages import user_text
+from core.owners import UNOWNED
 from tests.helpers.pg import make_cubeloop_schema, new_store
 from tests.helpers.services import postgres_database
 
@@ -72,7 +73,8 @@ async def test_browsing_a_cubeloop_database_never_changes_it() -> None:
     async with postgres_database("browse") as url:
         await _cubeloop_db_with_a_thread(url)
         before = await _fingerprint(url)
-        store = await PostgresCheckpointer.open(url, create=True)  # create=True: still never written
+        # create=True: still never written; cubeloop's threads are the unowned scope's
+        store = await PostgresCheckpointer.open(url, create=True, owner=UNOWNED)
         try:
             assert store.needs_upgrade and store.read_only and store.schema_version is None
             assert (await store.load("t")).messages[0].text == "hello"  # type: ignore[union-attr]
@@ -127,7 +129,7 @@ async def test_upgrade_adds_our_tables_in_one_go_and_keeps_cubeloops_rows() -> N
     async with postgres_database("upgrade") as url:
         await _cubeloop_db_with_a_thread(url)
         before = (await _fingerprint(url))["rows"]
-        async with await PostgresCheckpointer.open(url) as store:
+        async with await PostgresCheckpointer.open(url, owner=UNOWNED) as store:  # cubeloop's thread is unowned
             await store.upgrade()
             await store.upgrade()  # a no-op once done
             assert not store.needs_upgrade and store.schema_version == len(postgres_schema.MIGRATIONS)
@@ -135,7 +137,7 @@ async def test_upgrade_adds_our_tables_in_one_go_and_keeps_cubeloops_rows() -> N
             assert {t: after[t] for t in before} == before, "no row of cubeloop's changed"
             assert {t for t in after if t not in before} == {t for t in after if t.startswith("cubepi_tui_")}
             await store.append("t", [user_text("after")])
-        async with await PostgresCheckpointer.open(url, create=False) as store:
+        async with await PostgresCheckpointer.open(url, create=False, owner=UNOWNED) as store:
             assert not store.read_only
             assert [m.text for m in (await store.load("t")).messages] == ["hello", "after"]  # type: ignore[union-attr]
 
@@ -184,7 +186,8 @@ async def test_a_version_1_store_of_ours_upgrades_to_the_write_functions(monkeyp
         await _cubeloop_appends(url, "from v1")  # v1's triggers count it
         (functions,) = await _sql(url, "SELECT count(*) FROM pg_proc WHERE proname = 'cubepi_tui_append'")
         assert functions[0][0] == 0
-        async with await PostgresCheckpointer.open(url, create=False) as store:
+        # cubeloop wrote "t" first: unowned
+        async with await PostgresCheckpointer.open(url, create=False, owner=UNOWNED) as store:
             assert (store.needs_upgrade, store.schema_version) == (True, 1)
             await store.upgrade()
             assert (store.needs_upgrade, store.schema_version) == (False, len(postgres_schema.MIGRATIONS))
