@@ -7,19 +7,24 @@ read its. Everything else of ours lies beside them under ``{prefix}tui:`` (the k
 :mod:`core.checkpoint.redis_keys`). The prefix is ``cubepi:`` unless the URL's ``prefix``
 query parameter (``redis://host:6379/0?prefix=team:``) or ``open(prefix=...)`` says otherwise.
 
-Opening (see :meth:`~core.checkpoint.redis_store.RedisStore.open`): ours at this version
-is read-write; nothing under the prefix is created (or refused without ``create``); the
+Opening (see :meth:`~core.checkpoint.redis_store.RedisStore.open`, which takes ``owner=``):
+ours at this version is read-write; nothing under the prefix is created (or refused without ``create``); the
 example's layout (no schema version of ours) or an older version of ours is browse-only
 until :meth:`upgrade`; a newer version raises ``SchemaError``.
 
 Atomicity: every write that checks something is one Lua script
-(:mod:`core.checkpoint.redis_scripts`) or one ``WATCH``/``MULTI`` transaction: an append
-checks its write id, the lease fence and the runs, pushes the messages, bumps the thread
-in the listing index and adds to the change feed, all in one script. ``save_extra``
-merges in Python under ``WATCH`` and retries when another writer got there first, so
-no key is lost (the example's own read-modify-write loses keys) and values are JSON
-written by Python, exact (Redis's Lua ``cjson`` would turn ``[]`` into ``{}`` and round
-numbers).
+(:mod:`core.checkpoint.redis_scripts`): an append checks its write id, the owner, the
+lease fence and the runs, pushes the messages, bumps the thread in its owner's listing
+index and adds to the change feed, all in one script. ``save_extra`` merges in Python
+and writes with a script only if the extra is still what it merged into (and, given an
+expected revision, the revision still that), retrying the merge when another writer got
+there first, so no key is lost (the example's own read-modify-write loses keys) and
+values are JSON written by Python, exact (Redis's Lua ``cjson`` would turn ``[]`` into
+``{}`` and round numbers).
+
+Owners (:mod:`core.owners`): a store is opened for one owner, and every script checks the
+thread's record (``tui:rec:{thread_id}``) against it on the server; threads without a
+record - the example's, and ours from before schema v3 - are the unowned scope's.
 
 Message ids are list positions counting from 1 (see :mod:`core.checkpoint.redis_read`).
 
@@ -48,16 +53,14 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.exceptions import WatchError
 
 from core.checkpoint import codec
 from core.checkpoint import redis_read as read
-from core.checkpoint.base import CheckpointData, ThreadSummary
+from core.checkpoint.base import EXTRA_RECORD, CheckpointData, ThreadSummary, revision_conflict
 from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
-from core.checkpoint.redis_keys import CHANGES_KEEP
 from core.checkpoint.redis_records import encode_pending
 from core.checkpoint.redis_store import CONNECT_TIMEOUT, KEEP, now_arg, write_id
-from core.checkpoint.redis_supervised import RedisSupervised
+from core.checkpoint.redis_threads import RedisThreads
 from core.errors import CorruptRecordError, RunAlreadyClaimedError, RunAlreadyCompletedError, RunNotClaimedError
 from core.messages import AnyMessage, UserMessage
 
@@ -71,10 +74,10 @@ FOREIGN_POLL = 1.0
 """Seconds between two looks at a browse-only store of the example's layout (it has no feed)."""
 
 
-class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaUpgrade):
+class RedisCheckpointer(RedisThreads, SupervisedStore, HumanRequests, SchemaUpgrade):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` on Redis.
 
-    Build it with ``await RedisCheckpointer.open(url, create=..., on_status=..., prefix=...)``;
+    Build it with ``await RedisCheckpointer.open(url, create=..., on_status=..., prefix=..., owner=...)``;
     it is also an async context manager that closes itself. Every call rides out a lost
     connection (:func:`core.checkpoint.reconnect.with_reconnect`, then
     ``StoreConnectionError``); writes on a browse-only store raise ``ReadOnlyStoreError``.
@@ -84,22 +87,29 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
     # --- the contract ----------------------------------------------------------------------
 
     async def load(self, thread_id: str) -> CheckpointData | None:
-        """See ``Checkpointer.load``: one ``MULTI`` snapshot; undecodable entries in ``problems``;
-        ``journal`` is ``None`` on a store of the example's layout."""
+        """See ``Checkpointer.load``: one read-only script (one consistent view, the owner
+        checked in it; ``None`` for another owner's thread); undecodable entries in
+        ``problems``; ``journal`` is ``None`` on a store of the example's layout; ``meta``
+        ``None`` for a thread that keeps no record (the example's, ours before v3)."""
         client = self._live_client()
-        return await self._call("load", lambda: read.load(client, self._keys, thread_id, self._version, None))
+        script, owner = self._scripts["LOAD"], self._owner
+        return await self._call(
+            "load", lambda: read.load(client, script, self._keys, owner, thread_id, self._version, None)
+        )
 
     async def load_after(self, thread_id: str, after_id: Any) -> CheckpointData:
         """See ``IncrementalReads.load_after``: ``LRANGE msgs after_id -1`` (ids are positions from 1)."""
         client = self._live_client()
+        script, owner, after = self._scripts["LOAD"], self._owner, int(after_id or 0)
         data = await self._call(
-            "load", lambda: read.load(client, self._keys, thread_id, self._version, int(after_id or 0))
+            "load", lambda: read.load(client, script, self._keys, owner, thread_id, self._version, after)
         )
         return data if data is not None else CheckpointData()
 
     async def append(self, thread_id: str, messages: Sequence[AnyMessage], *, holder_id: str | None = None) -> None:
-        """See ``Checkpointer.append``: one Lua script (write id, fence, run checks, RPUSH,
-        index, change feed), so a retry after a lost reply appends nothing twice."""
+        """See ``Checkpointer.append``: one Lua script (write id, owner, fence, run checks,
+        RPUSH, index, change feed), so a retry after a lost reply appends nothing twice.
+        ``ThreadNotFoundError`` for another owner's thread."""
         if not messages:
             return
         self._check_writable()
@@ -107,13 +117,15 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
         run_ids = sorted({r for m in messages if (r := getattr(m, "run_id", None)) is not None})
         prompt = next((m.text for m in messages if isinstance(m, UserMessage)), None)
         marker, ttl = self._write_args(write_id())
-        k = self._keys
-        keys = [k.msgs(thread_id), k.runs(thread_id), k.leases, k.threads, k.changes, marker, k.first]
+        k, owner = self._keys, self._owner
+        keys = [*k.scope(thread_id), k.leases(owner), k.index(owner), k.changes, marker, k.first]
 
         async def attempt() -> None:
             now = now_arg()
-            args = [thread_id, holder_id or "", now, ttl, "0" if prompt is None else "1", prompt or ""]
+            args = [thread_id, owner, holder_id or "", now, ttl, "0" if prompt is None else "1", prompt or ""]
             reply = await self._script("APPEND", keys, [*args, len(run_ids), *run_ids, *texts])
+            if reply[0] == b"unavailable":
+                self._unavailable(thread_id)
             if reply[0] == b"lease":
                 self._lease_lost(thread_id, holder_id or "", reply[1], now)
             if reply[0] == b"completed":
@@ -123,64 +135,76 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
 
         await self._call("append", attempt)
 
-    async def save_extra(self, thread_id: str, extra: dict[str, Any]) -> None:
-        """See ``Checkpointer.save_extra``: read, merge and ``SET`` under ``WATCH`` of the key,
-        retried whenever another writer changed it first, so concurrent writers lose no key.
+    async def save_extra(self, thread_id: str, extra: dict[str, Any], *, expected_revision: int | None = None) -> int:
+        """See ``CheckedExtra.save_extra``: read the extra and its revision (a script that
+        checks the owner), merge in Python, and write with the ``SAVE_EXTRA`` script only if
+        the extra is still the text merged into and, with ``expected_revision``, the revision
+        still that one; the merge is made again whenever another writer changed the extra
+        first, so concurrent writers lose no key. Returns the new revision.
 
-        Raises ``TypeError`` for values JSON cannot hold and ``CorruptRecordError`` when the
-        stored extra is not a JSON object (it is left unchanged rather than overwritten).
+        Raises ``ConflictError`` (nothing written) when ``expected_revision`` is not the
+        stored one, ``ThreadNotFoundError`` for another owner's thread, ``TypeError`` for
+        values JSON cannot hold and ``CorruptRecordError`` when the stored extra is not a
+        JSON object (it is left unchanged rather than overwritten).
         """
         patch = json.loads(codec.encode_extra(extra))  # the copy in; fails early on bad values
         self._check_writable()
-        client = self._live_client()
         marker, ttl = self._write_args(write_id())
-        key = self._keys.extra(thread_id)
+        k, owner = self._keys, self._owner
+        scope = k.scope(thread_id)
+        keys = [*scope, k.index(owner), k.changes, marker]
+        expected = "" if expected_revision is None else str(expected_revision)
 
-        async def attempt() -> None:
-            async with client.pipeline(transaction=True) as pipe:
-                while True:
-                    try:
-                        await pipe.watch(key, marker)
-                        if await pipe.exists(marker):
-                            return  # made before the connection broke
-                        current, problem = read.parse_extra(await pipe.get(key), thread_id)
-                        if problem is not None:
-                            raise CorruptRecordError(
-                                f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
-                                " unchanged and the new keys were not saved.",
-                                thread_id=thread_id,
-                                row_id="extra",
-                            )
-                        current.update(patch)
-                        pipe.multi()
-                        pipe.set(key, codec.encode_extra(current))
-                        pipe.zadd(self._keys.threads, {thread_id: time.time()})
-                        pipe.xadd(self._keys.changes, {"t": thread_id}, maxlen=CHANGES_KEEP, approximate=True)
-                        pipe.set(marker, "ok", ex=ttl)
-                        await pipe.execute()
-                        return
-                    except WatchError:
-                        continue
+        async def attempt() -> int:
+            while True:
+                seen = await self._script("EXTRA_READ", scope, [thread_id, owner])
+                if seen[0] == b"unavailable":
+                    self._unavailable(thread_id)
+                revision, raw = int(seen[1]), seen[2] if len(seen) > 2 else None
+                if expected_revision is not None and revision != expected_revision:
+                    raise revision_conflict(thread_id, EXTRA_RECORD, expected_revision, revision)
+                current, problem = read.parse_extra(raw, thread_id)
+                if problem is not None:
+                    raise CorruptRecordError(
+                        f"The extra data of thread {thread_id!r} is not a JSON object, so it was left"
+                        " unchanged and the new keys were not saved.",
+                        thread_id=thread_id,
+                        row_id="extra",
+                    )
+                current.update(patch)
+                args = [thread_id, owner, now_arg(), ttl, "0" if raw is None else "1", raw or b""]
+                await self._at_commit("extra")
+                reply = await self._script("SAVE_EXTRA", keys, [*args, codec.encode_extra(current), expected])
+                if reply[0] == b"retry":
+                    continue
+                if reply[0] == b"unavailable":
+                    self._unavailable(thread_id)
+                if reply[0] == b"conflict":
+                    raise revision_conflict(thread_id, EXTRA_RECORD, expected_revision, int(reply[1]))  # type: ignore[arg-type]
+                return int(reply[1])  # type: ignore[arg-type]
 
-        await self._call("save", attempt)
+        return await self._call("save", attempt)
 
     async def list_threads(self) -> list[ThreadSummary]:
         """See ``Checkpointer.list_threads``: the listing index and one read-only script per 500
         threads (:func:`core.checkpoint.redis_read.list_threads`); ``SCAN`` on the example's layout."""
         client = self._live_client()
-        chunk = self._scripts["LIST_CHUNK"]
-        return await self._call("listing", lambda: read.list_threads(client, self._keys, self._version, chunk))
+        chunk, owner = self._scripts["LIST_CHUNK"], self._owner
+        return await self._call("listing", lambda: read.list_threads(client, self._keys, owner, self._version, chunk))
 
     async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
-        """See ``Checkpointer.claim_run``: one script (write id, fence, the run's state, the claim)."""
+        """See ``Checkpointer.claim_run``: one script (write id, owner, fence, the run's
+        state, the claim); the run's revision is 1. ``ThreadNotFoundError`` for another owner's thread."""
         self._check_writable()
         marker, ttl = self._write_args(write_id())
-        k = self._keys
-        keys = [k.runs(thread_id), k.leases, k.threads, k.changes, marker]
+        k, owner = self._keys, self._owner
+        keys = [*k.scope(thread_id), k.leases(owner), k.index(owner), k.changes, marker]
 
         async def attempt() -> None:
             now = now_arg()
-            reply = await self._script("CLAIM", keys, [thread_id, holder_id or "", now, ttl, run_id])
+            reply = await self._script("CLAIM", keys, [thread_id, owner, holder_id or "", now, ttl, run_id])
+            if reply[0] == b"unavailable":
+                self._unavailable(thread_id)
             if reply[0] == b"lease":
                 self._lease_lost(thread_id, holder_id or "", reply[1], now)
             if reply[0] == b"completed":
@@ -191,14 +215,19 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
         await self._call("claim", attempt)
 
     async def mark_run_complete(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
-        """See ``Checkpointer.mark_run_complete``: ``completion_seq`` is the thread's next number, in one script."""
+        """See ``Checkpointer.mark_run_complete``: ``completion_seq`` is the thread's next
+        number, in one script; the run's revision goes 1 -> 2. ``ThreadNotFoundError`` for
+        another owner's thread."""
         self._check_writable()
         marker, ttl = self._write_args(write_id())
-        keys = [self._keys.runs(thread_id), self._keys.leases, self._keys.changes, marker]
+        k, owner = self._keys, self._owner
+        keys = [*k.scope(thread_id), k.leases(owner), k.changes, marker]
 
         async def attempt() -> None:
             now = now_arg()
-            reply = await self._script("COMPLETE", keys, [thread_id, holder_id or "", now, ttl, run_id])
+            reply = await self._script("COMPLETE", keys, [thread_id, owner, holder_id or "", now, ttl, run_id])
+            if reply[0] == b"unavailable":
+                self._unavailable(thread_id)
             if reply[0] == b"lease":
                 self._lease_lost(thread_id, holder_id or "", reply[1], now)
             if reply[0] == b"unclaimed":
@@ -209,7 +238,8 @@ class RedisCheckpointer(RedisSupervised, SupervisedStore, HumanRequests, SchemaU
     async def save_pending_request(
         self, thread_id: str, request_json: str | None, *, run_id: str | None = None
     ) -> None:
-        """See ``HumanRequests.save_pending_request`` (one compare-and-set of ``tui:pending``)."""
+        """See ``HumanRequests.save_pending_request`` (one compare-and-set of ``tui:pending``);
+        ``ThreadNotFoundError`` for another owner's thread."""
         self._check_writable()
         new = None if request_json is None else encode_pending(request_json, run_id, time.time())
 

@@ -10,18 +10,34 @@ Ours, beside them under ``{prefix}tui:`` (added by :meth:`~core.checkpoint.redis
 or when a new store is created):
 
 * ``tui:schema`` - our schema version (a decimal string);
-* ``tui:threads`` - sorted set: thread id -> last activity (unix seconds), the listing index;
+* ``tui:rec:{thread_id}`` - hash: the thread's own record (schema v3): ``owner`` (absent for
+  a thread that records none: :data:`core.owners.UNOWNED`), ``created_at``, ``fp`` the
+  fingerprints JSON and ``rev`` their revision, ``ovr`` the overrides (a JSON array), ``xrev``
+  the extra's revision. A thread of the example's layout, or of ours before v3, has none;
+* ``tui:threads`` - sorted set: thread id -> last activity (unix seconds), the listing index
+  of the unowned threads (before v3: of every thread); ``tui:threads:{owner}`` a named owner's;
 * ``tui:first`` - hash: thread id -> the text of its first user message (schema v2);
 * ``tui:runs:{thread_id}`` - hash: run id -> run record JSON;
 * ``tui:pending`` - hash: thread id -> pending human request JSON;
 * ``tui:journal:{thread_id}`` / ``tui:jobs:{thread_id}`` - hashes: tool call id / job key -> JSON;
-* ``tui:leases`` - hash: thread id -> lease JSON;
+* ``tui:steps:{thread_id}`` - hash: the thread's step records (schema v3), one field per
+  column and job key (``w:{key}`` the workflow, ``r:{key}`` the revision, ...; see
+  :data:`STEP_FIELDS`), so one script checks and updates a record's columns in place;
+* ``tui:leases`` - hash: thread id -> lease JSON, of the unowned threads (before v3: of every
+  thread); ``tui:leases:{owner}`` a named owner's;
 * ``tui:live:{thread_id}`` - a stream of live events, ids ``0-{seq}`` from the counter ``tui:liveseq``;
-* ``tui:cmds`` - hash: seq -> command JSON; ``tui:cmdseq`` its counter; ``tui:cmds:{thread_id}``
-  a sorted set of the thread's command seqs;
+* ``tui:cmds`` - hash: seq -> command JSON, of the unowned threads (before v3: of every thread),
+  ``tui:owncmds:{owner}`` a named owner's; ``tui:cmdseq`` their one counter;
+  ``tui:cmds:{thread_id}`` a sorted set of the thread's command seqs;
 * ``tui:changes`` - a stream every write of ours adds an entry to (the change feed);
 * ``tui:w:{write_id}`` - the reply of a write already made (expires), so a write whose
   reply was lost is found on retry instead of made twice.
+
+Owners. The store-wide collections a listing or a command's seq reads (the index, the
+leases, the commands) are kept per owner, so each owner's reads touch only its own: the
+unowned scope's are the keys of before v3, which is how every earlier thread becomes
+unowned without a key being rewritten. The per-thread keys are shared; every script checks
+the thread's ``tui:rec`` owner before it reads or writes them.
 
 Only :mod:`core.checkpoint.redis` and its ``redis_*`` helpers import this module.
 """
@@ -34,6 +50,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from core.checkpoint.addresses import port_problem
 from core.checkpoint.redact import redacted
 from core.errors import DatabaseOpenError
+from core.owners import UNOWNED
 
 DEFAULT_PREFIX = "cubepi:"
 """The key prefix of CubePi's custom-backend example."""
@@ -44,6 +61,19 @@ call's reconnect window (26.3 s, :data:`core.checkpoint.reconnect.RECONNECT_DELA
 
 CHANGES_KEEP = 1000
 """Entries the change feed keeps (``XADD MAXLEN ~``); readers need only the newest id."""
+
+STEP_FIELDS = {
+    "i": "input_fingerprint",
+    "w": "workflow",
+    "n": "next_step",
+    "t": "total_steps",
+    "r": "revision",
+    "d": "data",
+    "c": "tool_call_id",
+    "u": "updated_at",
+}
+"""The columns of a step record as fields ``{letter}:{key}`` of ``tui:steps:{thread_id}``
+(``t``, ``d`` and ``c`` absent for none; ``d`` is the data's JSON text)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +98,20 @@ class Keys:
         """Our schema version."""
         return self._tui("schema")
 
-    @property
-    def threads(self) -> str:
-        """The listing index (sorted set by last activity)."""
-        return self._tui("threads")
+    def record(self, thread_id: str) -> str:
+        """The thread's own record: owner, created_at, fingerprints, revisions (hash)."""
+        return self._tui(f"rec:{thread_id}")
+
+    def scope(self, thread_id: str) -> list[str]:
+        """The keys a write script's owner check reads, its ``KEYS[1..5]``: the thread's
+        record, message list, extra, runs and the pending-request hash (a thread with none
+        of them does not exist; see :mod:`core.checkpoint.redis_scripts`)."""
+        return [self.record(thread_id), self.msgs(thread_id), self.extra(thread_id), self.runs(thread_id), self.pending]
+
+    def index(self, owner: str) -> str:
+        """The listing index of ``owner``'s threads (sorted set by last activity); the
+        unowned scope's is the index of before v3."""
+        return self._tui("threads") if owner == UNOWNED else self._tui(f"threads:{owner}")
 
     @property
     def first(self) -> str:
@@ -95,10 +135,13 @@ class Keys:
         """Job key -> job record (hash)."""
         return self._tui(f"jobs:{thread_id}")
 
-    @property
-    def leases(self) -> str:
-        """Thread id -> lease (hash)."""
-        return self._tui("leases")
+    def steps(self, thread_id: str) -> str:
+        """The thread's step records, a field per column and key (hash, see :data:`STEP_FIELDS`)."""
+        return self._tui(f"steps:{thread_id}")
+
+    def leases(self, owner: str) -> str:
+        """Thread id -> lease of ``owner``'s threads (hash); the unowned scope's is that of before v3."""
+        return self._tui("leases") if owner == UNOWNED else self._tui(f"leases:{owner}")
 
     def live(self, thread_id: str) -> str:
         """The thread's live-event stream."""
@@ -109,10 +152,9 @@ class Keys:
         """The store's live-event counter."""
         return self._tui("liveseq")
 
-    @property
-    def commands(self) -> str:
-        """Seq -> command (hash)."""
-        return self._tui("cmds")
+    def commands(self, owner: str) -> str:
+        """Seq -> command of ``owner``'s threads (hash); the unowned scope's is that of before v3."""
+        return self._tui("cmds") if owner == UNOWNED else self._tui(f"owncmds:{owner}")
 
     @property
     def command_seq(self) -> str:

@@ -4,7 +4,9 @@ Message ids are positions in the thread's list counting from 1 (the first messag
 id 1), so ``load_after(thread, k)`` is ``LRANGE msgs k -1``; an undecodable entry is a
 :class:`~core.checkpoint.base.CorruptRow` whose ``row_id`` is that same position, and is
 never dropped or changed. ``version`` is the store's schema version (``None`` for a
-store of CubePi's example layout, which has none of our keys).
+store of CubePi's example layout, which has none of our keys). ``owner`` is the store's:
+both reads run as scripts that check each thread's record against it on the server, so
+another owner's thread reads exactly as a missing one.
 """
 
 from __future__ import annotations
@@ -67,22 +69,25 @@ def parse_extra(raw: bytes | None, thread_id: str) -> tuple[dict[str, Any], Corr
     return {}, CorruptRow("extra", why, records.text(raw))
 
 
-async def load(r: Redis, keys: Keys, thread_id: str, version: int | None, after: int | None) -> CheckpointData | None:
-    """The thread from one snapshot (``MULTI``), or ``None`` when it has nothing at all;
-    with ``after`` only entries after that id (and never ``None``)."""
+async def load(
+    r: Redis,
+    script: AsyncScript,
+    keys: Keys,
+    owner: str,
+    thread_id: str,
+    version: int | None,
+    after: int | None,
+) -> CheckpointData | None:
+    """The thread from one consistent view (the ``LOAD`` script), or ``None`` when it has
+    nothing at all or is another owner's; with ``after`` only entries after that id (and
+    never ``None``: empty data then)."""
     start = 0 if after is None else max(int(after), 0)
-    ours = version is not None
-    pipe = r.pipeline(transaction=True)
-    pipe.lrange(keys.msgs(thread_id), start, -1)
-    pipe.get(keys.extra(thread_id))
-    if ours:
-        pipe.hgetall(keys.runs(thread_id))
-        pipe.hget(keys.pending, thread_id)
-        pipe.hgetall(keys.journal(thread_id))
-    replies = await pipe.execute()
-    raws, extra_raw = replies[0], replies[1]
-    runs_raw, pending_raw, journal_raw = replies[2:] if ours else ({}, None, None)
-    runs = records.decode_runs(runs_raw)
+    script_keys = [*keys.scope(thread_id), keys.journal(thread_id)]
+    reply = await script(keys=script_keys, args=[thread_id, owner, start], client=r)
+    if not reply:
+        return None if after is None else CheckpointData()
+    raws, extra_raw, runs_flat, pending_raw, journal_flat, record_flat = reply
+    runs = records.decode_runs(runs_flat)
     if after is None and not raws and extra_raw is None and not runs and pending_raw is None:
         return None
     data = CheckpointData(runs=runs, pending_request=records.decode_pending(pending_raw))
@@ -90,8 +95,10 @@ async def load(r: Redis, keys: Keys, thread_id: str, version: int | None, after:
     data.extra, problem = parse_extra(extra_raw, thread_id)
     if problem is not None:
         data.problems.append(problem)
-    if journal_raw is not None:
-        data.journal = {records.text(k): records.decode_journal(v) for k, v in journal_raw.items()}  # type: ignore[misc]
+    if version is not None:
+        data.journal = {records.text(k): records.decode_journal(v) for k, v in records.pairs(journal_flat)}  # type: ignore[misc]
+    data.extra_revision = records.extra_revision(record_flat)
+    data.meta = records.decode_meta(thread_id, record_flat) if record_flat else None
     return data
 
 
@@ -160,38 +167,54 @@ async def _foreign_index(r: Redis, keys: Keys) -> list[tuple[str, float | None]]
     return found
 
 
-async def list_threads(r: Redis, keys: Keys, version: int | None, chunk_script: AsyncScript) -> list[ThreadSummary]:
-    """Every thread, most recently active first (see ``Checkpointer.list_threads``).
+async def list_threads(
+    r: Redis, keys: Keys, owner: str, version: int | None, chunk_script: AsyncScript
+) -> list[ThreadSummary]:
+    """Every thread of ``owner``, most recently active first (see ``Checkpointer.list_threads``).
 
-    Ours: the ``tui:threads`` index, then one read-only script per 500 threads
-    (``LIST_CHUNK`` of :mod:`~core.checkpoint.redis_scripts`: count, the last
-    ``TAIL_WINDOW`` entries, runs, first prompt, lease, pending request), so the cost is a
-    few round trips whatever the number of threads. The example's layout: ``SCAN``
-    instead of the index, and the head of each thread for its first prompt.
+    Ours: ``owner``'s listing index (:meth:`~core.checkpoint.redis_keys.Keys.index`: only
+    its threads, so the cost and the time say nothing of other owners'), then one read-only
+    script per 500 threads (``LIST_CHUNK`` of :mod:`~core.checkpoint.redis_scripts`: count,
+    the last ``TAIL_WINDOW`` entries, runs, first prompt, lease, pending request, each
+    thread's owner checked again in the script), so the cost is a few round trips whatever
+    the number of threads. The example's layout: ``SCAN`` instead of the index, and the
+    head of each thread for its first prompt (its threads record no owner: only the
+    unowned scope sees them).
     """
     if version is None:
         index = await _foreign_index(r, keys)
     else:
-        scored = await r.zrevrange(keys.threads, 0, -1, withscores=True)
+        scored = await r.zrevrange(keys.index(owner), 0, -1, withscores=True)
         index = [(records.text(tid), score or None) for tid, score in scored]
     out: list[ThreadSummary] = []
     for at in range(0, len(index), _LIST_CHUNK):
-        out.extend(await _summaries(r, keys, version, index[at : at + _LIST_CHUNK], chunk_script))
+        out.extend(await _summaries(r, keys, owner, version, index[at : at + _LIST_CHUNK], chunk_script))
     return out
 
 
 async def _summaries(
-    r: Redis, keys: Keys, version: int | None, index: list[tuple[str, float | None]], chunk_script: AsyncScript
+    r: Redis,
+    keys: Keys,
+    owner: str,
+    version: int | None,
+    found: list[tuple[str, float | None]],
+    chunk_script: AsyncScript,
 ) -> list[ThreadSummary]:
-    tids = [tid for tid, _ in index]
+    tids = [tid for tid, _ in found]
     ours = version is not None
     cached_first = ours and version >= FIRST_PROMPT_VERSION  # type: ignore[operator]
-    script_keys = [key for tid in tids for key in (keys.msgs(tid), keys.runs(tid))]
+    script_keys = [key for tid in tids for key in (keys.msgs(tid), keys.runs(tid), keys.record(tid))]
     replies = await chunk_script(
-        keys=[*script_keys, keys.leases, keys.pending, keys.first],
-        args=[TAIL_WINDOW, "0" if cached_first else "1", *tids],
+        keys=[*script_keys, keys.leases(owner), keys.pending, keys.first],
+        args=[TAIL_WINDOW, "0" if cached_first else "1", owner, *tids],
         client=r,
     )
+    # A thread whose record names another owner (deleted and made again since the index
+    # was read) is left out, as the script said.
+    kept = [i for i, reply in enumerate(replies) if reply != 0]
+    index = [found[i] for i in kept]
+    replies = [replies[i] for i in kept]
+    tids = [tids[i] for i in kept]
     # A thread whose window held no assistant message (or, without the first-prompt
     # index, whose head held no user message) is read whole.
     whole_needed = [

@@ -4,16 +4,33 @@ Times are unix seconds. Everything here is written by Python's ``json`` (exact f
 ints, floats and nesting) and stored as that text; see :mod:`core.checkpoint.redis_scripts`
 for why Lua never re-encodes it. Run records are the one kind Lua writes: all their
 values are strings (``claimed_at``, ``n`` the claim order, ``completed_at``,
-``completion_seq``), so ``cjson`` keeps them exact.
+``completion_seq``), so ``cjson`` keeps them exact; a run's revision is 1 until it
+completed, then 2 (what its two writes made of it). A thread's record and its step records
+are hash fields (see :mod:`core.checkpoint.redis_keys`), read here from the flat
+``HGETALL`` / ``HMGET`` replies the scripts return.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from core.checkpoint.base import Command, JobRecord, JournalEntry, Lease, PendingRequest, RunRecord
+from core.checkpoint.base import (
+    Command,
+    FingerprintOverride,
+    Fingerprints,
+    JobRecord,
+    JournalEntry,
+    Lease,
+    PendingRequest,
+    RunRecord,
+    StepRecord,
+    ThreadMeta,
+)
+from core.checkpoint.redis_keys import STEP_FIELDS
+from core.owners import UNOWNED
 
 _COMPACT = (",", ":")
 
@@ -21,6 +38,12 @@ _COMPACT = (",", ":")
 def text(raw: bytes | str) -> str:
     """Stored bytes as ``str``; bytes that are not UTF-8 are kept (as lone surrogates)."""
     return raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+
+
+def pairs(flat: Sequence[Any] | None) -> Iterator[tuple[Any, Any]]:
+    """The ``(field, value)`` pairs of a flat ``HGETALL`` reply (``None``: none)."""
+    items = flat or []
+    return zip(items[::2], items[1::2], strict=True)
 
 
 def dumps(value: Any) -> str:
@@ -83,10 +106,10 @@ def decode_pending(raw: bytes | str | None) -> PendingRequest | None:
     return PendingRequest(str(data["request_json"]), data.get("run_id"), data.get("created_at"))
 
 
-def decode_runs(fields: dict[bytes, bytes]) -> list[RunRecord]:
-    """Run records (an ``HGETALL`` of ``tui:runs:{thread}``) in claim order."""
+def decode_runs(fields: dict[bytes, bytes] | Sequence[bytes]) -> list[RunRecord]:
+    """Run records (an ``HGETALL`` of ``tui:runs:{thread}``, as a dict or flat) in claim order."""
     ordered: list[tuple[int, RunRecord]] = []
-    for run_id, raw in fields.items():
+    for run_id, raw in fields.items() if isinstance(fields, dict) else pairs(fields):
         data = json.loads(raw)
         completed = data.get("completed_at")
         seq = data.get("completion_seq")
@@ -98,8 +121,78 @@ def decode_runs(fields: dict[bytes, bytes]) -> list[RunRecord]:
                     claimed_at=float(data["claimed_at"]),
                     completed_at=None if completed is None else float(completed),
                     completion_seq=None if seq is None else int(seq),
+                    revision=1 if completed is None else 2,
                 ),
             )
         )
     ordered.sort(key=lambda pair: pair[0])
     return [run for _, run in ordered]
+
+
+def encode_fingerprints(fingerprints: Fingerprints) -> str:
+    """A thread's fingerprints as JSON (field ``fp`` of its record)."""
+    return dumps(asdict(fingerprints))
+
+
+def encode_override(override: FingerprintOverride) -> str:
+    """One override as JSON (an element of field ``ovr`` of the thread's record)."""
+    return dumps({"at": override.at, "owner": override.owner, "changes": list(override.changes)})
+
+
+def decode_meta(thread_id: str, flat: Sequence[bytes] | None) -> ThreadMeta:
+    """A thread's record from the flat ``HGETALL`` of ``tui:rec:{thread}`` (empty for a
+    thread that keeps none: unowned, revision 0)."""
+    fields = {text(k): v for k, v in pairs(flat)}
+    fingerprints = None
+    if "fp" in fields:
+        fingerprints = Fingerprints(**json.loads(fields["fp"]))
+    overrides = tuple(
+        FingerprintOverride(at=o["at"], owner=o["owner"], changes=tuple(o["changes"]))
+        for o in json.loads(fields.get("ovr", b"[]"))
+    )
+    created = fields.get("created_at")
+    return ThreadMeta(
+        thread_id=thread_id,
+        owner=text(fields["owner"]) if "owner" in fields else UNOWNED,
+        created_at=None if created is None else float(created),
+        revision=int(fields.get("rev", 0)),
+        fingerprints=fingerprints,
+        overrides=overrides,
+    )
+
+
+def extra_revision(flat: Sequence[bytes] | None) -> int:
+    """The extra's revision in the flat ``HGETALL`` of a thread's record (0: never saved by us)."""
+    return next((int(v) for k, v in pairs(flat) if k == b"xrev"), 0)
+
+
+def decode_step(thread_id: str, key: str, columns: Sequence[bytes | None]) -> StepRecord | None:
+    """The step record of job ``key`` from its columns in the order of
+    :data:`~core.checkpoint.redis_keys.STEP_FIELDS`; ``None`` when it was never begun."""
+    fingerprint, workflow, next_step, total, revision, data, call, updated = columns
+    if workflow is None or fingerprint is None:
+        return None
+    return StepRecord(
+        thread_id=thread_id,
+        key=key,
+        input_fingerprint=text(fingerprint),
+        workflow=text(workflow),
+        next_step=int(next_step or 0),
+        total_steps=None if total is None else int(total),
+        revision=int(revision or 0),
+        data=None if data is None else json.loads(data),
+        tool_call_id=None if call is None else text(call),
+        updated_at=float(updated or 0.0),
+    )
+
+
+def decode_steps(thread_id: str, flat: Sequence[bytes] | None) -> list[StepRecord]:
+    """Every step record in the flat ``HGETALL`` of ``tui:steps:{thread}``, by key."""
+    letters = list(STEP_FIELDS)
+    by_key: dict[str, list[bytes | None]] = {}
+    for field, value in pairs(flat):
+        letter, _, key = text(field).partition(":")
+        if letter in STEP_FIELDS:
+            by_key.setdefault(key, [None] * len(letters))[letters.index(letter)] = value
+    found = (decode_step(thread_id, key, columns) for key, columns in sorted(by_key.items()))
+    return [record for record in found if record is not None]

@@ -10,6 +10,15 @@ under ``{prefix}tui:schema``. A store without it is CubePi's example layout (ver
   their keys appear when first written.
 * v2: ``tui:first``, each thread's first user prompt, so a listing need not read and
   decode the head of every thread.
+* v3: owners, revisions, fingerprints and tool steps. Every write from now on checks the
+  thread's record ``tui:rec:{thread_id}`` (owner, created_at, fingerprints and their
+  revision, overrides, the extra's revision) and creates it for a new thread; steps live in
+  ``tui:steps:{thread_id}``; a named owner's index, leases and commands in keys of its own.
+  The threads already stored - ours of v1/v2 and the example's - keep no record, which is
+  what makes them unowned, and the keys of before (``tui:threads``, ``tui:leases``,
+  ``tui:cmds``) become the unowned scope's, so nothing is rewritten: the step adds no key.
+  What it changes is the version, and with it who may write: a cubepi-tui of v2 refuses
+  the store as newer, so no program writes to it without checking owners.
 
 A migration reads what it needs and returns the write commands; :func:`upgrade` runs
 every pending step's commands and the new version in one ``MULTI``/``EXEC`` guarded by
@@ -31,19 +40,23 @@ from redis.exceptions import WatchError
 from core.checkpoint.redis_keys import CHANGES_KEEP, Keys
 from core.checkpoint.redis_read import TAIL_WINDOW, first_prompt_of, message_time, scan_threads
 from core.errors import DatabaseOpenError
+from core.owners import UNOWNED
 
 Command = tuple[Any, ...]
 Migration = Callable[[Redis, Keys], Awaitable[list[Command]]]
 
 
 async def _v1_thread_index(r: Redis, keys: Keys) -> list[Command]:
-    """The listing index over the example's threads, by their last message's time."""
+    """The listing index over the example's threads, by their last message's time (the
+    unowned scope's index since v3: these threads record no owner)."""
     tids = sorted(await scan_threads(r, keys))
     pipe = r.pipeline(transaction=False)
     for tid in tids:
         pipe.lindex(keys.msgs(tid), -1)
     lasts = await pipe.execute() if tids else []
-    return [("ZADD", keys.threads, "NX", message_time(raw) or 0.0, tid) for tid, raw in zip(tids, lasts, strict=True)]
+    return [
+        ("ZADD", keys.index(UNOWNED), "NX", message_time(raw) or 0.0, tid) for tid, raw in zip(tids, lasts, strict=True)
+    ]
 
 
 async def _v2_first_prompts(r: Redis, keys: Keys) -> list[Command]:
@@ -63,7 +76,14 @@ async def _v2_first_prompts(r: Redis, keys: Keys) -> list[Command]:
     return commands
 
 
-MIGRATIONS: list[Migration] = [_v1_thread_index, _v2_first_prompts]
+async def _v3_owners(_r: Redis, _keys: Keys) -> list[Command]:
+    """Owners and revisions: nothing to rewrite (see the module docstring, v3). The records
+    of v1/v2 (leases, jobs, commands) hold no revision and read as revision 1, runs as 1 or
+    2 by their completion, extras as 0."""
+    return []
+
+
+MIGRATIONS: list[Migration] = [_v1_thread_index, _v2_first_prompts, _v3_owners]
 """Ordered migrations: applying ``MIGRATIONS[i]`` brings a store to schema version ``i + 1``.
 Each must be safe on a store of the example's layout (add keys of ours, never change
 ``msgs:``/``extra:``). Append only; never reorder."""

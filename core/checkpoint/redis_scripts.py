@@ -1,34 +1,74 @@
 """The Lua scripts of the Redis store: each write that must be atomic is one script.
 
 A script runs alone on the server (nothing interleaves), so each one checks and writes
-in one step: the write id, the lease fence, the run checks, the write itself, the thread
-index and the change feed.
+in one step: the write id, the owner, the lease fence, the run checks, the write itself,
+the thread index and the change feed.
 
 Rules every script keeps:
 
+* Every check comes before the first write. Redis has no rollback: a script that stopped
+  half way (an error after a write) would keep what it wrote, so a script that refuses
+  returns before it has written anything, and one that gets past its checks cannot fail.
+* The owner (:mod:`core.owners`). A script about one thread has ``KEYS[1..5]`` = the
+  thread's record, message list, extra, runs and the pending-request hash
+  (:meth:`~core.checkpoint.redis_keys.Keys.scope`) and ``ARGV[1..2]`` = the thread id and
+  the store's owner (``''`` for the unowned scope). ``scope()`` reads them: ``ok`` (the
+  owner's thread, or for the unowned scope a thread that records no owner), ``new``
+  (nothing is stored for it) or ``unavailable`` (another owner's; for a named owner also a
+  thread without owner). A write returns ``{'unavailable'}`` for the last, and for ``new``
+  creates the thread's record (``adopt``) after its checks; a read of another owner's
+  thread returns what a missing thread gives. Threads of CubePi's example layout and of
+  ours before v3 have no record: they are the unowned scope's.
 * Message, extra, journal, job, lease, command and pending-request JSON is built in
   Python and stored as the exact text given; Lua never re-encodes it. Redis's ``cjson``
   turns ``[]`` into ``{}`` and rounds numbers to 14 digits, so it only *reads* leases
   (``holder_id``, ``expires_at``) and run records, whose values Lua writes itself as strings.
-* The write id: ``KEYS`` name ``tui:w:{write_id}``; a script that finds it returns
+* The write id: a ``KEYS`` entry names ``tui:w:{write_id}``; a script that finds it returns
   ``{'dup', stored}`` and writes nothing, so a call retried after its reply was lost
   (:func:`core.checkpoint.reconnect.with_reconnect`) is not made twice. A write stores
   its reply there for ``WRITE_MEMORY`` seconds.
 * The fence (:func:`core.checkpoint.base.check_lease_holder`, decided inside the script):
   with a holder id given, the thread's lease must name that holder and not have expired
   at ``now`` (the caller's unix seconds), else the script returns ``{'lease', raw}`` and
-  writes nothing; Python then raises the contract's sentence from that same record.
+  writes nothing; Python then raises the contract's sentence from that same record. The
+  owner is checked before the fence, as the memory store does.
 * Every write adds an entry to the change feed (``XADD tui:changes MAXLEN ~ 1000``).
 
 Replies are arrays whose first element says what happened (``ok``, ``dup``, ``lease``,
-``conflict``, ...).
+``unavailable``, ``conflict``, ...). Read-only scripts carry ``flags=no-writes``, so they
+also run on a replica and on a browse-only store.
 """
 
 from __future__ import annotations
 
 from core.checkpoint.redis_keys import CHANGES_KEEP
 
-_PROLOGUE = f"""
+_SCOPE = """
+local function scope()
+  local o = redis.call('HGET', KEYS[1], 'owner')
+  if o then
+    if o == ARGV[2] then return 'ok' end
+    return 'unavailable'
+  end
+  if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 and redis.call('HEXISTS', KEYS[5], ARGV[1]) == 0 then
+    return 'new'
+  end
+  if ARGV[2] == '' then return 'ok' end
+  return 'unavailable'
+end
+"""
+
+_PROLOGUE = (
+    _SCOPE
+    + f"""
+local function adopt(state, now)
+  if state ~= 'new' then return end
+  if ARGV[2] == '' then
+    redis.call('HSET', KEYS[1], 'created_at', now)
+  else
+    redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'created_at', now)
+  end
+end
 local function fence(leases, thread_id, holder, now)
   if holder == '' then return nil end
   local raw = redis.call('HGET', leases, thread_id)
@@ -43,33 +83,46 @@ local function changed(changes, thread_id)
   redis.call('XADD', changes, 'MAXLEN', '~', '{CHANGES_KEEP}', '*', 't', thread_id)
 end
 """
+)
+
+_READ = "#!lua flags=no-writes\n"
+
+_STEP_FIELDS = """
+local function step_fields(steps, key)
+  return redis.call('HMGET', steps, 'i:' .. key, 'w:' .. key, 'n:' .. key, 't:' .. key,
+    'r:' .. key, 'd:' .. key, 'c:' .. key, 'u:' .. key)
+end
+"""
 
 APPEND = (
     _PROLOGUE
     + """
--- KEYS: msgs, runs, leases, threads, changes, write, first
--- ARGV: thread_id, holder, now, ttl, has_prompt, prompt, n_runs, run ids..., messages...
-local tid, holder, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local done = redis.call('GET', KEYS[6])
+-- KEYS: rec, msgs, extra, runs, pending, leases, index, changes, write, first
+-- ARGV: thread_id, owner, holder, now, ttl, has_prompt, prompt, n_runs, run ids..., messages...
+local tid, holder, now, ttl = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
+local done = redis.call('GET', KEYS[9])
 if done then return {'dup', done} end
-local lost = fence(KEYS[3], tid, holder, now)
+local state = scope()
+if state == 'unavailable' then return {'unavailable'} end
+local lost = fence(KEYS[6], tid, holder, now)
 if lost then return lost end
-local nruns = tonumber(ARGV[7])
-for i = 8, 7 + nruns do
-  local raw = redis.call('HGET', KEYS[2], ARGV[i])
+local nruns = tonumber(ARGV[8])
+for i = 9, 8 + nruns do
+  local raw = redis.call('HGET', KEYS[4], ARGV[i])
   if raw and cjson.decode(raw)['completed_at'] then return {'completed', ARGV[i]} end
 end
-local first = 8 + nruns
+adopt(state, now)
+local first = 9 + nruns
 local size = 0
 while first <= #ARGV do
   local last = math.min(first + 999, #ARGV)
-  size = redis.call('RPUSH', KEYS[1], unpack(ARGV, first, last))
+  size = redis.call('RPUSH', KEYS[2], unpack(ARGV, first, last))
   first = last + 1
 end
-if ARGV[5] == '1' then redis.call('HSETNX', KEYS[7], tid, ARGV[6]) end
-redis.call('ZADD', KEYS[4], now, tid)
-changed(KEYS[5], tid)
-redis.call('SET', KEYS[6], tostring(size), 'EX', ttl)
+if ARGV[6] == '1' then redis.call('HSETNX', KEYS[10], tid, ARGV[7]) end
+redis.call('ZADD', KEYS[7], now, tid)
+changed(KEYS[8], tid)
+redis.call('SET', KEYS[9], tostring(size), 'EX', ttl)
 return {'ok', tostring(size)}
 """
 )
@@ -77,23 +130,27 @@ return {'ok', tostring(size)}
 CLAIM = (
     _PROLOGUE
     + """
--- KEYS: runs, leases, threads, changes, write    ARGV: thread_id, holder, now, ttl, run_id
-local tid, holder, now, ttl, run = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local done = redis.call('GET', KEYS[5])
+-- KEYS: rec, msgs, extra, runs, pending, leases, index, changes, write
+-- ARGV: thread_id, owner, holder, now, ttl, run_id
+local tid, holder, now, ttl, run = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local done = redis.call('GET', KEYS[9])
 if done then return {'dup', done} end
-local lost = fence(KEYS[2], tid, holder, now)
+local state = scope()
+if state == 'unavailable' then return {'unavailable'} end
+local lost = fence(KEYS[6], tid, holder, now)
 if lost then return lost end
-local raw = redis.call('HGET', KEYS[1], run)
+local raw = redis.call('HGET', KEYS[4], run)
 if raw then
   if cjson.decode(raw)['completed_at'] then return {'completed'} end
   return {'claimed'}
 end
--- Runs are never deleted, so the count orders claims.
-local n = redis.call('HLEN', KEYS[1]) + 1
-redis.call('HSET', KEYS[1], run, cjson.encode({claimed_at = now, n = tostring(n)}))
-redis.call('ZADD', KEYS[3], now, tid)
-changed(KEYS[4], tid)
-redis.call('SET', KEYS[5], 'ok', 'EX', ttl)
+adopt(state, now)
+-- Runs are never deleted (but with their thread), so the count orders claims.
+local n = redis.call('HLEN', KEYS[4]) + 1
+redis.call('HSET', KEYS[4], run, cjson.encode({claimed_at = now, n = tostring(n)}))
+redis.call('ZADD', KEYS[7], now, tid)
+changed(KEYS[8], tid)
+redis.call('SET', KEYS[9], 'ok', 'EX', ttl)
 return {'ok'}
 """
 )
@@ -101,26 +158,171 @@ return {'ok'}
 COMPLETE = (
     _PROLOGUE
     + """
--- KEYS: runs, leases, changes, write    ARGV: thread_id, holder, now, ttl, run_id
-local tid, holder, now, ttl, run = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local done = redis.call('GET', KEYS[4])
+-- KEYS: rec, msgs, extra, runs, pending, leases, changes, write
+-- ARGV: thread_id, owner, holder, now, ttl, run_id
+local tid, holder, now, ttl, run = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local done = redis.call('GET', KEYS[8])
 if done then return {'dup', done} end
-local lost = fence(KEYS[2], tid, holder, now)
+if scope() == 'unavailable' then return {'unavailable'} end
+local lost = fence(KEYS[6], tid, holder, now)
 if lost then return lost end
-local raw = redis.call('HGET', KEYS[1], run)
+local raw = redis.call('HGET', KEYS[4], run)
 if not raw then return {'unclaimed'} end
 local record = cjson.decode(raw)
 if record['completed_at'] then return {'ok'} end
 local top = 0
-for _, other in ipairs(redis.call('HVALS', KEYS[1])) do
+for _, other in ipairs(redis.call('HVALS', KEYS[4])) do
   local seq = tonumber(cjson.decode(other)['completion_seq'] or '0')
   if seq > top then top = seq end
 end
 record['completed_at'] = now
 record['completion_seq'] = tostring(top + 1)
-redis.call('HSET', KEYS[1], run, cjson.encode(record))
-changed(KEYS[3], tid)
-redis.call('SET', KEYS[4], 'ok', 'EX', ttl)
+redis.call('HSET', KEYS[4], run, cjson.encode(record))
+changed(KEYS[7], tid)
+redis.call('SET', KEYS[8], 'ok', 'EX', ttl)
+return {'ok'}
+"""
+)
+
+SAVE_EXTRA = (
+    _PROLOGUE
+    + """
+-- The merge was made in Python on the extra as read: written only if the extra is still
+-- that text ('retry' otherwise: Python reads and merges again) and, with an expected
+-- revision, if the extra's revision is still that ('conflict', the revision, otherwise).
+-- KEYS: rec, msgs, extra, runs, pending, index, changes, write
+-- ARGV: thread_id, owner, now, ttl, had ('0' no extra, '1' the text in ARGV[6]), old text,
+--       new text, expected revision ('' for none)
+local tid, now, ttl = ARGV[1], ARGV[3], ARGV[4]
+local done = redis.call('GET', KEYS[8])
+if done then return {'dup', done} end
+local state = scope()
+if state == 'unavailable' then return {'unavailable'} end
+local revision = tonumber(redis.call('HGET', KEYS[1], 'xrev') or '0')
+if ARGV[8] ~= '' and revision ~= tonumber(ARGV[8]) then return {'conflict', tostring(revision)} end
+local current = redis.call('GET', KEYS[3])
+if (ARGV[5] == '0' and current) or (ARGV[5] == '1' and current ~= ARGV[6]) then return {'retry'} end
+adopt(state, now)
+redis.call('SET', KEYS[3], ARGV[7])
+revision = redis.call('HINCRBY', KEYS[1], 'xrev', 1)
+redis.call('ZADD', KEYS[6], now, tid)
+changed(KEYS[7], tid)
+redis.call('SET', KEYS[8], tostring(revision), 'EX', ttl)
+return {'ok', tostring(revision)}
+"""
+)
+
+FINGERPRINTS = (
+    _PROLOGUE
+    + """
+-- Compare-and-set of the fingerprints on the record's revision; the override (JSON text)
+-- is appended to the overrides array as text, so Lua re-encodes nothing.
+-- KEYS: rec, msgs, extra, runs, pending, changes, write
+-- ARGV: thread_id, owner, now, ttl, expected revision, fingerprints JSON, override JSON ('' none)
+local tid, now, ttl = ARGV[1], ARGV[3], ARGV[4]
+local done = redis.call('GET', KEYS[7])
+if done then return {'dup', redis.call('HGETALL', KEYS[1])} end
+local state = scope()
+if state == 'unavailable' then return {'unavailable'} end
+local revision = tonumber(redis.call('HGET', KEYS[1], 'rev') or '0')
+if revision ~= tonumber(ARGV[5]) then return {'conflict', tostring(revision)} end
+adopt(state, now)
+redis.call('HSET', KEYS[1], 'fp', ARGV[6], 'rev', tostring(revision + 1))
+if ARGV[7] ~= '' then
+  local old = redis.call('HGET', KEYS[1], 'ovr')
+  if old and old ~= '[]' then
+    redis.call('HSET', KEYS[1], 'ovr', string.sub(old, 1, -2) .. ',' .. ARGV[7] .. ']')
+  else
+    redis.call('HSET', KEYS[1], 'ovr', '[' .. ARGV[7] .. ']')
+  end
+end
+changed(KEYS[6], tid)
+redis.call('SET', KEYS[7], 'ok', 'EX', ttl)
+return {'ok', redis.call('HGETALL', KEYS[1])}
+"""
+)
+
+STEP_BEGIN = (
+    _PROLOGUE
+    + _STEP_FIELDS
+    + """
+-- KEYS: rec, msgs, extra, runs, pending, steps, leases, changes, write
+-- ARGV: thread_id, owner, holder, now, ttl, key, input fingerprint, workflow,
+--       has_total, total, has_call, tool_call_id
+local tid, holder, now, ttl, key = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local done = redis.call('GET', KEYS[9])
+if done then return {'ok', step_fields(KEYS[6], key)} end
+local state = scope()
+if state == 'unavailable' then return {'unavailable'} end
+local lost = fence(KEYS[7], tid, holder, now)
+if lost then return lost end
+local workflow = redis.call('HGET', KEYS[6], 'w:' .. key)
+if workflow then
+  if workflow ~= ARGV[8] or redis.call('HGET', KEYS[6], 'i:' .. key) ~= ARGV[7] then return {'input'} end
+  return {'ok', step_fields(KEYS[6], key)}
+end
+adopt(state, now)
+redis.call('HSET', KEYS[6], 'i:' .. key, ARGV[7], 'w:' .. key, ARGV[8], 'n:' .. key, '0', 'r:' .. key, '0',
+  'u:' .. key, now)
+if ARGV[9] == '1' then redis.call('HSET', KEYS[6], 't:' .. key, ARGV[10]) end
+if ARGV[11] == '1' then redis.call('HSET', KEYS[6], 'c:' .. key, ARGV[12]) end
+changed(KEYS[8], tid)
+redis.call('SET', KEYS[9], 'ok', 'EX', ttl)
+return {'ok', step_fields(KEYS[6], key)}
+"""
+)
+
+STEP_COMMIT = (
+    _PROLOGUE
+    + _STEP_FIELDS
+    + """
+-- The lesson's one UPDATE ... SET next_step, data, revision = revision + 1
+-- WHERE key = ? AND revision = ? AND workflow = ?, whose row count must be 1: each
+-- condition is checked first, and only then are the three columns written.
+-- KEYS: rec, msgs, extra, runs, pending, steps, leases, changes, write
+-- ARGV: thread_id, owner, holder, now, ttl, key, expected revision, workflow, next_step, data
+local tid, holder, now, ttl, key = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local done = redis.call('GET', KEYS[9])
+if done then return {'ok', step_fields(KEYS[6], key)} end
+if scope() == 'unavailable' then return {'unavailable'} end
+local lost = fence(KEYS[7], tid, holder, now)
+if lost then return lost end
+local workflow = redis.call('HGET', KEYS[6], 'w:' .. key)
+if not workflow then return {'missing'} end
+if workflow ~= ARGV[8] then return {'input'} end
+local revision = tonumber(redis.call('HGET', KEYS[6], 'r:' .. key))
+if revision ~= tonumber(ARGV[7]) then return {'conflict', tostring(revision)} end
+redis.call('HSET', KEYS[6], 'n:' .. key, ARGV[9], 'd:' .. key, ARGV[10], 'u:' .. key, now,
+  'r:' .. key, tostring(revision + 1))
+changed(KEYS[8], tid)
+redis.call('SET', KEYS[9], 'ok', 'EX', ttl)
+return {'ok', step_fields(KEYS[6], key)}
+"""
+)
+
+DELETE = (
+    _PROLOGUE
+    + """
+-- Everything stored for one thread, unless a live lease holds it.
+-- KEYS: rec, msgs, extra, runs, pending, journal, jobs, steps, live, thread_commands,
+--       commands, leases, index, first, changes, write
+-- ARGV: thread_id, owner, now, ttl
+local tid, now = ARGV[1], ARGV[3]
+if redis.call('GET', KEYS[16]) then return {'ok'} end
+if scope() ~= 'ok' then return {'unavailable'} end
+local lease = redis.call('HGET', KEYS[12], tid)
+if lease and tonumber(cjson.decode(lease)['expires_at']) > tonumber(now) then return {'leased', lease} end
+local seqs = redis.call('ZRANGE', KEYS[10], 0, -1)
+for first = 1, #seqs, 1000 do
+  redis.call('HDEL', KEYS[11], unpack(seqs, first, math.min(first + 999, #seqs)))
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10])
+redis.call('HDEL', KEYS[5], tid)
+redis.call('HDEL', KEYS[12], tid)
+redis.call('HDEL', KEYS[14], tid)
+redis.call('ZREM', KEYS[13], tid)
+changed(KEYS[15], tid)
+redis.call('SET', KEYS[16], 'ok', 'EX', ARGV[4])
 return {'ok'}
 """
 )
@@ -130,28 +332,31 @@ CAS = (
     + """
 -- One hash field, compare-and-set: the caller read the field, decided in Python, and
 -- writes only if nobody changed it meanwhile (else 'conflict': it reads and decides again).
--- KEYS: hash, leases, changes, write, threads
--- ARGV: field, expect ('0' absent, '1' equal to ARGV[3]), expected, op ('set' / 'del' /
---       'keep': only the fence, nothing written), new, thread_id, holder, now, ttl,
---       touch ('1' bumps the index)
-local field, expect, expected, op, new = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local tid, holder, now, ttl, touch = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-local done = redis.call('GET', KEYS[4])
+-- KEYS: rec, msgs, extra, runs, pending, hash, leases, changes, write, index
+-- ARGV: thread_id, owner, field, expect ('0' absent, '1' equal to ARGV[5]), expected,
+--       op ('set' / 'del' / 'keep': only the checks, nothing written), new, holder, now,
+--       ttl, touch ('1' bumps the index)
+local tid, field, expect, expected, op, new = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local holder, now, ttl, touch = ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+local done = redis.call('GET', KEYS[9])
 if done then return {'dup', done} end
-local lost = fence(KEYS[2], tid, holder, now)
+local state = scope()
+if state == 'unavailable' then return {'unavailable'} end
+local lost = fence(KEYS[7], tid, holder, now)
 if lost then return lost end
-local current = redis.call('HGET', KEYS[1], field)
+local current = redis.call('HGET', KEYS[6], field)
 if expect == '0' and current then return {'conflict'} end
 if expect == '1' and current ~= expected then return {'conflict'} end
 if op == 'keep' then return {'ok'} end
 if op == 'set' then
-  redis.call('HSET', KEYS[1], field, new)
+  adopt(state, now)
+  redis.call('HSET', KEYS[6], field, new)
 else
-  redis.call('HDEL', KEYS[1], field)
+  redis.call('HDEL', KEYS[6], field)
 end
-if touch == '1' then redis.call('ZADD', KEYS[5], now, tid) end
-changed(KEYS[3], tid)
-redis.call('SET', KEYS[4], op == 'set' and new or '', 'EX', ttl)
+if touch == '1' then redis.call('ZADD', KEYS[10], now, tid) end
+changed(KEYS[8], tid)
+redis.call('SET', KEYS[9], op == 'set' and new or '', 'EX', ttl)
 return {'ok'}
 """
 )
@@ -159,14 +364,18 @@ return {'ok'}
 SEND_COMMAND = (
     _PROLOGUE
     + """
--- KEYS: commands, command_seq, thread_commands, changes, write    ARGV: thread_id, record, ttl
-local done = redis.call('GET', KEYS[5])
+-- KEYS: rec, msgs, extra, runs, pending, commands, command_seq, thread_commands, changes, write
+-- ARGV: thread_id, owner, now, record, ttl
+local done = redis.call('GET', KEYS[10])
 if done then return {'dup', done} end
-local seq = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], seq, ARGV[2])
-redis.call('ZADD', KEYS[3], seq, seq)
-changed(KEYS[4], ARGV[1])
-redis.call('SET', KEYS[5], tostring(seq), 'EX', ARGV[3])
+local state = scope()
+if state == 'unavailable' then return {'unavailable'} end
+adopt(state, ARGV[3])
+local seq = redis.call('INCR', KEYS[7])
+redis.call('HSET', KEYS[6], seq, ARGV[4])
+redis.call('ZADD', KEYS[8], seq, seq)
+changed(KEYS[9], ARGV[1])
+redis.call('SET', KEYS[10], tostring(seq), 'EX', ARGV[5])
 return {'ok', tostring(seq)}
 """
 )
@@ -175,21 +384,24 @@ LIVE_APPEND = (
     _PROLOGUE
     + """
 -- Each event's stream id is 0-{seq}, seq from the store's counter: integer, increasing,
--- never reused after a prune. KEYS: live, live_seq, changes, write
--- ARGV: thread_id, has_run, run_id, at, keep, ttl, events...
-local done = redis.call('GET', KEYS[4])
+-- never reused after a prune. KEYS: rec, msgs, extra, runs, pending, live, live_seq, changes, write
+-- ARGV: thread_id, owner, has_run, run_id, at, keep, ttl, events...
+local done = redis.call('GET', KEYS[9])
 if done then return {'dup', done} end
-for i = 7, #ARGV do
-  local seq = redis.call('INCR', KEYS[2])
-  if ARGV[2] == '1' then
-    redis.call('XADD', KEYS[1], '0-' .. seq, 'd', ARGV[i], 'at', ARGV[4], 'r', ARGV[3])
+local state = scope()
+if state == 'unavailable' then return {'unavailable'} end
+adopt(state, ARGV[5])
+for i = 8, #ARGV do
+  local seq = redis.call('INCR', KEYS[7])
+  if ARGV[3] == '1' then
+    redis.call('XADD', KEYS[6], '0-' .. seq, 'd', ARGV[i], 'at', ARGV[5], 'r', ARGV[4])
   else
-    redis.call('XADD', KEYS[1], '0-' .. seq, 'd', ARGV[i], 'at', ARGV[4])
+    redis.call('XADD', KEYS[6], '0-' .. seq, 'd', ARGV[i], 'at', ARGV[5])
   end
 end
-redis.call('XTRIM', KEYS[1], 'MAXLEN', ARGV[5])
-changed(KEYS[3], ARGV[1])
-redis.call('SET', KEYS[4], 'ok', 'EX', ARGV[6])
+redis.call('XTRIM', KEYS[6], 'MAXLEN', ARGV[6])
+changed(KEYS[8], ARGV[1])
+redis.call('SET', KEYS[9], 'ok', 'EX', ARGV[7])
 return {'ok'}
 """
 )
@@ -197,33 +409,143 @@ return {'ok'}
 PRUNE_LIVE = (
     _PROLOGUE
     + """
--- KEYS: live, changes    ARGV: thread_id (deleting twice deletes nothing: no write id needed)
-if redis.call('DEL', KEYS[1]) == 1 then changed(KEYS[2], ARGV[1]) end
+-- KEYS: rec, msgs, extra, runs, pending, live, changes    ARGV: thread_id, owner
+-- (deleting twice deletes nothing: no write id needed)
+if scope() == 'unavailable' then return {'unavailable'} end
+if redis.call('DEL', KEYS[6]) == 1 then changed(KEYS[7], ARGV[1]) end
 return {'ok'}
 """
 )
 
+FIELD = (
+    _READ
+    + _SCOPE
+    + """
+-- What a compare-and-set decides on: the thread's scope and one hash field.
+-- KEYS: rec, msgs, extra, runs, pending, hash    ARGV: thread_id, owner, field
+local state = scope()
+if state == 'unavailable' then return {'unavailable'} end
+return {state, redis.call('HGET', KEYS[6], ARGV[3])}
+"""
+)
+
+EXTRA_READ = (
+    _READ
+    + _SCOPE
+    + """
+-- What save_extra merges into: the scope, the extra's revision and its text.
+-- KEYS: rec, msgs, extra, runs, pending    ARGV: thread_id, owner
+local state = scope()
+if state == 'unavailable' then return {'unavailable'} end
+return {state, redis.call('HGET', KEYS[1], 'xrev') or '0', redis.call('GET', KEYS[3])}
+"""
+)
+
+LOAD = (
+    _READ
+    + _SCOPE
+    + """
+-- One thread in one consistent view, 0 when it is not this owner's (as for a missing one).
+-- KEYS: rec, msgs, extra, runs, pending, journal    ARGV: thread_id, owner, first list index
+if scope() ~= 'ok' then return 0 end
+return {
+  redis.call('LRANGE', KEYS[2], tonumber(ARGV[3]), -1), redis.call('GET', KEYS[3]), redis.call('HGETALL', KEYS[4]),
+  redis.call('HGET', KEYS[5], ARGV[1]), redis.call('HGETALL', KEYS[6]), redis.call('HGETALL', KEYS[1]),
+}
+"""
+)
+
+META = (
+    _READ
+    + _SCOPE
+    + """
+-- The thread's record (flat HGETALL, maybe empty for a thread that keeps none), 0 when
+-- the thread is missing or not this owner's.   KEYS: rec, msgs, extra, runs, pending
+-- ARGV: thread_id, owner
+if scope() ~= 'ok' then return 0 end
+return redis.call('HGETALL', KEYS[1])
+"""
+)
+
+READ = (
+    _READ
+    + """
+-- One read of a key about a thread, made only when the thread's record names this owner
+-- (no owner recorded: the unowned scope); otherwise what a missing key gives (nil).
+-- KEYS: rec, key    ARGV: owner, command (HGET, HMGET, HGETALL or XRANGE), its arguments...
+local allowed = {HGET = true, HMGET = true, HGETALL = true, XRANGE = true}
+if not allowed[ARGV[2]] then return redis.error_reply('not a read this script makes: ' .. ARGV[2]) end
+if (redis.call('HGET', KEYS[1], 'owner') or '') ~= ARGV[1] then return false end
+return redis.call(ARGV[2], KEYS[2], unpack(ARGV, 3))
+"""
+)
+
+COMMANDS_READ = (
+    _READ
+    + """
+-- A thread's commands after a seq: {seqs, records}, or {} when not this owner's thread.
+-- KEYS: rec, thread_commands, commands    ARGV: owner, after
+if (redis.call('HGET', KEYS[1], 'owner') or '') ~= ARGV[1] then return {} end
+local seqs = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[2], '+inf')
+if #seqs == 0 then return {} end
+local raws = {}
+for first = 1, #seqs, 1000 do
+  local got = redis.call('HMGET', KEYS[3], unpack(seqs, first, math.min(first + 999, #seqs)))
+  for _, raw in ipairs(got) do raws[#raws + 1] = raw end
+end
+return {seqs, raws}
+"""
+)
+
 LIST_CHUNK = (
-    "#!lua flags=no-writes\n"
+    _READ
     + """
 -- What a listing needs of each of n threads, in one round trip and one consistent view.
--- KEYS: msgs and runs of each thread (2n), then leases, pending, first
--- ARGV: window, with_head ('1': also the first window entries), thread ids...
+-- KEYS: msgs, runs and record of each thread (3n), then leases, pending, first
+-- ARGV: window, with_head ('1': also the first window entries), owner, thread ids...
 -- Reply per thread: {count, last window entries, runs (flat HGETALL), first prompt,
---                    lease, pending request, first window entries or {}}
-local window, with_head = tonumber(ARGV[1]), ARGV[2] == '1'
-local n = #ARGV - 2
-local leases, pending, first = KEYS[2 * n + 1], KEYS[2 * n + 2], KEYS[2 * n + 3]
+--                    lease, pending request, first window entries or {}}, or 0 when the
+--                    thread's record does not name this owner (it is left out).
+local window, with_head, owner = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3]
+local n = #ARGV - 3
+local leases, pending, first = KEYS[3 * n + 1], KEYS[3 * n + 2], KEYS[3 * n + 3]
 local out = {}
 for i = 1, n do
-  local tid, msgs = ARGV[i + 2], KEYS[2 * i - 1]
-  local head = {}
-  if with_head then head = redis.call('LRANGE', msgs, 0, window - 1) end
-  out[i] = {
-    redis.call('LLEN', msgs), redis.call('LRANGE', msgs, -window, -1), redis.call('HGETALL', KEYS[2 * i]),
-    redis.call('HGET', first, tid), redis.call('HGET', leases, tid), redis.call('HGET', pending, tid), head,
-  }
+  local tid, msgs = ARGV[i + 3], KEYS[3 * i - 2]
+  if (redis.call('HGET', KEYS[3 * i], 'owner') or '') ~= owner then
+    out[i] = 0
+  else
+    local head = {}
+    if with_head then head = redis.call('LRANGE', msgs, 0, window - 1) end
+    out[i] = {
+      redis.call('LLEN', msgs), redis.call('LRANGE', msgs, -window, -1), redis.call('HGETALL', KEYS[3 * i - 1]),
+      redis.call('HGET', first, tid), redis.call('HGET', leases, tid), redis.call('HGET', pending, tid), head,
+    }
+  end
 end
 return out
 """
 )
+
+NAMES = (
+    "APPEND",
+    "CLAIM",
+    "COMPLETE",
+    "SAVE_EXTRA",
+    "FINGERPRINTS",
+    "STEP_BEGIN",
+    "STEP_COMMIT",
+    "DELETE",
+    "CAS",
+    "SEND_COMMAND",
+    "LIVE_APPEND",
+    "PRUNE_LIVE",
+    "FIELD",
+    "EXTRA_READ",
+    "LOAD",
+    "META",
+    "READ",
+    "COMMANDS_READ",
+    "LIST_CHUNK",
+)
+"""Every script above, by name (:class:`~core.checkpoint.redis_store.RedisStore` registers them)."""

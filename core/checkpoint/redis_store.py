@@ -11,10 +11,15 @@ lost connection with its one backoff and tells ``on_status``. A connection error
 redis-py's ``ConnectionError`` (not ``AuthenticationError``) or ``TimeoutError``, or an
 ``OSError``. Writes carry a write id checked inside their script or transaction, so a
 write whose reply was lost is not made twice on retry.
+
+Owners. A store is opened for one owner (:func:`core.owners.resolve_owner`); every script
+it runs is given that owner and checks the thread's record against it on the server (see
+:mod:`core.checkpoint.redis_scripts`), so nothing of another owner's thread reaches Python.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,10 +36,11 @@ from core.checkpoint import redis_records as records
 from core.checkpoint import redis_schema as schema
 from core.checkpoint import redis_scripts as scripts
 from core.checkpoint.addresses import UNREACHABLE
-from core.checkpoint.base import check_lease_holder
+from core.checkpoint.base import check_lease_holder, thread_unavailable
 from core.checkpoint.reconnect import RECONNECT_DELAYS, OnStatus, with_reconnect
 from core.checkpoint.redis_keys import WRITE_MEMORY, Keys, split_url
 from core.errors import CheckpointError, DatabaseOpenError, ReadOnlyStoreError, SchemaError
+from core.owners import resolve_owner
 
 T = TypeVar("T")
 
@@ -80,9 +86,18 @@ class RedisStore:
         socket_timeout: float,
         client_url: str,
         client_name: str,
+        owner: str,
         reconnect_delays: Sequence[float] = RECONNECT_DELAYS,
     ) -> None:
         """Internal: use :meth:`open`."""
+        self._owner = owner
+        self._before_commit: Callable[[str], object] | None = None
+        """Test seam, private: when set, called with the write's name (``"extra"``,
+        ``"step"``) after every check made in Python and right before the one script that
+        checks again and writes (``EVALSHA``); an awaitable it returns is awaited. A script
+        runs whole or not at all and Redis has no rollback, so this is where a crash
+        "between the update and the commit" can happen: an exception raised here, or the
+        process killed here, leaves the store as it was."""
         self._reconnect_delays = tuple(reconnect_delays)
         self._client: Redis | None = client
         self._keys = keys
@@ -93,19 +108,7 @@ class RedisStore:
         self._socket_timeout = socket_timeout
         self._client_url = client_url
         self._client_name = client_name
-        self._scripts = {
-            name: client.register_script(getattr(scripts, name))
-            for name in (
-                "APPEND",
-                "CLAIM",
-                "COMPLETE",
-                "CAS",
-                "SEND_COMMAND",
-                "LIVE_APPEND",
-                "PRUNE_LIVE",
-                "LIST_CHUNK",
-            )
-        }
+        self._scripts = {name: client.register_script(getattr(scripts, name)) for name in scripts.NAMES}
 
     @classmethod
     async def open(
@@ -117,6 +120,7 @@ class RedisStore:
         prefix: str | None = None,
         socket_timeout: float = SOCKET_TIMEOUT,
         reconnect_delays: Sequence[float] = RECONNECT_DELAYS,
+        owner: str | None = None,
     ) -> Self:
         """Open the store at ``url`` (``redis://[user:password@]host:port/db``, ``rediss://``
         or ``unix://``) under a key prefix: ``prefix`` when given, else the URL's ``prefix``
@@ -133,10 +137,14 @@ class RedisStore:
         change feed always blocks for less (see ``change_signals``). ``on_status`` hears of
         each reconnect attempt and of the store being back; ``reconnect_delays`` (seconds)
         are a call's waits before each retry (:func:`core.checkpoint.reconnect.delays_within`
-        makes shorter ones). Raises ``DatabaseOpenError``
+        makes shorter ones). ``owner`` is whose threads the store reads and writes
+        (:func:`core.owners.resolve_owner`: ``None`` the default owner, ``UNOWNED`` the
+        unowned scope). Raises ``DatabaseOpenError``
         (one sentence, never the password) for a bad URL or a server that cannot be reached
-        (one attempt: opening does not wait out an outage).
+        (one attempt: opening does not wait out an outage), ``ValueError`` (one sentence)
+        for an owner name :func:`core.owners.check_owner` refuses.
         """
+        chosen_owner = resolve_owner(owner)
         client_url, chosen, where = split_url(url, prefix)
         name = f"cubepi-tui-{uuid.uuid4().hex[:12]}"
         try:
@@ -171,6 +179,7 @@ class RedisStore:
             socket_timeout=socket_timeout,
             client_url=client_url,
             client_name=name,
+            owner=chosen_owner,
             reconnect_delays=reconnect_delays,
         )
 
@@ -193,6 +202,11 @@ class RedisStore:
         self._writable = True
 
     # --- state ---------------------------------------------------------------------------
+
+    @property
+    def owner(self) -> str:
+        """See ``OwnerScoped.owner``."""
+        return self._owner
 
     @property
     def where(self) -> str:
@@ -282,6 +296,26 @@ class RedisStore:
         check_lease_holder(records.decode_lease(raw), thread_id, holder_id, float(now))
         raise CheckpointError(f"The lease check of thread {thread_id!r} on {self._where} gave two answers.")
 
+    def _unavailable(self, thread_id: str) -> NoReturn:
+        """Raise the one error for a thread that is missing or another owner's."""
+        raise thread_unavailable(thread_id, self._owner)
+
+    async def _read(self, what: str, thread_id: str, key: str, command: str, *args: Any) -> Any:
+        """``command`` (``HGET``, ``HMGET``, ``HGETALL`` or ``XRANGE``) on ``key`` of
+        ``thread_id``, made by the ``READ`` script only when the thread's record names this
+        store's owner; ``None`` otherwise, as for a missing key. The reply is the server's
+        (a flat list for ``HGETALL``, nested lists for ``XRANGE``)."""
+        keys = [self._keys.record(thread_id), key]
+        return await self._call(what, lambda: self._script("READ", keys, [self._owner, command, *args]))
+
+    async def _at_commit(self, what: str) -> None:
+        """Run the test seam ``_before_commit`` (see ``__init__``), if set."""
+        hook = self._before_commit
+        if hook is not None:
+            result = hook(what)
+            if inspect.isawaitable(result):
+                await result
+
     async def _cas(
         self,
         what: str,
@@ -289,7 +323,7 @@ class RedisStore:
         field: str,
         decide: Callable[[bytes | None], str | object | None],
         *,
-        thread_id: str | Callable[[], str],
+        thread_id: str | Callable[[bytes], str],
         holder_id: str | None = None,
         touch: bool = False,
     ) -> bytes | str | None:
@@ -299,33 +333,55 @@ class RedisStore:
         text, ``None`` to delete it, :data:`KEEP` to write nothing, or an exception to
         raise; it runs again whenever another writer changed the field first. The write is
         fenced by ``holder_id`` (checked even when nothing is written, as every fenced call
-        is), adds to the change feed and, with ``touch``, bumps the thread in the listing.
+        is), adds to the change feed and, with ``touch``, bumps the thread in this owner's
+        listing.
+
+        ``thread_id`` is the thread the field belongs to: the read (the ``FIELD`` script)
+        and the write (``CAS``) both check its owner on the server, and raise
+        ``ThreadNotFoundError`` for another owner's thread, before ``decide`` sees
+        anything. For a field of a hash kept per owner (:meth:`~core.checkpoint.redis_keys.Keys.commands`)
+        it is instead a function giving the thread from the field's value: the field is read
+        from this owner's own hash, and the write checks that thread's owner.
         """
         client = self._live_client()
         marker, ttl = self._write_args(write_id())
 
         async def attempt() -> bytes | str | None:
             while True:
-                current = await client.hget(hash_key, field)
+                if isinstance(thread_id, str):
+                    tid: str | None = thread_id
+                    got = await self._script(
+                        "FIELD", [*self._keys.scope(thread_id), hash_key], [thread_id, self._owner, field]
+                    )
+                    if got[0] == b"unavailable":
+                        self._unavailable(thread_id)
+                    current = got[1] if len(got) > 1 else None
+                else:
+                    tid = None
+                    current = await client.hget(hash_key, field)
                 new = decide(current)
                 refusal = new if isinstance(new, BaseException) else None
                 if (new is KEEP or refusal is not None) and holder_id is None:
                     if refusal is not None:
                         raise refusal
                     return current
+                if tid is None:
+                    assert current is not None and not isinstance(thread_id, str)  # decide refuses a missing one
+                    tid = thread_id(current)
                 op = "keep" if new is KEEP or refusal is not None else ("del" if new is None else "set")
                 now = now_arg()
-                tid = thread_id if isinstance(thread_id, str) else thread_id()
+                k = self._keys
                 reply = await self._script(
                     "CAS",
-                    [hash_key, self._keys.leases, self._keys.changes, marker, self._keys.threads],
+                    [*k.scope(tid), hash_key, k.leases(self._owner), k.changes, marker, k.index(self._owner)],
                     [
+                        tid,
+                        self._owner,
                         field,
                         "0" if current is None else "1",
                         current or b"",
                         op,
                         new if op == "set" else "",
-                        tid,
                         holder_id or "",
                         now,
                         ttl,
@@ -335,6 +391,8 @@ class RedisStore:
                 kind = reply[0]
                 if kind == b"conflict":
                     continue
+                if kind == b"unavailable":
+                    self._unavailable(tid)
                 if kind == b"lease":
                     self._lease_lost(tid, holder_id or "", reply[1], now)
                 if kind == b"dup":

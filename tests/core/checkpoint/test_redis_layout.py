@@ -1,7 +1,9 @@
 """The Redis store against CubePi's custom-backend example layout, and its open modes and migrations.
 
 Stores of the example's layout are written here as that example writes them: RPUSH of
-cubeloop's own messages' ``model_dump_json()`` and SET of the extra JSON.
+cubeloop's own messages' ``model_dump_json()`` and SET of the extra JSON. Their threads
+record no owner, so they are read and written with ``owner=UNOWNED`` (the rule since
+schema v3; a named owner does not see them, see ``test_redis_owners.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from core.checkpoint.redis import RedisCheckpointer
 from core.checkpoint.redis_keys import Keys
 from core.errors import DatabaseOpenError, ReadOnlyStoreError, SchemaError
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
+from core.owners import UNOWNED
 from tests.helpers.redis_tools import admin, example_append, example_load, example_save_extra
 from tests.helpers.services import redis_prefix
 
@@ -61,7 +64,7 @@ async def test_a_store_of_the_example_layout_opens_browse_only_and_reads_right(p
     await write_example_store(url, prefix)
     async with admin(url) as client:
         before = {k: await client.dump(k) for k in await client.keys(prefix + "*")}
-    async with await RedisCheckpointer.open(url, prefix=prefix) as store:
+    async with await RedisCheckpointer.open(url, prefix=prefix, owner=UNOWNED) as store:
         assert (store.needs_upgrade, store.read_only, store.schema_version) == (True, True, None)
         data = await store.load("t0")
         assert data is not None and data.problems == []
@@ -101,7 +104,7 @@ async def test_a_store_of_the_example_layout_opens_browse_only_and_reads_right(p
 async def test_upgrade_adds_our_keys_and_the_example_still_reads_everything(place: tuple[str, str]) -> None:
     url, prefix = place
     await write_example_store(url, prefix)
-    async with await RedisCheckpointer.open(url, prefix=prefix) as store:
+    async with await RedisCheckpointer.open(url, prefix=prefix, owner=UNOWNED) as store:
         await store.upgrade()
         assert (store.needs_upgrade, store.read_only, store.schema_version) == (
             False,
@@ -230,15 +233,16 @@ async def test_the_prefix_may_come_from_the_url_and_the_password_is_never_shown(
 
 async def test_an_older_schema_opens_browse_only_and_upgrade_migrates_it(place: tuple[str, str]) -> None:
     url, prefix = place
-    async with await RedisCheckpointer.open(url, prefix=prefix) as store:
+    async with await RedisCheckpointer.open(url, prefix=prefix, owner=UNOWNED) as store:
         await store.append("a", [AssistantMessage(content=[TextContent(text="no prompt yet")])])
         await store.append("a", [user_text("the first prompt"), user_text("the second")])
         await store.append("b", [user_text("b's prompt")])
-    # A v1 store: the same keys but no first-prompt index (v2 added it).
+    # A v1 store: the same keys but no first-prompt index (v2 added it) and no thread
+    # records (v3 added them).
     async with admin(url) as client:
-        await client.delete(f"{prefix}tui:first")
+        await client.delete(f"{prefix}tui:first", f"{prefix}tui:rec:a", f"{prefix}tui:rec:b")
         await client.set(f"{prefix}tui:schema", 1)
-    async with await RedisCheckpointer.open(url, prefix=prefix) as old:
+    async with await RedisCheckpointer.open(url, prefix=prefix, owner=UNOWNED) as old:
         assert (old.needs_upgrade, old.schema_version) == (True, 1)
         by_id = {s.thread_id: s for s in await old.list_threads()}
         assert (by_id["a"].first_prompt, by_id["b"].first_prompt) == ("the first prompt", "b's prompt")
@@ -246,11 +250,11 @@ async def test_an_older_schema_opens_browse_only_and_upgrade_migrates_it(place: 
         with pytest.raises(ReadOnlyStoreError):
             await old.append("a", [user_text("refused")])
         await old.upgrade()
-        assert (old.needs_upgrade, old.schema_version) == (False, 2)
+        assert (old.needs_upgrade, old.schema_version) == (False, len(redis_schema.MIGRATIONS))
         await old.append("a", [user_text("accepted")])
     async with admin(url) as client:
         assert await client.hgetall(f"{prefix}tui:first") == {b"a": b"the first prompt", b"b": b"b's prompt"}
-        assert await client.get(f"{prefix}tui:schema") == b"2"
+        assert await client.get(f"{prefix}tui:schema") == str(len(redis_schema.MIGRATIONS)).encode()
         assert await client.llen(f"{prefix}msgs:a") == 4
 
 
