@@ -1,9 +1,12 @@
 """The stateful agent: one thread, its runs, and everything a UI needs to show them.
 
-The :mod:`core.loop` emits events; the agent folds each into :class:`AgentState`,
-persists each finished message at ``message_end`` (one ``append`` per message, so a
-crash loses nothing already finished), journals each ``tool_execution_start`` (before
-the tool's work begins) and ``tool_execution_end``, and then calls the subscribers.
+The :mod:`core.loop` emits events; the agent folds each into :class:`AgentState`, has
+its :class:`~core.recorder.RunRecorder` (every store write of a run, each rule in one
+place) persist each finished message at ``message_end`` (one ``append`` per message, so
+a crash loses nothing already finished) and journal each ``tool_execution_start``
+(before the tool's work begins) and ``tool_execution_end``, and then calls the
+subscribers. Before a run goes on, the thread's fingerprints are compared with this
+agent's definition (:mod:`core.fingerprints`).
 
 Every run first takes the thread's lease (:mod:`core.leases`: one runner per thread,
 across processes), then reloads the history, so messages other writers added are seen
@@ -149,7 +152,7 @@ class AgentState:
 
 
 class Agent:
-    """Runs one thread: ``prompt``, ``resume``, ``abort``, ``steer``, ``follow_up``, ``subscribe``.
+    """Runs one thread: ``prompt``, ``start``, ``resume``, ``abort``, ``steer``, ``follow_up``, ``subscribe``.
 
     ``tools`` are offered to the model; ``tool_execution`` is ``"parallel"`` or
     ``"sequential"``; ``abort_grace`` is the seconds a tool may keep running after an
