@@ -77,8 +77,8 @@ async def test_the_picker_lists_only_this_owners_threads_and_says_whose_at_80x24
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: len(app.threads_screen.rows) == 2, what="alice's two threads")
         await wait_for_text(pilot, "threads of alice · 2")
+        await wait_for(pilot, lambda: "t-a1" in screen_text(app) and "t-a2" in screen_text(app), what="rows drawn")
         text = screen_text(app)
-        assert "t-a1" in text and "t-a2" in text
         assert "t-bob" not in text and "secret" not in text
         assert {r.thread_id for r in app.threads_screen.rows} == {"t-a1", "t-a2"}
     # And bob sees only his.
@@ -86,6 +86,7 @@ async def test_the_picker_lists_only_this_owners_threads_and_says_whose_at_80x24
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: len(app.threads_screen.rows) == 1, what="bob's thread")
         await wait_for_text(pilot, "threads of bob · 1")
+        await wait_for_text(pilot, "t-bob")
         assert "t-a1" not in screen_text(app)
 
 
