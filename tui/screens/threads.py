@@ -367,11 +367,11 @@ class ThreadsScreen(Screen[None]):
 
     @work(exclusive=True, exit_on_error=False, group="delete")
     async def _delete(self, thread_id: str, row: ThreadRow | None) -> None:
-        size = f"its {row.message_count} message(s) and " if row is not None else ""
+        size = f" its {row.message_count} message(s) and" if row is not None else ""
         body = Text("Thread ")
         body.append_text(literal(thread_id, style="bold"))
         body.append(
-            f" and {size}everything stored for it (runs, tool journal, jobs, steps, commands, lease) are "
+            f",{size} everything else stored for it (runs, tool journal, jobs, steps, commands, lease) are "
             f"removed from {clean(self.session.location or 'this store')}. This cannot be undone."
         )
         if not await self.app.push_screen_wait(ConfirmModal("Delete this thread?", body, yes="Delete")):
