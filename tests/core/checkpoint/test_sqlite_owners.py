@@ -124,6 +124,16 @@ async def test_a_previous_version_file_is_unowned_browsed_and_upgraded(
         assert (await alice.load_meta("mine")).owner == "alice"  # type: ignore[union-attr]
         assert await alice.unowned_count() == 2
 
+    # The real cubeloop reads and continues the migrated file's threads, ours included.
+    loaded = await cubeloop_load(sqlite_path, "old-a")
+    assert [m.role for m in loaded.messages] == ["user", "assistant", "user"]
+    run_id = await cubeloop_continue(sqlite_path, "old-b")
+    assert run_completed(sqlite_path, "old-b", run_id)
+    assert (await cubeloop_load(sqlite_path, "mine")).messages[0].role == "user"
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner=UNOWNED) as nobody:
+        data = await nobody.load("old-b")
+        assert data is not None and data.messages[-1].text == CONTINUED  # type: ignore[union-attr]
+
 
 async def test_a_cubeloop_file_is_unowned_after_the_upgrade_and_cubeloop_keeps_using_it(
     fixture_db: Path, fixture_json: dict[str, Any]
@@ -442,8 +452,9 @@ async def test_every_read_names_the_owner_and_every_write_begins_with_the_admiss
         assert "owner" in sql, f"a read without the owner in its query: {sql}"
     transactions = write_transactions(statements)
     assert len(transactions) == WRITES + 2
-    for one in transactions[:WRITES]:
-        assert one[0].startswith("INSERT INTO cubepi_thread_records") and "owner" in one[1], one
+    for one in transactions[:WRITES]:  # the admission: the owner's record, or one made for a new thread
+        assert one[0].startswith("SELECT 1 FROM cubepi_thread_records") and "owner" in one[0], one
+    assert transactions[0][1].startswith("INSERT INTO cubepi_thread_records"), "the first write made the record"
     for one in transactions[WRITES:]:  # update_command (by seq) and delete_thread: no record to make
         assert "owner" in one[0], one
 
