@@ -39,6 +39,7 @@ from core.checkpoint.base import (
 )
 from core.errors import CorruptRecordError
 from core.messages import AnyMessage
+from core.owners import UNOWNED
 
 _COLUMN_ROLE = {"user": "user", "assistant": "assistant", "tool_result": "tool"}
 _PAYLOAD_ROLE = {"tool": "tool_result"}
@@ -157,16 +158,25 @@ def thread_meta(
     fingerprints: str | None,
     overrides: str | None,
 ) -> ThreadMeta:
-    """A thread record row (``fingerprints`` and ``overrides`` JSON text) as its record."""
-    found = None
-    if fingerprints is not None:
-        f = json.loads(fingerprints)
-        found = Fingerprints(input=f["input"], agent=f["agent"], parts=dict(f["parts"]), workflow=f["workflow"])
-    made = tuple(
-        FingerprintOverride(at=o["at"], owner=o["owner"], changes=tuple(o["changes"]))
-        for o in json.loads(overrides or "[]")
-    )
-    return ThreadMeta(thread_id, owner or "", created_at, revision, found, made)
+    """A thread record row (``fingerprints`` and ``overrides`` JSON text) as its record.
+    Raises ``CorruptRecordError`` (the row left as it is) when that text is not what
+    :func:`fingerprints_json` and :func:`overrides_json` write."""
+    try:
+        found = None
+        if fingerprints is not None:
+            f = json.loads(fingerprints)
+            found = Fingerprints(input=f["input"], agent=f["agent"], parts=dict(f["parts"]), workflow=f["workflow"])
+        made = tuple(
+            FingerprintOverride(at=float(o["at"]), owner=str(o["owner"]), changes=tuple(o["changes"]))
+            for o in json.loads(overrides or "[]")
+        )
+    except (ValueError, KeyError, TypeError):
+        raise CorruptRecordError(
+            f"The fingerprints record of thread {thread_id!r} cannot be read; it was left as it is.",
+            thread_id=thread_id,
+            row_id="record",
+        ) from None
+    return ThreadMeta(thread_id, owner or UNOWNED, created_at, revision, found, made)
 
 
 def meta_json(meta: ThreadMeta) -> dict[str, Any]:
