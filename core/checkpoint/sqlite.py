@@ -90,8 +90,10 @@ class SQLiteCheckpointer(SQLiteFile, SupervisedStore, HumanRequests, SchemaUpgra
     _before_commit: supervised.BeforeCommit | None = None
     """Test seam, never set by the program: when set, each compare-and-set write
     (``save_extra``, ``save_fingerprints``, ``step_commit``, ``update_command``) calls it
-    with the write's name on the connection thread, inside its transaction, after its UPDATE
-    and before its COMMIT, so a test can raise there or have the process killed there."""
+    with the write's name and the ``sqlite3.Connection`` on the connection thread, inside
+    its transaction, after its UPDATE and before its COMMIT, so a test can look at the
+    uncommitted update, raise there (the transaction rolls back and the exception reaches
+    the caller) or have the process killed there. Read once per call, when the call is made."""
 
     # --- the contract --------------------------------------------------------------------
 

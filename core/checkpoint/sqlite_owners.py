@@ -70,14 +70,18 @@ _ADMITTED = f"SELECT 1 FROM {RECORDS} WHERE thread_id = :thread AND coalesce(own
 
 def admit(c: sqlite3.Connection, thread_id: str, owner: str, now: float | None = None) -> None:
     """The first statements of every write transaction on a thread (a writable file, so every
-    table exists): create the thread's record when the thread does not exist at all, owned by
-    ``owner`` (the unowned scope records no owner), then raise
+    table exists): unless the thread's record already says it is ``owner``'s, create the
+    record when the thread does not exist at all, owned by ``owner`` (the unowned scope
+    records no owner), then raise
     :func:`~core.checkpoint.base.thread_unavailable` unless the record says the thread is
     ``owner``'s. So a write to another owner's thread, or from a named owner to an unowned
     one, writes nothing (the caller's transaction rolls back) and learns nothing first: the
     lease fence and every other check come after this. ``now`` (unix seconds) is a new
     record's ``created_at``."""
     args = {"thread": thread_id, "owner": owner, "now": time.time() if now is None else now}
+    # Most writes go to a thread that has this owner's record: one primary-key probe.
+    if c.execute(_ADMITTED, args).fetchone() is not None:
+        return
     c.execute(_ADMIT, args)
     if c.execute(_ADMITTED, args).fetchone() is None:
         raise thread_unavailable(thread_id, owner)

@@ -160,7 +160,7 @@ def save_extra(
                 (codec.encode_extra(current), thread_id),
             )
         if before_commit is not None:
-            before_commit("save_extra")
+            before_commit("save_extra", c)
     return int(bumped[0][0])
 
 

@@ -142,7 +142,7 @@ def save_fingerprints(
             raise revision_conflict(thread_id, FINGERPRINTS_RECORD, expected_revision, actual[0] if actual else None)
         meta = _meta(thread_id, row[0])
         if before_commit is not None:
-            before_commit("save_fingerprints")
+            before_commit("save_fingerprints", c)
     return meta
 
 
@@ -242,7 +242,7 @@ def step_commit(
                 raise input_conflict(thread_id, step_record_name(key))
             raise revision_conflict(thread_id, step_record_name(key), expected_revision, current.revision)
         if before_commit is not None:
-            before_commit("step_commit")
+            before_commit("step_commit", c)
     return _step(written[0])
 
 

@@ -41,9 +41,10 @@ from core.checkpoint.sqlite_owners import admit, owned
 from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, Layout, write_txn
 from core.errors import RunAlreadyClaimedError
 
-BeforeCommit = Callable[[str], None]
-"""A test seam (``SQLiteCheckpointer._before_commit``): called with the write's name on the
-connection thread inside a compare-and-set transaction, after its UPDATE and before COMMIT."""
+BeforeCommit = Callable[[str, sqlite3.Connection], None]
+"""A test seam (``SQLiteCheckpointer._before_commit``): called with the write's name and the
+connection on the connection thread inside a compare-and-set transaction, after its UPDATE
+and before its COMMIT (so it sees the update, which nobody else does yet)."""
 
 
 class NothingWritten(Exception):
@@ -478,7 +479,7 @@ def update_command(
             raise no_such_command(seq)
         command = Command(*row)
         if moved and before_commit is not None:
-            before_commit("update_command")
+            before_commit("update_command", c)
     if not moved:
         if expected_revision is not None and command.revision != expected_revision:
             raise revision_conflict(command.thread_id, command_record_name(seq), expected_revision, command.revision)

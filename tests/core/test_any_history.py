@@ -21,6 +21,7 @@ from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import EmptyMessageError, NothingToResumeError, WaitingForAnswerError
 from core.messages import AnyMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage, user_text
+from core.owners import UNOWNED
 from core.providers.anthropic import to_api_messages
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply
@@ -230,7 +231,7 @@ async def _cubeloop_file_waiting(path: Path) -> None:
 async def test_a_thread_waiting_for_an_answer_reads_so_and_is_never_settled(tmp_path: Path) -> None:
     path = tmp_path / "cubeloop.sqlite"
     await _cubeloop_file_waiting(path)
-    store = await SQLiteCheckpointer.open(path)
+    store = await SQLiteCheckpointer.open(path, owner=UNOWNED)  # cubeloop's thread records no owner
     await store.upgrade()  # so a run could write, if it were (wrongly) allowed to
     try:
         (summary,) = await store.list_threads()

@@ -22,6 +22,7 @@ from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import RunError
 from core.events import ToolExecutionStart
 from core.messages import ToolResultMessage, UserMessage
+from core.owners import UNOWNED
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import ResumeAction, ThreadState, diagnose
 from core.request import check_request
@@ -43,7 +44,8 @@ NEXT = "Anything else to check?"
 
 
 async def upgraded(db: Path) -> SQLiteCheckpointer:
-    store = await SQLiteCheckpointer.open(db, create=False)
+    # cubeloop's threads record no owner: the unowned scope opens them.
+    store = await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED)
     await store.upgrade()  # cubeloop's file: browse-only until upgraded
     return store
 
@@ -85,7 +87,7 @@ async def continue_here(db: Path, thread_id: str) -> FauxProvider:
 async def test_cubeloop_tool_turns_are_continued_here_and_then_there(tmp_path: Path) -> None:
     db = tmp_path / "cubeloop.sqlite"
     run_cubeloop(db, "two_runs", "tr")
-    async with await SQLiteCheckpointer.open(db, create=False) as store:
+    async with await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED) as store:
         data = await store.load("tr")
     assert data is not None and not data.problems
     assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant"] * 2
@@ -103,7 +105,7 @@ async def test_a_cubeloop_fork_opens_and_continues_here(tmp_path: Path) -> None:
     run_cubeloop(db, "two_runs", "tr")
     first_run = run_ids(db, "tr")[0]
     run_cubeloop(db, "fork", "tr-fork", arg=f"tr {first_run}")
-    async with await SQLiteCheckpointer.open(db, create=False) as store:
+    async with await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED) as store:
         data = await store.load("tr-fork")
     assert data is not None and not data.problems and data.parent_thread_id == "tr"
     assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant", "user", "assistant"]
@@ -136,14 +138,14 @@ async def test_calls_cubeloop_left_unanswered_before_its_last_reply_are_settled_
     run_cubeloop(db, "continue", "cm", arg="Are you still there?")
     assert [r["role"] for r in read_rows(db, "cm")] == ["user", "assistant", "user", "assistant"]
 
-    async with await SQLiteCheckpointer.open(db, create=False) as store:
+    async with await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED) as store:
         data = await store.load("cm")
     assert data is not None
     verdict = diagnose(data.messages, data.runs)
     assert [d.call.id for d in verdict.dangling] == ["call_slow_1"], verdict
 
     await continue_here(db, "cm")
-    async with await SQLiteCheckpointer.open(db, create=False) as store:
+    async with await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED) as store:
         after = await store.load("cm")
     assert after is not None
     (settled,) = [m for m in after.messages if isinstance(m, ToolResultMessage) and m.tool_call_id == "call_slow_1"]
@@ -178,7 +180,7 @@ async def test_a_pending_human_question_waits_for_its_answer_and_cubeloop_takes_
     assert [r["role"] for r in rows] == ["user", "assistant", "tool_result", "assistant"]
     assert rows[2]["details"]["hitl"]["answers"] == {"target": "src/cli.py"} and not rows[2]["is_error"]
     assert cubeloop_rows(db)["thread_pending_request"] == []
-    async with await SQLiteCheckpointer.open(db, create=False) as store:
+    async with await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED) as store:
         data = await store.load("q")
     assert data is not None and diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
 
@@ -203,7 +205,7 @@ async def test_a_cubeloop_fork_of_a_thread_we_resumed_keeps_each_result_with_its
     fork = await cubeloop_load(db, "cm-fork")
     check_cycles(fork.messages)
     assert fork.messages and fork.messages[0].role == "user"
-    async with await SQLiteCheckpointer.open(db, create=False) as store:
+    async with await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED) as store:
         data = await store.load("cm-fork")
     assert data is not None and diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
     await continue_here(db, "cm-fork")
@@ -307,8 +309,8 @@ async def test_a_crash_we_settled_by_resume_passes_cubeloops_checks_per_run_and_
     fork = await cubeloop_load(db, "ours-fork")
     check_cycles(fork.messages)
     assert fork.messages[0].role == "user" and fork.messages[0].content[0].text == PROMPT
-    async with await SQLiteCheckpointer.open(db, create=False) as store:
-        data = await store.load("ours-fork")
+    async with await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED) as store:
+        data = await store.load("ours-fork")  # the fork is cubeloop's thread: it records no owner
     assert data is not None and diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
 
 

@@ -31,6 +31,7 @@ from core.messages import (
     ToolResultMessage,
     UserMessage,
 )
+from core.owners import UNOWNED
 from core.providers.anthropic import AnthropicProvider
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_thinking, faux_tool_call
@@ -60,7 +61,8 @@ def api_images(api_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def upgraded(db: Path) -> SQLiteCheckpointer:
-    store = await SQLiteCheckpointer.open(db, create=False)
+    # cubeloop's threads record no owner: the unowned scope opens them.
+    store = await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED)
     await store.upgrade()  # cubeloop's file: browse-only until upgraded
     return store
 
@@ -190,7 +192,7 @@ async def test_a_row_without_an_id_still_has_none_after_loading(checkpointer: An
 
 
 async def test_cubeloop_ids_are_read(fixture_db: Path) -> None:
-    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+    async with await SQLiteCheckpointer.open(fixture_db, create=False, owner=UNOWNED) as store:
         data = await store.load("completed")
     assert data is not None
     assert [m.id for m in data.messages] == [row["id"] for row in read_rows(fixture_db, "completed")]
@@ -235,7 +237,10 @@ async def test_our_thinking_signature_survives_cubeloop_continuing_and_forking_t
     await cubeloop_fork(sqlite_path, "ours", "ours-fork", after_run_id=our_run)
 
     async with await SQLiteCheckpointer.open(sqlite_path, create=False) as store:
-        original, fork = await store.load("ours"), await store.load("ours-fork")
+        original = await store.load("ours")
+    # cubeloop's fork is a thread of cubeloop's: it records no owner.
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner=UNOWNED) as store:
+        fork = await store.load("ours-fork")
     assert original is not None and fork is not None and not original.problems and not fork.problems
     assert signatures(original.messages) == signatures(fork.messages) == [("Read a first.", "sig-Read-a")]
     assert original.messages[-1].text == CONTINUED  # type: ignore[union-attr]
@@ -274,7 +279,7 @@ async def test_a_cubeloop_steer_saved_without_a_timestamp_is_read(tmp_path: Path
     rows = read_rows(db, "st")
     assert [r["role"] for r in rows] == ["user", "assistant", "tool_result", "user", "assistant"]
     assert rows[3]["timestamp"] is None  # the host built the steer without one
-    async with await SQLiteCheckpointer.open(db, create=False) as store:
+    async with await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED) as store:
         data = await store.load("st")
     assert data is not None and not data.problems
     steer = data.messages[3]

@@ -22,6 +22,7 @@ from core.agent import Agent
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import NothingToResumeError
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
+from core.owners import UNOWNED
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import ResumeAction, ThreadState, diagnose
@@ -90,7 +91,8 @@ def model(request: ModelRequest) -> AssistantMessage:
 
 
 async def upgraded(db: Path) -> SQLiteCheckpointer:
-    store = await SQLiteCheckpointer.open(db, create=False)
+    # cubeloop's threads record no owner: the unowned scope opens them.
+    store = await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED)
     assert store.needs_upgrade and store.read_only  # cubeloop's file: browse-only until upgraded
     await store.upgrade()
     assert not store.read_only and not store.needs_upgrade
@@ -197,7 +199,7 @@ async def test_a_cubeloop_call_still_may_have_started_after_upgrade(fixture_db: 
 
 
 async def test_browse_only_diagnosis_says_may_have_started(fixture_db: Path) -> None:
-    async with await SQLiteCheckpointer.open(fixture_db, create=False) as store:
+    async with await SQLiteCheckpointer.open(fixture_db, create=False, owner=UNOWNED) as store:
         data = await store.load("crash-mid-tool")
         assert data is not None and data.journal is None
         (dangling,) = diagnose(data.messages, data.runs, data.journal).dangling

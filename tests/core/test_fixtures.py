@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.owners import UNOWNED
 from core.recovery import diagnose
 from tests.helpers.crashpoint_verdicts import EXPECTED, THREADS
 from tests.helpers.cubeloop_threads import CRASHPOINT_THREADS, CUBELOOP_TABLES, run_cubeloop
@@ -28,7 +29,8 @@ def test_every_crash_point_in_the_fixture_is_mapped() -> None:
 
 @pytest.fixture
 async def store(fixture_db: Path):
-    async with await SQLiteCheckpointer.open(fixture_db, create=False) as opened:
+    # cubeloop's threads record no owner: the unowned scope opens them.
+    async with await SQLiteCheckpointer.open(fixture_db, create=False, owner=UNOWNED) as opened:
         yield opened
 
 
