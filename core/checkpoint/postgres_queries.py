@@ -56,7 +56,7 @@ async def load(
         f"SELECT t.extra::text AS extra, t.parent_thread_id, t.pending_request::text AS pending, t.run_id,"
         f" {_EPOCH.format('t.updated_at')} AS updated_at, {_pending_ours(ours)}, {_record_columns(scope)}"
         " FROM cubepi_threads AS t" + _pending_join(ours) + _record_join(scope) + " WHERE t.thread_id = $1"
-        f" AND {_record_visible(scope, '$2')}",
+        f" AND {scope.joined('$2')}",
         thread_id,
         scope.owner,
     )
@@ -95,11 +95,6 @@ def _record_columns(scope: Scope) -> str:
 def _record_join(scope: Scope, of: str = "t") -> str:
     """The thread record of table alias ``of``'s thread, joined as ``r`` (nothing to join without records)."""
     return f" LEFT JOIN {schema.RECORDS} AS r ON r.thread_id = {of}.thread_id" if scope.records else ""
-
-
-def _record_visible(scope: Scope, owner: str) -> str:
-    """The owner predicate of a query that joined the record as ``r``."""
-    return f"coalesce(r.owner, '') = {owner}" if scope.records else f"'' = {owner}"
 
 
 def _meta(thread_id: str, row: Any) -> Any:
@@ -262,15 +257,19 @@ async def unowned_count(conn: Connection, scope: Scope) -> int:
 
 
 async def list_threads(conn: Connection, scope: Scope, ours: bool) -> list[ThreadSummary]:
-    """This owner's threads, most recently active first, in four queries whatever their number;
-    each query joins the thread records and keeps only ``scope``'s owner's rows.
+    """This owner's threads, most recently active first, in four queries whatever their number
+    (after one ``SET LOCAL``); each joins the thread records and keeps ``scope``'s owner's rows.
 
     Per-thread counts come from our stats table when it exists (kept by trigger), else
     from one aggregate over every message (browse-only: correct, slower). Only each
     thread's tail (from its last assistant row) and first user row are decoded.
     """
     stats = schema.STATS if ours else f"({schema.STATS_OF_MESSAGES.format(rows='cubepi_messages')})"
-    mine = _record_visible(scope, "$1")
+    mine = scope.joined("$1")
+    # The listing reads every thread of the owner: whole-table hash joins, the plan it had
+    # before owners. The owner predicate would otherwise let the planner expect a handful
+    # of rows where a new database has no statistics yet, and probe an index per thread.
+    await conn.execute("SET LOCAL enable_nestloop = off")
     threads = await conn.fetch(
         f"SELECT t.thread_id, {_EPOCH.format('t.updated_at')} AS updated_at, t.pending_request::text AS pending,"
         f" t.run_id, {_pending_ours(ours)}, COALESCE(s.n, 0) AS n, {_EPOCH.format('s.last_at')} AS last_at,"

@@ -595,6 +595,17 @@ class Scope:
         ``owner``: the predicate every read of a thread's rows carries in its own text."""
         return f"{self.owner_of(thread)} = {owner}"
 
+    def joined(self, owner: str, record: str = "r") -> str:
+        """The same predicate for a query that LEFT JOINed the thread record as ``record``:
+        ``record.owner = owner`` for a named owner, ``record.owner IS NULL`` (no record, or
+        one without an owner) for the unowned scope - forms the planner estimates from the
+        column's statistics, so a listing of many threads keeps its hash joins."""
+        if not self.records:
+            return f"'' = {owner}"
+        if self.owner:
+            return f"{record}.owner = {owner}"
+        return f"({record}.owner IS NULL AND {owner} = '')"
+
     def revision(self, alias: str = "") -> str:
         """The select-list item of a lease's, job's or command's revision: the column, or 1
         for rows of a database from before revisions (written once, as v3 counts them)."""

@@ -310,7 +310,7 @@ async def all_leases(conn: Connection, scope: Scope) -> dict[str, Lease]:
         found = await conn.fetch(
             f"SELECT {_lease_columns(scope, 'l.')} FROM {schema.LEASES} AS l"
             f" LEFT JOIN {schema.RECORDS} AS r ON r.thread_id = l.thread_id"
-            " WHERE coalesce(r.owner, '') = $1 ORDER BY l.thread_id",
+            f" WHERE {scope.joined('$1')} ORDER BY l.thread_id",
             scope.owner,
         )
     return {r[0]: Lease(*r) for r in found}

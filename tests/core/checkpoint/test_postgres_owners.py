@@ -440,3 +440,57 @@ async def test_the_thread_listing_sends_the_same_queries_for_one_thread_or_many_
     finally:
         await bob.close()
         await ann.close()
+
+
+# --- a compare-and-set write whose acknowledgement was lost -------------------------------------
+
+
+async def test_a_compare_and_set_write_whose_commit_answer_was_lost_answers_what_it_did() -> None:
+    """The retry of a write that committed (its answer lost on the way back) finds its write
+    id and returns what the first attempt returned, instead of meeting its own new revision
+    as a conflict or writing twice."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from tests.helpers.pg_proxy import CommitDropper
+
+    origin = await new_store("lostcas")
+    where = urlsplit(origin._url)
+    proxy = CommitDropper(where.hostname or "127.0.0.1", where.port or 5432)
+    port = await proxy.start()
+    user = where.netloc.rpartition("@")[0]
+    url = urlunsplit(where._replace(netloc=f"{user}@127.0.0.1:{port}" if user else f"127.0.0.1:{port}"))
+    store = await PostgresCheckpointer.open(url, create=False)
+    try:
+        assert await origin.save_extra("t", {"k": 0}) == 1
+        await origin.step_begin("t", "job:a", input_fingerprint="f", workflow="w")
+        command = await origin.send_command("t", "steer", "left")
+        fingerprints = Fingerprints("i", "a", {"model": "m"}, "v1")
+        calls = {
+            "save_extra": lambda: store.save_extra("t", {"k": 1}, expected_revision=1),
+            "step_commit": lambda: store.step_commit(
+                "t", "job:a", expected_revision=0, workflow="w", next_step=1, data={"n": 1}
+            ),
+            "update_command": lambda: store.update_command(command.seq, "delivered", expected_revision=1),
+            "save_fingerprints": lambda: store.save_fingerprints("t", fingerprints, expected_revision=0),
+            "delete_thread": lambda: store.delete_thread("gone"),
+        }
+        await origin.append("gone", [user_text("to delete")])
+        results = {}
+        for name, call in calls.items():
+            proxy.arm()
+            dropped = proxy.dropped
+            results[name] = await asyncio.wait_for(call(), WAIT)
+            assert proxy.dropped == dropped + 1, f"{name}: its commit's answer was withheld"
+        assert results["save_extra"] == 2 and (await origin.load("t")).extra_revision == 2  # type: ignore[union-attr]
+        step = await origin.step_get("t", "job:a")
+        assert results["step_commit"] == step and step is not None and step.revision == 1
+        (stored,) = await origin.list_commands("t")
+        assert results["update_command"] == stored and stored.revision == 2
+        meta = await origin.load_meta("t")
+        assert results["save_fingerprints"] == meta and meta is not None and meta.revision == 1
+        assert meta.fingerprints == fingerprints
+        assert results["delete_thread"] is None and await origin.load("gone") is None
+    finally:
+        await store.close()
+        await proxy.close()
+        await origin.close()
