@@ -15,6 +15,7 @@
   something a test can reach, so it is not pretended here. What a test can show is that
   the script's own late checks refuse a write that another writer (or another owner) made
   stale after Python's checks, and write nothing.
+* The owner checked inside the listing's script, not only by the per-owner index.
 * 100 concurrent compare-and-set writers, each on its own store object and connection.
 """
 
@@ -354,6 +355,31 @@ async def test_another_owner_making_the_thread_after_the_checks_in_python_is_ref
         assert await snapshot(place) == after_bob[0]
         data = await bob.load("t")
         assert data is not None and (data.extra, data.meta.owner) == ({}, "bob")  # type: ignore[union-attr]
+    finally:
+        await alice.close()
+        await bob.close()
+
+
+async def test_a_listing_leaves_out_a_thread_that_became_another_owners_after_the_index_was_read(
+    place: tuple[str, str],
+) -> None:
+    """alice's listing read her index; before its script runs, "t" is deleted and made again
+    by bob: the script's own owner check leaves it out (the index alone would show bob's)."""
+    alice, bob = await opened(place, "alice"), await opened(place, "bob")
+    try:
+        await alice.append("t", [user_text("alice's")])
+        await alice.append("u", [user_text("alice's other")])
+        chunk = alice._scripts["LIST_CHUNK"]
+
+        async def interleaved(**kwargs: object) -> object:
+            await alice.delete_thread("t")
+            await bob.append("t", [user_text("bob's secret")])
+            return await chunk(**kwargs)
+
+        alice._scripts["LIST_CHUNK"] = interleaved  # type: ignore[assignment]
+        listed = await alice.list_threads()
+        assert [(s.thread_id, s.first_prompt) for s in listed] == [("u", "alice's other")]
+        assert [s.thread_id for s in await bob.list_threads()] == ["t"]
     finally:
         await alice.close()
         await bob.close()
