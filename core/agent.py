@@ -54,15 +54,7 @@ from core.events import (
     ToolExecutionStart,
     ToolExecutionUpdate,
 )
-from core.fingerprints import (
-    FIRST_INPUT_CHANGED,
-    changes,
-    definition_parts,
-    fingerprints_of,
-    first_input,
-    input_fingerprint,
-    mismatch_error,
-)
+from core.fingerprints import changes, definition_parts, fingerprints_of, first_input, input_fingerprint
 from core.leases import LeaseHolder
 from core.loop import LoopConfig, run_loop
 from core.messages import AnyMessage, AssistantMessage, UserMessage, user_text
@@ -344,37 +336,17 @@ class Agent:
         return await self._run(run_id, [user_text(text, kind="prompt", run_id=run_id)])
 
     async def _admit(self, offered: str | None, accept_changes: bool, *, start_input: bool) -> None:
-        """Compare the thread's fingerprints with this agent's before anything runs, and
-        record this agent's when they are new, changed and accepted, or missing.
-
-        ``offered`` is the text offered as the thread's first input when ``start_input``
-        (a new thread, or :meth:`start`): then another first input is a change. A thread
-        without messages refuses nothing (nothing was written by another definition): its
-        fingerprints are simply recorded. Raises ``FingerprintMismatchError`` (nothing
-        written) and the recorder's errors."""
+        """Compare the thread's fingerprints with this agent's before anything runs (see
+        :meth:`core.recorder.RunRecorder.admit`; ``offered`` counts as the first input only
+        when ``start_input``); ``state.meta`` is then the record as stored."""
         state = self._state
-        meta = state.meta
-        stored = meta.fingerprints if meta is not None else None
-        first = first_input(state.messages)
-        thread_input = (stored.input if stored is not None else None) or (
-            input_fingerprint(first) if first is not None else None
+        state.meta = await self._recorder.admit(
+            state.meta,
+            state.messages,
+            fingerprints_of(self._parts, self.workflow, None),
+            offered=offered if start_input else None,
+            accept_changes=accept_changes,
         )
-        given = input_fingerprint(offered) if start_input and offered is not None else None
-        current = fingerprints_of(self._parts, self.workflow, None)
-        found = list(changes(stored, current)) if stored is not None else []
-        if given is not None and thread_input is not None and given != thread_input:
-            found.insert(0, FIRST_INPUT_CHANGED)
-        fresh = not state.messages
-        if found and not fresh and not accept_changes:
-            raise mismatch_error(self.thread_id, found)
-        # The first input the record names: the thread's own, unless another was accepted.
-        named = given if given is not None and (fresh or accept_changes) else thread_input or given
-        current = dataclasses.replace(current, input=named)
-        if stored == current:
-            return
-        meta = await self._recorder.record_fingerprints(meta, current, overriding=() if fresh else tuple(found))
-        if meta is not None:
-            state.meta = meta
 
     async def plan_resume(self) -> ResumePlan:
         """Reload the thread and say what :meth:`resume` would do, without doing it.
@@ -502,7 +474,9 @@ class Agent:
         state.problems = data.problems if data else []
         state.journal = data.journal if data else ({} if self._recorder.journaled else None)
         state.pending_request = data.pending_request if data else None
-        state.meta = data.meta if data else None
+        # A thread with nothing else stored may still have its record: fingerprints saved
+        # by a run that died before its first message was (what _admit compares and sets).
+        state.meta = data.meta if data else await self._recorder.load_meta()
 
     async def _plan(self) -> ResumePlan:
         diagnosis = self.diagnosis()

@@ -12,8 +12,9 @@ One :class:`RunRecorder` per agent holds each write rule once:
 * **runs**: cubeloop's claim and completion, beside the lease;
 * **jobs and tool steps**: the thread's :class:`~core.jobs.Jobs` and
   :class:`~core.steps.StepLogs`, fenced by the same holder, handed to the loop;
-* **the thread's record**: its fingerprints and overrides, compare-and-set on the record's
-  revision (:mod:`core.fingerprints`).
+* **the thread's record**: the check of its fingerprints against the agent's definition
+  before a run goes on (refused, or recorded with an override when accepted), written
+  compare-and-set on the record's revision (:mod:`core.fingerprints`).
 
 Stores without a capability (cubeloop's) simply get none of its writes: no lease, journal,
 jobs, steps or fingerprints. The agent keeps its public API and the folding of events into
@@ -23,6 +24,7 @@ its state; what it learns from a write (saved or not, the lease lost) comes back
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -32,6 +34,7 @@ from core.checkpoint.base import Checkpointer, FingerprintOverride, Fingerprints
 from core.checkpoint.capabilities import Jobs as JobStore
 from core.checkpoint.capabilities import Leases, OwnerScoped, ThreadRecords, ToolJournal, ToolSteps, supports
 from core.errors import LeaseLostError, error_sentence
+from core.fingerprints import FIRST_INPUT_CHANGED, changes, first_input, input_fingerprint, mismatch_error
 from core.jobs import Jobs
 from core.leases import HeldLease, LeaseHolder
 from core.messages import AnyMessage, AssistantMessage, ensure_message_id
@@ -256,3 +259,50 @@ class RunRecorder:
             expected_revision=meta.revision if meta is not None else 0,
             override=override,
         )
+
+    async def admit(
+        self,
+        meta: ThreadMeta | None,
+        messages: Sequence[AnyMessage],
+        current: Fingerprints,
+        *,
+        offered: str | None = None,
+        accept_changes: bool = False,
+    ) -> ThreadMeta | None:
+        """Check the thread's fingerprints before a run goes on, and record the agent's.
+
+        ``meta`` is the thread's record and ``messages`` its messages as just loaded under
+        the lease; ``current`` the agent's fingerprints (its ``input`` unused); ``offered``
+        a text offered as the thread's first input (a new thread's first prompt, or
+        ``Agent.start``), so that another first input counts as a change
+        (:data:`~core.fingerprints.FIRST_INPUT_CHANGED`); without it the first input is
+        not compared. Returns the record as stored afterwards.
+
+        Same definition: nothing is written. Changes (:func:`~core.fingerprints.changes`)
+        on a thread with messages: :func:`~core.fingerprints.mismatch_error` unless
+        ``accept_changes``, then the agent's fingerprints are recorded with an override
+        naming the changes. A thread that recorded none (cubeloop's, older ones) records
+        the agent's without refusing; so does one without messages, whatever it recorded
+        (a run that died before its first message was saved wrote nothing else). The
+        record names the thread's own first input, or the offered one when there is none
+        yet or its change was accepted. Raises ``FingerprintMismatchError`` (nothing
+        written) and what :meth:`record_fingerprints` raises.
+        """
+        stored = meta.fingerprints if meta is not None else None
+        first = first_input(messages)
+        thread_input = (stored.input if stored is not None else None) or (
+            input_fingerprint(first) if first is not None else None
+        )
+        given = input_fingerprint(offered) if offered is not None else None
+        found = list(changes(stored, dataclasses.replace(current, input=None))) if stored is not None else []
+        if given is not None and thread_input is not None and given != thread_input:
+            found.insert(0, FIRST_INPUT_CHANGED)
+        fresh = not messages
+        if found and not fresh and not accept_changes:
+            raise mismatch_error(self.thread_id, found)
+        named = given if given is not None and (fresh or accept_changes) else thread_input or given
+        wanted = dataclasses.replace(current, input=named)
+        if stored == wanted:
+            return meta
+        saved = await self.record_fingerprints(meta, wanted, overriding=() if fresh else tuple(found))
+        return saved if saved is not None else meta

@@ -314,3 +314,18 @@ async def test_a_refused_prompt_with_a_tool_call_pending_runs_no_tool() -> None:
     with pytest.raises(FingerprintMismatchError):
         await agent(store, provider, tools=(counting_read,)).prompt("go on")
     assert ran == [] and provider.requests == []
+
+
+async def test_a_crash_between_recording_the_fingerprints_and_saving_the_first_prompt_is_no_conflict() -> None:
+    store = MemoryCheckpointer(OWNER)
+    # What a run killed right after recording its fingerprints leaves: a record, no message.
+    other = fingerprints_of(definition_parts("Another prompt.", [], "m0"), "0", "An abandoned first prompt")
+    await store.save_fingerprints("t1", other, expected_revision=0)
+    assert await store.load("t1") is None or not (await store.load("t1")).messages  # type: ignore[union-attr]
+    fresh = agent(store, workflow="1")
+    assert await fresh.prompt("The real first prompt") == "completed"  # nothing was written by the other one
+    meta = await store.load_meta("t1")
+    assert meta is not None and meta.revision == 2 and meta.overrides == ()
+    assert meta.fingerprints == fingerprints_of(
+        definition_parts("", [read_file.spec], fresh.provider.model), "1", "The real first prompt"
+    )

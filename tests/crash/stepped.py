@@ -105,6 +105,7 @@ def build_tool(ledger: str, process: str, speed: float = 1.0) -> AgentTool:
         """Assemble something in steps, one external effect per step."""
         assert ctx.job_key is not None and ctx.steps is not None, "a stepped tool on our store gets its step log"
         key = ctx.job_key
+        print("MARK tool", flush=True)  # the parent learns how long a run takes to reach its tool
 
         def step(k: int) -> Callable[[list[str]], Any]:
             async def run(done: list[str]) -> list[str]:

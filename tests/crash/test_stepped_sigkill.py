@@ -36,6 +36,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -86,6 +87,13 @@ class Run:
     """Resumes (children or this process) that began with some, not all, steps committed."""
     threads: int = 0
     steps: int = 0
+    reaching: list[float] = field(default_factory=list)
+    """Seconds from a child's store being open to its tool's start, per child that got there."""
+
+    def to_tool(self) -> float:
+        """How long a run takes to reach its tool, lately (a round trip per write on a server
+        store, next to nothing on SQLite), so kill delays cover the steps on every backend."""
+        return statistics.median(self.reaching[-20:]) if self.reaching else 0.05
 
 
 async def committed_steps(reader: Checkpointer, thread_id: str, key: str) -> int:
@@ -101,9 +109,10 @@ async def next_mode(reader: Checkpointer, thread_id: str) -> str | None:
     return "resume" if diagnose(data.messages, data.runs, data.journal).resumable else None
 
 
-async def run_child(request: dict[str, Any], delay: float, log: Path) -> tuple[bool, float]:
+async def run_child(run: Run, request: dict[str, Any], delay: float, log: Path) -> tuple[bool, float]:
     """Run a child on ``request``; SIGKILL it ``delay`` s after its store is open. Returns
-    (killed, unix time by which it was reaped)."""
+    (killed, unix time by which it was reaped); notes in ``run.reaching`` how long the
+    child took from its store being open to its tool's start, when it got that far."""
     with log.open("ab") as err:
         child = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -120,17 +129,29 @@ async def run_child(request: dict[str, Any], delay: float, log: Path) -> tuple[b
         assert line.startswith(b"MARK opened"), (
             f"{request['process']} did not open its store: {line!r} {log.read_text()}"
         )
+        opened = time.monotonic()
+        lines: list[str] = []
+
+        async def read() -> None:
+            assert child.stdout is not None
+            while line := await child.stdout.readline():
+                lines.append(line.decode())
+                if line.startswith(b"MARK tool"):
+                    run.reaching.append(time.monotonic() - opened)
+
+        reader = asyncio.create_task(read())
         try:
             await asyncio.wait_for(child.wait(), delay)
         except TimeoutError:
             child.send_signal(signal.SIGKILL)
         await child.wait()
+        await asyncio.wait_for(reader, OPEN_TIMEOUT)
     finally:
         if child.returncode is None:
             child.kill()
             await child.wait()
     reaped = time.time()
-    rest = (await child.stdout.read()).decode()
+    rest = "".join(lines)
     if child.returncode == -signal.SIGKILL:
         return True, reaped
     assert child.returncode == 0 and "MARK done completed" in rest, (
@@ -155,7 +176,7 @@ async def run_thread(
     steps, ms = rng.randint(4, 8), rng.randint(20, 60)
     args = {"tag": name, "steps": steps, "ms": ms}
     key = job_key("assemble", args)
-    estimate = steps * ms / 1000 + 0.05  # the tool's steps, plus a model call or two and the writes
+    tool_time = steps * ms / 1000
     for n in range(rng.randint(1, 4)):
         mode = await next_mode(reader, name)
         if mode is None:
@@ -163,7 +184,9 @@ async def run_thread(
         before = await committed_steps(reader, name, key)
         process = f"child {n} of {name}"
         request = {"store": location, "thread": name, "ledger": ledger, "process": process, "mode": mode, "args": args}
-        killed, reaped = await run_child(request, rng.uniform(0.0, estimate * 1.2), tmp / f"{name}-{n}.log")
+        # From the store's opening: before the tool (lease, fingerprints, the first writes), in a step, or after.
+        delay = rng.uniform(0.0, (run.to_tool() + tool_time) * 1.1)
+        killed, reaped = await run_child(run, request, delay, tmp / f"{name}-{n}.log")
         await settle(location)  # a server may still run the statement the child sent last
         committed = await committed_steps(reader, name, key)
         run.continued += mode == "resume" and 0 < before < steps
