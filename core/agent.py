@@ -1,9 +1,12 @@
 """The stateful agent: one thread, its runs, and everything a UI needs to show them.
 
-The :mod:`core.loop` emits events; the agent folds each into :class:`AgentState`,
-persists each finished message at ``message_end`` (one ``append`` per message, so a
-crash loses nothing already finished), journals each ``tool_execution_start`` (before
-the tool's work begins) and ``tool_execution_end``, and then calls the subscribers.
+The :mod:`core.loop` emits events; the agent folds each into :class:`AgentState`, has
+its :class:`~core.recorder.RunRecorder` (every store write of a run, each rule in one
+place) persist each finished message at ``message_end`` (one ``append`` per message, so
+a crash loses nothing already finished) and journal each ``tool_execution_start``
+(before the tool's work begins) and ``tool_execution_end``, and then calls the
+subscribers. Before a run goes on, the thread's fingerprints are compared with this
+agent's definition (:mod:`core.fingerprints`).
 
 Every run first takes the thread's lease (:mod:`core.leases`: one runner per thread,
 across processes), then reloads the history, so messages other writers added are seen
@@ -26,15 +29,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from core.checkpoint.base import Checkpointer, CorruptRow, JournalEntry, PendingRequest, RunRecord
-from core.checkpoint.capabilities import Jobs as JobStore
-from core.checkpoint.capabilities import Leases, ToolJournal, supports
+from core.checkpoint.base import Checkpointer, CorruptRow, JournalEntry, PendingRequest, RunRecord, ThreadMeta
 from core.errors import (
     AgentBusyError,
     EmptyMessageError,
-    LeaseLostError,
     NothingToResumeError,
     RunError,
     UnreadableThreadError,
@@ -54,18 +54,19 @@ from core.events import (
     ToolExecutionStart,
     ToolExecutionUpdate,
 )
-from core.jobs import Jobs
-from core.leases import HeldLease, LeaseHolder
+from core.fingerprints import changes, definition_parts, fingerprints_of, first_input, input_fingerprint
+from core.leases import LeaseHolder
 from core.loop import LoopConfig, run_loop
-from core.messages import AnyMessage, AssistantMessage, UserMessage, ensure_message_id, user_text
+from core.messages import AnyMessage, AssistantMessage, UserMessage, user_text
 from core.providers.base import Provider
+from core.recorder import RunRecorder, WriteFailed
 from core.recovery import (
-    JOURNALED_KEY,
     CallPlan,
     Diagnosis,
     ResumeAction,
     ResumePlan,
     SettleChoice,
+    ThreadState,
     diagnose,
     plan_call,
 )
@@ -74,6 +75,14 @@ from core.tool_execution import call_job_key
 from core.tools import AgentTool, ToolExecutionMode
 
 _log = logging.getLogger(__name__)
+
+
+_STANDING: dict[ThreadState, RunOutcome] = {
+    ThreadState.COMPLETED: "completed",
+    ThreadState.ABORTED: "aborted",
+    ThreadState.FAILED: "failed",
+}
+"""What :meth:`Agent.start` returns for a thread it finds already done, by its state."""
 
 
 def check_user_text(text: str, what: str = "prompt") -> None:
@@ -111,7 +120,10 @@ class AgentState:
     ``running_tools``: tool call id -> :class:`RunningTool` for calls in flight.
     ``run_id``: the current (or last) run. ``last_outcome``/``error``: how the last run
     ended and, when it failed, the one-sentence reason. ``pending_steers`` /
-    ``pending_follow_ups``: queued user messages not yet delivered.
+    ``pending_follow_ups``: queued user messages not yet delivered. ``meta``: the thread's
+    owner and fingerprints record (``None`` when the store keeps none, or before the
+    thread has one). ``ran``: whether the last ``prompt``/``resume``/``start`` ran (false
+    when ``start`` found the thread already done, or it was refused).
     """
 
     messages: list[AnyMessage] = field(default_factory=list)
@@ -127,14 +139,12 @@ class AgentState:
     error: str | None = None
     pending_steers: list[UserMessage] = field(default_factory=list)
     pending_follow_ups: list[UserMessage] = field(default_factory=list)
-
-
-class _PersistFailed(Exception):
-    """Saving a finished message failed; the run must end failed."""
+    meta: ThreadMeta | None = None
+    ran: bool = False
 
 
 class Agent:
-    """Runs one thread: ``prompt``, ``resume``, ``abort``, ``steer``, ``follow_up``, ``subscribe``.
+    """Runs one thread: ``prompt``, ``start``, ``resume``, ``abort``, ``steer``, ``follow_up``, ``subscribe``.
 
     ``tools`` are offered to the model; ``tool_execution`` is ``"parallel"`` or
     ``"sequential"``; ``abort_grace`` is the seconds a tool may keep running after an
@@ -148,7 +158,16 @@ class Agent:
     once another holder has the thread or the lease expired, see
     ``core.checkpoint.base``); a run whose lease is lost, seen by the heartbeat or by
     such a refusal, stops and ends ``"failed"`` saying so. Stores without that protocol
-    (cubeloop-compatible ones) run without lease, journal or job store.
+    (cubeloop-compatible ones) run without lease, journal, job store or tool steps. Every
+    store write the agent makes goes through its :class:`~core.recorder.RunRecorder`.
+
+    Fingerprints (:mod:`core.fingerprints`): ``workflow`` is a version the user gives the
+    agent's workflow (``None``: none). The first run of a thread records the fingerprints of
+    its first input and of this definition (the system prompt, each tool's name and
+    parameter schema, the provider's model id, ``workflow``); each later run compares them
+    first and refuses with :class:`~core.errors.FingerprintMismatchError` when they differ,
+    unless given ``accept_changes=True`` (the override is then recorded in the thread). A
+    thread that recorded none (cubeloop's, or older) records them at its next run.
 
     Raises ``ToolDefinitionError`` if two tools share a name, ``ValueError`` unless
     ``0 < heartbeat_interval < lease_ttl``.
@@ -167,6 +186,7 @@ class Agent:
         holder: LeaseHolder | None = None,
         lease_ttl: float = 15.0,
         heartbeat_interval: float = 2.0,
+        workflow: str | None = None,
     ) -> None:
         if not 0 < heartbeat_interval < lease_ttl:
             raise ValueError(
@@ -178,14 +198,10 @@ class Agent:
         self.holder = holder or LeaseHolder()
         self.lease_ttl = lease_ttl
         self.heartbeat_interval = heartbeat_interval
-        self._leases: Leases | None = checkpointer if supports(checkpointer, Leases) else None
-        self._journal = supports(checkpointer, ToolJournal)
-        self._jobs = (
-            Jobs(checkpointer, thread_id, self.holder.holder_id if self._leases else None)
-            if supports(checkpointer, JobStore)
-            else None
+        self.workflow = workflow
+        self._recorder = RunRecorder(
+            checkpointer, thread_id, self.holder, lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval
         )
-        self._lease: HeldLease | None = None
         self._settling: set[str] = set()  # crashed runs whose calls this run settles
         self._config = LoopConfig(
             provider,
@@ -195,8 +211,10 @@ class Agent:
             abort_grace,
             get_steering=self._take_steers,
             get_follow_ups=self._take_follow_ups,
-            jobs=self._jobs,
+            jobs=self._recorder.jobs,
+            steps=self._recorder.steps,
         )
+        self._parts = definition_parts(system_prompt, self._config.tool_specs, provider.model)
         self._state = AgentState()
         self._listeners: tuple[Listener, ...] = ()
         self._signal = asyncio.Event()
@@ -236,12 +254,32 @@ class Agent:
             raise AgentBusyError("This agent is running; load the thread after the run ends.")
         await self._load()
 
-    async def prompt(self, text: str) -> RunOutcome:
+    async def definition_changes(self) -> tuple[str, ...]:
+        """What differs between the fingerprints the thread recorded and this agent's
+        definition (:func:`core.fingerprints.changes`: "tool grep: added", "model: a -> b",
+        ...), so the app can show it before running; ``()`` when nothing differs or the
+        thread recorded none (or the store keeps none). Reads the thread's record fresh
+        (``state.meta``); the first input is not compared (see :meth:`start`). Raises the
+        store's errors."""
+        meta = await self._recorder.load_meta()
+        self._state.meta = meta
+        stored = meta.fingerprints if meta is not None else None
+        if stored is None:
+            return ()
+        return changes(stored, fingerprints_of(self._parts, self.workflow, None))
+
+    async def prompt(self, text: str, *, accept_changes: bool = False) -> RunOutcome:
         """Start a run with the user message ``text`` and return how it ended.
 
-        Takes the thread's lease, reloads the thread, claims a new run, then runs the
-        loop; any dangling tool call of a crashed run is settled first (idempotent tools
-        re-run, others recorded as interrupted). Raises ``AgentBusyError`` if this agent
+        Takes the thread's lease, reloads the thread, compares its fingerprints with this
+        agent's (see the class docstring: the first prompt of a new thread records them),
+        claims a new run, then runs the loop; any dangling tool call of a crashed run is
+        settled first (idempotent tools re-run, others recorded as interrupted). Raises
+        ``FingerprintMismatchError`` (its ``changes`` say what differs; nothing ran) when
+        the thread was written by another definition of the agent, unless
+        ``accept_changes`` (then the new fingerprints are recorded with an override naming
+        the changes, the store's owner and the time), ``ConflictError`` when another
+        writer recorded fingerprints meanwhile, ``AgentBusyError`` if this agent
         is running, ``RunAlreadyClaimedError`` if another holder runs the thread,
         ``UnreadableThreadError`` if the thread has undecodable rows,
         ``WaitingForAnswerError`` if it waits for a human answer (cubeloop's pending
@@ -254,8 +292,61 @@ class Agent:
         check_user_text(text)
         async with self._exclusive(), self._leased() as run_id:
             await self._load_runnable()
-            await self._claim(run_id)
-            return await self._run(run_id, [user_text(text, kind="prompt", run_id=run_id)])
+            return await self._prompted(run_id, text, accept_changes)
+
+    async def start(self, text: str, *, accept_changes: bool = False) -> RunOutcome:
+        """Run the thread for the first input ``text``, idempotently: the lesson's "create
+        run with input" (the same id with the same input is the same run).
+
+        A new thread (no messages): as :meth:`prompt`. The same first input: resume when
+        the thread is resumable (as :meth:`resume` with the default plan), else return
+        without running (``state.ran`` false) the thread's outcome as it stands:
+        ``"completed"``, or ``"aborted"`` / ``"failed"`` for a thread that ended so.
+        Another first input: ``FingerprintMismatchError`` naming ``"first input changed"``
+        (and any change of the definition), nothing run - a thread id reused with another
+        first input is refused like a changed definition; with ``accept_changes`` the
+        override is recorded, ``text`` becomes the input the thread's fingerprints name,
+        and ``text`` is sent as a new prompt. Raises the errors of :meth:`prompt` and
+        :meth:`resume`.
+        """
+        check_user_text(text)
+        async with self._exclusive(), self._leased() as run_id:
+            await self._load_runnable()
+            first = first_input(self._state.messages)
+            if first is None:
+                return await self._prompted(run_id, text, accept_changes)
+            stored = self._state.meta.fingerprints if self._state.meta is not None else None
+            started_with = stored.input if stored is not None and stored.input else input_fingerprint(first)
+            if started_with != input_fingerprint(text):
+                return await self._prompted(run_id, text, accept_changes, start_input=True)
+            plan = await self._plan()
+            if plan.action is ResumeAction.NONE:
+                state = self._state
+                state.last_outcome = _STANDING.get(plan.diagnosis.state, "completed")
+                state.error = None
+                return state.last_outcome
+            return await self._resumed(run_id, plan, {}, accept_changes)
+
+    async def _prompted(self, run_id: str, text: str, accept_changes: bool, *, start_input: bool = False) -> RunOutcome:
+        """The body of :meth:`prompt` under the lease, the thread reloaded; ``start_input``:
+        ``text`` is offered as the thread's first input (:meth:`start`), so another one is
+        a change."""
+        await self._admit(text, accept_changes, start_input=start_input or not self._state.messages)
+        await self._claim(run_id)
+        return await self._run(run_id, [user_text(text, kind="prompt", run_id=run_id)])
+
+    async def _admit(self, offered: str | None, accept_changes: bool, *, start_input: bool) -> None:
+        """Compare the thread's fingerprints with this agent's before anything runs (see
+        :meth:`core.recorder.RunRecorder.admit`; ``offered`` counts as the first input only
+        when ``start_input``); ``state.meta`` is then the record as stored."""
+        state = self._state
+        state.meta = await self._recorder.admit(
+            state.meta,
+            state.messages,
+            fingerprints_of(self._parts, self.workflow, None),
+            offered=offered if start_input else None,
+            accept_changes=accept_changes,
+        )
 
     async def plan_resume(self) -> ResumePlan:
         """Reload the thread and say what :meth:`resume` would do, without doing it.
@@ -273,7 +364,9 @@ class Agent:
         await self._load()
         return await self._plan()
 
-    async def resume(self, choices: Mapping[str, SettleChoice] | None = None) -> RunOutcome:
+    async def resume(
+        self, choices: Mapping[str, SettleChoice] | None = None, *, accept_changes: bool = False
+    ) -> RunOutcome:
         """Continue a crashed thread exactly as :meth:`plan_resume` plans it.
 
         ``choices`` maps tool call id -> ``"rerun"`` or ``"interrupt"`` for dangling calls
@@ -289,6 +382,10 @@ class Agent:
         of what is sent, no answered call run again. Wait for user: the old run is
         marked complete and ``"completed"`` is returned.
 
+        A dangling call of a stepped tool (:mod:`core.steps`) that re-runs continues after
+        its last committed step. The thread's fingerprints are compared before anything is
+        settled, as :meth:`prompt` does (``accept_changes`` likewise).
+
         Raises ``NothingToResumeError`` when the thread is clean, ``ResumeChoiceError``
         when a choice names a call that is not dangling or does not offer that choice,
         plus the errors of :meth:`prompt`.
@@ -300,16 +397,23 @@ class Agent:
                 raise NothingToResumeError(
                     f"Nothing to resume: the thread is {plan.diagnosis.label}; send a new message to continue."
                 )
-            settle = plan.settlement(choices or {})
-            if plan.action is ResumeAction.WAIT_FOR_USER:
-                await self._close_final_reply()
-                self._state.last_outcome, self._state.error = "completed", None
-                return "completed"
-            await self._claim(run_id)
-            outcome = await self._run(run_id, [], settle)
-            if plan.action is ResumeAction.SETTLE_THEN_WAIT and outcome == "completed" and not self._fenced:
-                await self._close_final_reply()
-            return outcome
+            return await self._resumed(run_id, plan, choices or {}, accept_changes)
+
+    async def _resumed(
+        self, run_id: str, plan: ResumePlan, choices: Mapping[str, SettleChoice], accept_changes: bool
+    ) -> RunOutcome:
+        """The body of :meth:`resume` under the lease, for a ``plan`` that has work to do."""
+        settle = plan.settlement(choices)
+        await self._admit(None, accept_changes, start_input=False)
+        if plan.action is ResumeAction.WAIT_FOR_USER:
+            await self._close_final_reply()
+            self._state.last_outcome, self._state.error, self._state.ran = "completed", None, True
+            return "completed"
+        await self._claim(run_id)
+        outcome = await self._run(run_id, [], settle)
+        if plan.action is ResumeAction.SETTLE_THEN_WAIT and outcome == "completed" and not self._recorder.fenced:
+            await self._close_final_reply()
+        return outcome
 
     def abort(self) -> None:
         """Ask the current run to stop; idempotent, and a no-op when idle.
@@ -346,6 +450,7 @@ class Agent:
         if state.is_running:
             raise AgentBusyError("This agent is already running; wait for the run to end or abort it.")
         state.is_running = True
+        state.ran = False
         self._signal = asyncio.Event()
         try:
             yield
@@ -358,51 +463,8 @@ class Agent:
     async def _leased(self) -> AsyncIterator[str]:
         """Hold the thread's lease (heartbeating) for one run; yields the new run id."""
         run_id = uuid.uuid4().hex
-        if self._leases is None:
+        async with self._recorder.leased(run_id, on_lost=self._signal.set):
             yield run_id
-            return
-        held = await HeldLease.acquire(
-            self._leases,
-            self.thread_id,
-            self.holder,
-            run_id,
-            ttl=self.lease_ttl,
-            interval=self.heartbeat_interval,
-            on_lost=self._signal.set,
-        )
-        self._lease = held
-        try:
-            yield run_id
-        finally:
-            self._lease = None
-            await held.release()
-
-    @property
-    def _fenced(self) -> bool:
-        # After the lease is lost another holder may be running the thread: writing
-        # more would interleave two runs' messages, so nothing more is saved.
-        return self._lease is not None and self._lease.lost is not None
-
-    def _fence(self) -> dict[str, str]:
-        """The keyword that fences a write by this run's lease (none when no lease is held)."""
-        return {} if self._lease is None else {"holder_id": self.holder.holder_id}
-
-    def _note_lost(self, exc: Exception) -> bool:
-        """If ``exc`` says a fenced write found the lease gone, record the loss (which
-        aborts the run, as when the heartbeat notices) and return True."""
-        if not isinstance(exc, LeaseLostError) or self._lease is None:
-            return False
-        why = exc.why or "it expired or another process took the thread over"
-        self._lease.lose(
-            f"This run lost its lease on thread {self.thread_id!r} ({why}), so it stopped without saving more."
-        )
-        return True
-
-    def _stopped_by(self, what: str, exc: Exception) -> _PersistFailed:
-        """The error that ends the run after the write ``what`` failed with ``exc``."""
-        if self._note_lost(exc) and self._lease is not None and self._lease.lost:
-            return _PersistFailed(self._lease.lost)
-        return _PersistFailed(f"{what}: {error_sentence(exc)}")
 
     async def _load(self) -> None:
         data = await self.checkpointer.load(self.thread_id)
@@ -410,8 +472,11 @@ class Agent:
         state.messages = data.messages if data else []
         state.runs = data.runs if data else []
         state.problems = data.problems if data else []
-        state.journal = data.journal if data else ({} if self._journal else None)
+        state.journal = data.journal if data else ({} if self._recorder.journaled else None)
         state.pending_request = data.pending_request if data else None
+        # A thread with nothing else stored may still have its record: fingerprints saved
+        # by a run that died before its first message was (what _admit compares and sets).
+        state.meta = data.meta if data else await self._recorder.load_meta()
 
     async def _plan(self) -> ResumePlan:
         diagnosis = self.diagnosis()
@@ -420,7 +485,8 @@ class Agent:
         for dangling in diagnosis.dangling:
             tool = tools.get(dangling.call.name)
             key = call_job_key(tool, dangling.call) if tool is not None else None
-            job = await self._jobs.get(key) if key is not None and self._jobs is not None else None
+            job = await self._recorder.job(key) if key is not None else None
+            step = await self._recorder.step(key) if key is not None else None
             calls.append(
                 plan_call(
                     dangling,
@@ -428,6 +494,7 @@ class Agent:
                     idempotent=tool is not None and tool.idempotent,
                     job_key=key,
                     job_status=job.status if job is not None else None,
+                    step=step,
                 )
             )
         return ResumePlan(diagnosis, tuple(calls))
@@ -445,10 +512,10 @@ class Agent:
             )
 
     async def _claim(self, run_id: str) -> None:
-        # cubeloop's run claim, kept beside the lease so cubeloop sees our runs too.
-        await self.checkpointer.claim_run(self.thread_id, run_id, **self._fence())
+        await self._recorder.claim(run_id)
         self._state.runs.append(RunRecord(run_id, time.time()))
         self._state.run_id = run_id
+        self._state.ran = True
 
     async def _close_final_reply(self) -> None:
         """Mark complete the open run of the last reply, which is final (nothing for the
@@ -460,7 +527,7 @@ class Agent:
             await self._mark_complete(run_id)
 
     async def _mark_complete(self, run_id: str) -> None:
-        await self.checkpointer.mark_run_complete(self.thread_id, run_id, **self._fence())
+        await self._recorder.complete(run_id)
         runs = self._state.runs
         for i, run in enumerate(runs):
             if run.run_id == run_id and not run.completed:
@@ -477,7 +544,7 @@ class Agent:
         self._state.error = None
         try:
             await run_loop(self._state.messages, config, self._on_event, self._signal, prompts)
-        except _PersistFailed as exc:
+        except WriteFailed as exc:
             await self._publish(AgentEnd(run_id, "failed", str(exc)))
         except asyncio.CancelledError:
             await self._publish(AgentEnd(run_id, "interrupted", "The run was cancelled."))
@@ -486,7 +553,7 @@ class Agent:
             _log.exception("run %s of thread %s failed", run_id, self.thread_id)
             await self._publish(AgentEnd(run_id, "failed", f"Internal error: {error_sentence(exc)}"))
         await self._close_settled()  # when the run ended before its agent_end (a failed save)
-        if self._fenced:
+        if self._recorder.fenced:
             # Show what the store holds, not the messages this run could no longer save.
             with contextlib.suppress(Exception):
                 await self._load()
@@ -510,7 +577,7 @@ class Agent:
         (the thread itself is whole either way).
         """
         crashed, self._settling = self._settling, set()
-        if not crashed or self._fenced:
+        if not crashed or self._recorder.fenced:
             return
         still = {u.message.run_id for u in build_request(self._state.messages).unanswered}
         for run_id in sorted(crashed - still):
@@ -543,7 +610,7 @@ class Agent:
         """Fold ``event`` into state, persist what must be persisted, then tell listeners.
 
         Listeners get a ``MessageEnd`` with ``persisted=False`` when its message was not
-        saved. Raises ``_PersistFailed`` when a message could not be saved (after the
+        saved. Raises :class:`~core.recorder.WriteFailed` when a message could not be saved (after the
         listeners ran) or a tool start could not be journaled (before: that tool never
         runs); a write refused because the lease is gone also records the loss.
         """
@@ -554,18 +621,7 @@ class Agent:
         elif isinstance(event, MessageEnd):
             if isinstance(event.message, AssistantMessage):
                 state.streaming_message = None
-            if self._journal and isinstance(event.message, AssistantMessage) and event.message.tool_calls:
-                # Marks that this message's calls are covered by our tool journal, so a
-                # call missing from it "never started"; calls written by cubeloop (no
-                # mark), even into an upgraded file, stay "may have started".
-                event.message.metadata[JOURNALED_KEY] = True
-            saved = False
-            if not self._fenced:
-                try:
-                    await self.checkpointer.append(self.thread_id, [ensure_message_id(event.message)], **self._fence())
-                    saved = True
-                except Exception as exc:
-                    failure = exc
+            saved, failure = await self._recorder.append(event.message)
             if not saved:
                 event = dataclasses.replace(event, persisted=False)
         elif isinstance(event, MessageStart):
@@ -585,7 +641,7 @@ class Agent:
             # cannot be written the tool must not run: listeners never hear of it.
             error = await self._journal_event(event.tool_call_id, "start", event.tool_name, event.job_key, now)
             if error is not None:
-                raise self._stopped_by(
+                raise self._recorder.stopped_by(
                     f"Could not journal the start of tool call {event.tool_name} ({event.tool_call_id}), so it did "
                     "not run and the run stopped",
                     error,
@@ -606,12 +662,13 @@ class Agent:
             return
         await self._deliver(event)
         if failure is not None:
-            raise self._stopped_by("Could not save a message, so the run stopped", failure) from failure
+            raise self._recorder.stopped_by("Could not save a message, so the run stopped", failure) from failure
 
     async def _journal_event(
-        self, tool_call_id: str, phase: str, tool_name: str, job_key: str | None, at: float
+        self, tool_call_id: str, phase: Literal["start", "end"], tool_name: str, job_key: str | None, at: float
     ) -> Exception | None:
-        """Record one journal entry (store and state); return the store's error, if any."""
+        """Record one journal entry (state, and the store through the recorder); return the
+        store's error, if any."""
         journal = self._state.journal
         if journal is not None:
             old = journal.get(tool_call_id) or JournalEntry(tool_call_id, tool_name, self._state.run_id)
@@ -620,37 +677,25 @@ class Agent:
                 if phase == "start"
                 else dataclasses.replace(old, ended_at=at)
             )
-        if not self._journal or self._fenced:
-            return None
-        try:
-            await self.checkpointer.record_tool_event(  # type: ignore[attr-defined]
-                self.thread_id,
-                tool_call_id,
-                phase,
-                tool_name=tool_name,
-                run_id=self._state.run_id,
-                job_key=job_key,
-                at=at,
-                **self._fence(),
-            )
-        except Exception as exc:
-            # Even a lost end stops the run once the lease is gone (nothing more may be saved).
-            self._note_lost(exc)
-            return exc
-        return None
+        return await self._recorder.journal(
+            tool_call_id, phase, tool_name=tool_name, run_id=self._state.run_id, job_key=job_key, at=at
+        )
 
     async def _close_run(self, event: AgentEnd) -> AgentEnd:
         # Only a clean end completes the run; an aborted or failed run stays open so the
         # thread diagnoses as such. A run that lost its lease ends failed, saying so.
-        if self._lease is not None and self._lease.lost is not None:
-            return AgentEnd(event.run_id, "failed", self._lease.lost)
+        lost = self._recorder.lost
+        if lost is not None:
+            return AgentEnd(event.run_id, "failed", lost)
         await self._close_settled()
         if event.outcome != "completed":
             return event
         try:
             await self._mark_complete(event.run_id)
         except Exception as exc:
-            return AgentEnd(event.run_id, "failed", str(self._stopped_by("Could not mark the run complete", exc)))
+            return AgentEnd(
+                event.run_id, "failed", str(self._recorder.stopped_by("Could not mark the run complete", exc))
+            )
         return event
 
     async def _publish(self, end: AgentEnd) -> None:

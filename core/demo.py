@@ -7,7 +7,8 @@ The model is a :class:`~core.providers.faux.FauxProvider` whose script is one fu
 that answers any conversation:
 
 * a new prompt (or a follow-up): a few sentences, then ``fetch_dataset`` and
-  ``train_model`` in parallel;
+  ``train_model`` in parallel; a prompt "count words: TEXT" calls ``count_words`` (the
+  lesson's two-step workflow) on TEXT instead;
 * after those results: a sentence, then ``write_report``;
 * after any other results (its own, or a foreign thread's unknown tools, including
   calls recovery recorded as interrupted): a final summary that quotes them;
@@ -15,7 +16,8 @@ that answers any conversation:
 
 The tools take several seconds each, report progress about every 0.2 s, stop at once
 when the run is aborted, and are idempotent (same arguments, same result), so resume
-may re-run them. ``train_model`` does its work in a real child process (a small Python
+may re-run them; each commits its progress as steps (:mod:`core.steps`: a shard, an
+epoch, a section), so a re-run after a crash continues after the last committed step. ``train_model`` does its work in a real child process (a small Python
 script printing one line per step) through :func:`core.processes.run_process`: an abort
 ends the child's whole process group, and its result then says "aborted after start;
 partial effects possible". Every call carries ``request``, the number of the prompt or follow-up
@@ -26,8 +28,9 @@ same request. ``speed`` scales every delay (tests use a large value).
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from core.errors import ToolError
@@ -35,11 +38,13 @@ from core.messages import AnyMessage, AssistantMessage, ToolResultMessage, UserM
 from core.processes import run_process
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_thinking, faux_tool_call
+from core.steps import run_steps
 from core.tools import AgentToolResult, ToolContext, tool
 
 SYSTEM_PROMPT = (
     "You are a careful data assistant. Use fetch_dataset and train_model (they may run in "
-    "parallel), then write_report, then summarise what you did in a few sentences."
+    "parallel), then write_report, then summarise what you did in a few sentences. Asked to "
+    "count words, use count_words."
 )
 """Given to every agent; the demo ignores it, a real model follows it."""
 
@@ -50,6 +55,9 @@ TICK = 0.2
 """Seconds between progress reports of a demo tool at speed 1."""
 
 _FIRST_TOOLS = {"fetch_dataset", "train_model"}
+
+_COUNT_WORDS = re.compile(r"\s*count\s+(?:the\s+)?words\b(?:\s+(?:of|in))?\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
+"""A prompt the demo model answers with ``count_words`` on the rest of its text."""
 
 
 # --- the scripted model ------------------------------------------------------------------
@@ -81,6 +89,12 @@ def respond(request: ModelRequest) -> AssistantMessage:
     latest = users[-1] if users else _last_user(messages)
     kind = (latest.metadata or {}).get("kind", "prompt") if latest is not None else "prompt"
     asked = _short(latest.text) if latest is not None else "the task"
+    counted = _COUNT_WORDS.fullmatch(latest.text) if latest is not None and kind == "prompt" else None
+    if counted is not None and counted.group(1).strip():
+        return faux_reply(
+            faux_text(f"{ack}I will count the words in two steps: normalise the text, then count."),
+            faux_tool_call("count_words", {"text": counted.group(1)}),
+        )
     if kind == "follow_up":
         return faux_reply(
             faux_text(
@@ -154,53 +168,110 @@ def demo_provider(speed: float = 1.0) -> FauxProvider:
 
 # --- the slow tools ------------------------------------------------------------------------
 
+DEMO_WORKFLOW = "demo-tools/2"
+"""The workflow version of the demo tools' steps (:mod:`core.steps`): a step record of
+another version is refused rather than continued by other steps."""
 
-async def _work(ctx: ToolContext, seconds: float, steps: Sequence[str], speed: float) -> None:
-    """Spend ``seconds / speed`` in ticks, reporting progress; stop at once on abort."""
-    tick = TICK / speed
-    ticks = max(1, round(seconds / TICK))
-    for i in range(ticks):
+COUNT_WORDS_WORKFLOW = "count-words/1"
+"""The workflow version of ``count_words``, the lesson's two steps."""
+
+
+def normalise_text(text: str) -> dict[str, str]:
+    """Step 1 of the lesson's workflow: the text lower-cased, its words separated by one
+    space (``"Hello   Agent"`` -> ``{"normalized": "hello agent"}``)."""
+    return {"normalized": " ".join(text.lower().split())}
+
+
+def count_normalised_words(data: dict[str, str]) -> str:
+    """Step 2 of the lesson's workflow: ``{"normalized": "hello agent"}`` -> ``"words=2"``."""
+    return f"words={len(data['normalized'].split())}"
+
+
+class _StepFailed(Exception):
+    """A step of a demo tool ended without its work done (aborted, or its child failed);
+    ``result`` is the error result the tool returns. The step is not committed."""
+
+    def __init__(self, result: AgentToolResult) -> None:
+        super().__init__(str(result.content))
+        self.result = result
+
+
+async def _ticks(ctx: ToolContext, count: int, seconds: float, report: Callable[[int], None]) -> None:
+    """Wait ``count`` ticks of ``seconds / count`` each, calling ``report(i)`` after tick ``i``
+    (0-based); raise ``ToolError`` at once on abort."""
+    for i in range(count):
         try:
-            await asyncio.wait_for(ctx.signal.wait(), timeout=tick)
+            await asyncio.wait_for(ctx.signal.wait(), timeout=seconds / count)
         except TimeoutError:
             pass
         if ctx.signal.is_set():
             raise ToolError("Stopped: the run was aborted.")
-        step = steps[min(i * len(steps) // ticks, len(steps) - 1)]
-        ctx.report(progress=(i + 1) / ticks, text=step)
+        report(i)
 
 
-# The child process of ``train_model``: prints each step (argv[2:]) after sleeping a tick (argv[1] s).
+async def _work(ctx: ToolContext, seconds: float, labels: Sequence[str], speed: float) -> int:
+    """Spend ``seconds / speed`` in one step per label, reporting progress and committing
+    each step (``ctx.steps``), so a re-run continues after the last committed one; stop at
+    once on abort. Returns how many steps are done (all of them)."""
+    total = len(labels)
+    per_step = seconds / total / speed
+    ticks = max(1, round(seconds / total / TICK))
+
+    def step(i: int) -> Callable[[Any], Awaitable[int]]:
+        async def run(_done: Any) -> int:
+            def report(t: int) -> None:
+                ctx.report(progress=(i + (t + 1) / ticks) / total, text=labels[i])
+
+            await _ticks(ctx, ticks, per_step, report)
+            return i + 1
+
+        return run
+
+    return await run_steps(ctx.steps, [step(i) for i in range(total)], workflow=DEMO_WORKFLOW, initial=0)
+
+
+# The child process of ``train_model``: prints each line (argv[2:]) after sleeping a tick (argv[1] s).
 _TRAINER = (
     "import sys, time\nfor step in sys.argv[2:]:\n    time.sleep(float(sys.argv[1]))\n    print(step, flush=True)\n"
 )
 
 
-async def _work_in_child(
-    ctx: ToolContext, seconds: float, steps: Sequence[str], speed: float
-) -> AgentToolResult | None:
-    """Like :func:`_work`, done by a child process that prints one line per tick; returns
-    the error result when the child did not finish (aborted, or it failed), else ``None``."""
-    ticks = max(1, round(seconds / TICK))
-    lines = [steps[min(i * len(steps) // ticks, len(steps) - 1)] for i in range(ticks)]
-    done = 0
+async def _work_in_children(ctx: ToolContext, seconds: float, labels: Sequence[str], speed: float) -> None:
+    """Like :func:`_work`, each step done by a child process that prints one line per tick.
+    Raises :class:`_StepFailed` with the error result when a child did not finish (aborted,
+    or it failed); that step is not committed."""
+    total = len(labels)
+    ticks = max(1, round(seconds / total / TICK))
 
-    def on_line(line: str) -> None:
-        nonlocal done
-        done += 1
-        ctx.report(progress=done / ticks, text=line)
+    def step(i: int) -> Callable[[Any], Awaitable[int]]:
+        async def run(_done: Any) -> int:
+            printed = 0
 
-    argv = [sys.executable, "-c", _TRAINER, str(TICK / speed), *lines]
-    outcome = await run_process(ctx, argv, on_line=on_line, label="the trainer process")
-    result = outcome.tool_result()
-    if not result.is_error:
-        return None
-    # Its output is one line per step so far: the first line says all a reader needs.
-    return AgentToolResult(str(result.content).split("\n")[0], details=result.details, is_error=True)
+            def on_line(line: str) -> None:
+                nonlocal printed
+                printed += 1
+                ctx.report(progress=(i + printed / ticks) / total, text=line)
+
+            argv = [sys.executable, "-c", _TRAINER, str(seconds / total / ticks / speed), *[labels[i]] * ticks]
+            outcome = await run_process(ctx, argv, on_line=on_line, label="the trainer process")
+            result = outcome.tool_result()
+            if result.is_error:
+                # Its output is one line per tick so far: the first line says all a reader needs.
+                raise _StepFailed(
+                    AgentToolResult(str(result.content).split("\n")[0], details=result.details, is_error=True)
+                )
+            return i + 1
+
+        return run
+
+    await run_steps(ctx.steps, [step(i) for i in range(total)], workflow=DEMO_WORKFLOW, initial=0)
 
 
 def demo_tools(speed: float = 1.0) -> list[Any]:
-    """``fetch_dataset``, ``train_model`` and ``write_report``, paced by ``speed``."""
+    """``fetch_dataset``, ``train_model``, ``write_report`` and ``count_words``, paced by
+    ``speed``. The first three are long and commit a step per shard, epoch or section
+    (:mod:`core.steps`), so resume continues a crashed call after its last committed step;
+    ``count_words`` is the lesson's workflow (normalise the text, count its words)."""
 
     @tool(idempotent=True)
     async def fetch_dataset(name: str, rows: int, ctx: ToolContext, request: int = 1) -> str:
@@ -212,9 +283,10 @@ def demo_tools(speed: float = 1.0) -> list[Any]:
     @tool(idempotent=True)
     async def train_model(model: str, epochs: int, ctx: ToolContext, request: int = 1) -> str | AgentToolResult:
         """Train a model for some epochs and return its validation score (takes about 6 s)."""
-        failed = await _work_in_child(ctx, 6.0, [f"epoch {i + 1}/{epochs}" for i in range(epochs)], speed)
-        if failed is not None:
-            return failed
+        try:
+            await _work_in_children(ctx, 6.0, [f"epoch {i + 1}/{epochs}" for i in range(epochs)], speed)
+        except _StepFailed as failed:
+            return failed.result
         return f"Trained {model!r} for {epochs} epochs; validation accuracy 0.87, loss 0.31."
 
     @tool(idempotent=True)
@@ -224,4 +296,11 @@ def demo_tools(speed: float = 1.0) -> list[Any]:
         slug = "-".join(title.lower().split())[:40] or "report"
         return f"Wrote {sections} sections to reports/{slug}.md."
 
-    return [fetch_dataset, train_model, write_report]
+    @tool(idempotent=True)
+    async def count_words(text: str, ctx: ToolContext) -> str:
+        """Count the words of a text, in two committed steps: normalise it, then count."""
+        return await run_steps(
+            ctx.steps, [normalise_text, count_normalised_words], workflow=COUNT_WORDS_WORKFLOW, initial=text
+        )
+
+    return [fetch_dataset, train_model, write_report, count_words]

@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,19 +47,14 @@ from typing import Any, Protocol, TypeVar
 
 from core.checkpoint.base import JobRecord
 from core.checkpoint.capabilities import Jobs as JobStore
+from core.fingerprints import canonical_json as canonical_json  # re-exported: the key's JSON, documented above
+from core.fingerprints import canonical_sha256
 
 _log = logging.getLogger(__name__)
 
+
 KeyFunction = Callable[[Mapping[str, Any]], str]
 """Builds a custom job key from a call's validated arguments (a JSON object)."""
-
-
-def canonical_json(value: Any) -> str:
-    """``value`` as canonical JSON: sorted keys, no whitespace, non-ASCII kept as is.
-
-    Raises ``TypeError`` for values JSON cannot hold (tool arguments always can).
-    """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def job_key(tool_name: str, args: Mapping[str, Any]) -> str:
@@ -71,12 +64,12 @@ def job_key(tool_name: str, args: Mapping[str, Any]) -> str:
     Arguments may hold lone surrogates (undecodable bytes read with ``surrogateescape``,
     e.g. a file name): they are hashed too, never an error.
     """
-    # "surrogatepass" encodes a lone surrogate as its 3-byte form, which strict UTF-8
-    # refuses; every other text encodes exactly as with "strict", so no key that could be
-    # built before changes, and distinct texts still give distinct bytes. (A high and a low
-    # surrogate held as two code points give another key than the character they pair to;
-    # the store itself reads such a pair back as that character, see core.checkpoint.codec.)
-    digest = hashlib.sha256(canonical_json(dict(args)).encode("utf-8", "surrogatepass")).hexdigest()
+    # text_sha256 hashes a lone surrogate in its 3-byte form, which strict UTF-8 refuses;
+    # every other text encodes exactly as with "strict", so no key that could be built before
+    # changes, and distinct texts still give distinct bytes. (A high and a low surrogate held
+    # as two code points give another key than the character they pair to; the store itself
+    # reads such a pair back as that character, see core.checkpoint.codec.)
+    digest = canonical_sha256(dict(args))
     return f"{tool_name}:{digest}"
 
 

@@ -4,7 +4,7 @@ The loop is stateless apart from the transcript list it is handed (and, per run,
 request builder fed from it): it appends each finished message to that list and emits events; the :class:`~core.agent.Agent` folds the
 events into its state and persists each message at ``message_end``. The loop never
 touches a checkpointer; idempotent tools reach the thread's job store only through
-``LoopConfig.jobs``.
+``LoopConfig.jobs``, and their step records only through ``LoopConfig.steps``.
 
 Shape (pi-mono's ``runLoop``): an outer ``while`` for follow-ups, an inner ``while`` for
 tool calls and steering; each phase is a named helper below :func:`run_loop`. A *turn*
@@ -52,6 +52,7 @@ from core.messages import (
 from core.providers.base import ABORTED_TEXT, ModelRequest, Provider, error_reply
 from core.recovery import SettleChoice, default_settlement
 from core.request import RequestBuilder, Unanswered
+from core.steps import StepLogs
 from core.tool_execution import execute_tool_calls, publish
 from core.tools import AgentTool, Emit, ToolExecutionMode
 
@@ -91,7 +92,9 @@ class LoopConfig:
     default a known idempotent tool is re-run (through ``jobs``, so a done job's result
     is reused) and any other call gets an "interrupted" error result; ``settle_choices``
     (tool call id -> ``"rerun"`` / ``"interrupt"``) overrides that per call. ``jobs`` is
-    the thread's job store for idempotent tools (``None``: they simply run). Each settled
+    the thread's job store for idempotent tools (``None``: they simply run), ``steps`` its
+    step store, from which each call with a job key gets ``ToolContext.steps``
+    (:mod:`core.steps`; ``None``: no step is committed). Each settled
     result carries the ``run_id`` of the run that issued its call (cubeloop checks tool
     cycles per run, ``cubeloop/agent/_tool_cycle.py``), ``None`` when its assistant
     message has none (rows written before run ids: the result joins the same group),
@@ -111,6 +114,7 @@ class LoopConfig:
     get_follow_ups: Callable[[], list[UserMessage]] = _nothing
     settle_choices: Mapping[str, SettleChoice] = field(default_factory=dict)
     jobs: Jobs | None = None
+    steps: StepLogs | None = None
     completed_runs: frozenset[str] = frozenset()
     tools_by_name: Mapping[str, AgentTool] = field(init=False, repr=False, compare=False)
     tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False, compare=False)
@@ -293,6 +297,7 @@ async def _execute(
         run_id=config.run_id,
         jobs=config.jobs,
         settling=settling,
+        steps=config.steps,
     )
 
 

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from core.checkpoint.base import CorruptRow, JobStatus, JournalEntry, PendingRequest, RunRecord
+from core.checkpoint.base import CorruptRow, JobStatus, JournalEntry, PendingRequest, RunRecord, StepRecord
 from core.errors import ResumeChoiceError
 from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UnknownMessage, UserMessage
 from core.request import BuiltRequest, Repair, Unanswered, build_request
@@ -473,7 +473,9 @@ class CallPlan:
     store keeps none). ``action`` is the default; ``choices`` lists what the user may
     pick instead - ``("interrupt", "rerun")`` for a known tool that is not idempotent,
     else ``()``. ``status_words`` come from the tool journal ("never started",
-    "started 12:03:10, never finished", "may have started").
+    "started 12:03:10, never finished", "may have started"). ``step`` is the call's step
+    record when the tool committed steps (:mod:`core.steps`; idempotent tools only): a
+    re-run continues after its last committed step.
     """
 
     call: ToolCall
@@ -485,18 +487,39 @@ class CallPlan:
     choices: tuple[SettleChoice, ...]
     status_words: str
     started_at: float | None = None
+    step: StepRecord | None = None
+
+    @property
+    def step_words(self) -> str:
+        """ "step 4 of 8 committed at 12:03:10" (local time, as the journal's times), or
+        "" when no step was committed (:func:`step_words`)."""
+        return step_words(self.step) if self.step is not None else ""
 
     @property
     def words(self) -> str:
         """One sentence for people: the call, where it stopped, what resume does with it."""
+        rerun = "it is idempotent, so it runs again"
+        if self.step is not None and self.step.next_step > 0:
+            rerun += f", continuing after step {self.step.next_step}"
         what = {
             "reuse": "its job is done, so the stored result is reused without running it again",
-            "rerun": "it is idempotent, so it runs again" if self.idempotent else "it runs again, as you chose",
+            "rerun": rerun if self.idempotent else "it runs again, as you chose",
             "interrupt": "it is recorded as interrupted and not run again (its effects must be checked)",
         }[self.action]
         if not self.known:
             what = "this agent does not have that tool, so it is recorded as interrupted"
-        return f"{self.call.name} ({self.call.id}): {self.status_words}; {what}."
+        where = f"{self.status_words}; {self.step_words}" if self.step_words else self.status_words
+        return f"{self.call.name} ({self.call.id}): {where}; {what}."
+
+
+def step_words(step: StepRecord) -> str:
+    """How far a stepped tool got: "step 4 of 8 committed at 12:03:10" ("step 4 committed
+    at ..." when it declared no total; local time, as the journal's times are shown), or ""
+    when no step was committed yet."""
+    if step.next_step <= 0:
+        return ""
+    of = f" of {step.total_steps}" if step.total_steps is not None else ""
+    return f"step {step.next_step}{of} committed at {_clock(step.updated_at)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -574,12 +597,14 @@ def plan_call(
     idempotent: bool,
     job_key: str | None,
     job_status: JobStatus | None,
+    step: StepRecord | None = None,
 ) -> CallPlan:
     """The default settlement of one dangling call (pure).
 
     Unknown tool: interrupt, no choice. Idempotent tool: reuse when its job is done,
-    else rerun; no choice (re-running is safe by declaration). Known tool that is not
-    idempotent: interrupt by default, the user may choose rerun.
+    else rerun (continuing after ``step``'s last committed step, when given); no choice
+    (re-running is safe by declaration). Known tool that is not idempotent: interrupt by
+    default, the user may choose rerun.
     """
     idempotent = known and idempotent
     action: SettleAction = default_settlement(known=known, idempotent=idempotent)
@@ -598,4 +623,5 @@ def plan_call(
         choices,
         dangling.status_words,
         dangling.started_at,
+        step if idempotent else None,
     )

@@ -3,9 +3,23 @@
     cubepi-tui run --db threads.sqlite --thread t1 "Summarise README.md"
     cubepi-tui run --db postgresql://me@dbhost/agents --thread t1 --resume --include-pending
     CUBEPI_DB=redis://localhost:6379/0 python -m core.runner run --thread t1 --demo "Try the demo"
+    cubepi-tui delete --db threads.sqlite t1
 
 The store is a SQLite file or a server URL (:mod:`core.checkpoint.locations`): ``--db``,
-else the ``CUBEPI_DB`` environment variable, else the app's default SQLite file.
+else the ``CUBEPI_DB`` environment variable, else the app's default SQLite file. It is
+opened for one owner (:mod:`core.owners`): ``--owner NAME``, ``--unowned`` (threads that
+record none, cubeloop's among them), else ``$CUBEPI_OWNER``, else the OS user. Another
+owner's thread is answered exactly like a missing one
+(:func:`core.checkpoint.base.thread_unavailable`).
+
+``--workflow V`` names the version of the agent's workflow the thread records; a thread
+written by another definition of the agent (system prompt, tools, model, workflow) is
+refused in one sentence naming what changed, unless ``--accept-changes`` is given (the
+override is recorded in the thread). ``--start`` creates the thread with its first input
+idempotently (``Agent.start``): run again with the same input it does not start twice.
+
+``delete THREAD`` removes one thread of this owner and everything stored for it; it is
+refused while a run holds the thread's live lease.
 
 The run holds the thread's lease (heartbeat every ``--heartbeat`` seconds; the lease names
 this host as ``$CUBEPI_HOST_ID``, else the host name, see :func:`core.leases.host_id`), writes live
@@ -19,12 +33,13 @@ never sent to the terminal. While a server store reconnects, each attempt and th
 recovery are one line on stderr (``store: reconnecting to postgresql://host/db (attempt
 3, next in 0.8 s)…: ConnectionResetError: ...``).
 
-Exit status: 0 completed, 1 failed (or interrupted, or the database file was deleted or
+Exit status: 0 completed (``delete``: deleted), 1 failed (or interrupted, or the database file was deleted or
 replaced under the run, or another program kept it locked past the store's wait, or the
 server stayed unreachable past every reconnect attempt: one
 sentence on stderr), 130 aborted (an abort command,
-Ctrl-C or SIGTERM), 2 bad input (one sentence on stderr: bad arguments, a database that
-cannot be opened, a thread running elsewhere, nothing to resume, no API key).
+Ctrl-C or SIGTERM), 2 bad input (one sentence on stderr: bad arguments or owner name, a
+database that cannot be opened, a thread running elsewhere or unavailable to this owner,
+nothing to resume, a changed agent definition without ``--accept-changes``, no API key).
 
 The agent: ``--demo`` is the built-in demo (:mod:`core.demo`); otherwise Anthropic
 (``ANTHROPIC_API_KEY``, ``--model``) with the demo's tools, as in the app; ``--agent
@@ -49,8 +64,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from core.agent import Agent, check_user_text
-from core.checkpoint.base import Checkpointer
-from core.checkpoint.capabilities import FileBacked, SchemaUpgrade, supports
+from core.checkpoint.base import Checkpointer, thread_unavailable
+from core.checkpoint.capabilities import FileBacked, SchemaUpgrade, ThreadDeletion, supports
 from core.checkpoint.locations import ENV_VAR, chosen_location, describe_location, open_store
 from core.checkpoint.reconnect import OnStatus, StoreStatus, reconnect_notice
 from core.errors import (
@@ -58,12 +73,12 @@ from core.errors import (
     DatabaseGoneError,
     StoreBusyError,
     StoreConnectionError,
-    ThreadNotFoundError,
     error_sentence,
 )
 from core.events import AgentEnd, AgentEvent, MessageEnd, MessageUpdate, RetryWait, RunOutcome
 from core.leases import LeaseHolder
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
+from core.owners import UNOWNED, check_owner, default_owner, resolve_owner
 from core.providers.base import Provider
 from core.providers.retry import retry_label
 from core.supervise import Supervisor
@@ -92,6 +107,36 @@ class BadInput(CubepiError):
     """The command line or its inputs cannot be used; the message is the one sentence shown."""
 
 
+def chosen_owner(name: str | None, unowned: bool) -> str:
+    """The owner named on a command line: :data:`core.owners.UNOWNED` for ``--unowned``,
+    ``name`` for ``--owner NAME`` (checked: an empty ``--owner ""`` is refused, never read
+    as unowned), else the default owner (``$CUBEPI_OWNER``, else the OS user). Raises
+    ``BadInput`` with :mod:`core.owners`' one sentence for a name that cannot be an owner."""
+    try:
+        if unowned:
+            return UNOWNED
+        return check_owner(name) if name is not None else default_owner()
+    except ValueError as error:
+        raise BadInput(str(error)) from None
+
+
+def add_owner_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--owner NAME`` and ``--unowned`` (mutually exclusive) to ``p``; read them with
+    :func:`chosen_owner` (``args.owner``, ``args.unowned``). The app and the runner share them."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--owner",
+        metavar="NAME",
+        help="open the store for this owner: only its threads are listed, read and written "
+        "(default $CUBEPI_OWNER, else your user name)",
+    )
+    group.add_argument(
+        "--unowned",
+        action="store_true",
+        help="open the threads that record no owner (written by cubeloop or an older cubepi-tui)",
+    )
+
+
 async def run_headless(
     db_path: str | os.PathLike[str] | None,
     thread_id: str,
@@ -99,6 +144,10 @@ async def run_headless(
     resume: bool = False,
     demo: bool = False,
     *,
+    owner: str | None = None,
+    workflow: str | None = None,
+    accept_changes: bool = False,
+    start: bool = False,
     speed: float = 1.0,
     model: str | None = None,
     agent: str | Callable[[], AgentSpec] | None = None,
@@ -121,7 +170,13 @@ async def run_headless(
 
     Exactly one of ``prompt`` (a new run on that user message) and ``resume`` (continue a
     crashed thread as ``Agent.plan_resume`` says, settling dangling calls by default) must
-    be given. ``include_pending`` sends steers and follow-ups a crashed runner never
+    be given; with ``start`` the prompt creates the thread idempotently (``Agent.start``).
+    ``owner`` is who the store is opened for (``None``: the default owner; ``""``,
+    :data:`core.owners.UNOWNED`: threads that record none); a thread of another owner is
+    unavailable, as a missing one. ``workflow`` is the agent's workflow version the thread
+    records; ``accept_changes`` goes on when the thread was written by another definition
+    of the agent and records the override (without it that is refused, exit 2).
+    ``include_pending`` sends steers and follow-ups a crashed runner never
     delivered with the run. ``agent`` is ``"MODULE:FUNCTION"`` or a callable returning an
     :class:`AgentSpec`; else ``demo`` (at ``speed``) or Anthropic (``model``).
     ``lease_ttl``/``heartbeat_interval`` are seconds; ``lock_wait`` is how long (seconds)
@@ -145,6 +200,12 @@ async def run_headless(
     try:
         if (prompt is None) == (not resume):
             raise BadInput("Give either a prompt or --resume (exactly one of them).")
+        if start and resume:
+            raise BadInput("--start begins a thread with a prompt; it cannot be combined with --resume.")
+        try:
+            owner = resolve_owner(owner)
+        except ValueError as error:
+            raise BadInput(str(error)) from None
         if prompt is not None:
             check_user_text(prompt)
         if not thread_id.strip():
@@ -157,6 +218,7 @@ async def run_headless(
             lock_wait=lock_wait,
             reconnect_wait=reconnect_wait,
             on_status=_status_printer(err, where),
+            owner=owner,
         )
         quiet.store = store
         if supports(store, SchemaUpgrade) and store.needs_upgrade:
@@ -167,7 +229,7 @@ async def run_headless(
                 )
             await store.upgrade()
         if resume and await store.load(thread_id) is None:
-            raise ThreadNotFoundError(f"There is no thread {thread_id!r} in {where}, so there is nothing to resume.")
+            raise thread_unavailable(thread_id, owner)
         try:
             runner = Agent(
                 spec.provider,
@@ -175,6 +237,7 @@ async def run_headless(
                 thread_id,
                 tools=spec.tools,
                 system_prompt=spec.system_prompt,
+                workflow=workflow,
                 holder=holder,
                 lease_ttl=lease_ttl,
                 heartbeat_interval=heartbeat_interval,
@@ -187,10 +250,15 @@ async def run_headless(
         try:
             with _log_to(err, quiet):
                 if resume:
-                    outcome: RunOutcome = await sup.resume(include_pending=include_pending)
+                    outcome: RunOutcome = await sup.resume(
+                        include_pending=include_pending, accept_changes=accept_changes
+                    )
+                elif start:
+                    assert prompt is not None
+                    outcome = await sup.start(prompt, include_pending=include_pending, accept_changes=accept_changes)
                 else:
                     assert prompt is not None
-                    outcome = await sup.prompt(prompt, include_pending=include_pending)
+                    outcome = await sup.prompt(prompt, include_pending=include_pending, accept_changes=accept_changes)
         finally:
             restore()
         # The last write may have gone into a file deleted after it committed.
@@ -208,6 +276,68 @@ async def run_headless(
         # The input was fine: the database vanished, another program kept it locked past
         # the store's wait (core.checkpoint.sqlite_file.LOCK_WAIT), or the server stayed
         # unreachable past every reconnect (core.checkpoint.reconnect). The run failed.
+        _say(err, error_sentence(exc))
+        return EXIT_CODES["failed"]
+    except CubepiError as exc:
+        _say(err, error_sentence(exc))
+        return BAD_INPUT
+    except Exception as exc:  # an internal error still ends with one sentence, not a traceback
+        _say(err, f"Internal error: {error_sentence(exc)}")
+        return 1
+    finally:
+        if store is not None:
+            await store.close()
+
+
+async def delete_headless(
+    db_path: str | os.PathLike[str] | None,
+    thread_id: str,
+    *,
+    owner: str | None = None,
+    upgrade: bool = False,
+    reconnect_wait: float | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Delete ``thread_id`` of ``owner`` (``None``: the default owner; ``""``: unowned)
+    from the store at ``db_path`` (as for :func:`run_headless`; never created here) and
+    return the exit status: 0 deleted (one line on ``out``), 2 when the thread is missing
+    or another owner's (the same sentence, :func:`core.checkpoint.base.thread_unavailable`),
+    a run holds its live lease, or the store cannot be opened or is browse-only without
+    ``upgrade``; 1 when the store failed meanwhile (locked past its wait, server gone).
+    Never raises; the one sentence goes to ``err``."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    store = None
+    chosen = chosen_location(db_path)
+    where = describe_location(chosen.location)
+    try:
+        if not thread_id.strip():
+            raise BadInput("The thread id is empty.")
+        try:
+            owner = resolve_owner(owner)
+        except ValueError as error:
+            raise BadInput(str(error)) from None
+        store = await open_store(
+            chosen.location,
+            create=False,
+            reconnect_wait=reconnect_wait,
+            on_status=_status_printer(err, where),
+            owner=owner,
+        )
+        if supports(store, SchemaUpgrade) and store.needs_upgrade:
+            if not upgrade:
+                raise BadInput(
+                    f"{where} was written by cubeloop or an older cubepi-tui; pass --upgrade to add "
+                    "cubepi-tui's own records beside the existing ones (which are kept) before deleting."
+                )
+            await store.upgrade()
+        if not supports(store, ThreadDeletion):
+            raise BadInput(f"{where} cannot delete threads.")
+        await store.delete_thread(thread_id)
+        _say(out, f"deleted thread {plain(thread_id)}")
+        return 0
+    except (DatabaseGoneError, StoreBusyError, StoreConnectionError) as exc:
         _say(err, error_sentence(exc))
         return EXIT_CODES["failed"]
     except CubepiError as exc:
@@ -484,7 +614,25 @@ def parser() -> argparse.ArgumentParser:
         f"(created if missing; default ${ENV_VAR}, else the app's default SQLite file)",
     )
     p.add_argument("--thread", required=True, metavar="ID", help="the thread to run")
+    add_owner_options(p)
     p.add_argument("--resume", action="store_true", help="continue a crashed thread instead of sending a prompt")
+    p.add_argument(
+        "--start",
+        action="store_true",
+        help="create the thread with this first prompt, idempotently: run again with the same prompt it "
+        "does not start twice; another first prompt for the same thread id is refused",
+    )
+    p.add_argument(
+        "--workflow",
+        metavar="V",
+        help="the version of your agent's workflow, recorded in the thread and compared on every later run",
+    )
+    p.add_argument(
+        "--accept-changes",
+        action="store_true",
+        help="go on although the thread was written by another definition of the agent (system prompt, tools, "
+        "model, workflow); the override is recorded in the thread",
+    )
     p.add_argument(
         "--include-pending",
         action="store_true",
@@ -529,21 +677,61 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``cubepi-tui run ...`` / ``python -m core.runner [run] ...``: parse, run, return the exit status.
+def delete_parser() -> argparse.ArgumentParser:
+    """The ``delete`` command's argument parser (``--help`` explains every option)."""
+    p = SentenceParser(
+        prog="cubepi-tui delete",
+        description="Delete one thread of this owner and everything stored for it (messages, runs, "
+        "journal, jobs, steps, commands, lease). Refused while a run holds the thread.",
+    )
+    p.add_argument("thread", metavar="THREAD", help="the id of the thread to delete")
+    p.add_argument(
+        "--db",
+        metavar="URL|PATH",
+        help=f"the store of threads, as for run (default ${ENV_VAR}, else the app's default SQLite file)",
+    )
+    add_owner_options(p)
+    p.add_argument(
+        "--reconnect-wait",
+        type=positive_number,
+        metavar="S",
+        help="server stores: seconds a lost connection is retried before giving up (default and most about 26)",
+    )
+    p.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="add cubepi-tui's tables (or keys) to a cubeloop (or older) store before deleting",
+    )
+    return p
 
-    A leading ``run`` is accepted and skipped, so the app's CLI can pass its arguments as is.
+
+COMMANDS = ("run", "delete")
+"""The subcommands :func:`main` takes as its first argument (``run`` is the default)."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``cubepi-tui run ...`` / ``cubepi-tui delete ...`` / ``python -m core.runner [run|delete] ...``:
+    parse, run (or delete), return the exit status.
+
+    A leading ``run`` is accepted and skipped, so the app's CLI can pass its arguments as is;
+    a leading ``delete`` deletes one thread (:func:`delete_headless`).
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["run"]:
-        args_list = args_list[1:]
+    command = "run"
+    if args_list[:1] and args_list[0] in COMMANDS:
+        command, args_list = args_list[0], args_list[1:]
     try:
-        args = parser().parse_args(args_list)
+        args = (parser() if command == "run" else delete_parser()).parse_args(args_list)
+        owner = chosen_owner(args.owner, args.unowned)
     except BadInput as exc:
-        _say(sys.stderr, f"cubepi-tui run: {exc}")
+        _say(sys.stderr, f"cubepi-tui {command}: {exc}")
         return BAD_INPUT
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
+    if command == "delete":
+        return asyncio.run(
+            delete_headless(args.db, args.thread, owner=owner, upgrade=args.upgrade, reconnect_wait=args.reconnect_wait)
+        )
     try:
         return asyncio.run(
             run_headless(
@@ -552,6 +740,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.prompt,
                 args.resume,
                 args.demo,
+                owner=owner,
+                workflow=args.workflow,
+                accept_changes=args.accept_changes,
+                start=args.start,
                 speed=args.speed,
                 model=args.model,
                 agent=args.agent,

@@ -44,13 +44,22 @@ from dataclasses import dataclass, replace
 
 from core.agent import Agent
 from core.changes import StoreWatch
-from core.checkpoint.base import Command, CommandKind, CommandStatus, Lease, RunRecord, check_command_kind
-from core.checkpoint.capabilities import LIVE, Commands, CommandStore, LiveStore, lacking
+from core.checkpoint.base import (
+    Command,
+    CommandKind,
+    CommandStatus,
+    Lease,
+    RunRecord,
+    check_command_kind,
+    thread_unavailable,
+)
+from core.checkpoint.capabilities import LIVE, Commands, CommandStore, LiveStore, OwnerScoped, lacking, supports
 from core.errors import AgentBusyError, CommandTransitionError, EmptyMessageError, RunError
 from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome
 from core.leases import host_id, pid_alive
 from core.live import BATCH_INTERVAL, KEEP, LiveLog
 from core.messages import UserMessage
+from core.owners import UNOWNED
 from core.recovery import ResumePlan, SettleChoice
 
 _log = logging.getLogger(__name__)
@@ -236,7 +245,9 @@ async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str
 
     Raises :class:`ThreadCrashedError` when the thread's runner crashed ("resume it
     first"), :class:`ThreadNotRunningError` when no run holds a live lease (for a steer
-    or follow-up the sentence says to send it as a new prompt), :class:`CommandError`
+    or follow-up the sentence says to send it as a new prompt), ``ThreadNotFoundError``
+    (:func:`~core.checkpoint.base.thread_unavailable`) when the thread is missing or
+    another owner's (the store sees neither, so both read the same), :class:`CommandError`
     for a steer or follow-up without text, ``ValueError`` for another ``kind``, and the
     store's errors. A run that ends between the check and the insert is caught by a
     second look at the lease: the command is then marked ``refused`` and the same error
@@ -247,6 +258,9 @@ async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str
         raise CommandError(f"A {_kind_words(kind)} needs some text.")
     lease = await store.get_lease(thread_id)
     view = lease_status(lease, (), time.time())
+    if lease is None and await store.load(thread_id) is None:
+        # Not this owner's thread, or none at all: the store's reads cannot tell which.
+        raise thread_unavailable(thread_id, store.owner if supports(store, OwnerScoped) else UNOWNED)
     if not view.live:
         raise await _refusal(store, thread_id, kind, lease)
     command = await store.send_command(thread_id, kind, text)
@@ -433,23 +447,35 @@ class Supervisor:
 
     # --- runs ------------------------------------------------------------------------------
 
-    async def prompt(self, text: str, *, include_pending: bool = False) -> RunOutcome:
-        """Run the agent on the user message ``text``, supervised; see ``Agent.prompt``.
+    async def prompt(self, text: str, *, include_pending: bool = False, accept_changes: bool = False) -> RunOutcome:
+        """Run the agent on the user message ``text``, supervised; see ``Agent.prompt``
+        (``accept_changes`` as there: go on past a changed agent definition, recorded).
 
         With ``include_pending``, :func:`undelivered` steers and follow-ups are sent with
         the run (steers right after the prompt, follow-ups when the agent would stop)."""
-        return await self._supervised(lambda: self.agent.prompt(text), include_pending)
+        return await self._supervised(lambda: self.agent.prompt(text, accept_changes=accept_changes), include_pending)
+
+    async def start(self, text: str, *, include_pending: bool = False, accept_changes: bool = False) -> RunOutcome:
+        """Create the thread with the first input ``text``, idempotently, supervised; see
+        ``Agent.start`` (its errors too); ``include_pending`` as for :meth:`prompt`."""
+        return await self._supervised(lambda: self.agent.start(text, accept_changes=accept_changes), include_pending)
 
     async def resume(
-        self, choices: Mapping[str, SettleChoice] | None = None, *, include_pending: bool = False
+        self,
+        choices: Mapping[str, SettleChoice] | None = None,
+        *,
+        include_pending: bool = False,
+        accept_changes: bool = False,
     ) -> RunOutcome:
-        """Resume a crashed thread, supervised; see ``Agent.resume``.
+        """Resume a crashed thread, supervised; see ``Agent.resume`` (``accept_changes`` as there).
 
         With ``include_pending``, steers and follow-ups the crashed runner never delivered
         become steers and follow-ups of the resumed run (after dangling calls are
         settled, before the model is called). If the plan is to wait for the user (no run
         starts) they stay undelivered; send them as a new prompt."""
-        return await self._supervised(lambda: self.agent.resume(choices), include_pending)
+        return await self._supervised(
+            lambda: self.agent.resume(choices, accept_changes=accept_changes), include_pending
+        )
 
     async def plan_resume(self) -> ResumePlan:
         """What :meth:`resume` would do; see ``Agent.plan_resume``."""

@@ -24,6 +24,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from core.events import MessageEnd, MessageStart, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from core.jobs import Jobs, key_for
 from core.messages import ContentBlock, ToolCall, ToolResultMessage, error_tool_result
+from core.steps import StepLogs
 from core.tools import AgentTool, AgentToolResult, Emit, OnUpdate, ToolContext, ToolExecutionMode
 
 _BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
@@ -98,6 +99,7 @@ class _Batch:
         run_id: str | None,
         jobs: Jobs | None,
         settling: bool,
+        steps: StepLogs | None = None,
     ) -> None:
         self.tools = tools
         self.emit = emit
@@ -106,6 +108,7 @@ class _Batch:
         self.run_id = run_id
         self.jobs = jobs
         self.settling = settling
+        self.steps = steps
         self.queue: asyncio.Queue[ToolExecutionUpdate | _Finished] = asyncio.Queue()
         self.running: set[asyncio.Task[None]] = set()
         self.grace_over = False
@@ -146,7 +149,8 @@ class _Batch:
         if prepared.failure is not None or tool is None or params is None:
             self.queue.put_nowait(_Finished(call, prepared.failure or AgentToolResult("Not runnable.", is_error=True)))
             return
-        ctx = ToolContext(call.id, self.signal, self._updater(call), key, self.grace)
+        steps = self.steps.log(key, params.model_dump(mode="json"), call.id) if key and self.steps else None
+        ctx = ToolContext(call.id, self.signal, self._updater(call), key, self.grace, steps)
         reused = False
         metadata: dict[str, Any] | None = None
         try:
@@ -264,6 +268,7 @@ async def execute_tool_calls(
     run_id: str | None = None,
     jobs: Jobs | None = None,
     settling: bool = False,
+    steps: StepLogs | None = None,
 ) -> list[ToolResultMessage]:
     """Run the tool ``calls`` of one assistant message and return one result per call.
 
@@ -276,6 +281,8 @@ async def execute_tool_calls(
 
     ``jobs``: the thread's job store; an idempotent tool then runs as a job (a done job
     returns its stored result without running; result metadata ``{"job": "reused"}``).
+    ``steps``: the thread's step store; a call with a job key then gets its
+    ``ToolContext.steps`` from it (:mod:`core.steps`).
     ``settling``: the calls are dangling calls of a crashed run being re-run; each
     result carries ``{"settled": "rerun"}``, or ``{"settled": "reused"}`` for a done job.
 
@@ -289,7 +296,7 @@ async def execute_tool_calls(
     so every call has a result. Exceptions raised by ``emit`` propagate after the
     running tools are cancelled.
     """
-    batch = _Batch(tools, emit, signal, abort_grace, run_id, jobs, settling)
+    batch = _Batch(tools, emit, signal, abort_grace, run_id, jobs, settling, steps)
     watcher = asyncio.create_task(batch.cancel_after_grace())
     results: list[ToolResultMessage] = []
     try:

@@ -27,13 +27,16 @@ import re
 import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, create_model
 
 from core.errors import ToolDefinitionError
 from core.events import AgentEvent
 from core.messages import ContentBlock, TextContent, ToolSpec
+
+if TYPE_CHECKING:
+    from core.steps import StepLog
 
 Emit = Callable[[AgentEvent], Awaitable[None]]
 """Where events go: awaited once per event, never concurrently."""
@@ -126,6 +129,9 @@ class ToolContext:
     ``abort_grace`` is the seconds the tool has, once ``signal`` is set, before the
     executor cancels it (the agent's ``abort_grace``); :func:`core.processes.run_process`
     times its SIGTERM-then-SIGKILL of a child's process group by it.
+    ``steps`` is the call's step log (:mod:`core.steps`): a long idempotent tool commits
+    its progress there, so a re-run after a crash continues from its last committed step;
+    ``None`` when the store keeps no steps or the call has no job key (not idempotent).
     """
 
     tool_call_id: str
@@ -133,6 +139,7 @@ class ToolContext:
     on_update: OnUpdate
     job_key: str | None = None
     abort_grace: float = 5.0
+    steps: StepLog | None = None
 
     def report(self, progress: float | None = None, text: str | None = None) -> None:
         """Report progress: ``progress`` a fraction 0..1 (clamped), ``text`` a short status line."""

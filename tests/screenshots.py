@@ -12,7 +12,16 @@ child process, and saves:
 * ``screenshots/elsewhere.svg``: the thread the child process runs, followed live, with a
   steer sent to it (the commands bar shows how far it got);
 * ``screenshots/resume.svg``: the resume confirmation of a thread killed with three tool
-  calls in flight (one re-run, one reused, one to choose for).
+  calls in flight (one re-run, one reused, one to choose for);
+* ``screenshots/owners.svg``: at 80x24, the thread list of owner ``alice`` ("threads of
+  alice · 3") on a store that also holds bob's and unowned threads;
+* ``screenshots/changes.svg``: at 80x24, the dialog a new prompt on that thread shows
+  (what changed; ``a`` accepts, Escape cancels);
+* ``screenshots/owner-line.svg``: at 80x24, one of alice's threads whose workflow version
+  changed from 1 to 2 and was accepted: the owner line with the override recorded.
+
+cubeloop's threads record no owner, so the first six are taken in the unowned scope
+(``--unowned``), as a user opening a cubeloop database sees them.
 """
 
 from __future__ import annotations
@@ -30,18 +39,20 @@ from pathlib import Path
 
 from textual.widgets import DataTable, Input
 
+from core.agent import Agent
 from core.checkpoint.base import Lease
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.demo import demo_tools
+from core.demo import SYSTEM_PROMPT, demo_provider, demo_tools
 from core.leases import HOST_ID_ENV
 from core.messages import AssistantMessage, TextContent, ToolCall, user_text
+from core.owners import UNOWNED
 from core.recovery import JOURNALED_KEY
 from core.tool_execution import call_job_key, result_to_json
 from core.tools import AgentToolResult, tool
 from tests.helpers.cubeloop_threads import make_crashpoint_db, run_cubeloop
 from tui.app import CubepiApp, make_app
 from tui.cli import build_session
-from tui.screens.modals import ConfirmModal, TextInputModal
+from tui.screens.modals import ChangesModal, ConfirmModal, TextInputModal
 from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
@@ -50,6 +61,7 @@ from tui.widgets.tool_call import ToolCallView
 OUT = Path(__file__).resolve().parent.parent / "screenshots"
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = (120, 36)
+SMALL = (80, 24)
 
 
 async def _until(pilot, predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
@@ -85,7 +97,7 @@ async def _write_killed_run(db: Path) -> None:
     )
     train = ToolCall(id="call_train", name="train_model", arguments={"model": "baseline", "epochs": 5, "request": 1})
     post = ToolCall(id="call_post", name="notify_team", arguments={"message": "baseline trained"})
-    store = await SQLiteCheckpointer.open(db, create=False)
+    store = await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED)
     try:
         await store.claim_run("killed-mid-tool", "run-1")
         reply = AssistantMessage(
@@ -124,7 +136,7 @@ async def _write_killed_run(db: Path) -> None:
 
 async def _write_crashed_elsewhere(db: Path) -> None:
     """A thread whose runner on host ``build-3`` stopped mid-tool 40 s ago (its lease expired)."""
-    store = await SQLiteCheckpointer.open(db, create=False)
+    store = await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED)
     try:
         await store.claim_run("weekly-digest", "run-w1")
         call = ToolCall(id="call_fetch", name="fetch_dataset", arguments={"name": "tickets", "rows": 900})
@@ -143,7 +155,7 @@ async def _write_crashed_elsewhere(db: Path) -> None:
 
 
 async def main() -> None:
-    """Write the six SVGs into ``screenshots/``."""
+    """Write the nine SVGs into ``screenshots/``."""
     OUT.mkdir(exist_ok=True)
     # A fixed place, so the path shown in the picker's title is the same every time.
     work = Path(tempfile.gettempdir()) / "cubepi-tui-screenshots"
@@ -154,7 +166,7 @@ async def main() -> None:
     run_cubeloop(db, "ask_and_detach", "which-file", arg="run-ask-1")
     runner: subprocess.Popen[bytes] | None = None
     try:
-        session = build_session(db, demo=True, demo_speed=1.0)
+        session = build_session(db, demo=True, demo_speed=1.0, owner=UNOWNED)
         session.tools = [*session.tools, notify_team]
         app = make_app(session)
         async with app.run_test(size=SIZE) as pilot:
@@ -200,6 +212,7 @@ async def main() -> None:
                     str(db),
                     "--thread",
                     "nightly-report",
+                    "--unowned",
                     "--demo",
                     "--speed",
                     "0.5",
@@ -249,12 +262,70 @@ async def main() -> None:
             app.save_screenshot("resume.svg", str(OUT))
             await pilot.press("n")
             await app.session.stop_runs()
+        await _owners(work / "owners.sqlite")
     finally:
         if runner is not None and runner.poll() is None:
             os.kill(runner.pid, signal.SIGKILL)
             runner.wait()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"wrote crash.svg, waiting.svg, thread.svg, picker.svg, elsewhere.svg, resume.svg to {OUT}")
+    print(
+        "wrote crash.svg, waiting.svg, thread.svg, picker.svg, elsewhere.svg, resume.svg, owners.svg, "
+        f"changes.svg, owner-line.svg to {OUT}"
+    )
+
+
+async def _demo_thread(db: Path, owner: str, thread_id: str, prompt: str, workflow: str | None = None) -> None:
+    """One demo run of ``thread_id`` by ``owner`` (at speed 50), as the app would write it."""
+    store = await SQLiteCheckpointer.open(db, create=True, owner=owner)
+    try:
+        agent = Agent(
+            demo_provider(speed=50),
+            store,
+            thread_id,
+            tools=demo_tools(speed=50),
+            system_prompt=SYSTEM_PROMPT,
+            workflow=workflow,
+        )
+        assert await agent.prompt(prompt) == "completed", agent.state.error
+    finally:
+        await store.close()
+
+
+async def _owners(db: Path) -> None:
+    """owners.svg and owner-line.svg: alice's view of a store shared with bob and old threads."""
+    await _demo_thread(db, "alice", "sales-forecast", "Forecast next quarter's sales by region", "2")
+    await _demo_thread(db, "bob", "bobs-budget", "Draft next year's budget", "2")
+    await _demo_thread(db, UNOWNED, "old-notes", "Summarise the meeting notes")
+    await _demo_thread(db, "alice", "churn-report", "Why did churn rise in March?", "2")
+    await _demo_thread(db, "alice", "quarterly-review", "Review the quarter's numbers", "1")
+    app = make_app(build_session(db, demo=True, demo_speed=50, owner="alice", workflow="2"))
+    async with app.run_test(size=SMALL) as pilot:
+        await _until(pilot, lambda: isinstance(app.screen, ThreadsScreen) and len(app.screen.rows) == 3)
+        await pilot.pause(0.3)
+        app.save_screenshot("owners.svg", str(OUT))
+        # Workflow 1 -> 2: the new prompt asks, a accepts and records the override.
+        await _open(pilot, app, "quarterly-review")
+        await pilot.press("n")
+        await _until(pilot, lambda: isinstance(app.screen, TextInputModal))
+        app.screen.query_one(Input).value = "And compared with last year?"
+        await pilot.press("enter")
+        await _until(pilot, lambda: isinstance(app.screen, ChangesModal))
+        await pilot.pause(0.2)
+        app.save_screenshot("changes.svg", str(OUT))
+        await pilot.press("a")
+        await _until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, ThreadScreen)
+                and not app.screen.running
+                and app.screen.facts is not None
+                and bool(app.screen.facts.meta and app.screen.facts.meta.overrides)
+            ),
+            timeout=60,
+        )
+        await pilot.pause(0.3)
+        app.save_screenshot("owner-line.svg", str(OUT))
+        await app.session.stop_runs()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ from core.checkpoint import locations
 from core.checkpoint.base import Checkpointer
 from core.checkpoint.reconnect import OnStatus
 from core.errors import DatabaseOpenError
-from core.runner import BAD_INPUT, BadInput, SentenceParser, positive_number
+from core.owners import OWNER_ENV, resolve_owner
+from core.runner import BAD_INPUT, COMMANDS, BadInput, SentenceParser, add_owner_options, chosen_owner, positive_number
 from tui.session import Session
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -40,6 +41,11 @@ pass --no-create to refuse). A store written by cubeloop or an older cubepi-tui 
 browse-only; the first run on it asks before adding cubepi-tui's tables. Passwords are
 never shown: the screen names a server without one.
 
+Owners: the store is opened for one owner, and the thread list shows only that owner's
+threads ("threads of alice · 12"); another owner's thread reads as missing. The owner
+is --owner NAME, else the {owner_env} environment variable, else your user name. Threads
+that record no owner (written by cubeloop or an older cubepi-tui) open with --unowned.
+
 Model: with ANTHROPIC_API_KEY set, new turns use Anthropic ({model} unless --model says
 otherwise); without it, or with --demo, the built-in demo agent answers (no key needed):
 it streams text and runs slow tools with progress, so every key can be tried.
@@ -48,8 +54,9 @@ Headless runs (no terminal UI; the app, in any process, watches and commands the
   cubepi-tui run --db URL|PATH --thread ID "prompt"     start a run on a new or old thread
   cubepi-tui run --db URL|PATH --thread ID --resume     resume a crashed thread
   cubepi-tui run --db URL|PATH --thread ID --demo "..." with the demo agent
+  cubepi-tui delete --db URL|PATH ID                    delete one thread of this owner
 --db defaults to {env}, then the default database, as for the app.
-See `cubepi-tui run --help` for every option of the run subcommand.
+See `cubepi-tui run --help` and `cubepi-tui delete --help` for their options.
 """
 
 
@@ -59,7 +66,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = SentenceParser(
         prog="cubepi-tui",
         description=DESCRIPTION.format(
-            default=locations.default_sqlite_path(), model=DEFAULT_MODEL, env=locations.ENV_VAR
+            default=locations.default_sqlite_path(), model=DEFAULT_MODEL, env=locations.ENV_VAR, owner_env=OWNER_ENV
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -70,6 +77,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"SQLite file or postgresql:// / redis:// URL of the threads (default: ${locations.ENV_VAR}, see above)",
     )
     parser.add_argument("--thread", metavar="ID", help="open this thread directly instead of the thread list")
+    add_owner_options(parser)
+    parser.add_argument(
+        "--workflow",
+        metavar="V",
+        help="the version of the agent's workflow runs started here record (as `cubepi-tui run --workflow`)",
+    )
     parser.add_argument(
         "--model",
         metavar="NAME",
@@ -89,7 +102,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_false",
         help="fail instead of creating STORE when it does not exist",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.owner = chosen_owner(args.owner, args.unowned)
+    return args
 
 
 NO_TERMINAL = 1
@@ -131,9 +146,11 @@ def store_opener(
     make_parent: bool = False,
     on_busy: Callable[[int], None] | None = None,
     on_status: OnStatus | None = None,
+    owner: str | None = None,
 ) -> Any:
     """An async callable that opens the store at ``location`` (a SQLite path or a server
-    URL: :func:`core.checkpoint.locations.open_store`; see ``Session.open_store``).
+    URL: :func:`core.checkpoint.locations.open_store`; see ``Session.open_store``) for
+    ``owner`` (``None``: the default owner; :data:`core.owners.UNOWNED`: unowned threads).
 
     ``on_busy(attempt)`` is called each time a locked SQLite file makes a call wait and
     retry, ``on_status(status)`` each time a server store reconnects or is back.
@@ -141,7 +158,7 @@ def store_opener(
 
     async def open_store() -> Checkpointer:
         return await locations.open_store(
-            location, create=create, make_parent=make_parent, on_busy=on_busy, on_status=on_status
+            location, create=create, make_parent=make_parent, on_busy=on_busy, on_status=on_status, owner=owner
         )
 
     return open_store
@@ -155,13 +172,17 @@ def build_session(
     model: str | None = None,
     demo_speed: float = 1.0,
     store: Checkpointer | None = None,
+    owner: str | None = None,
+    workflow: str | None = None,
 ) -> Session:
     """The session the app drives: which store, which provider, which tools.
 
     ``location`` is a SQLite path or a server URL; ``None`` means ``CUBEPI_DB``, else the
     default file (created with its directory), as :func:`core.checkpoint.locations.chosen_location`
-    says. ``store`` replaces it (tests pass a ready store). With ``demo`` or without
-    ``ANTHROPIC_API_KEY`` (and no ``model``) the demo agent is used.
+    says. ``store`` replaces it (tests pass a ready store, opened for its own owner). The
+    store is opened for ``owner`` (``None``: the default owner, see :mod:`core.owners`;
+    ``ValueError``, one sentence, for a name that cannot be an owner). Runs started here
+    record ``workflow`` as the agent's workflow version (``None``: none). With ``demo`` or without ``ANTHROPIC_API_KEY`` (and no ``model``) the demo agent is used.
     """
     from core import demo as demo_agent
 
@@ -184,6 +205,7 @@ def build_session(
         model=name,
         tools=demo_agent.demo_tools(speed=demo_speed),
         system_prompt=demo_agent.SYSTEM_PROMPT,
+        agent_options={"workflow": workflow},
     )
     if store is not None:
         ready = store
@@ -194,12 +216,14 @@ def build_session(
         session.open_store, session.location = open_ready, "memory"
     else:
         chosen = locations.chosen_location(location)
+        session.opens_for = resolve_owner(owner)
         session.open_store = store_opener(
             chosen.location,
             create=create or chosen.default,
             make_parent=chosen.default,
             on_busy=session.report_busy,
             on_status=session.report_status,
+            owner=session.opens_for,
         )
         session.location = locations.describe_location(chosen.location)
     return session
@@ -208,11 +232,12 @@ def build_session(
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``cubepi-tui`` console script.
 
-    ``cubepi-tui run ...`` is the headless runner (:func:`core.runner.main`); it never
-    imports Textual, so it starts fast and runs where no terminal UI could.
+    ``cubepi-tui run ...`` is the headless runner and ``cubepi-tui delete ...`` deletes a
+    thread (:func:`core.runner.main`, both); they never import Textual, so they start fast
+    and run where no terminal UI could.
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["run"]:
+    if arguments[:1] and arguments[0] in COMMANDS:
         from core.runner import main as run_main
 
         sys.exit(run_main(arguments))
@@ -236,6 +261,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         demo=args.demo,
         model=args.model,
         demo_speed=args.demo_speed,
+        owner=args.owner,
+        workflow=args.workflow,
     )
     app = make_app(session, thread_id=args.thread)
     # While text streams, Textual allocates many short-lived objects; with the default

@@ -13,16 +13,34 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.agent import Agent
-from core.checkpoint.base import CheckpointData, Checkpointer, Command, CommandKind, ThreadSummary
-from core.checkpoint.capabilities import LIVE, LiveStore, SchemaUpgrade, lacking, supports
+from core.checkpoint.base import (
+    CheckpointData,
+    Checkpointer,
+    Command,
+    CommandKind,
+    ThreadMeta,
+    ThreadSummary,
+    thread_unavailable,
+)
+from core.checkpoint.capabilities import (
+    LIVE,
+    LiveStore,
+    OwnerScoped,
+    SchemaUpgrade,
+    ThreadDeletion,
+    ThreadRecords,
+    lacking,
+    supports,
+)
 from core.checkpoint.reconnect import StoreStatus, reconnect_notice
-from core.errors import CubepiError, ThreadNotFoundError
+from core.errors import CubepiError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
+from core.owners import UNOWNED
 from core.recovery import Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose
 from core.supervise import (
     LeaseState,
@@ -81,6 +99,29 @@ class ThreadRow:
     ``state`` is its label when it names the thread's state (a run elsewhere, a crash)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ThreadFacts:
+    """What the thread view says of a thread beside its messages: whose it is, which
+    workflow version and agent definition wrote it, and the overrides recorded.
+
+    ``owner`` is :data:`core.owners.UNOWNED` for a thread that records none; ``workflow``
+    ``None`` when none was given; ``changes`` what differs between the definition recorded
+    and this app's agent (empty: unchanged), ``None`` when the thread recorded no
+    definition yet (cubeloop's, an older one, or one never run) or no agent is configured
+    here (``compared`` false) to compare it with.
+    """
+
+    owner: str
+    workflow: str | None = None
+    changes: tuple[str, ...] | None = None
+    recorded: bool = False
+    """Whether the thread records its agent's definition (fingerprints)."""
+    compared: bool = False
+    """Whether ``changes`` was compared with this app's agent (a provider is configured)."""
+    meta: ThreadMeta | None = None
+    """The thread's record as stored (its overrides among it), ``None`` when it keeps none."""
+
+
 @dataclass
 class Session:
     """Everything the screens drive: the store, the provider and the live agents.
@@ -126,6 +167,9 @@ class Session:
     """Set by :meth:`stop_runs`: the app is ending, so no new run starts."""
     whole: WholeDiagnoses = field(default_factory=WholeDiagnoses)
     """Each listed thread's diagnosis from its whole stored history, per version (the picker's rows)."""
+    opens_for: str | None = None
+    """The owner ``open_store`` opens the store for, so the screens can name it before the
+    store is open (``None``: not known until then); :attr:`owner` is the store's own word."""
 
     def report_busy(self, attempt: int) -> None:
         """Pass a "database is locked, retrying" notice on to ``on_busy`` (the app shows it)."""
@@ -157,6 +201,24 @@ class Session:
             self.provider = self.make_provider()
         except CubepiError as error:
             self.provider_error = str(error)
+
+    @property
+    def owner(self) -> str:
+        """The owner whose threads this session shows: the open store's
+        (:data:`core.owners.UNOWNED` for the unowned scope, and for a store that keeps no
+        owners); before it opened, ``opens_for`` (``UNOWNED`` when that is not known)."""
+        if self.store is not None:
+            return self.store.owner if supports(self.store, OwnerScoped) else UNOWNED
+        return UNOWNED if self.opens_for is None else self.opens_for
+
+    async def unowned_count(self) -> int:
+        """How many threads of the store record no owner (``--unowned`` opens them); 0 when
+        this session shows those already, or the store keeps no owners. Never counts another
+        named owner's threads. Raises the store's errors."""
+        store = self._store()
+        if self.owner == UNOWNED or not supports(store, OwnerScoped):
+            return 0
+        return await store.unowned_count()
 
     def running_count(self) -> int:
         """How many threads this app is running now (counting runs still taking their lease
@@ -313,18 +375,62 @@ class Session:
     async def load(self, thread_id: str, *, must_exist: bool = True) -> tuple[CheckpointData, Diagnosis]:
         """The thread's stored data and its diagnosis.
 
-        Raises ``ThreadNotFoundError`` for an unknown id when ``must_exist``; otherwise an
-        unknown id loads as an empty thread (a new one).
+        Raises ``ThreadNotFoundError`` (:meth:`unavailable`) for an id this owner has no
+        thread of when ``must_exist``; otherwise such an id loads as an empty thread (a new one).
         """
         store = self._store()
         data = await store.load(thread_id)
         if data is None:
             if must_exist:
-                raise ThreadNotFoundError(f"There is no thread {thread_id!r} in {self.location or 'this database'}.")
+                raise self.unavailable(thread_id)
             data = CheckpointData()
         return data, diagnose(
             data.messages, data.runs, data.journal, problems=data.problems, pending=data.pending_request
         )
+
+    def unavailable(self, thread_id: str) -> CubepiError:
+        """The error for ``thread_id`` missing or another owner's, as this session's owner
+        sees it (:func:`core.checkpoint.base.thread_unavailable`: one sentence for both)."""
+        return thread_unavailable(thread_id, self.owner)
+
+    async def facts(self, thread_id: str) -> ThreadFacts:
+        """The owner, workflow version and definition state of ``thread_id`` (:class:`ThreadFacts`).
+
+        The definition is compared with this app's agent (``Agent.definition_changes``)
+        when a provider is configured; a thread running here is not reloaded for it.
+        Raises the store's errors."""
+        store = self._store()
+        meta = await store.load_meta(thread_id) if supports(store, ThreadRecords) else None
+        fingerprints = meta.fingerprints if meta is not None else None
+        facts = ThreadFacts(
+            owner=meta.owner if meta is not None else self.owner,
+            workflow=fingerprints.workflow if fingerprints is not None else None,
+            recorded=fingerprints is not None,
+            meta=meta,
+        )
+        if fingerprints is None or self.provider is None:
+            return facts
+        agent = self.agents.get(thread_id)
+        if agent is None:
+            # Comparing reads only the thread's record: no load needed (agent() loads it before a run).
+            agent = self.agents[thread_id] = self._new_agent(thread_id)
+        return replace(facts, changes=tuple(await agent.definition_changes()), compared=True)
+
+    async def delete(self, thread_id: str) -> None:
+        """Delete ``thread_id`` and everything stored for it (``ThreadDeletion.delete_thread``).
+
+        Raises ``CubepiError`` (one sentence) while this app runs it or the app is ending,
+        and the store's errors: ``ThreadNotFoundError`` for a thread missing or another
+        owner's, ``RunAlreadyClaimedError`` while another process's run holds its lease,
+        ``ReadOnlyStoreError`` on a browse-only store."""
+        store = self._store()
+        if self.is_running(thread_id) or thread_id in self.pending_prompts or thread_id in self.runs:
+            raise CubepiError(f"Thread {thread_id!r} is running in this app; abort it before deleting it.")
+        if not supports(store, ThreadDeletion):
+            raise CubepiError(f"{self.location or 'This database'} cannot delete threads.")
+        await store.delete_thread(thread_id)
+        self.agents.pop(thread_id, None)
+        self.supervisors.pop(thread_id, None)
 
     def is_running(self, thread_id: str) -> bool:
         """Whether an agent of this app is running ``thread_id`` now."""
@@ -359,9 +465,17 @@ class Session:
             if not agent.state.is_running:
                 await agent.load()  # another process may have written since
             return agent
+        agent = self._new_agent(thread_id)
+        await agent.load()
+        self.agents[thread_id] = agent
+        return agent
+
+    def _new_agent(self, thread_id: str) -> Agent:
+        """A new agent of ``thread_id`` (not loaded). Raises ``CubepiError`` with
+        ``provider_error`` when no provider could be built."""
         if self.provider is None:
             raise CubepiError(self.provider_error or "No model provider is configured.")
-        agent = Agent(
+        return Agent(
             self.provider,
             self._store(),
             thread_id,
@@ -369,9 +483,6 @@ class Session:
             system_prompt=self.system_prompt,
             **self.agent_options,
         )
-        await agent.load()
-        self.agents[thread_id] = agent
-        return agent
 
     async def supervisor(self, thread_id: str) -> Supervisor | None:
         """The Supervisor that runs ``thread_id`` here, so other processes can follow and
@@ -385,20 +496,28 @@ class Session:
                 return None
         return sup
 
-    async def prompt(self, thread_id: str, text: str, *, on_start: OnStart | None = None) -> RunOutcome:
+    async def prompt(
+        self, thread_id: str, text: str, *, on_start: OnStart | None = None, accept_changes: bool = False
+    ) -> RunOutcome:
         """Run ``thread_id`` on the prompt ``text`` (supervised when the store allows); see ``Agent.prompt``.
 
         ``on_start(agent)`` is called once the agent is loaded, just before the run begins
         (screens subscribe to its events there). The run is the session's (see ``runs``).
-        Raises ``CubepiError`` once the app is ending (``ending``)."""
+        Raises ``CubepiError`` once the app is ending (``ending``), and
+        ``FingerprintMismatchError`` (nothing ran) when the thread was written by another
+        definition of the agent, unless ``accept_changes`` (then the override is recorded)."""
         self.pending_prompts.pop(thread_id, None)
         if self.ending:
             raise CubepiError("cubepi-tui is quitting, so no new run was started.")
-        return await self._owned(thread_id, self._prompt(thread_id, text, on_start))
+        return await self._owned(thread_id, self._prompt(thread_id, text, on_start, accept_changes))
 
-    async def _prompt(self, thread_id: str, text: str, on_start: OnStart | None) -> RunOutcome:
+    async def _prompt(
+        self, thread_id: str, text: str, on_start: OnStart | None, accept_changes: bool = False
+    ) -> RunOutcome:
         agent, sup = await self._begin(thread_id, on_start)
-        return await (sup.prompt(text) if sup is not None else agent.prompt(text))
+        if sup is not None:
+            return await sup.prompt(text, accept_changes=accept_changes)
+        return await agent.prompt(text, accept_changes=accept_changes)
 
     async def _begin(self, thread_id: str, on_start: OnStart | None) -> tuple[Agent, Supervisor | None]:
         """The thread's agent (loaded) and Supervisor, after telling ``on_start``."""
@@ -445,17 +564,25 @@ class Session:
         send_pending: bool = False,
         discard_seqs: Sequence[int] = (),
         on_start: OnStart | None = None,
+        accept_changes: bool = False,
     ) -> RunOutcome:
         """Resume the crashed ``thread_id`` with the user's ``choices`` for dangling calls.
 
         Undelivered steers and follow-ups in ``discard_seqs`` are discarded first; with
-        ``send_pending`` the others are delivered with the resumed run. ``on_start`` is as
-        for :meth:`prompt`. Raises what ``Agent.resume`` raises (one sentence each), and
-        ``CubepiError`` once the app is ending.
+        ``send_pending`` the others are delivered with the resumed run. ``on_start`` and
+        ``accept_changes`` are as for :meth:`prompt`. Raises what ``Agent.resume`` raises
+        (one sentence each; ``FingerprintMismatchError`` too), ``ThreadNotFoundError``
+        (:meth:`unavailable`) for a thread missing or another owner's, and ``CubepiError``
+        once the app is ending.
         """
         if self.ending:
             raise CubepiError("cubepi-tui is quitting, so the resume was not started.")
-        return await self._owned(thread_id, self._resume(thread_id, choices, send_pending, discard_seqs, on_start))
+        if await self._store().load(thread_id) is None:
+            # Said before any write (a lease would record the thread), as the runner does.
+            raise self.unavailable(thread_id)
+        return await self._owned(
+            thread_id, self._resume(thread_id, choices, send_pending, discard_seqs, on_start, accept_changes)
+        )
 
     async def _resume(
         self,
@@ -464,14 +591,15 @@ class Session:
         send_pending: bool,
         discard_seqs: Sequence[int],
         on_start: OnStart | None,
+        accept_changes: bool,
     ) -> RunOutcome:
         for seq in discard_seqs:
             with contextlib.suppress(KeyError):  # delivered or discarded meanwhile: nothing to do
                 await discard(self._live(), thread_id, [seq])
         agent, sup = await self._begin(thread_id, on_start)
         if sup is not None:
-            return await sup.resume(choices, include_pending=send_pending)
-        return await agent.resume(choices)
+            return await sup.resume(choices, include_pending=send_pending, accept_changes=accept_changes)
+        return await agent.resume(choices, accept_changes=accept_changes)
 
     async def refuse_orphaned_aborts(self, thread_id: str) -> list[Command]:
         """Refuse the aborts a dead runner never took (:func:`core.supervise.refuse_orphaned_aborts`);

@@ -31,6 +31,7 @@ from core.checkpoint.base import Checkpointer
 from core.checkpoint.reconnect import OnStatus, delays_within
 from core.checkpoint.redact import KEYWORD_FORM, redacted
 from core.errors import DatabaseOpenError
+from core.owners import resolve_owner
 
 ENV_VAR = "CUBEPI_DB"
 """The environment variable naming the store used when no location is given (a path or a URL)."""
@@ -122,8 +123,14 @@ async def open_store(
     on_status: OnStatus | None = None,
     lock_wait: float | None = None,
     reconnect_wait: float | None = None,
+    owner: str | None = None,
 ) -> Checkpointer:
-    """Open the store at ``location`` with the backend its scheme names.
+    """Open the store at ``location`` with the backend its scheme names, for ``owner``.
+
+    ``owner`` is who the store is opened for (:mod:`core.owners`): every read and write
+    of the store returned is scoped to that owner's threads; ``None`` is the default
+    owner (``CUBEPI_OWNER``, else the OS user), :data:`core.owners.UNOWNED` the threads
+    that record none (cubeloop's, and ours from before owners). Every backend gets it.
 
     ``create``: a missing store (file, database schema, key space) is created with the
     full schema; an older schema opens browse-only either way (``needs_upgrade``).
@@ -138,19 +145,26 @@ async def open_store(
 
     Raises ``DatabaseOpenError`` (one sentence) for an unknown scheme or a store that
     cannot be opened, ``SchemaError`` for a schema newer than this version knows,
-    ``StoreConnectionError`` for a server that stayed unreachable.
+    ``StoreConnectionError`` for a server that stayed unreachable, ``ValueError`` (one
+    sentence, :func:`core.owners.resolve_owner`) for an owner name that cannot be one.
     """
     backend = backend_of(location)
+    # Checked before any connection, so a bad name is said as itself, not as a store error.
+    owner = resolve_owner(owner)
     # Passed only when given, so a backend's own default stays the one rule.
     reconnect = {} if reconnect_wait is None else {"reconnect_delays": delays_within(reconnect_wait)}
     if backend == "postgres":
         from core.checkpoint.postgres import PostgresCheckpointer
 
-        return await PostgresCheckpointer.open(_lower_scheme(location), create=create, on_status=on_status, **reconnect)
+        return await PostgresCheckpointer.open(
+            _lower_scheme(location), create=create, on_status=on_status, owner=owner, **reconnect
+        )
     if backend == "redis":
         from core.checkpoint.redis import RedisCheckpointer
 
-        return await RedisCheckpointer.open(_lower_scheme(location), create=create, on_status=on_status, **reconnect)
+        return await RedisCheckpointer.open(
+            _lower_scheme(location), create=create, on_status=on_status, owner=owner, **reconnect
+        )
     from core.checkpoint.sqlite import SQLiteCheckpointer
 
     path = Path(location)
@@ -160,7 +174,7 @@ async def open_store(
         except OSError as error:
             raise DatabaseOpenError(f"Cannot create the directory {path.parent}: {error.strerror}.") from None
     waits = {} if lock_wait is None else {"lock_wait": lock_wait}
-    return await SQLiteCheckpointer.open(path, create=create, on_busy=on_busy, **waits)
+    return await SQLiteCheckpointer.open(path, create=create, on_busy=on_busy, owner=owner, **waits)
 
 
 def _lower_scheme(location: str | os.PathLike[str]) -> str:

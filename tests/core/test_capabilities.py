@@ -194,3 +194,42 @@ async def _until(condition, deadline: float = WAIT) -> None:  # type: ignore[no-
     while not condition():
         assert loop.time() < end, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+def _protocol_members(protocol: type) -> dict[str, object]:
+    """Each method and property a capability protocol (and the protocols it composes) declares."""
+    members: dict[str, object] = {}
+    for part in protocol.__mro__:
+        if part.__module__ != "core.checkpoint.capabilities":
+            continue
+        for name, value in vars(part).items():
+            if not name.startswith("_") and (callable(value) or isinstance(value, property)):
+                members.setdefault(name, value)
+    return members
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "core.checkpoint.memory:MemoryCheckpointer",
+        "core.checkpoint.sqlite:SQLiteCheckpointer",
+        "core.checkpoint.postgres:PostgresCheckpointer",
+        "core.checkpoint.redis:RedisCheckpointer",
+    ],
+)
+def test_every_backend_defines_each_capability_it_declares(backend: str) -> None:
+    """A class naming a protocol among its bases inherits the protocol's empty bodies, which
+    return ``None`` without a word: each backend must define every member itself."""
+    import importlib
+
+    module, name = backend.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    declared = [c for c in cls.__mro__ if c.__module__ == "core.checkpoint.capabilities"]
+    assert SupervisedStore in declared
+    inherited = sorted(
+        member
+        for protocol in declared
+        for member, value in _protocol_members(protocol).items()
+        if getattr(cls, member, None) is value and member != "upgrade_explanation"
+    )
+    assert inherited == [], f"{name} leaves {inherited} to the protocol's empty bodies"

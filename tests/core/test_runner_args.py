@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from core.checkpoint.base import thread_unavailable
+from core.owners import default_owner
 from core.runner import BAD_INPUT, main
 
 
@@ -33,7 +35,7 @@ def test_resuming_an_unknown_thread_says_there_is_no_such_thread(
     db = tmp_path / "t.sqlite"
     code = main(["run", "--db", str(db), "--thread", "nosuch", "--resume", "--demo"])
     err = capsys.readouterr().err.strip()
-    assert code == BAD_INPUT and err == f"There is no thread 'nosuch' in {db}, so there is nothing to resume."
+    assert code == BAD_INPUT and err == str(thread_unavailable("nosuch", default_owner()))
 
 
 @pytest.mark.parametrize("prompt", ["", "   "])

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from core.agent import Agent
-from core.checkpoint.base import Lease, RunRecord
+from core.checkpoint.base import Lease, RunRecord, thread_unavailable
 from core.checkpoint.memory import MemoryCheckpointer
-from core.errors import RunAlreadyClaimedError
+from core.errors import RunAlreadyClaimedError, ThreadNotFoundError
 from core.events import AgentEnd
 from core.leases import LeaseHolder, host_id, is_stale
 from core.live import LiveFold
@@ -331,7 +331,12 @@ def test_a_store_without_live_events_is_refused() -> None:
 
 
 async def test_send_refuses_a_thread_that_is_not_running() -> None:
-    store = MemoryCheckpointer()
+    store = MemoryCheckpointer("alice")
+    # A thread this owner has none of (missing, or another owner's) is unavailable.
+    with pytest.raises(ThreadNotFoundError) as missing:
+        await send(store, "t", "abort")
+    assert str(missing.value) == str(thread_unavailable("t", "alice"))
+    await store.append("t", [user_text("an old prompt")])
     with pytest.raises(
         ThreadNotRunningError,
         match=r"^Thread 't' is not running \(its last run ended\); send the steer as a new prompt\.$",

@@ -14,7 +14,10 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
+
 from core.agent import Agent
+from core.errors import FingerprintMismatchError
 from core.messages import AssistantMessage, ToolResultMessage
 from core.providers.faux import FauxProvider, faux_reply, faux_text
 from core.recovery import CrashPoint, ResumeAction, ThreadState, diagnose
@@ -60,9 +63,15 @@ async def test_sigkill_mid_tool_is_diagnosed_and_resumed(
         assert verdict.action is ResumeAction.SETTLE_THEN_CALL_MODEL
         assert not any(r.completed for r in data.runs)
 
-        # Resume in this process: the dangling call is settled before the model is called.
+        # Resume in this process, by an agent without the child's tool: that is another
+        # definition of the agent, refused (nothing runs) until the change is accepted.
         provider = FauxProvider([faux_reply(faux_text("The build was interrupted; please check it."))])
-        outcome = await Agent(provider, store, "t-crash").resume()
+        resumer = Agent(provider, store, "t-crash")
+        with pytest.raises(FingerprintMismatchError) as refused:
+            await resumer.resume()
+        assert refused.value.changes == ("tool slow_step: removed",) and provider.requests == []
+        # Accepted: the dangling call is settled before the model is called.
+        outcome = await resumer.resume(accept_changes=True)
         assert outcome == "completed"
         after = await store.load("t-crash")
         assert after is not None

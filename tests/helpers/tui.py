@@ -23,9 +23,12 @@ FAST = 25.0
 """Demo speed for tests: tools take 0.1-0.3 s, text streams in a few hundred ms."""
 
 
-def fast_session(store: Checkpointer | None = None, path: Path | None = None, *, speed: float = FAST) -> Session:
-    """A demo session on ``store`` (or the SQLite file at ``path``) at test speed."""
-    return build_session(path, store=store, demo=True, demo_speed=speed)
+def fast_session(
+    store: Checkpointer | None = None, path: Path | None = None, *, speed: float = FAST, owner: str | None = None
+) -> Session:
+    """A demo session on ``store`` (or the SQLite file at ``path``, opened for ``owner``:
+    ``None`` the default owner, ``UNOWNED`` for cubeloop's threads) at test speed."""
+    return build_session(path, store=store, demo=True, demo_speed=speed, owner=owner)
 
 
 class Db:

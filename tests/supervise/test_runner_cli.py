@@ -86,7 +86,7 @@ async def test_a_retry_wait_is_printed_and_followed_from_another_process(db: Pat
             ["--thread", "t", "--demo", "--lease-ttl", "1", "--heartbeat", "2", "hi"],
             "must be positive and shorter than --lease-ttl",
         ),
-        (["--thread", "t", "--demo", "--resume"], "There is no thread 't'"),
+        (["--thread", "t", "--demo", "--resume"], "Thread 't' is unavailable: owner "),
         (["--thread", "t", "--agent", "no_such_module:make", "hi"], "Cannot import 'no_such_module'"),
     ],
 )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UnknownMessage, user_text
+from core.owners import UNOWNED
 from core.recovery import ThreadState, diagnose
 from tests.helpers.tui import fast_session, open_from_picker, screen_text, squeezed, wait_for, wait_for_text
 from tui.app import make_app
@@ -236,7 +237,7 @@ async def test_n_on_a_thread_with_unreadable_rows_refuses_before_anything_is_typ
 
 async def test_a_new_prompt_on_a_mid_tool_thread_says_how_its_calls_are_settled_first(fixture_copy: Path) -> None:
     # A prompt settles a crashed run's calls by the defaults, which used to happen unannounced.
-    app = make_app(fast_session(path=fixture_copy), thread_id="crash-mid-tool")
+    app = make_app(fast_session(path=fixture_copy, owner=UNOWNED), thread_id="crash-mid-tool")
     async with app.run_test(size=(160, 40)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
         await pilot.press("n")

@@ -26,6 +26,7 @@ from tests.helpers.tui import (
 )
 from tui.app import make_app
 from tui.messages import ThreadsLoaded
+from tui.screens.modals import ChangesModal
 from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
@@ -265,6 +266,10 @@ async def test_a_steer_sent_to_a_runner_that_then_crashed_is_sent_with_the_resum
         assert "marked interrupted, not re-run (this agent has no tool named work)" in text
         assert "steer #1 “focus on europe” (•) send with the resume ( ) discard" in text
         await pilot.press("y")
+        # The gated agent wrote the thread, the demo agent resumes it: asked first, accepted.
+        await wait_for(pilot, lambda: isinstance(app.screen, ChangesModal), what="the changed definition")
+        assert "tool work: removed" in widget_text(app.screen)
+        await pilot.press("a")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="back")
         await wait_for_text(pilot, "Noted your steer: “focus on europe”", timeout=TIMEOUT)
         await wait_for(

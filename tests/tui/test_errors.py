@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from core.checkpoint.base import thread_unavailable
 from core.checkpoint.memory import MemoryCheckpointer
+from core.owners import UNOWNED
 from core.providers.faux import FauxProvider
 from tests.helpers.tui import (
     fast_session,
@@ -86,7 +88,7 @@ async def test_missing_file_with_no_create(tmp_path: Path) -> None:
 async def test_malformed_json_row(fixture_copy: Path) -> None:
     with sqlite3.connect(fixture_copy) as db:
         db.execute("UPDATE messages SET message_json = ? WHERE id = 9", ('{"role": "tool_result", "content": [',))
-    app = make_app(fast_session(path=fixture_copy))
+    app = make_app(fast_session(path=fixture_copy, owner=UNOWNED))
     async with app.run_test(size=(120, 40)) as pilot:
         await open_from_picker(pilot, "completed")
         await wait_for_text(pilot, "Row 9 could not be read")
@@ -115,8 +117,9 @@ async def test_unknown_thread_id() -> None:
     app = make_app(fast_session(MemoryCheckpointer()), thread_id="no-such-thread")
     async with app.run_test(size=(110, 30)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="error screen")
-        assert "There is no thread 'no-such-thread'" in _error_sentence(app)
-        await wait_for_text(pilot, "There is no thread 'no-such-thread'")  # drawn after the push
+        sentence = str(thread_unavailable("no-such-thread", app.session.owner))
+        assert _error_sentence(app) == sentence
+        await wait_for_text(pilot, "Thread 'no-such-thread' is unavailable")  # drawn after the push
         await pilot.press("escape")  # back to the picker, still running
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
 

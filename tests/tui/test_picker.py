@@ -10,6 +10,7 @@ from textual.widgets import DataTable
 from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, ToolResultMessage
+from core.owners import UNOWNED
 from core.recovery import ThreadState, diagnose
 from tests.helpers.tui import (
     fast_session,
@@ -45,7 +46,7 @@ async def test_picker_lists_every_fixture_thread_with_its_label_and_changes_no_b
 ) -> None:
     before = fixture_copy.read_bytes()
     expected = _expected(fixture_json)
-    app = make_app(fast_session(path=fixture_copy))
+    app = make_app(fast_session(path=fixture_copy, owner=UNOWNED))
     async with app.run_test(size=(130, 40)) as pilot:
         await wait_for(pilot, lambda: len(app.threads_screen.rows) == len(expected), what="all rows")
         rows = {r.thread_id: r for r in app.threads_screen.rows}
@@ -71,7 +72,7 @@ async def test_picker_lists_every_fixture_thread_with_its_label_and_changes_no_b
 
 
 async def test_resume_a_foreign_crashed_thread_after_agreeing_to_upgrade(fixture_copy: Path) -> None:
-    app = make_app(fast_session(path=fixture_copy))
+    app = make_app(fast_session(path=fixture_copy, owner=UNOWNED))
     async with app.run_test(size=(130, 40)) as pilot:
         await open_from_picker(pilot, "crash-mid-tool")
         await wait_for_text(pilot, "Crashed mid-tool (point 3)")
@@ -92,7 +93,7 @@ async def test_resume_a_foreign_crashed_thread_after_agreeing_to_upgrade(fixture
         text = screen_text(app)
         assert "interrupted: settled as an error by recovery" in text
         assert "completed" in text.splitlines()[-2]
-    store = await SQLiteCheckpointer.open(fixture_copy)
+    store = await SQLiteCheckpointer.open(fixture_copy, owner=UNOWNED)
     try:
         data = await store.load("crash-mid-tool")
     finally:
@@ -106,7 +107,7 @@ async def test_resume_a_foreign_crashed_thread_after_agreeing_to_upgrade(fixture
 
 async def test_declining_the_upgrade_leaves_the_file_alone(fixture_copy: Path) -> None:
     before = fixture_copy.read_bytes()
-    app = make_app(fast_session(path=fixture_copy))
+    app = make_app(fast_session(path=fixture_copy, owner=UNOWNED))
     async with app.run_test(size=(130, 40)) as pilot:
         await open_from_picker(pilot, "crash-after-user")
         await pilot.press("r")

@@ -17,7 +17,7 @@ from tui.app import make_app
 from tui.cli import build_session
 from tui.screens.modals import ConfirmModal
 from tui.screens.thread import ThreadScreen
-from tui.screens.threads import ThreadsScreen
+from tui.screens.threads import ThreadsScreen, owner_heading
 from tui.widgets.status_bar import StatusBar
 
 SECRET = "hunter2"
@@ -37,7 +37,7 @@ async def test_the_picker_says_reconnecting_while_the_server_is_away_and_clears_
     app = make_app(_session())
     async with app.run_test(size=(120, 30)) as pilot:
         await wait_for_text(pilot, "No threads yet")
-        assert f"threads in {SHOWN}" in screen_text(app)
+        assert f"{owner_heading(app.session.owner, 0)}  in {SHOWN}" in screen_text(app)
         link.down = True
         await wait_for(
             pilot,
@@ -48,7 +48,8 @@ async def test_the_picker_says_reconnecting_while_the_server_is_away_and_clears_
         assert SECRET not in screen_text(app)
         link.down = False
         await wait_for(pilot, lambda: "reconnecting" not in screen_text(app), what="the notice cleared")
-        assert f"threads in {SHOWN}" in screen_text(app) and app.session.store_notice == ""
+        assert f"{owner_heading(app.session.owner, 0)}  in {SHOWN}" in screen_text(app)
+        assert app.session.store_notice == ""
 
 
 async def test_a_thread_screen_shows_reconnecting_in_its_status_bar(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from core.owners import UNOWNED
 from tests.helpers.cubeloop_threads import run_cubeloop
 from tests.helpers.tui import fast_session, wait_for
 from tui.app import make_app
@@ -27,7 +28,7 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_crash_banner_of_a_cubeloop_thread(snap_compare: Any, fixture_copy: Path, utc: None) -> None:
-    app = make_app(fast_session(path=fixture_copy), thread_id="multi-tool-partial")
+    app = make_app(fast_session(path=fixture_copy, owner=UNOWNED), thread_id="multi-tool-partial")
 
     async def opened(pilot: Pilot[Any]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
@@ -40,7 +41,7 @@ def test_a_cubeloop_thread_waiting_for_an_answer(snap_compare: Any, tmp_path: Pa
     # Written by the real cubeloop: its run asked a human question (HITL) and detached.
     db = tmp_path / "asked.sqlite"
     run_cubeloop(db, "ask_and_detach", "which-file", arg="run-ask-1")
-    app = make_app(fast_session(path=db), thread_id="which-file")
+    app = make_app(fast_session(path=db, owner=UNOWNED), thread_id="which-file")
 
     async def opened(pilot: Pilot[Any]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")

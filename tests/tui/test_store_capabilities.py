@@ -15,6 +15,7 @@ from core.checkpoint.base import Checkpointer
 from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import CubepiError
+from core.owners import UNOWNED
 from core.providers.faux import FauxProvider
 from tests.helpers.stores import Lookalike, PlainStore
 from tui.session import Session
@@ -52,7 +53,7 @@ async def test_a_store_without_live_runs_is_only_browsed(store: type) -> None:
 
 
 async def test_a_cubeloop_file_is_browse_only_until_upgraded(fixture_db: Path) -> None:
-    session = await _session(await SQLiteCheckpointer.open(fixture_db))
+    session = await _session(await SQLiteCheckpointer.open(fixture_db, owner=UNOWNED))
     assert session.needs_upgrade
     await session.upgrade()
     assert not session.needs_upgrade and session.can_watch

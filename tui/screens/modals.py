@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
@@ -129,6 +131,56 @@ class ConfirmModal(OnceModal[bool]):
         self.answer_once(answer)
 
 
+class ChangesModal(OnceModal[bool]):
+    """A thread written by another definition of the agent: what changed, and the explicit
+    override. ``a`` (or the button) accepts the changes and goes on, which records the
+    override in the thread; Escape, ``c`` or ``n`` cancels and nothing runs. Dismisses with
+    whether the user accepted."""
+
+    BINDINGS = [
+        Binding("a", "answer(True)", "Accept changes", id="changes.accept", tooltip="Go on; recorded in the thread"),
+        Binding("c,n,escape", "answer(False)", "Cancel", id="changes.cancel", tooltip="Change nothing"),
+    ]
+
+    def __init__(self, thread_id: str, changes: Sequence[str], *, action: str = "go on") -> None:
+        """``changes``: one short phrase each, as ``FingerprintMismatchError.changes`` says;
+        ``action`` what accepting does ("send the prompt", "resume")."""
+        super().__init__(classes="modal")
+        self.thread_id = thread_id
+        self.changes = tuple(changes)
+        self._action = action
+
+    def compose(self) -> ComposeResult:
+        body = Text("Thread ")
+        body.append_text(literal(self.thread_id, style="bold"))
+        body.append(" was written by another definition of the agent than this one:\n")
+        for change in self.changes or ("(the store named no change)",):
+            body.append("  • ")
+            body.append_text(literal(change))
+            body.append("\n")
+        body.append(
+            f"\nPress a to accept these changes and {self._action}: the override (who, when, what changed) "
+            "is recorded in the thread. Cancel changes nothing."
+        )
+        with Vertical(classes="dialog"):
+            yield Static(Text("The agent's definition changed", style="bold"), classes="title")
+            yield Static(body, id="changes-body", classes="body")
+            with Horizontal(classes="buttons"):
+                yield Button("Accept changes (a)", variant="warning", id="accept")
+                yield Button("Cancel (Esc)", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#cancel", Button).focus()  # the safe answer under Enter
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.answer_once(event.button.id == "accept")
+
+    def action_answer(self, answer: bool) -> None:
+        """Dismiss with ``answer``."""
+        self.answer_once(answer)
+
+
 class ErrorScreen(OnceModal[None]):
     """One sentence about what went wrong; ``q`` quits, Escape goes back (unless ``fatal``)."""
 
@@ -166,6 +218,7 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
         (
             ("Enter", "open the thread under the cursor"),
             ("n", "start a new thread (asks for the first prompt)"),
+            ("D", "delete the thread under the cursor (asks first; refused while a run holds it)"),
             ("r", "reload the list"),
             ("q", "quit"),
         ),
@@ -203,6 +256,14 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
         "process and the commands bar shows pending -> delivered -> applied, or refused with the "
         "reason. It cannot be resumed until that run ends or its lease expires; then it shows as "
         '"crashed on HOST". HOST is CUBEPI_HOST_ID where the run started, else its host name.',
+    ),
+    (
+        "Owners",
+        "The list shows only the threads of the owner the store was opened for (--owner, else "
+        "CUBEPI_OWNER, else your user name); another owner's thread reads as missing. Threads that "
+        "record no owner (cubeloop's, or older ones) open with --unowned. A thread written by another "
+        "definition of the agent (system prompt, tools, model, workflow) says what changed before a "
+        "prompt or resume: a accepts the changes (recorded in the thread), Escape cancels.",
     ),
     (
         "",

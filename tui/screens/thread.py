@@ -21,13 +21,13 @@ from textual.worker import Worker, WorkerState
 
 from core.agent import Agent
 from core.checkpoint.base import Command
-from core.errors import CubepiError, RunError, UnreadableThreadError
-from core.events import AgentEvent, MessageEnd
+from core.errors import CubepiError, FingerprintMismatchError, RunError, UnreadableThreadError
+from core.events import AgentEvent, MessageEnd, RunOutcome
 from core.messages import UserMessage
 from core.recovery import ResumeAction, ThreadState
 from core.supervise import ThreadCrashedError, ThreadNotRunningError
 from tui.messages import CloseThread, RunFinished, RunStarted
-from tui.screens.modals import ConfirmModal, TextInputModal
+from tui.screens.modals import ChangesModal, ConfirmModal, TextInputModal
 from tui.screens.resume import ResumeDecision, ResumeModal
 from tui.screens.thread_view import KIND_WORDS, ThreadView, while_attached
 from tui.text import clean, literal
@@ -108,21 +108,28 @@ class ThreadScreen(ThreadView):
                 return
             self.notify("Database upgraded; cubeloop can still read it.")
         saved = _PromptSaved()
+        accept = False
         try:
-            self.workers.cancel_group(self, "follow")
-            await self._stop_following()
-            if kind == "resume":
-                outcome = await self.session.resume(
-                    self.thread_id,
-                    decision.choices,
-                    send_pending=bool(decision.send),
-                    discard_seqs=decision.discard,
-                    on_start=self._run_begins,
-                )
-            else:
-                outcome = await self.session.prompt(
-                    self.thread_id, text or "", on_start=lambda agent: self._run_begins(saved.watch(agent))
-                )
+            while True:
+                self.workers.cancel_group(self, "follow")
+                await self._stop_following()
+                try:
+                    outcome = await self._attempt(kind, text, decision, saved, accept)
+                except FingerprintMismatchError as mismatch:
+                    saved.stop()
+                    if accept or self.session.ending:
+                        raise
+                    # Nothing ran: ask, then go on with the override, or offer the text again.
+                    self.post_message(RunFinished(self.thread_id))
+                    action = "resume" if kind == "resume" else "send the prompt"
+                    if await self.app.push_screen_wait(ChangesModal(self.thread_id, mismatch.changes, action=action)):
+                        accept, saved = True, _PromptSaved()
+                        continue
+                    self.notify("Nothing ran: the agent's definition changes were not accepted.", markup=False)
+                    if kind == "prompt" and text:
+                        self._offer_again(text, "the agent's definition changed and the changes were not accepted.")
+                    return
+                break
         except CubepiError as error:
             saved.stop()
             if self.session.ending:
@@ -136,6 +143,26 @@ class ThreadScreen(ThreadView):
         if kind == "prompt" and text and not saved.saved and not self.session.ending:
             agent = self.session.agents.get(self.thread_id)
             self._offer_again(text, (agent.state.error if agent is not None else None) or f"The run {outcome}.")
+
+    async def _attempt(
+        self, kind: str, text: str | None, decision: ResumeDecision, saved: _PromptSaved, accept: bool
+    ) -> RunOutcome:
+        """One try of the run ``kind`` (``accept``: go on past a changed definition, recorded)."""
+        if kind == "resume":
+            return await self.session.resume(
+                self.thread_id,
+                decision.choices,
+                send_pending=bool(decision.send),
+                discard_seqs=decision.discard,
+                on_start=self._run_begins,
+                accept_changes=accept,
+            )
+        return await self.session.prompt(
+            self.thread_id,
+            text or "",
+            on_start=lambda agent: self._run_begins(saved.watch(agent)),
+            accept_changes=accept,
+        )
 
     @work(exit_on_error=False, group="offer")
     async def _offer_again(self, text: str, why: str) -> None:
@@ -176,6 +203,7 @@ class ThreadScreen(ThreadView):
         self.running = self.session.is_running(self.thread_id)
         if message.error is not None:
             self.notify(clean(message.error), severity="error", timeout=10, markup=False)
+        self.show_facts()  # a run records the definition it ran with, and any override
         if not self.running:
             if self.session.can_watch and self in self.app.screen_stack:
                 self._follow_again()

@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.css.query import NoMatches
@@ -35,7 +36,7 @@ from textual.widgets import Footer, Static
 
 from core.agent import Agent
 from core.checkpoint.base import CheckpointData, Command, CorruptRow
-from core.errors import CubepiError, ThreadNotFoundError
+from core.errors import CubepiError
 from core.events import (
     AgentEnd,
     AgentEvent,
@@ -50,14 +51,15 @@ from core.events import (
 )
 from core.follow import ThreadFollower
 from core.messages import AssistantMessage
+from core.owners import owner_label
 from core.providers.retry import retry_label
 from core.recovery import Diagnosis
 from core.request import repair_words
 from core.supervise import LeaseState, LeaseView
 from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, ThreadLoaded
 from tui.screens.following import Mirror
-from tui.session import Session
-from tui.text import clean, literal
+from tui.session import Session, ThreadFacts
+from tui.text import clean, clock, literal
 from tui.widgets.commands import CommandsBar
 from tui.widgets.crash_banner import CrashBanner, repairs_line
 from tui.widgets.status_bar import StatusBar
@@ -71,6 +73,39 @@ FLUSH_INTERVAL = 1 / 20
 
 KIND_WORDS = {"steer": "Steer", "follow_up": "Follow-up", "abort": "Abort"}
 """A command's kind for people."""
+
+
+def definition_words(facts: ThreadFacts) -> str:
+    """The fingerprint state of a thread for people: ``"definition unchanged"``,
+    ``"definition changed: tool read_file: parameters changed"``, ``"not recorded"`` (the
+    thread records no definition), or ``"definition recorded, not compared"`` (no agent
+    is configured here to compare it with)."""
+    if not facts.recorded:
+        return "definition not recorded"
+    if not facts.compared or facts.changes is None:
+        return "definition recorded, not compared (no agent here)"
+    if not facts.changes:
+        return "definition unchanged"
+    return "definition changed: " + "; ".join(facts.changes)
+
+
+def facts_line(facts: ThreadFacts) -> Text:
+    """The thread view's line under the banner: owner, workflow version, definition state,
+    and each override recorded (when, by whom, over what). Store text, shown literally."""
+    line = Text()
+    line.append("owner ", style="dim")
+    line.append(clean(owner_label(facts.owner)), style="bold")
+    line.append("  ·  workflow ", style="dim")
+    line.append(clean(facts.workflow) if facts.workflow is not None else "none")
+    line.append("  ·  ")
+    changed = bool(facts.changes)
+    line.append(clean(definition_words(facts)), style="bold yellow" if changed else "")
+    overrides = facts.meta.overrides if facts.meta is not None else ()
+    for override in overrides:
+        line.append("\n  override ", style="dim")
+        line.append(f"{clock(override.at)} by {clean(owner_label(override.owner))}: ")
+        line.append(clean("; ".join(override.changes) or "no change named"))
+    return line
 
 
 class _Flush(Message):
@@ -139,11 +174,14 @@ class ThreadView(Screen[None]):
         self._retry_timer: Timer | None = None
         self.run_worker_ref: Worker[None] | None = None
         """The worker of the current run (compared by identity in state changes)."""
+        self.facts: ThreadFacts | None = None
+        """The thread's owner, workflow and definition state as last read (``None`` before)."""
 
     def compose(self) -> ComposeResult:
         yield CrashBanner(id="banner")
         yield Static("", id="thread-problems")
         yield Static("", id="thread-repairs")
+        yield Static("", id="thread-facts")
         yield Transcript(id="transcript")
         yield CommandsBar(id="commands")
         yield StatusBar(id="status")
@@ -228,9 +266,7 @@ class ThreadView(Screen[None]):
             return
         if first and not self._new and not (model.messages or model.problems or model.runs or model.lease):
             await self.session.release(follower)
-            where = self.session.location or "this database"
-            error = ThreadNotFoundError(f"There is no thread {self.thread_id!r} in {where}.")
-            self.post_message(ThreadLoaded(self.thread_id, error=str(error)))
+            self.post_message(ThreadLoaded(self.thread_id, error=str(self.session.unavailable(self.thread_id))))
             return
         # No await from here on: the follower cannot publish before we listen.
         self._follower = follower
@@ -290,9 +326,31 @@ class ThreadView(Screen[None]):
         if not self.running:
             self._show_lease(message.lease, message.diagnosis)
         self.loaded = True
+        self.show_facts()
         if self._first_prompt is not None:
             prompt, self._first_prompt = self._first_prompt, None
             self.start_run("prompt", prompt)
+
+    def show_facts(self) -> None:
+        """Read the thread's owner, workflow and definition state again and show them."""
+        self._load_facts()
+
+    @work(exclusive=True, exit_on_error=False, group="facts")
+    async def _load_facts(self) -> None:
+        try:
+            facts = await self.session.facts(self.thread_id)
+        except CubepiError as error:
+            self.facts = None
+            self._draw_facts(literal(f"owner and definition unknown: {error}", style="dim"))
+            return
+        self.facts = facts
+        self._draw_facts(facts_line(facts))
+
+    def _draw_facts(self, line: Text) -> None:
+        if not self.is_attached:
+            return
+        for widget in self.query("#thread-facts").results(Static):
+            widget.update(line)
 
     def _show_lease(self, view: LeaseView | None, diagnosis: Diagnosis | None) -> None:
         """Show who runs the thread: another process (its lease), or nobody (the diagnosis)."""
@@ -354,6 +412,8 @@ class ThreadView(Screen[None]):
             model = change.model
             live = model.lease_view.live
             self._show_lease(model.lease_view, None if live else model.diagnosis())
+        if change.ended:
+            self.show_facts()  # the run may have recorded the definition, or an override
         if not change.model.lease_view.live and any(c.kind == "abort" for c in change.model.commands):
             self._refuse_orphaned_aborts()  # the follower then reports them refused
 

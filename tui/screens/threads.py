@@ -1,4 +1,10 @@
-"""ThreadsScreen: the picker. Every thread of the database with its state; Enter opens one."""
+"""ThreadsScreen: the picker. Every thread of the store's owner with its state; Enter opens one.
+
+The header names whose threads these are and how many ("threads of alice · 12"): the store
+is opened for one owner (:mod:`core.owners`) and lists only that owner's threads. When
+the owner has none but the store holds threads that record no owner, the empty list says
+how many and that ``--unowned`` opens them; other named owners' threads are never counted.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +22,10 @@ from textual.widgets.data_table import CellKey
 from textual.worker import Worker
 
 from core.errors import CubepiError
+from core.owners import UNOWNED, UNOWNED_LABEL
 from core.recovery import ThreadState
 from tui.messages import NewThread, OpenThread, ThreadsLoaded
+from tui.screens.modals import ConfirmModal
 from tui.session import Session, ThreadRow, state_label
 from tui.text import clean, literal, one_line, relative_time
 
@@ -29,6 +37,21 @@ _STATE_STYLES = {
     ThreadState.EMPTY: "dim",
     ThreadState.WAITING: "bold yellow",
 }
+
+
+def owner_heading(owner: str, count: int | None) -> str:
+    """The picker's words for whose threads it lists: ``"threads of alice · 12"``, or
+    ``"unowned threads · 3"`` for :data:`core.owners.UNOWNED`; without the count while the
+    list is loading (``count`` ``None``)."""
+    words = f"{UNOWNED_LABEL} threads" if owner == UNOWNED else f"threads of {owner}"
+    return words if count is None else f"{words} · {count}"
+
+
+def unowned_hint(count: int) -> str:
+    """The empty list's line when ``count`` threads record no owner: how to open them."""
+    if count == 1:
+        return "1 thread has no owner: open it with --unowned"
+    return f"{count} threads have no owner: open them with --unowned"
 
 
 def state_text(row: ThreadRow) -> Text:
@@ -68,6 +91,7 @@ class ThreadsScreen(Screen[None]):
     | :- | :- |
     | enter | open the thread |
     | n | new thread |
+    | D | delete the thread (asks first) |
     | r | reload |
     | q | quit |
     """
@@ -75,6 +99,7 @@ class ThreadsScreen(Screen[None]):
     BINDINGS = [
         Binding("enter", "open", "Open", id="threads.open", tooltip="Open the selected thread"),
         Binding("n", "new_thread", "New thread", id="threads.new", tooltip="Start a new thread with a prompt"),
+        Binding("D", "delete", "Delete", id="threads.delete", tooltip="Delete the selected thread (asks first)"),
         Binding("r", "reload", "Reload", id="threads.reload", tooltip="Read the thread list again"),
         Binding("q", "app.quit", "Quit", id="threads.quit", tooltip="Quit cubepi-tui"),
     ]
@@ -89,6 +114,8 @@ class ThreadsScreen(Screen[None]):
         """The rows on screen, in table order."""
         self._reload_worker: Worker[None] | None = None
         self._prompt_cut = 0  # the width the first prompts were last cut to
+        self._listed = False  # whether a listing arrived (the header then counts the rows)
+        self._empty_shown = False  # whether the empty-list text is up (counted once per showing)
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="threads-title")
@@ -110,7 +137,10 @@ class ThreadsScreen(Screen[None]):
     def _title(self) -> Text:
         title = Text()
         title.append("cubepi-tui", style="bold")
-        title.append("  threads in ", style="dim")
+        # Whose threads first: at 80 columns a long location wraps, the owner stays in view.
+        title.append("  ")
+        title.append(clean(owner_heading(self.session.owner, len(self.rows) if self._listed else None)), style="bold")
+        title.append("  in ", style="dim")
         title.append(clean(self.session.location or "memory"))
         if self.session.needs_upgrade:
             title.append("  (browse-only until upgraded)", style="yellow")
@@ -156,11 +186,15 @@ class ThreadsScreen(Screen[None]):
         if message.error is not None:
             self.notify(clean(message.error), severity="error", timeout=8, markup=False)
             return
-        self.query_one("#threads-title", Static).update(self._title())
+        first = not self._listed
+        self._listed = True
         if message.rows and message.rows == self.rows and self.query_one(DataTable).row_count == len(self.rows):
+            if first:
+                self.query_one("#threads-title", Static).update(self._title())
             return  # a snapshot that changed nothing shown (the table keeps its cursor and scroll)
         selected = self.selected_thread_id
         old, self.rows = self.rows, message.rows
+        self.query_one("#threads-title", Static).update(self._title())
         table = self.query_one(DataTable)
         if [r.thread_id for r in old] == [r.thread_id for r in self.rows] and table.row_count == len(self.rows):
             self._update_cells(old)  # same threads in the same order: the cursor and scroll stay put
@@ -168,11 +202,36 @@ class ThreadsScreen(Screen[None]):
             self._fill_table(selected)
         empty = self.query_one("#threads-empty", Static)
         empty.display = not message.rows
-        empty.update("No threads yet. Press n to start one." if not message.rows else "")
+        if message.rows:
+            empty.update("")
+            self._empty_shown = False
+        elif not self._empty_shown:
+            self._empty_shown = True
+            empty.update(self._empty_text(0))
+            if self.session.owner != UNOWNED:
+                self._count_unowned()
         table = self.query_one(DataTable)
         table.display = bool(message.rows)
         if message.rows and self.focused is None:
             table.focus()
+
+    def _empty_text(self, unowned: int) -> Text:
+        text = Text("No threads yet. Press n to start one.")
+        if unowned:
+            text.append("\n")
+            text.append(unowned_hint(unowned), style="bold")
+        return text
+
+    @work(exclusive=True, exit_on_error=False, group="unowned")
+    async def _count_unowned(self) -> None:
+        """Say on the empty list how many threads record no owner, if any (``--unowned``)."""
+        try:
+            count = await self.session.unowned_count()
+        except CubepiError:
+            return  # the hint is a courtesy; the listing itself reports store errors
+        empty = self.query_one("#threads-empty", Static)
+        if count and not self.rows:
+            empty.update(self._empty_text(count))
 
     def _add_columns(self) -> None:
         table = self.query_one(DataTable)
@@ -283,4 +342,44 @@ class ThreadsScreen(Screen[None]):
 
     def action_reload(self) -> None:
         """Reload the list."""
+        self.reload()
+
+    def action_delete(self) -> None:
+        """Ask, then delete the thread under the cursor (refused while a run holds it)."""
+        thread_id = self.selected_thread_id
+        if thread_id is None:
+            self.notify("No thread is selected, so there is nothing to delete.", timeout=4, markup=False)
+            return
+        row = next((r for r in self.rows if r.thread_id == thread_id), None)
+        if row is not None and (row.running or self.session.is_running(thread_id)):
+            self.notify(
+                f"Thread {clean(thread_id)!r} is running here; abort it before deleting it.", timeout=6, markup=False
+            )
+            return
+        if row is not None and row.elsewhere:
+            self.notify(
+                f"Thread {clean(thread_id)!r} is {clean(row.state)}; it cannot be deleted while that run holds it.",
+                timeout=8,
+                markup=False,
+            )
+            return
+        self._delete(thread_id, row)
+
+    @work(exclusive=True, exit_on_error=False, group="delete")
+    async def _delete(self, thread_id: str, row: ThreadRow | None) -> None:
+        size = f" its {row.message_count} message(s) and" if row is not None else ""
+        body = Text("Thread ")
+        body.append_text(literal(thread_id, style="bold"))
+        body.append(
+            f",{size} everything else stored for it (runs, tool journal, jobs, steps, commands, lease) are "
+            f"removed from {clean(self.session.location or 'this store')}. This cannot be undone."
+        )
+        if not await self.app.push_screen_wait(ConfirmModal("Delete this thread?", body, yes="Delete")):
+            return
+        try:
+            await self.session.delete(thread_id)
+        except CubepiError as error:
+            self.notify(clean(error), severity="error", timeout=10, markup=False)
+            return
+        self.notify(f"Thread {clean(thread_id)!r} deleted.", timeout=4, markup=False)
         self.reload()

@@ -92,6 +92,12 @@ class Transcript(VerticalScroll, can_focus=True):
     def watch_virtual_size(self) -> None:
         self._pin_when_tall()
 
+    def on_resize(self) -> None:
+        # The view can shrink under content that fitted (a line above it appeared: the
+        # thread's owner and definition, a problem, the commands bar): pin it then too,
+        # or what is added next lands below the view.
+        self._pin_when_tall()
+
     def _pin_when_tall(self) -> None:
         # Follow the tail only once there is more than a screenful: an anchored widget
         # bottom-aligns short content, which would leave a short thread hanging low.
