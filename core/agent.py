@@ -54,7 +54,15 @@ from core.events import (
     ToolExecutionStart,
     ToolExecutionUpdate,
 )
-from core.fingerprints import changes, definition_parts, fingerprints_of, first_input, input_fingerprint
+from core.fingerprints import (
+    changes,
+    check_workflow,
+    definition_parts,
+    fingerprints_of,
+    first_input,
+    first_input_error,
+    input_fingerprint,
+)
 from core.leases import LeaseHolder
 from core.loop import LoopConfig, run_loop
 from core.messages import AnyMessage, AssistantMessage, UserMessage, user_text
@@ -76,6 +84,9 @@ from core.tools import AgentTool, ToolExecutionMode
 
 _log = logging.getLogger(__name__)
 
+
+OnPlan = Callable[[ResumePlan], None]
+"""Told the resume plan a resume carries out, before it does (see ``Agent.resume``)."""
 
 _STANDING: dict[ThreadState, RunOutcome] = {
     ThreadState.COMPLETED: "completed",
@@ -167,10 +178,13 @@ class Agent:
     parameter schema, the provider's model id, ``workflow``); each later run compares them
     first and refuses with :class:`~core.errors.FingerprintMismatchError` when they differ,
     unless given ``accept_changes=True`` (the override is then recorded in the thread). A
-    thread that recorded none (cubeloop's, or older) records them at its next run.
+    thread that recorded none (cubeloop's, or older) records them at its next run. The
+    first input is never overridden: :meth:`start` with another one is refused.
 
     Raises ``ToolDefinitionError`` if two tools share a name, ``ValueError`` unless
-    ``0 < heartbeat_interval < lease_ttl``.
+    ``0 < heartbeat_interval < lease_ttl``, and ``ValueError`` (one sentence,
+    :func:`core.fingerprints.check_workflow`) for a ``workflow`` that is empty, too long or
+    holds a control character.
     """
 
     def __init__(
@@ -192,6 +206,8 @@ class Agent:
             raise ValueError(
                 f"heartbeat_interval ({heartbeat_interval:g} s) must be positive and shorter than lease_ttl ({lease_ttl:g} s)."
             )
+        if workflow is not None:
+            check_workflow(workflow)
         self.provider = provider
         self.checkpointer = checkpointer
         self.thread_id = thread_id
@@ -294,19 +310,19 @@ class Agent:
             await self._load_runnable()
             return await self._prompted(run_id, text, accept_changes)
 
-    async def start(self, text: str, *, accept_changes: bool = False) -> RunOutcome:
+    async def start(self, text: str, *, accept_changes: bool = False, on_plan: OnPlan | None = None) -> RunOutcome:
         """Run the thread for the first input ``text``, idempotently: the lesson's "create
         run with input" (the same id with the same input is the same run).
 
         A new thread (no messages): as :meth:`prompt`. The same first input: resume when
-        the thread is resumable (as :meth:`resume` with the default plan), else return
-        without running (``state.ran`` false) the thread's outcome as it stands:
-        ``"completed"``, or ``"aborted"`` / ``"failed"`` for a thread that ended so.
-        Another first input: ``FingerprintMismatchError`` naming ``"first input changed"``
-        (and any change of the definition), nothing run - a thread id reused with another
-        first input is refused like a changed definition; with ``accept_changes`` the
-        override is recorded, ``text`` becomes the input the thread's fingerprints name,
-        and ``text`` is sent as a new prompt. Raises the errors of :meth:`prompt` and
+        the thread is resumable (as :meth:`resume` with the default plan; ``on_plan`` as
+        there), else return without running (``state.ran`` false) the thread's outcome as
+        it stands: ``"completed"``, or ``"aborted"`` / ``"failed"`` for a thread that ended
+        so. Another first input than the thread's first user message: always
+        :class:`~core.errors.FirstInputChangedError` (:func:`core.fingerprints.first_input_error`),
+        nothing run or written, with ``accept_changes`` too - a thread id names one job, so
+        another input is started as another thread; ``accept_changes`` goes on past a
+        changed definition of the agent only. Raises the errors of :meth:`prompt` and
         :meth:`resume`.
         """
         check_user_text(text)
@@ -315,36 +331,33 @@ class Agent:
             first = first_input(self._state.messages)
             if first is None:
                 return await self._prompted(run_id, text, accept_changes)
-            stored = self._state.meta.fingerprints if self._state.meta is not None else None
-            started_with = stored.input if stored is not None and stored.input else input_fingerprint(first)
-            if started_with != input_fingerprint(text):
-                return await self._prompted(run_id, text, accept_changes, start_input=True)
+            if input_fingerprint(first) != input_fingerprint(text):
+                raise first_input_error(self.thread_id)
             plan = await self._plan()
             if plan.action is ResumeAction.NONE:
                 state = self._state
                 state.last_outcome = _STANDING.get(plan.diagnosis.state, "completed")
                 state.error = None
                 return state.last_outcome
-            return await self._resumed(run_id, plan, {}, accept_changes)
+            return await self._resumed(run_id, plan, {}, accept_changes, on_plan)
 
-    async def _prompted(self, run_id: str, text: str, accept_changes: bool, *, start_input: bool = False) -> RunOutcome:
-        """The body of :meth:`prompt` under the lease, the thread reloaded; ``start_input``:
-        ``text`` is offered as the thread's first input (:meth:`start`), so another one is
-        a change."""
-        await self._admit(text, accept_changes, start_input=start_input or not self._state.messages)
+    async def _prompted(self, run_id: str, text: str, accept_changes: bool) -> RunOutcome:
+        """The body of :meth:`prompt` under the lease, the thread reloaded (a thread without
+        messages records ``text`` as its first input)."""
+        await self._admit(text if not self._state.messages else None, accept_changes)
         await self._claim(run_id)
         return await self._run(run_id, [user_text(text, kind="prompt", run_id=run_id)])
 
-    async def _admit(self, offered: str | None, accept_changes: bool, *, start_input: bool) -> None:
+    async def _admit(self, offered: str | None, accept_changes: bool) -> None:
         """Compare the thread's fingerprints with this agent's before anything runs (see
-        :meth:`core.recorder.RunRecorder.admit`; ``offered`` counts as the first input only
-        when ``start_input``); ``state.meta`` is then the record as stored."""
+        :meth:`core.recorder.RunRecorder.admit`; ``offered``: the first input of a thread
+        without messages); ``state.meta`` is then the record as stored."""
         state = self._state
         state.meta = await self._recorder.admit(
             state.meta,
             state.messages,
             fingerprints_of(self._parts, self.workflow, None),
-            offered=offered if start_input else None,
+            offered=offered,
             accept_changes=accept_changes,
         )
 
@@ -365,7 +378,11 @@ class Agent:
         return await self._plan()
 
     async def resume(
-        self, choices: Mapping[str, SettleChoice] | None = None, *, accept_changes: bool = False
+        self,
+        choices: Mapping[str, SettleChoice] | None = None,
+        *,
+        accept_changes: bool = False,
+        on_plan: OnPlan | None = None,
     ) -> RunOutcome:
         """Continue a crashed thread exactly as :meth:`plan_resume` plans it.
 
@@ -384,7 +401,10 @@ class Agent:
 
         A dangling call of a stepped tool (:mod:`core.steps`) that re-runs continues after
         its last committed step. The thread's fingerprints are compared before anything is
-        settled, as :meth:`prompt` does (``accept_changes`` likewise).
+        settled, as :meth:`prompt` does (``accept_changes`` likewise). ``on_plan(plan)`` is
+        called once with the plan this resume carries out (made under the lease, after the
+        checks, before anything is written for it), so a caller can say what happens
+        (the runner prints :attr:`~core.recovery.ResumePlan.sentence`).
 
         Raises ``NothingToResumeError`` when the thread is clean, ``ResumeChoiceError``
         when a choice names a call that is not dangling or does not offer that choice,
@@ -397,14 +417,21 @@ class Agent:
                 raise NothingToResumeError(
                     f"Nothing to resume: the thread is {plan.diagnosis.label}; send a new message to continue."
                 )
-            return await self._resumed(run_id, plan, choices or {}, accept_changes)
+            return await self._resumed(run_id, plan, choices or {}, accept_changes, on_plan)
 
     async def _resumed(
-        self, run_id: str, plan: ResumePlan, choices: Mapping[str, SettleChoice], accept_changes: bool
+        self,
+        run_id: str,
+        plan: ResumePlan,
+        choices: Mapping[str, SettleChoice],
+        accept_changes: bool,
+        on_plan: OnPlan | None = None,
     ) -> RunOutcome:
         """The body of :meth:`resume` under the lease, for a ``plan`` that has work to do."""
         settle = plan.settlement(choices)
-        await self._admit(None, accept_changes, start_input=False)
+        await self._admit(None, accept_changes)
+        if on_plan is not None:
+            on_plan(plan)
         if plan.action is ResumeAction.WAIT_FOR_USER:
             await self._close_final_reply()
             self._state.last_outcome, self._state.error, self._state.ran = "completed", None, True

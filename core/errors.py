@@ -5,6 +5,8 @@ Every message is one sentence a user can act on: the app shows ``str(error)`` as
 
 from __future__ import annotations
 
+from core.words import counted
+
 
 class CubepiError(Exception):
     """Base of every error ``core`` raises on purpose."""
@@ -186,21 +188,27 @@ class UnreadableThreadError(RunError):
         """The error for ``thread_id`` with ``count`` unreadable rows, the first at store row
         ``first_row_id``; its sentence says what to do instead."""
         return cls(
-            f"Thread {thread_id!r} has {count} unreadable row(s) (first: row {first_row_id}); it can be read "
+            f"Thread {thread_id!r} has {counted(count, 'unreadable row')} (first: row {first_row_id}); it can be read "
             "but not continued: start a new thread (n in the thread list) to go on."
         )
 
 
 class FingerprintMismatchError(RunError):
     """Raised by ``prompt()``, ``resume()`` and ``start()`` when the thread was written by
-    another definition of the agent (system prompt, tools, model, workflow version) or
-    started with another first input; nothing ran. ``changes`` lists what differs, one short
-    phrase each ("tool read_file: parameters changed", "model: a -> b"). Passing
-    ``accept_changes=True`` goes on and records the override in the thread."""
+    another definition of the agent (system prompt, tools, model, workflow version); nothing
+    ran. ``changes`` lists what differs, one short phrase each ("tool read_file: parameters
+    changed", "model: a -> b"). Passing ``accept_changes=True`` goes on and records the
+    override in the thread. (Another first input is :class:`FirstInputChangedError`.)"""
 
     def __init__(self, message: str, *, changes: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.changes = changes
+
+
+class FirstInputChangedError(RunError):
+    """Raised by ``start()`` when the thread was started with another first input: a thread
+    id names one job, so nothing ran, and ``accept_changes`` does not change that (it goes
+    on past a changed definition of the agent only). Start the input as another thread."""
 
 
 class WaitingForAnswerError(RunError):

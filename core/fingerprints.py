@@ -8,6 +8,8 @@ a user-given workflow version. Before a run goes on (``Agent.prompt``, ``resume`
 different - :func:`mismatch_error` refuses in one sentence naming each change
 (:func:`changes`), and nothing runs until the caller passes ``accept_changes``, which
 records the new fingerprints and a :class:`~core.checkpoint.base.FingerprintOverride`.
+``Agent.start`` with another first input than the thread's is always refused
+(:func:`first_input_error`): a thread id names one job, and no override applies.
 
 This follows the lesson on resuming interrupted agents that the store design follows: a
 run row keeps its ``input`` and the input's sha256 ``fingerprint`` beside a ``workflow``
@@ -25,8 +27,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.checkpoint.base import Fingerprints
-from core.errors import FingerprintMismatchError
+from core.errors import FingerprintMismatchError, FirstInputChangedError
 from core.messages import AnyMessage, TextContent, ToolSpec, UserMessage
+from core.untrusted import holds_control
 
 MODEL_PART = "model"
 """The part of :func:`definition_parts` holding the model id, as is."""
@@ -38,7 +41,8 @@ TOOL_PART = "tool:"
 """The prefix of each tool's part (``"tool:read_file"``): the sha256 hex of its parameter schema."""
 
 FIRST_INPUT_CHANGED = "first input changed"
-"""The change :func:`changes` names when the thread was started with another first input."""
+"""The change :func:`changes` names when two fingerprints name other first inputs (a thread
+started with another first input is refused on its own, :func:`first_input_error`)."""
 
 
 def canonical_json(value: Any) -> str:
@@ -145,12 +149,44 @@ def changes(stored: Fingerprints, current: Fingerprints) -> tuple[str, ...]:
 
 
 def mismatch_sentence(thread_id: str, found: Sequence[str]) -> str:
-    """The one refusal every caller shows (agent, runner, app) for the changes ``found``."""
+    """The one refusal every caller shows (agent, runner, app) for the changes ``found``:
+    ``"Thread 'x' was written by another definition of the agent: tool read_file:
+    parameters changed. Nothing ran; run again with --accept-changes (or press a in the
+    app) to go on, and the override is recorded in the thread."``"""
     return (
         f"Thread {thread_id!r} was written by another definition of the agent: {'; '.join(found)}. "
-        "Nothing ran; to go on with this definition, accept the changes with accept_changes "
-        "(--accept-changes; a in the app); the override is recorded in the thread."
+        "Nothing ran; run again with --accept-changes (or press a in the app) to go on, "
+        "and the override is recorded in the thread."
     )
+
+
+def first_input_error(thread_id: str) -> FirstInputChangedError:
+    """The one refusal of ``Agent.start`` (and so of ``cubepi-tui run --start``) for a text
+    that is not the thread's first input: a thread id names one job, so nothing ran, and no
+    override applies."""
+    return FirstInputChangedError(
+        f"Thread {thread_id!r} was started with another first input; nothing ran: a thread id names one job, "
+        "so start this input as another thread (another thread id)."
+    )
+
+
+MAX_WORKFLOW_CHARS = 200
+"""Longest workflow version accepted, in characters (a version, a tag or a commit id fits)."""
+
+
+def check_workflow(version: str) -> str:
+    """Return ``version`` when it can be a workflow version; raise ``ValueError`` (one
+    sentence) when it is empty or all spaces, longer than :data:`MAX_WORKFLOW_CHARS`, or
+    holds a control or format character (it is stored in the thread and shown in the app
+    and the runner's refusals). The one rule of the runner's and the app's ``--workflow``
+    and of ``Agent(workflow=...)``; ``None`` (no version) is never passed here."""
+    if not version.strip():
+        raise ValueError("A workflow version cannot be empty; leave --workflow out for none.")
+    if len(version) > MAX_WORKFLOW_CHARS:
+        raise ValueError(f"A workflow version is at most {MAX_WORKFLOW_CHARS} characters, not {len(version)}.")
+    if holds_control(version):
+        raise ValueError(f"The workflow version {version!r} holds a control character.")
+    return version
 
 
 def mismatch_error(thread_id: str, found: Sequence[str]) -> FingerprintMismatchError:

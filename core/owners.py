@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import getpass
 import os
-import unicodedata
+
+from core.untrusted import holds_control
 
 UNOWNED = ""
 """The owner of threads that record none. Stored as no owner (SQL ``NULL``, no hash field);
@@ -39,7 +40,7 @@ def check_owner(name: str) -> str:
         raise ValueError("An owner name cannot be empty; use --unowned for threads that have no owner.")
     if len(name) > MAX_OWNER_CHARS:
         raise ValueError(f"An owner name is at most {MAX_OWNER_CHARS} characters, not {len(name)}.")
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") for ch in name):
+    if holds_control(name):
         raise ValueError(f"The owner name {name!r} holds a control character.")
     return name
 

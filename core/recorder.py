@@ -34,7 +34,7 @@ from core.checkpoint.base import Checkpointer, FingerprintOverride, Fingerprints
 from core.checkpoint.capabilities import Jobs as JobStore
 from core.checkpoint.capabilities import Leases, OwnerScoped, ThreadRecords, ToolJournal, ToolSteps, supports
 from core.errors import LeaseLostError, error_sentence
-from core.fingerprints import FIRST_INPUT_CHANGED, changes, first_input, input_fingerprint, mismatch_error
+from core.fingerprints import changes, first_input, input_fingerprint, mismatch_error
 from core.jobs import Jobs
 from core.leases import HeldLease, LeaseHolder
 from core.messages import AnyMessage, AssistantMessage, ensure_message_id
@@ -273,10 +273,10 @@ class RunRecorder:
 
         ``meta`` is the thread's record and ``messages`` its messages as just loaded under
         the lease; ``current`` the agent's fingerprints (its ``input`` unused); ``offered``
-        a text offered as the thread's first input (a new thread's first prompt, or
-        ``Agent.start``), so that another first input counts as a change
-        (:data:`~core.fingerprints.FIRST_INPUT_CHANGED`); without it the first input is
-        not compared. Returns the record as stored afterwards.
+        the text a thread without messages is started with (its first prompt). The first
+        input is not compared here: ``Agent.start`` refuses another one before anything
+        runs (:func:`~core.fingerprints.first_input_error`). Returns the record as stored
+        afterwards.
 
         Same definition: nothing is written. Changes (:func:`~core.fingerprints.changes`)
         on a thread with messages: :func:`~core.fingerprints.mismatch_error` unless
@@ -284,23 +284,22 @@ class RunRecorder:
         naming the changes. A thread that recorded none (cubeloop's, older ones) records
         the agent's without refusing; so does one without messages, whatever it recorded
         (a run that died before its first message was saved wrote nothing else). The
-        record names the thread's own first input, or the offered one when there is none
-        yet or its change was accepted. Raises ``FingerprintMismatchError`` (nothing
-        written) and what :meth:`record_fingerprints` raises.
+        record names the thread's first user message as its input, or ``offered`` when it
+        has none yet. Raises ``FingerprintMismatchError`` (nothing written) and what
+        :meth:`record_fingerprints` raises.
         """
         stored = meta.fingerprints if meta is not None else None
-        first = first_input(messages)
-        thread_input = (stored.input if stored is not None else None) or (
-            input_fingerprint(first) if first is not None else None
-        )
-        given = input_fingerprint(offered) if offered is not None else None
         found = list(changes(stored, dataclasses.replace(current, input=None))) if stored is not None else []
-        if given is not None and thread_input is not None and given != thread_input:
-            found.insert(0, FIRST_INPUT_CHANGED)
         fresh = not messages
         if found and not fresh and not accept_changes:
             raise mismatch_error(self.thread_id, found)
-        named = given if given is not None and (fresh or accept_changes) else thread_input or given
+        first = first_input(messages)
+        if first is not None:
+            named: str | None = input_fingerprint(first)
+        elif offered is not None:
+            named = input_fingerprint(offered)
+        else:
+            named = stored.input if stored is not None else None
         wanted = dataclasses.replace(current, input=named)
         if stored == wanted:
             return meta

@@ -44,6 +44,7 @@ from core.checkpoint.base import CorruptRow, JobStatus, JournalEntry, PendingReq
 from core.errors import ResumeChoiceError
 from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UnknownMessage, UserMessage
 from core.request import BuiltRequest, Repair, Unanswered, build_request
+from core.words import counted
 
 
 class ThreadState(enum.StrEnum):
@@ -334,30 +335,26 @@ def _last_assistant(messages: Sequence[AnyMessage]) -> int:
     return -1
 
 
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
 def _notes(
     messages: Sequence[AnyMessage], built: BuiltRequest, problems: Sequence[CorruptRow], tail_only: bool
 ) -> tuple[str, ...]:
     """The short phrases of :attr:`Diagnosis.notes`, in a fixed order."""
     notes: list[str] = []
     if problems:
-        notes.append(_count(len(problems), "unreadable row", "unreadable rows"))
+        notes.append(counted(len(problems), "unreadable row", "unreadable rows"))
     unknown = sum(isinstance(m, UnknownMessage) for m in messages)
     if unknown:
-        notes.append(_count(unknown, "row of unknown role", "rows of unknown role"))
+        notes.append(counted(unknown, "row of unknown role", "rows of unknown role"))
     orphans = sum(r.kind == "orphan_result" for r in built.repairs)
     if orphans and not tail_only:
-        notes.append(_count(orphans, "orphan result", "orphan results"))
+        notes.append(counted(orphans, "orphan result", "orphan results"))
     duplicates = sum(r.kind == "duplicate_result" for r in built.repairs)
     if duplicates:
-        notes.append(_count(duplicates, "duplicate result", "duplicate results"))
+        notes.append(counted(duplicates, "duplicate result", "duplicate results"))
     if built.interleaved:
         n = len(built.interleaved)
         notes.append(
-            f"another run wrote between {_count(n, 'tool call and its result', 'tool calls and their results')}"
+            f"another run wrote between {counted(n, 'tool call and its result', 'tool calls and their results')}"
         )
     return tuple(notes)
 
@@ -409,16 +406,18 @@ def _mid_tool(
     partly = f"; {len(answered)} of {calls} calls in the batch have results" if answered else ""
     first = built.unanswered[0].index
     users = sum(isinstance(m, UserMessage) for m in messages[first + 1 :])
-    waiting = f"; {users} user message(s) after them wait until they are settled" if users else ""
+    them, are = ("it", "it is") if len(dangling) == 1 else ("them", "they are")
+    wait = "waits" if users == 1 else "wait"
+    waiting = f"; {counted(users, 'user message')} after {them} {wait} until {are} settled" if users else ""
     replies = sum(isinstance(m, AssistantMessage) for m in messages[first + 1 :])
-    later = f"; {replies} later repl{'y' if replies == 1 else 'ies'} went on without them" if replies else ""
+    later = f"; {counted(replies, 'later reply', 'later replies')} went on without {them}" if replies else ""
     return Diagnosis(
         ThreadState.CRASHED,
         CrashPoint.MID_TOOL,
         dangling=dangling,
         answered=answered,
         action=ResumeAction.SETTLE_THEN_CALL_MODEL if built.needs_reply else ResumeAction.SETTLE_THEN_WAIT,
-        detail=f"{len(dangling)} tool call(s) have no result{partly}{waiting}{later}.",
+        detail=f"{counted(len(dangling), 'tool call has', 'tool calls have')} no result{partly}{waiting}{later}.",
         **info,  # type: ignore[arg-type]
     )
 

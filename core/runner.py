@@ -15,21 +15,29 @@ owner's thread is answered exactly like a missing one
 ``--workflow V`` names the version of the agent's workflow the thread records; a thread
 written by another definition of the agent (system prompt, tools, model, workflow) is
 refused in one sentence naming what changed, unless ``--accept-changes`` is given (the
-override is recorded in the thread). ``--start`` creates the thread with its first input
-idempotently (``Agent.start``): run again with the same input it does not start twice.
+override is recorded in the thread). A workflow version is checked like an owner name
+(:func:`core.fingerprints.check_workflow`: not empty, at most 200 characters, no control
+character; else exit 2). ``--start`` creates the thread with its first input idempotently
+(``Agent.start``): run again with the same input it does not start twice; another first
+input is always refused, ``--accept-changes`` or not (a thread id names one job: start it
+under another thread id).
 
-``delete THREAD`` removes one thread of this owner and everything stored for it; it is
-refused while a run holds the thread's live lease.
+``delete THREAD`` removes one thread of this owner and everything stored for it
+("Thread 't1' deleted."); it is refused while a run holds the thread's live lease, in the
+app's words (:func:`core.leases.not_deleted_sentence`).
 
 The run holds the thread's lease (heartbeat every ``--heartbeat`` seconds; the lease names
 this host as ``$CUBEPI_HOST_ID``, else the host name, see :func:`core.leases.host_id`), writes live
 events and obeys abort / steer / follow-up commands sent from the app (or from
 :func:`core.supervise.send`), exactly as :class:`~core.supervise.Supervisor` describes.
 It prints one plain-text line per finished message to stdout (``user: ...``,
-``assistant: ...``, ``tool NAME: ...``, ``steer: ...``), one line per retry wait of a
-model call (``model call: rate limited, retrying in 12 s (attempt 2 of 5)``) and a last
-line ``run OUTCOME``; control characters in model, provider or tool text are escaped,
-never sent to the terminal. While a server store reconnects, each attempt and the
+``assistant: ...``, ``tool NAME: ...``, ``steer: ...``), before a resume the plan it
+carries out (``plan: Resume first settles each dangling call - fetch_dataset (c1):
+started 17:00:40, never finished; step 2 of 8 committed at 17:00:43; ...``), one line per
+retry wait of a model call (``model call: rate limited, retrying in 12 s (attempt 2 of
+5)``) and a last line ``run OUTCOME``. Every line passes one escape (:func:`plain`, in the
+one output path): control characters in model, provider, tool or stored text (a workflow
+version, a host) are escaped, never sent to the terminal. While a server store reconnects, each attempt and the
 recovery are one line on stderr (``store: reconnecting to postgresql://host/db (attempt
 3, next in 0.8 s)…: ConnectionResetError: ...``).
 
@@ -76,11 +84,13 @@ from core.errors import (
     error_sentence,
 )
 from core.events import AgentEnd, AgentEvent, MessageEnd, MessageUpdate, RetryWait, RunOutcome
-from core.leases import LeaseHolder
+from core.fingerprints import check_workflow
+from core.leases import LeaseHolder, delete_thread, deleted_sentence
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.owners import UNOWNED, check_owner, default_owner, resolve_owner
 from core.providers.base import Provider
 from core.providers.retry import retry_label
+from core.recovery import ResumePlan
 from core.supervise import Supervisor
 from core.tools import AgentTool
 from core.untrusted import UNSAFE, escape
@@ -206,6 +216,11 @@ async def run_headless(
             owner = resolve_owner(owner)
         except ValueError as error:
             raise BadInput(str(error)) from None
+        if workflow is not None:
+            try:
+                check_workflow(workflow)
+            except ValueError as error:
+                raise BadInput(str(error)) from None
         if prompt is not None:
             check_user_text(prompt)
         if not thread_id.strip():
@@ -246,16 +261,22 @@ async def run_headless(
             raise BadInput(_flag_names(str(exc))) from None
         runner.subscribe(_printer(out))
         sup = Supervisor(runner, store)
+
+        def say_plan(plan: ResumePlan) -> None:
+            _say(out, describe_plan(plan))
+
         restore = _abort_on_signals(sup) if handle_signals else (lambda: None)
         try:
             with _log_to(err, quiet):
                 if resume:
                     outcome: RunOutcome = await sup.resume(
-                        include_pending=include_pending, accept_changes=accept_changes
+                        include_pending=include_pending, accept_changes=accept_changes, on_plan=say_plan
                     )
                 elif start:
                     assert prompt is not None
-                    outcome = await sup.start(prompt, include_pending=include_pending, accept_changes=accept_changes)
+                    outcome = await sup.start(
+                        prompt, include_pending=include_pending, accept_changes=accept_changes, on_plan=say_plan
+                    )
                 else:
                     assert prompt is not None
                     outcome = await sup.prompt(prompt, include_pending=include_pending, accept_changes=accept_changes)
@@ -334,8 +355,8 @@ async def delete_headless(
             await store.upgrade()
         if not supports(store, ThreadDeletion):
             raise BadInput(f"{where} cannot delete threads.")
-        await store.delete_thread(thread_id)
-        _say(out, f"deleted thread {plain(thread_id)}")
+        await delete_thread(store, thread_id)
+        _say(out, deleted_sentence(thread_id))
         return 0
     except (DatabaseGoneError, StoreBusyError, StoreConnectionError) as exc:
         _say(err, error_sentence(exc))
@@ -508,6 +529,14 @@ def describe(message: Any) -> str | None:
     return None
 
 
+def describe_plan(plan: ResumePlan) -> str:
+    """The line printed before a resume is carried out: ``"plan: "`` and the plan's
+    sentence (:attr:`core.recovery.ResumePlan.sentence`: each dangling call, where it
+    stopped - for a stepped tool "step 2 of 8 committed at 17:00:43" - and what is done
+    with it, then what follows)."""
+    return f"plan: {plan.sentence}"
+
+
 def describe_wait(wait: RetryWait) -> str:
     """The line printed when a model call waits to be retried:
     ``"model call: rate limited, retrying in 12 s (attempt 2 of 5)"`` (the app's words,
@@ -534,7 +563,7 @@ def _printer(out: TextIO) -> Callable[[AgentEvent], None]:
         elif isinstance(event, MessageUpdate) and isinstance(event.delta, RetryWait):
             line = describe_wait(event.delta)
         elif isinstance(event, AgentEnd):
-            line = f"run {event.outcome}" + (f": {plain(event.error)}" if event.error else "")
+            line = f"run {event.outcome}" + (f": {event.error}" if event.error else "")
         if line is not None:
             _say(out, line)
 
@@ -558,14 +587,18 @@ def _status_printer(err: TextIO, where: str) -> OnStatus:
         else:
             said = 0
         line = f"store: {reconnect_notice(where, status)}"
-        _say(err, f"{line}: {plain(status.reason)}" if status.reason else line)
+        _say(err, f"{line}: {status.reason}" if status.reason else line)
 
     return on_status
 
 
 def _say(stream: TextIO, line: str) -> None:
+    """Write ``line`` and a newline to ``stream``: the one way the runner prints. The line
+    passes :func:`plain` here, whatever it holds (model, tool or provider text, a thread id,
+    an owner or workflow version from the store or the command line, an error's sentence),
+    so nothing printed can drive the terminal."""
     try:
-        stream.write(line + "\n")
+        stream.write(plain(line) + "\n")
         stream.flush()
     except (OSError, ValueError):
         pass  # a closed pipe must not stop the run
@@ -620,18 +653,20 @@ def parser() -> argparse.ArgumentParser:
         "--start",
         action="store_true",
         help="create the thread with this first prompt, idempotently: run again with the same prompt it "
-        "does not start twice; another first prompt for the same thread id is refused",
+        "does not start twice; another first prompt for the same thread id is always refused (use another "
+        "thread id), --accept-changes or not",
     )
     p.add_argument(
         "--workflow",
         metavar="V",
-        help="the version of your agent's workflow, recorded in the thread and compared on every later run",
+        help="the version of your agent's workflow, recorded in the thread and compared on every later run "
+        "(at most 200 characters, no control characters)",
     )
     p.add_argument(
         "--accept-changes",
         action="store_true",
         help="go on although the thread was written by another definition of the agent (system prompt, tools, "
-        "model, workflow); the override is recorded in the thread",
+        "model, workflow); the override is recorded in the thread (it never covers another first input)",
     )
     p.add_argument(
         "--include-pending",

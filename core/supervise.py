@@ -42,7 +42,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from core.agent import Agent
+from core.agent import Agent, OnPlan
 from core.changes import StoreWatch
 from core.checkpoint.base import (
     Command,
@@ -455,10 +455,19 @@ class Supervisor:
         the run (steers right after the prompt, follow-ups when the agent would stop)."""
         return await self._supervised(lambda: self.agent.prompt(text, accept_changes=accept_changes), include_pending)
 
-    async def start(self, text: str, *, include_pending: bool = False, accept_changes: bool = False) -> RunOutcome:
+    async def start(
+        self,
+        text: str,
+        *,
+        include_pending: bool = False,
+        accept_changes: bool = False,
+        on_plan: OnPlan | None = None,
+    ) -> RunOutcome:
         """Create the thread with the first input ``text``, idempotently, supervised; see
-        ``Agent.start`` (its errors too); ``include_pending`` as for :meth:`prompt`."""
-        return await self._supervised(lambda: self.agent.start(text, accept_changes=accept_changes), include_pending)
+        ``Agent.start`` (its errors too; ``on_plan`` as there); ``include_pending`` as for :meth:`prompt`."""
+        return await self._supervised(
+            lambda: self.agent.start(text, accept_changes=accept_changes, on_plan=on_plan), include_pending
+        )
 
     async def resume(
         self,
@@ -466,15 +475,17 @@ class Supervisor:
         *,
         include_pending: bool = False,
         accept_changes: bool = False,
+        on_plan: OnPlan | None = None,
     ) -> RunOutcome:
-        """Resume a crashed thread, supervised; see ``Agent.resume`` (``accept_changes`` as there).
+        """Resume a crashed thread, supervised; see ``Agent.resume`` (``accept_changes`` and
+        ``on_plan``, told the plan before it is carried out, as there).
 
         With ``include_pending``, steers and follow-ups the crashed runner never delivered
         become steers and follow-ups of the resumed run (after dangling calls are
         settled, before the model is called). If the plan is to wait for the user (no run
         starts) they stay undelivered; send them as a new prompt."""
         return await self._supervised(
-            lambda: self.agent.resume(choices, accept_changes=accept_changes), include_pending
+            lambda: self.agent.resume(choices, accept_changes=accept_changes, on_plan=on_plan), include_pending
         )
 
     async def plan_resume(self) -> ResumePlan:

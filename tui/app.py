@@ -22,6 +22,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from core.errors import CubepiError, StoreConnectionError, error_sentence
+from core.words import counted
 from tui import hangup
 from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreOpened, ThreadsLoaded
 from tui.palette import CommandPalette
@@ -237,12 +238,13 @@ class CubepiApp(App[None]):
     async def _confirm_quit(self) -> None:
         count = self.session.running_count()
         body = (
-            f"{count} agent(s) are running in this app. Quitting aborts them: each saves what it "
+            f"{counted(count, 'agent is', 'agents are')} running in this app. Quitting aborts "
+            f"{'it: it' if count == 1 else 'them: each'} saves what it "
             'has and its thread reads "aborted"; send a new message later to continue.'
         )
         queued = self.session.queued_count()
         if queued:
-            body += f" {queued} queued steer(s) or follow-up(s) not delivered yet will be dropped."
+            body += f" {counted(queued, 'queued steer or follow-up', 'queued steers and follow-ups')} not delivered yet will be dropped."
         if await self.push_screen_wait(ConfirmModal("Quit cubepi-tui?", body, yes="Abort and quit")):
             self.notify("Aborting the running agents…")
             await self.session.stop_runs()

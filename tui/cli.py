@@ -18,6 +18,7 @@ from core.checkpoint import locations
 from core.checkpoint.base import Checkpointer
 from core.checkpoint.reconnect import OnStatus
 from core.errors import DatabaseOpenError
+from core.fingerprints import check_workflow
 from core.owners import OWNER_ENV, resolve_owner
 from core.runner import BAD_INPUT, COMMANDS, BadInput, SentenceParser, add_owner_options, chosen_owner, positive_number
 from tui.session import Session
@@ -104,6 +105,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.owner = chosen_owner(args.owner, args.unowned)
+    if args.workflow is not None:
+        try:
+            check_workflow(args.workflow)
+        except ValueError as error:
+            raise BadInput(str(error)) from None
     return args
 
 

@@ -33,6 +33,7 @@ from core.checkpoint.capabilities import (
     SchemaUpgrade,
     ThreadDeletion,
     ThreadRecords,
+    ToolSteps,
     lacking,
     supports,
 )
@@ -40,8 +41,9 @@ from core.checkpoint.reconnect import StoreStatus, reconnect_notice
 from core.errors import CubepiError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
+from core.leases import delete_thread, not_deleted_sentence
 from core.owners import UNOWNED
-from core.recovery import Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose
+from core.recovery import DanglingCall, Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose, step_words
 from core.supervise import (
     LeaseState,
     LeaseView,
@@ -52,6 +54,7 @@ from core.supervise import (
     send,
     undelivered,
 )
+from core.tool_execution import call_job_key
 from tui.whole_diagnoses import WholeDiagnoses
 
 StoreOpener = Callable[[], Awaitable[Checkpointer]]
@@ -388,6 +391,27 @@ class Session:
             data.messages, data.runs, data.journal, problems=data.problems, pending=data.pending_request
         )
 
+    async def step_words(self, thread_id: str, dangling: Sequence[DanglingCall]) -> dict[str, str]:
+        """Tool call id -> how far each of the ``dangling`` calls of a stepped tool got
+        ("step 2 of 8 committed at 17:00:43", :func:`core.recovery.step_words`), for the
+        calls that committed a step. A call's step record is found as the resume plan finds
+        it (``Agent.plan_resume``): under the call's job key for this app's tool of that
+        name, so a tool this app lacks (or that is not idempotent) shows none, as in the plan.
+        Empty for a store that keeps no steps or is browse-only. Raises the store's errors."""
+        store = self._store()
+        if not dangling or not supports(store, ToolSteps) or self.needs_upgrade:
+            return {}
+        tools = {t.name: t for t in self.tools}
+        found: dict[str, str] = {}
+        for call in dangling:
+            tool = tools.get(call.call.name)
+            key = call_job_key(tool, call.call) if tool is not None else None
+            record = await store.step_get(thread_id, key) if key is not None else None
+            words = step_words(record) if record is not None else ""
+            if words:
+                found[call.call.id] = words
+        return found
+
     def unavailable(self, thread_id: str) -> CubepiError:
         """The error for ``thread_id`` missing or another owner's, as this session's owner
         sees it (:func:`core.checkpoint.base.thread_unavailable`: one sentence for both)."""
@@ -417,18 +441,19 @@ class Session:
         return replace(facts, changes=tuple(await agent.definition_changes()), compared=True)
 
     async def delete(self, thread_id: str) -> None:
-        """Delete ``thread_id`` and everything stored for it (``ThreadDeletion.delete_thread``).
+        """Delete ``thread_id`` and everything stored for it (:func:`core.leases.delete_thread`).
 
-        Raises ``CubepiError`` (one sentence) while this app runs it or the app is ending,
-        and the store's errors: ``ThreadNotFoundError`` for a thread missing or another
-        owner's, ``RunAlreadyClaimedError`` while another process's run holds its lease,
-        ``ReadOnlyStoreError`` on a browse-only store."""
+        Raises ``CubepiError`` (one sentence, :func:`core.leases.not_deleted_sentence`)
+        while this app runs it or the app is ending, and the store's errors:
+        ``ThreadNotFoundError`` for a thread missing or another owner's,
+        ``RunAlreadyClaimedError`` (the same sentence's form for another process) while
+        another process's run holds its lease, ``ReadOnlyStoreError`` on a browse-only store."""
         store = self._store()
         if self.is_running(thread_id) or thread_id in self.pending_prompts or thread_id in self.runs:
-            raise CubepiError(f"Thread {thread_id!r} is running in this app; abort it before deleting it.")
+            raise CubepiError(not_deleted_sentence(thread_id, here=True))
         if not supports(store, ThreadDeletion):
             raise CubepiError(f"{self.location or 'This database'} cannot delete threads.")
-        await store.delete_thread(thread_id)
+        await delete_thread(store, thread_id)
         self.agents.pop(thread_id, None)
         self.supervisors.pop(thread_id, None)
 

@@ -85,8 +85,8 @@ def test_an_unanswered_call_before_a_later_reply_is_diagnosed_mid_tool() -> None
     assert (diagnosis.crash_point, diagnosis.action) == (CrashPoint.MID_TOOL, ResumeAction.SETTLE_THEN_WAIT)
     assert [d.call.id for d in diagnosis.dangling] == ["c1"]
     assert diagnosis.detail == (
-        "1 tool call(s) have no result; 1 user message(s) after them wait until they are settled; "
-        "1 later reply went on without them."
+        "1 tool call has no result; 1 user message after it waits until it is settled; "
+        "1 later reply went on without it."
     )
     assert diagnosis.resume_plan == (
         "Resume first settles lookup (c1): a call of an idempotent tool is re-run or its done job's result "

@@ -11,13 +11,15 @@ import pytest
 from core.agent import Agent
 from core.checkpoint.base import Fingerprints
 from core.checkpoint.memory import MemoryCheckpointer
-from core.errors import FingerprintMismatchError, NothingToResumeError
+from core.errors import FingerprintMismatchError, FirstInputChangedError, NothingToResumeError
 from core.fingerprints import (
     FIRST_INPUT_CHANGED,
     agent_fingerprint,
     changes,
+    check_workflow,
     definition_parts,
     fingerprints_of,
+    first_input_error,
     input_fingerprint,
     mismatch_sentence,
 )
@@ -166,8 +168,9 @@ async def test_resume_with_a_changed_tool_schema_is_refused_and_accepted_with_th
     assert str(refused.value).startswith(
         "Thread 't1' was written by another definition of the agent: tool read_file: parameters changed. Nothing ran;"
     )
-    assert "accept_changes (--accept-changes; a in the app)" in str(refused.value)
-    assert str(refused.value).endswith("the override is recorded in the thread.")
+    assert "Nothing ran; run again with --accept-changes (or press a in the app) to go on" in str(refused.value)
+    assert "accept_changes" not in str(refused.value)  # the API's parameter is not the user's word
+    assert str(refused.value).endswith("and the override is recorded in the thread.")
     # Nothing ran: no model call, no new message or run, the record as it was, no lease left.
     after = await store.load("t1")
     assert provider.requests == [] and not changed.state.ran
@@ -253,23 +256,26 @@ async def test_start_runs_a_new_thread_once_and_refuses_another_first_input() ->
     assert not starter.state.ran and len(provider.requests) == 1
     assert (await store.load("t1")).messages == rows  # type: ignore[union-attr]
 
-    # A thread id reused with another first input is refused the same way.
-    with pytest.raises(FingerprintMismatchError) as refused:
-        await starter.start("Delete the files")
-    assert refused.value.changes == (FIRST_INPUT_CHANGED,)
-    assert str(refused.value) == mismatch_sentence("t1", (FIRST_INPUT_CHANGED,))
-    assert (await store.load("t1")).messages == rows and len(provider.requests) == 1  # type: ignore[union-attr]
-
-    # Accepted: the override is recorded, the text is sent, and the thread now names it.
-    assert await starter.start("Delete the files", accept_changes=True) == "completed"
+    # A thread id reused with another first input is refused in its own sentence, always:
+    # accepting changes covers another definition of the agent, not another job.
     meta = await store.load_meta("t1")
-    assert meta is not None and [o.changes for o in meta.overrides] == [(FIRST_INPUT_CHANGED,)]
-    assert meta.fingerprints is not None and meta.fingerprints.input == input_fingerprint("Delete the files")
-    assert [m.text for m in (await store.load("t1")).messages if m.role == "user"] == [  # type: ignore[union-attr]
-        "Count the files",
-        "Delete the files",
-    ]
-    assert await starter.start("Delete the files") == "completed" and not starter.state.ran
+    for accept in (False, True):
+        with pytest.raises(FirstInputChangedError) as refused:
+            await starter.start("Delete the files", accept_changes=accept)
+        assert str(refused.value) == str(first_input_error("t1"))
+        assert str(refused.value) == (
+            "Thread 't1' was started with another first input; nothing ran: a thread id names one job, "
+            "so start this input as another thread (another thread id)."
+        )
+        assert not starter.state.ran
+        assert (await store.load("t1")).messages == rows and len(provider.requests) == 1  # type: ignore[union-attr]
+        assert await store.load_meta("t1") == meta  # no override, the first input as it was
+        assert await store.get_lease("t1") is None
+
+    # The thread's own first input still finds it done; another thread id takes the new one.
+    assert await starter.start("Count the files") == "completed" and not starter.state.ran
+    other = agent(store, provider, thread="t2")
+    assert await other.start("Delete the files") == "completed" and other.state.ran
 
 
 async def test_start_with_the_same_first_input_resumes_a_crashed_thread() -> None:
@@ -293,9 +299,11 @@ async def test_start_compares_the_first_message_when_the_store_keeps_no_fingerpr
     starter = agent(store, provider)
     assert await starter.start("Build it") == "completed"
     assert await starter.start("Build it") == "completed" and not starter.state.ran
-    with pytest.raises(FingerprintMismatchError) as refused:
+    with pytest.raises(FirstInputChangedError):
         await starter.start("Build something else")
-    assert refused.value.changes == (FIRST_INPUT_CHANGED,)
+    with pytest.raises(FirstInputChangedError):
+        await starter.start("Build something else", accept_changes=True)
+    assert [m.text for m in (await store.load("t1")).messages if m.role == "user"] == ["Build it"]  # type: ignore[union-attr]
 
 
 async def test_a_refused_prompt_with_a_tool_call_pending_runs_no_tool() -> None:
@@ -329,3 +337,21 @@ async def test_a_crash_between_recording_the_fingerprints_and_saving_the_first_p
     assert meta.fingerprints == fingerprints_of(
         definition_parts("", [read_file.spec], fresh.provider.model), "1", "The real first prompt"
     )
+
+
+@pytest.mark.parametrize(
+    ("workflow", "words"),
+    [
+        ("", "cannot be empty"),
+        (" \t", "cannot be empty"),
+        ("2\x1b[2J", "holds a control character"),
+        ("2\u202e", "holds a control character"),
+        ("x" * 201, "at most 200 characters, not 201"),
+    ],
+)
+def test_a_workflow_version_that_cannot_be_shown_is_refused_by_the_agent(workflow: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words) as refused:
+        agent(MemoryCheckpointer(OWNER), workflow=workflow)
+    assert str(refused.value).count(".") >= 1 and "\n" not in str(refused.value)
+    assert "\x1b" not in str(refused.value) and "\u202e" not in str(refused.value)  # named escaped
+    assert check_workflow("count-words/1") == "count-words/1" and check_workflow("x" * 200) == "x" * 200

@@ -208,9 +208,7 @@ def test_the_loop_settles_exactly_the_calls_diagnose_reports(name: str) -> None:
 
 def test_user_messages_after_dangling_calls_are_said_to_wait() -> None:
     diagnosis = diagnose([ask(), call("c1"), ask("are you done?", kind="steer")], OPEN)
-    assert (
-        diagnosis.detail == "1 tool call(s) have no result; 1 user message(s) after them wait until they are settled."
-    )
+    assert diagnosis.detail == "1 tool call has no result; 1 user message after it waits until it is settled."
     assert "tool_c1 (c1)" in diagnosis.resume_plan
 
 

@@ -21,3 +21,63 @@ def test_the_runner_and_the_app_hide_exactly_the_same_characters() -> None:
         if char in "\n\t":
             continue
         assert (char in plain(f"a{char}b")) == (char in clean(f"a{char}b")), f"U+{code:04X}"
+
+
+async def test_qa9_a_stored_workflow_version_never_reaches_the_terminal_raw(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """QA (issue 9): the workflow version is stored text (any writer of the thread set it),
+    and the runner's refusal names it ("workflow: OLD -> NEW"). The app shows it escaped;
+    the runner must too, like every other stored text it prints (core.untrusted)."""
+    import dataclasses
+    import io
+
+    from core.checkpoint.locations import open_store
+    from core.runner import BAD_INPUT, run_headless
+
+    db = tmp_path / "threads.sqlite"
+    hostile = "v1\x1b[2J\x1b]0;pwned\x07\u202e"
+    out, err = io.StringIO(), io.StringIO()
+    # `--workflow` refuses such a version now (check_workflow), but the store holds what any
+    # writer gave it (an older cubepi-tui, another program): put it there as one would.
+    assert await run_headless(db, "t1", "hi", demo=True, speed=50, owner="alice", workflow="v1", out=out, err=err) == 0
+    store = await open_store(db, create=False, owner="alice")
+    try:
+        meta = await store.load_meta("t1")
+        assert meta is not None and meta.fingerprints is not None
+        await store.save_fingerprints(
+            "t1", dataclasses.replace(meta.fingerprints, workflow=hostile), expected_revision=meta.revision
+        )
+    finally:
+        await store.close()
+    out, err = io.StringIO(), io.StringIO()
+    status = await run_headless(db, "t1", "again", demo=True, speed=50, owner="alice", workflow="2", out=out, err=err)
+    assert status == BAD_INPUT
+    said = err.getvalue()
+    assert "workflow: " in said  # the refusal names the change
+    assert "\x1b" not in said and "\x07" not in said and "\u202e" not in said, repr(said)
+
+
+async def test_a_hostile_workflow_on_the_command_line_is_refused_in_one_escaped_sentence(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    from core.runner import BAD_INPUT, run_headless
+
+    db = tmp_path / "threads.sqlite"
+    out, err = io.StringIO(), io.StringIO()
+    hostile = "v1\x1b]0;pwned\x07"
+    status = await run_headless(db, "t1", "hi", demo=True, speed=50, owner="alice", workflow=hostile, out=out, err=err)
+    assert status == BAD_INPUT and out.getvalue() == ""
+    (line,) = err.getvalue().splitlines()
+    assert line == "The workflow version 'v1\\x1b]0;pwned\\x07' holds a control character.", repr(line)
+    assert not db.exists()  # refused before the store was opened
+
+
+def test_everything_the_runner_prints_passes_plain_once_and_for_all() -> None:
+    """The runner's one output path (``_say``) escapes whatever it is given, so a sentence
+    made from stored text (an error naming a host, a thread id) is as safe as a message."""
+    import io
+
+    from core.runner import _say
+
+    out = io.StringIO()
+    _say(out, "Thread 'x' is running on box\x1b[31m\u202e (pid 1)\nsecond line")
+    assert out.getvalue() == "Thread 'x' is running on box\\x1b[31m\\u202e (pid 1)\\nsecond line\n"

@@ -6,16 +6,20 @@ and every refusal reads exactly as for a thread that does not exist; ``--workflo
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from core.checkpoint.base import thread_unavailable
+from core.checkpoint.base import Lease, thread_unavailable
 from core.checkpoint.locations import open_store
 from core.errors import ThreadNotFoundError
+from core.fingerprints import first_input_error
+from core.leases import deleted_sentence, not_deleted_sentence
 from core.owners import OWNER_ENV, UNOWNED
 from core.supervise import send
 from tests.helpers import owner_agents
@@ -114,7 +118,7 @@ async def test_another_owners_thread_cannot_be_resumed_prompted_started_or_delet
             await alice.close()
 
         # Bob may delete his own; then it is missing for him too, in the same words.
-        assert _ok(_delete(location, "bob", "t-b")).strip() == "deleted thread t-b"
+        assert _ok(_delete(location, "bob", "t-b")).strip() == "Thread 't-b' deleted."
         assert await bob.load("t-b") is None
         assert _refused(_run(location, "bob", "t-b", *V1, "--resume")) == str(thread_unavailable("t-b", "bob"))
     finally:
@@ -195,6 +199,28 @@ async def test_a_changed_tool_schema_is_refused_then_accepted_with_the_override_
         await store.close()
 
 
+async def test_delete_while_a_run_holds_the_thread_is_refused_in_the_apps_words(location: str) -> None:
+    _ok(_run(location, "alice", "t-busy", *V1, "work"))
+    store = await _opened(location, "alice")
+    try:
+        now = time.time()
+        lease = Lease("t-busy", "holder", 4242, "far-box", "r1", now, now, now + 120)
+        await store.acquire_lease(lease, is_stale=lambda _lease: True)
+        refused = _refused(_delete(location, "alice", "t-busy"))
+        # One sentence, made in core.leases, for the runner and the app alike.
+        assert re.fullmatch(
+            r"Thread 't-busy' was not deleted: process 4242 on far-box is running it \(heartbeat \d+ s ago\)\.",
+            refused,
+        ), refused
+        assert refused.split(" (heartbeat")[0] == not_deleted_sentence("t-busy", lease).split(" (heartbeat")[0]
+        assert await store.load("t-busy") is not None  # nothing was deleted
+        await store.release_lease("t-busy", "holder")
+        assert _ok(_delete(location, "alice", "t-busy")).strip() == deleted_sentence("t-busy")
+        assert await store.load("t-busy") is None
+    finally:
+        await store.close()
+
+
 async def test_start_creates_a_thread_once_and_refuses_another_first_input(location: str) -> None:
     _ok(_run(location, "alice", "t-start", *V1, "--start", "count the words"))
     store = await _opened(location, "alice")
@@ -205,10 +231,19 @@ async def test_start_creates_a_thread_once_and_refuses_another_first_input(locat
         _ok(_run(location, "alice", "t-start", *V1, "--start", "count the words"))
         again = await store.load("t-start")
         assert again is not None and again.messages == created.messages
+        meta = await store.load_meta("t-start")
         refused = _refused(_run(location, "alice", "t-start", *V1, "--start", "something else"))
-        assert "first input changed" in refused
+        assert refused == str(first_input_error("t-start"))
+        # Always: accepting changes covers another definition of the agent, not another job.
+        assert _refused(_run(location, "alice", "t-start", *V1, "--start", "--accept-changes", "something else")) == (
+            refused
+        )
         still = await store.load("t-start")
         assert still is not None and still.messages == created.messages
+        assert await store.load_meta("t-start") == meta  # no override, the first input as it was
+        # The thread's own first input still finds it done.
+        _ok(_run(location, "alice", "t-start", *V1, "--start", "count the words"))
+        assert (await store.load("t-start")).messages == created.messages  # type: ignore[union-attr]
     finally:
         await store.close()
 
@@ -241,4 +276,34 @@ def test_a_bad_owner_exits_2_with_one_sentence_for_run_delete_and_the_app(
     ):
         line = _refused(result)
         assert sentence in line, line
+    assert not Path(db).exists()  # refused before any store was opened
+
+
+@pytest.mark.parametrize(
+    "workflow, sentence",
+    [
+        ("", "A workflow version cannot be empty"),
+        ("   ", "A workflow version cannot be empty"),
+        ("v1\x1b[2J", "holds a control character"),
+        ("v\u202e1", "holds a control character"),
+        ("x" * 201, "at most 200 characters, not 201"),
+    ],
+)
+def test_a_bad_workflow_exits_2_with_one_sentence_for_run_and_the_app(
+    tmp_path: Path, workflow: str, sentence: str
+) -> None:
+    db = str(tmp_path / "x.sqlite")
+    for result in (
+        _cli("run", "--db", db, "--thread", "t", "--demo", "--workflow", workflow, "hi"),
+        subprocess.run(
+            [sys.executable, "-m", "tui.cli", db, "--workflow", workflow],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        ),
+    ):
+        line = _refused(result)
+        assert sentence in line, line
+        assert "\x1b" not in line and "\u202e" not in line, repr(line)  # quoted escaped, never raw
     assert not Path(db).exists()  # refused before any store was opened

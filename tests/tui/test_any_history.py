@@ -242,7 +242,7 @@ async def test_a_new_prompt_on_a_mid_tool_thread_says_how_its_calls_are_settled_
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
         await pilot.press("n")
         expected = squeezed(
-            "First, 1 tool call(s) without a result are settled as resume would by default (an idempotent tool "
+            "First, 1 tool call without a result is settled as resume would by default (an idempotent tool "
             "runs again, any other is recorded as interrupted); Escape, then r, to see and choose for each."
         )
         await wait_for(pilot, lambda: expected in squeezed(screen_text(app)), what="the hint")

@@ -136,3 +136,36 @@ async def test_resume_on_a_changed_definition_asks_then_cancel_runs_nothing_and_
         assert after is not None and after.messages[-1].text == owner_agents.REPLY
         meta = await store.load_meta("t-fr")
         assert meta is not None and [o.changes for o in meta.overrides] == [(CHANGE,)]
+
+
+async def test_the_first_run_of_a_new_thread_shows_its_definition_recorded_while_it_runs() -> None:
+    """A new thread's first run records its fingerprints before it starts: the owner line says
+    "definition unchanged" during that run, not "definition not recorded" until it ends."""
+    import asyncio
+
+    from tests.helpers.screens import running_tool
+    from tests.helpers.tui import send_via_dialog
+
+    store = MemoryCheckpointer("alice")
+    session = fast_session(store)
+    trainer = next(t for t in session.tools if t.name == "train_model")
+    invoke, gate = trainer.invoke, asyncio.Event()
+
+    async def held(ctx, params):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await invoke(ctx, params)
+
+    trainer.invoke = held  # type: ignore[method-assign]
+    app = make_app(session)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await send_via_dialog(pilot, "n", "train something")
+        await wait_for(pilot, lambda: running_tool(app), timeout=60, what="a tool running")
+        screen = app.screen
+        assert isinstance(screen, ThreadScreen) and screen.running
+        meta = await store.load_meta(screen.thread_id)
+        assert meta is not None and meta.fingerprints is not None  # saved before the run began
+        await wait_for(pilot, lambda: "definition unchanged" in _facts(app), what="the owner line, during the run")
+        assert screen.running and "not recorded" not in _facts(app)
+        gate.set()
+        await wait_for(pilot, lambda: not screen.running, timeout=60, what="the run finished")
+        assert "definition unchanged" in _facts(app)

@@ -101,7 +101,9 @@ async def test_malformed_json_row(fixture_copy: Path) -> None:
         rows = _row_count(fixture_copy, "completed")
         await pilot.press("n")
         await wait_for(
-            pilot, lambda: "unreadable row(s)" in " ".join(n.message for n in app._notifications), what="refusal"
+            pilot,
+            lambda: "has 1 unreadable row (first: row 9)" in " ".join(n.message for n in app._notifications),
+            what="refusal",
         )
         assert not isinstance(app.screen, TextInputModal)
         assert app.is_running

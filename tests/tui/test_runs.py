@@ -191,7 +191,7 @@ async def test_quitting_with_a_live_run_asks_then_aborts_it_cleanly(db: Db) -> N
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await pilot.press("q")  # quit
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="quit question")
-        await wait_for_text(pilot, "1 agent(s) are running")  # drawn after the push
+        await wait_for_text(pilot, "1 agent is running")  # drawn after the push
         await pilot.press("y")
         await wait_for(pilot, lambda: not app.is_running, timeout=60, what="exit")
     data = await db.load(screen.thread_id)

@@ -153,7 +153,7 @@ class ChangesModal(OnceModal[bool]):
     def compose(self) -> ComposeResult:
         body = Text("Thread ")
         body.append_text(literal(self.thread_id, style="bold"))
-        body.append(" was written by another definition of the agent than this one:\n")
+        body.append(" was written by another definition of the agent:\n")
         for change in self.changes or ("(the store named no change)",):
             body.append("  • ")
             body.append_text(literal(change))

@@ -3,7 +3,8 @@
 Built from :meth:`core.agent.Agent.plan_resume` (a :class:`~core.recovery.ResumePlan`) and
 the steers and follow-ups a crashed runner never delivered (:func:`core.supervise.undelivered`).
 Each dangling tool call shows where it stopped ("never started", "started 12:03:10, never
-finished", "may have started") and what resume does with it; a call of a known tool that
+finished", "may have started"; for a stepped tool also "step 4 of 8 committed at 12:03:10")
+and what resume does with it; a call of a known tool that
 is not idempotent offers a choice (marked interrupted, the default, or re-run anyway).
 Each undelivered message is either sent with the resume or discarded. The modal dismisses
 with a :class:`ResumeDecision`, or ``None`` when cancelled.
@@ -25,7 +26,7 @@ from core.checkpoint.base import Command
 from core.recovery import CallPlan, ResumeAction, ResumePlan, SettleChoice
 from tui.screens.modals import OnceModal
 from tui.text import clean, literal, one_line, short_json
-from tui.widgets.crash_banner import crash_headline
+from tui.widgets.crash_banner import crash_headline, where_words
 
 INTERRUPT_WORDS = "marked interrupted, not re-run"
 
@@ -55,9 +56,14 @@ def outcome_words(plan: CallPlan) -> str:
     if plan.action == "reuse":
         return "already done — stored result reused"
     if plan.action == "rerun":
-        if plan.job_status == "failed":
-            return "re-run (idempotent; its job failed)"
-        return "re-run (idempotent; job not done)"
+        words = (
+            "re-run (idempotent; its job failed)"
+            if plan.job_status == "failed"
+            else "re-run (idempotent; job not done)"
+        )
+        if plan.idempotent and plan.step is not None and plan.step.next_step > 0:
+            words += f", continuing after step {plan.step.next_step}"
+        return words
     return INTERRUPT_WORDS
 
 
@@ -141,7 +147,7 @@ class ResumeModal(OnceModal[ResumeDecision | None]):
         line.append(f"  {clean(call.id)}  ", style="dim")
         line.append(short_json(call.arguments, 100))
         line.append("\n    ")
-        line.append(plan.status_words, style="italic")
+        line.append(where_words(plan.status_words, plan.step_words), style="italic")
         yield Static(line, classes="call", id=f"call-{index}")
         if plan.choices:
             chooser = RadioSet(

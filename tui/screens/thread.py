@@ -26,6 +26,7 @@ from core.events import AgentEvent, MessageEnd, RunOutcome
 from core.messages import UserMessage
 from core.recovery import ResumeAction, ThreadState
 from core.supervise import ThreadCrashedError, ThreadNotRunningError
+from core.words import counted
 from tui.messages import CloseThread, RunFinished, RunStarted
 from tui.screens.modals import ChangesModal, ConfirmModal, TextInputModal
 from tui.screens.resume import ResumeDecision, ResumeModal
@@ -362,7 +363,8 @@ class ThreadScreen(ThreadView):
         if dangling:
             # A prompt settles them by the defaults; r is where each can be chosen.
             hint += (
-                f". First, {len(dangling)} tool call(s) without a result are settled as resume would by default "
+                f". First, {counted(len(dangling), 'tool call')} without a result {'is' if len(dangling) == 1 else 'are'} "
+                "settled as resume would by default "
                 "(an idempotent tool runs again, any other is recorded as interrupted); "
                 "Escape, then r, to see and choose for each."
             )

@@ -384,6 +384,20 @@ class ThreadView(Screen[None]):
         if diagnosis is not None:
             self.status_bar.run_state = diagnosis.label
             self.transcript.mark_dangling(diagnosis)
+        self.query_one(CrashBanner).steps = {}
+        if diagnosis is not None and diagnosis.dangling:
+            self._load_steps(diagnosis)
+
+    @work(exclusive=True, exit_on_error=False, group="steps")
+    async def _load_steps(self, diagnosis: Diagnosis) -> None:
+        """Show in the banner how far each dangling call of a stepped tool got."""
+        try:
+            steps = await self.session.step_words(self.thread_id, diagnosis.dangling)
+        except CubepiError:
+            return  # the banner still says where each call stopped; the plan (r) says the rest
+        if self.is_attached and self.diagnosis == diagnosis:
+            for banner in self.query(CrashBanner).results(CrashBanner):
+                banner.steps = steps
 
     def watch_running(self, running: bool) -> None:
         if running and self.is_attached:
@@ -412,8 +426,10 @@ class ThreadView(Screen[None]):
             model = change.model
             live = model.lease_view.live
             self._show_lease(model.lease_view, None if live else model.diagnosis())
-        if change.ended:
-            self.show_facts()  # the run may have recorded the definition, or an override
+        if change.ended or change.runs:
+            # A run records the definition (or an override) before it starts: read it again
+            # when a run is claimed and when one ends.
+            self.show_facts()
         if not change.model.lease_view.live and any(c.kind == "abort" for c in change.model.commands):
             self._refuse_orphaned_aborts()  # the follower then reports them refused
 
@@ -496,6 +512,9 @@ class ThreadView(Screen[None]):
         elif isinstance(event, AgentStart):
             self.running = True
             self.diagnosis = None
+            # The run recorded the thread's definition (a new thread's first one) before it
+            # started: the owner line says so now, not only once the run is over.
+            self.show_facts()
         elif isinstance(event, AgentEnd):
             await self._flush()
             self._show_retry(None)

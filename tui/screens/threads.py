@@ -22,8 +22,10 @@ from textual.widgets.data_table import CellKey
 from textual.worker import Worker
 
 from core.errors import CubepiError
+from core.leases import deleted_sentence, not_deleted_sentence
 from core.owners import UNOWNED, UNOWNED_LABEL
 from core.recovery import ThreadState
+from core.words import counted
 from tui.messages import NewThread, OpenThread, ThreadsLoaded
 from tui.screens.modals import ConfirmModal
 from tui.session import Session, ThreadRow, state_label
@@ -352,22 +354,17 @@ class ThreadsScreen(Screen[None]):
             return
         row = next((r for r in self.rows if r.thread_id == thread_id), None)
         if row is not None and (row.running or self.session.is_running(thread_id)):
-            self.notify(
-                f"Thread {clean(thread_id)!r} is running here; abort it before deleting it.", timeout=6, markup=False
-            )
+            self.notify(clean(not_deleted_sentence(thread_id, here=True)), timeout=6, markup=False)
             return
         if row is not None and row.elsewhere:
-            self.notify(
-                f"Thread {clean(thread_id)!r} is {clean(row.state)}; it cannot be deleted while that run holds it.",
-                timeout=8,
-                markup=False,
-            )
+            lease = row.lease.lease if row.lease is not None else None
+            self.notify(clean(not_deleted_sentence(thread_id, lease)), timeout=8, markup=False)
             return
         self._delete(thread_id, row)
 
     @work(exclusive=True, exit_on_error=False, group="delete")
     async def _delete(self, thread_id: str, row: ThreadRow | None) -> None:
-        size = f" its {row.message_count} message(s) and" if row is not None else ""
+        size = f" its {counted(row.message_count, 'message')} and" if row is not None else ""
         body = Text("Thread ")
         body.append_text(literal(thread_id, style="bold"))
         body.append(
@@ -381,5 +378,5 @@ class ThreadsScreen(Screen[None]):
         except CubepiError as error:
             self.notify(clean(error), severity="error", timeout=10, markup=False)
             return
-        self.notify(f"Thread {clean(thread_id)!r} deleted.", timeout=4, markup=False)
+        self.notify(clean(deleted_sentence(thread_id)), timeout=4, markup=False)
         self.reload()

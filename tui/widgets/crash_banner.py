@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -31,8 +33,19 @@ def crash_headline(diagnosis: Diagnosis) -> str:
     return _HEADLINES[diagnosis.crash_point]
 
 
-def describe(diagnosis: Diagnosis) -> Text:
-    """The banner's text: headline, detail, each dangling call, and the resume plan."""
+def where_words(status_words: str, step_words: str = "") -> str:
+    """Where a dangling call stopped, for people: the journal's words ("started 17:00:40,
+    never finished"), then, for a stepped tool, its last committed step ("step 2 of 8
+    committed at 17:00:43", :func:`core.recovery.step_words`); the banner and the resume
+    confirmation both say it so."""
+    return f"{status_words}; {step_words}" if step_words else status_words
+
+
+def describe(diagnosis: Diagnosis, steps: Mapping[str, str] | None = None) -> Text:
+    """The banner's text: headline, detail, each dangling call, and the resume plan.
+    ``steps`` maps a dangling call's id to its last committed step in words (stepped
+    tools only, see :func:`where_words`)."""
+    steps = steps or {}
     text = Text()
     text.append(crash_headline(diagnosis), style="bold")
     if diagnosis.detail:
@@ -44,7 +57,7 @@ def describe(diagnosis: Diagnosis) -> Text:
         text.append(clean(call.name), style="bold")
         text.append(f"  {clean(call.id)}  ", style="dim")
         text.append(short_json(call.arguments, 120))
-        text.append(f"  — {dangling.status_words}", style="italic")
+        text.append(f"  — {where_words(dangling.status_words, steps.get(call.id, ''))}", style="italic")
     text.append("\n")
     text.append("r: ", style="bold")
     if diagnosis.dangling and diagnosis.action is not ResumeAction.NONE:
@@ -83,8 +96,21 @@ class CrashBanner(Static):
     diagnosis: reactive[Diagnosis | None] = reactive(None, always_update=True)
     """The thread's diagnosis; the banner shows only when its state is CRASHED, FAILED or WAITING."""
 
+    steps: reactive[dict[str, str]] = reactive(dict, always_update=True)
+    """Tool call id -> its last committed step in words ("step 2 of 8 committed at
+    17:00:43"), for the dangling calls of stepped tools (read from the store after the
+    diagnosis; empty until then)."""
+
     def watch_diagnosis(self, diagnosis: Diagnosis | None) -> None:
         crashed = diagnosis is not None and diagnosis.state in _SHOWN
         self.set_class(crashed, "-crashed")
         self.set_class(diagnosis is not None and diagnosis.state is ThreadState.WAITING, "-waiting")
-        self.update(describe(diagnosis) if crashed and diagnosis is not None else "")
+        self._draw()
+
+    def watch_steps(self, steps: dict[str, str]) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        diagnosis = self.diagnosis
+        crashed = diagnosis is not None and diagnosis.state in _SHOWN
+        self.update(describe(diagnosis, self.steps) if crashed and diagnosis is not None else "")

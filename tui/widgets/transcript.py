@@ -20,6 +20,7 @@ from textual.widgets import Button, Static
 from core.checkpoint.base import CorruptRow
 from core.messages import AnyMessage, AssistantMessage, ToolResultMessage
 from core.recovery import Diagnosis
+from core.words import counted
 from tui.widgets.message_view import AssistantMessageView, RawView, view_for_message
 from tui.widgets.tool_call import ToolCallView
 
@@ -200,7 +201,7 @@ class Transcript(VerticalScroll, can_focus=True):
         hidden = self._first_shown
         button.display = hidden > 0
         button.label = Text(
-            f"▲ {hidden} earlier message(s) hidden: click or press e to show {min(hidden, WINDOW)} more"
+            f"▲ {counted(hidden, 'earlier message')} hidden: click or press e to show {min(hidden, WINDOW)} more"
         )
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
