@@ -115,27 +115,6 @@ def claimed_sentence(thread_id: str, lease: Lease | None) -> str:
     )
 
 
-def not_deleted_sentence(
-    thread_id: str, lease: Lease | None = None, *, now: float | None = None, here: bool = False
-) -> str:
-    """The one sentence for a thread that was not deleted because a run holds it - the
-    same in the app, the runner and the library (:func:`delete_thread`): ``"Thread 'd' was
-    not deleted: process 4242 on box is running it (heartbeat 0 s ago)."`` for another
-    process's live ``lease`` (heartbeat age at ``now``, unix seconds, default the clock),
-    ``"... this app is running it; abort it first."`` when ``here``, and a sentence without
-    a holder when the lease is unknown. The host comes from the store: callers show the
-    sentence as untrusted text."""
-    if here:
-        return f"Thread {thread_id!r} was not deleted: this app is running it; abort it first."
-    if lease is None:
-        return f"Thread {thread_id!r} was not deleted: a run is holding it; wait for that run to end or abort it."
-    ago = max(0.0, (time.time() if now is None else now) - lease.heartbeat_at)
-    return (
-        f"Thread {thread_id!r} was not deleted: process {lease.pid} on {lease.host} is running it "
-        f"(heartbeat {ago:.0f} s ago)."
-    )
-
-
 def deleted_sentence(thread_id: str) -> str:
     """The one sentence for a thread deleted: ``"Thread 'c1' deleted."`` (app and runner)."""
     return f"Thread {thread_id!r} deleted."
@@ -143,16 +122,12 @@ def deleted_sentence(thread_id: str) -> str:
 
 async def delete_thread(store: ThreadDeletion, thread_id: str) -> None:
     """Delete ``thread_id`` and everything stored for it (``ThreadDeletion.delete_thread``),
-    refusing while a run holds it with :func:`not_deleted_sentence`: raises
+    refusing while a run holds it with :func:`core.checkpoint.base.not_deleted_sentence`: raises
     ``RunAlreadyClaimedError`` (its ``lease`` the store's) then, and what the store raises
     otherwise (``ThreadNotFoundError`` for a thread missing or another owner's,
     ``ReadOnlyStoreError``); nothing is deleted then. The runner's ``delete`` and the app's
     ``D`` both delete through here, so they say the same."""
-    try:
-        await store.delete_thread(thread_id)
-    except RunAlreadyClaimedError as refused:
-        lease = refused.lease if isinstance(refused.lease, Lease) else None
-        raise RunAlreadyClaimedError(not_deleted_sentence(thread_id, lease), lease=refused.lease) from None
+    await store.delete_thread(thread_id)
 
 
 class HeldLease:

@@ -24,7 +24,7 @@ under another thread id).
 
 ``delete THREAD`` removes one thread of this owner and everything stored for it
 ("Thread 't1' deleted."); it is refused while a run holds the thread's live lease, in the
-app's words (:func:`core.leases.not_deleted_sentence`).
+app's words (:func:`core.checkpoint.base.not_deleted_sentence`).
 
 The run holds the thread's lease (heartbeat every ``--heartbeat`` seconds; the lease names
 this host as ``$CUBEPI_HOST_ID``, else the host name, see :func:`core.leases.host_id`), writes live

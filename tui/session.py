@@ -24,6 +24,7 @@ from core.checkpoint.base import (
     CommandKind,
     ThreadMeta,
     ThreadSummary,
+    not_deleted_sentence,
     thread_unavailable,
 )
 from core.checkpoint.capabilities import (
@@ -41,7 +42,7 @@ from core.checkpoint.reconnect import StoreStatus, reconnect_notice
 from core.errors import CubepiError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
-from core.leases import delete_thread, not_deleted_sentence
+from core.leases import delete_thread
 from core.owners import UNOWNED
 from core.recovery import DanglingCall, Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose, step_words
 from core.supervise import (
@@ -443,7 +444,7 @@ class Session:
     async def delete(self, thread_id: str) -> None:
         """Delete ``thread_id`` and everything stored for it (:func:`core.leases.delete_thread`).
 
-        Raises ``CubepiError`` (one sentence, :func:`core.leases.not_deleted_sentence`)
+        Raises ``CubepiError`` (one sentence, :func:`core.checkpoint.base.not_deleted_sentence`)
         while this app runs it or the app is ending, and the store's errors:
         ``ThreadNotFoundError`` for a thread missing or another owner's,
         ``RunAlreadyClaimedError`` (the same sentence's form for another process) while

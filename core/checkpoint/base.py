@@ -514,12 +514,41 @@ def lease_held(lease: Lease, now: float | None = None) -> RunAlreadyClaimedError
     )
 
 
+def not_deleted_sentence(
+    thread_id: str, lease: Lease | None = None, *, now: float | None = None, here: bool = False
+) -> str:
+    """The one sentence for a thread that was not deleted because a run holds it - the
+    same in the app, the runner and the library (every backend's ``delete_thread``: :func:`check_deletable`, :func:`deletion_refused`): ``"Thread 'd' was
+    not deleted: process 4242 on box is running it (heartbeat 0 s ago)."`` for another
+    process's live ``lease`` (heartbeat age at ``now``, unix seconds, default the clock),
+    ``"... this app is running it; abort it first."`` when ``here``, and a sentence without
+    a holder when the lease is unknown. The host comes from the store: callers show the
+    sentence as untrusted text."""
+    if here:
+        return f"Thread {thread_id!r} was not deleted: this app is running it; abort it first."
+    if lease is None:
+        return f"Thread {thread_id!r} was not deleted: a run is holding it; wait for that run to end or abort it."
+    ago = max(0.0, (time.time() if now is None else now) - lease.heartbeat_at)
+    return (
+        f"Thread {thread_id!r} was not deleted: process {lease.pid} on {lease.host} is running it "
+        f"(heartbeat {ago:.0f} s ago)."
+    )
+
+
 def check_deletable(lease: Lease | None, now: float) -> None:
     """``delete_thread``'s refusal, made inside its transaction once the thread is known to be
-    the owner's: raise :func:`lease_held` while ``lease`` (the thread's lease record, or
-    ``None``) is live at ``now`` (unix seconds: ``expires_at`` after it); nothing is deleted."""
+    the owner's: raise ``RunAlreadyClaimedError`` (carrying ``lease``) with
+    :func:`not_deleted_sentence` while ``lease`` (the thread's lease record, or ``None``) is
+    live at ``now`` (unix seconds: ``expires_at`` after it); nothing is deleted."""
     if lease is not None and lease.expires_at > now:
-        raise lease_held(lease, now)
+        raise deletion_refused(lease, now)
+
+
+def deletion_refused(lease: Lease, now: float | None = None) -> RunAlreadyClaimedError:
+    """The error of a ``delete_thread`` refused because ``lease`` is live: its sentence is
+    :func:`not_deleted_sentence` (heartbeat age at ``now``, unix seconds, default the clock),
+    and it carries ``lease``. For a backend whose own script decided the lease is live (Redis)."""
+    return RunAlreadyClaimedError(not_deleted_sentence(lease.thread_id, lease, now=now), lease=lease)
 
 
 # --- owners, revisions, fingerprints, tool steps ------------------------------------------

@@ -22,11 +22,11 @@ from core.checkpoint.base import (
     Fingerprints,
     StepRecord,
     ThreadMeta,
+    deletion_refused,
     encode_fingerprints,
     encode_override,
     encode_step_data,
     input_conflict,
-    lease_held,
     revision_conflict,
     step_never_begun,
     step_record_name,
@@ -224,4 +224,4 @@ class RedisThreads(RedisSupervised):
         if reply[0] == b"leased":
             lease = records.decode_lease(reply[1])
             assert lease is not None
-            raise lease_held(lease)
+            raise deletion_refused(lease)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from core.checkpoint.base import Lease, thread_unavailable
+from core.checkpoint.base import Lease, not_deleted_sentence, thread_unavailable
 from core.checkpoint.locations import open_store
 from core.errors import ThreadNotFoundError
 from core.fingerprints import first_input_error
-from core.leases import deleted_sentence, not_deleted_sentence
+from core.leases import deleted_sentence
 from core.owners import OWNER_ENV, UNOWNED
 from core.supervise import send
 from tests.helpers import owner_agents

@@ -21,8 +21,9 @@ from textual.widgets import DataTable, Footer, Static
 from textual.widgets.data_table import CellKey
 from textual.worker import Worker
 
+from core.checkpoint.base import not_deleted_sentence
 from core.errors import CubepiError
-from core.leases import deleted_sentence, not_deleted_sentence
+from core.leases import deleted_sentence
 from core.owners import UNOWNED, UNOWNED_LABEL
 from core.recovery import ThreadState
 from core.words import counted
