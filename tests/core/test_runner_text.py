@@ -21,3 +21,25 @@ def test_the_runner_and_the_app_hide_exactly_the_same_characters() -> None:
         if char in "\n\t":
             continue
         assert (char in plain(f"a{char}b")) == (char in clean(f"a{char}b")), f"U+{code:04X}"
+
+
+async def test_qa9_a_stored_workflow_version_never_reaches_the_terminal_raw(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """QA (issue 9): the workflow version is stored text (any writer of the thread set it),
+    and the runner's refusal names it ("workflow: OLD -> NEW"). The app shows it escaped;
+    the runner must too, like every other stored text it prints (core.untrusted)."""
+    import io
+
+    from core.runner import BAD_INPUT, run_headless
+
+    db = tmp_path / "threads.sqlite"
+    hostile = "v1\x1b[2J\x1b]0;pwned\x07\u202e"
+    out, err = io.StringIO(), io.StringIO()
+    assert (
+        await run_headless(db, "t1", "hi", demo=True, speed=50, owner="alice", workflow=hostile, out=out, err=err) == 0
+    )
+    out, err = io.StringIO(), io.StringIO()
+    status = await run_headless(db, "t1", "again", demo=True, speed=50, owner="alice", workflow="2", out=out, err=err)
+    assert status == BAD_INPUT
+    said = err.getvalue()
+    assert "workflow: " in said  # the refusal names the change
+    assert "\x1b" not in said and "\x07" not in said and "\u202e" not in said, repr(said)

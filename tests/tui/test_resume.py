@@ -246,3 +246,40 @@ async def test_cancelling_the_confirmation_changes_nothing() -> None:
         assert "Crashed mid-tool (point 3)" in screen_text(app)
     after = (await store.load("t")).messages  # type: ignore[union-attr]
     assert len(after) == len(before)
+
+
+async def test_qa9_the_confirmation_shows_a_stepped_calls_last_committed_step(tmp_path: Path) -> None:
+    """QA (issue 9, must have 4): after a crash mid-tool the resume plan shows "step 4 of 8
+    committed at 12:03:10" for a stepped tool. ``CallPlan.step_words`` says it, but the
+    confirmation the app shows on ``r`` prints only the journal's words."""
+    from core.demo import DEMO_WORKFLOW
+    from core.fingerprints import canonical_sha256
+
+    path = tmp_path / "threads.sqlite"
+    await _crash_in_a_file(path)
+    tools = {t.name: t for t in demo_tools(speed=FAST)}
+    key = call_job_key(tools["fetch_dataset"], FETCH)
+    assert key is not None
+    store = await SQLiteCheckpointer.open(path, create=False)
+    try:
+        record = await store.step_begin(
+            THREAD,
+            key,
+            input_fingerprint=canonical_sha256(dict(FETCH.arguments)),
+            workflow=DEMO_WORKFLOW,
+            total_steps=8,
+            tool_call_id=FETCH.id,
+        )
+        for step in range(1, 5):
+            record = await store.step_commit(
+                THREAD, key, expected_revision=record.revision, workflow=DEMO_WORKFLOW, next_step=step, data=step
+            )
+    finally:
+        await store.close()
+    clock = time.strftime("%H:%M:%S", time.localtime(record.updated_at))
+    app = make_app(_session(path, []), thread_id=THREAD)
+    async with app.run_test(size=(120, 50)) as pilot:
+        modal = await _open_resume_modal(pilot)
+        (fetch,) = [c for c in modal.plan.calls if c.call.id == FETCH.id]
+        assert fetch.step_words == f"step 4 of 8 committed at {clock}"  # the plan knows it
+        assert f"step 4 of 8 committed at {clock}" in widget_text(modal)  # the app must show it

@@ -542,3 +542,70 @@ async def test_conflict_names_the_thread_and_both_revisions(sqlite_path: Path) -
 
 def test_the_previous_schema_is_the_one_before_owners() -> None:
     assert sqlite_schema.MIGRATIONS[PREVIOUS].__name__ == "_v3_owners_revisions_steps"
+
+
+@asynccontextmanager
+async def qa9_counted_steps(store: SQLiteCheckpointer, into: list[int]) -> AsyncIterator[None]:
+    """Count the SQLite virtual-machine instructions the store's connection runs meanwhile
+    (a progress handler called at every instruction): the work a query does, free of noise."""
+    assert store._db is not None
+
+    def count() -> int:
+        into[0] += 1
+        return 0
+
+    await call(store._db, lambda c: c.set_progress_handler(count, 1))
+    try:
+        yield
+    finally:
+        await call(store._db, lambda c: c.set_progress_handler(None, 1))
+
+
+async def test_qa9_another_owners_long_thread_loads_with_the_work_of_a_missing_one(sqlite_path: Path) -> None:
+    """QA (issue 9, must have 1: "no timing ... leak"): the owner predicate is checked per
+    message row after the (thread_id, id) index has walked every row of the thread, so
+    loading another owner's 5,000-message thread costs ~10x a missing one's (1.16 ms vs
+    0.11 ms median of 1,000 trials here): its existence and its size show in the time."""
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path, owner="alice") as alice:
+        for batch in range(20):
+            await alice.append("t", [user_text(f"message {batch}.{i}") for i in range(250)])
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner="bob") as bob:
+        await bob.load("t"), await bob.load("u")  # warm the statement cache alike
+        foreign, missing = [0], [0]
+        async with qa9_counted_steps(bob, foreign):
+            assert await bob.load("t") is None
+        async with qa9_counted_steps(bob, missing):
+            assert await bob.load("u") is None
+    assert foreign[0] <= 2 * missing[0], f"foreign load ran {foreign[0]} instructions, a missing one {missing[0]}"
+
+
+async def test_qa9_the_listing_does_the_same_work_however_many_threads_others_have(sqlite_path: Path) -> None:
+    """QA (issue 9, must have 1: "no timing or count leak in the picker"): ``list_threads``
+    and ``unowned_count`` walk every owner's threads, so bob's picker takes ~77x longer
+    when alice has 3,000 threads (9.5 ms vs 0.12 ms median here): the count of other
+    people's threads shows in the time of one's own listing."""
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path, owner="bob") as bob:
+        await bob.append("b0", [user_text("bob's")])
+
+        async def work() -> tuple[int, int]:
+            await bob.list_threads(), await bob.unowned_count()  # warm the statement cache
+            listed, counted = [0], [0]
+            async with qa9_counted_steps(bob, listed):
+                assert [s.thread_id for s in await bob.list_threads()] == ["b0"]
+            async with qa9_counted_steps(bob, counted):
+                assert await bob.unowned_count() == 0
+            return listed[0], counted[0]
+
+        alone = await work()
+        async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner="alice") as alice:
+            for i in range(500):
+                await alice.append(f"a{i}", [user_text("alice's")])
+        crowded = await work()
+    assert crowded[0] <= 2 * alone[0], (
+        f"list_threads: {crowded[0]} instructions beside 500 foreign threads, {alone[0]} alone"
+    )
+    assert crowded[1] <= 2 * alone[1], (
+        f"unowned_count: {crowded[1]} instructions beside 500 foreign threads, {alone[1]} alone"
+    )
