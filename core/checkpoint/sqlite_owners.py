@@ -5,7 +5,8 @@ A store is opened for one owner (:mod:`core.owners`); a thread's owner is the ``
 column of its row in ``cubepi_thread_records``, and a thread without a row (written by
 cubeloop, or by cubepi-tui before schema v3) or whose ``owner`` is ``NULL`` is unowned
 (:data:`~core.owners.UNOWNED`, the empty string). So "thread X is this owner's" is one SQL
-expression, :func:`owned`, compared with the ``:owner`` parameter inside each query itself:
+expression, :func:`owned`, compared with the ``:owner`` parameter inside each query itself
+(a read of one thread's rows asks it once, through :func:`this_thread`):
 another owner's rows are never read, and a foreign thread answers exactly like a missing one.
 
 Queries that use it bind named parameters (``:thread``, ``:owner``, ...), so the predicate
@@ -44,6 +45,16 @@ def owned(layout: Layout, thread: str = ":thread") -> str:
     """SQL that is true when the thread named by ``thread`` belongs to the owner bound as
     ``:owner`` (see :func:`owner_of`); the predicate every read of a thread's rows carries."""
     return f"{owner_of(layout, thread)} = :owner"
+
+
+def this_thread(layout: Layout) -> str:
+    """SQL for the thread id bound as ``:thread`` when that thread is ``:owner``'s (see
+    :func:`owned`), else ``NULL``: the owner predicate of a read of one thread's rows, as
+    ``WHERE thread_id = {this_thread(layout)}``. SQLite computes it once, before the index
+    seek, and a seek for ``NULL`` ends at once, so another owner's thread costs what a missing
+    one does whatever its size (the predicate beside ``thread_id = :thread`` would be tested
+    on every row the seek walks)."""
+    return f"CASE WHEN {owned(layout)} THEN :thread END"
 
 
 def exists(layout: Layout | None, thread: str = ":thread", tables: tuple[str, ...] = THREAD_TABLES) -> str:

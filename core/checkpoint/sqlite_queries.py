@@ -26,7 +26,7 @@ from core.checkpoint.base import (
     ThreadSummary,
     revision_conflict,
 )
-from core.checkpoint.sqlite_owners import admit, owned
+from core.checkpoint.sqlite_owners import admit, owned, this_thread
 from core.checkpoint.sqlite_records import read_meta
 from core.checkpoint.sqlite_schema import RECORDS, Layout, read_txn, write_txn
 from core.checkpoint.sqlite_supervised import BeforeCommit, all_leases, fence, read_journal
@@ -54,12 +54,12 @@ def load(
     tool journal and the thread's record, of ``owner``'s thread, from one read snapshot;
     another owner's thread reads as a missing one (every query carries the owner)."""
     args = {"thread": thread_id, "owner": owner, "after": -1 if after_id is None else after_id}
-    mine = owned(layout)
+    mine = this_thread(layout)
     with read_txn(c):
         rows = (
             c.execute(
                 "SELECT id, CAST(message_json AS BLOB) FROM messages"
-                f" WHERE thread_id = :thread AND id > :after AND {mine} ORDER BY id",
+                f" WHERE thread_id = {mine} AND id > :after ORDER BY id",
                 args,
             ).fetchall()
             if layout.has("messages")
@@ -69,7 +69,7 @@ def load(
         if layout.has("thread_extra"):
             parent = "parent_thread_id" if layout.has("thread_extra", "parent_thread_id") else "NULL"
             extra_row = c.execute(
-                f"SELECT extra_json, {parent} FROM thread_extra WHERE thread_id = :thread AND {mine}", args
+                f"SELECT extra_json, {parent} FROM thread_extra WHERE thread_id = {mine}", args
             ).fetchone()
         runs = [run for _, run in runs_of(c, layout, owner, thread_id)]
         journal = read_journal(c, layout, owner, thread_id)
@@ -175,7 +175,7 @@ def pending_requests(
     sql = f"SELECT thread_id, request_json, {run}, created_at FROM thread_pending_request AS p"
     args = {"thread": thread_id, "owner": owner}
     if thread_id is not None:
-        sql += f" WHERE p.thread_id = :thread AND {owned(layout)}"
+        sql += f" WHERE p.thread_id = {this_thread(layout)}"
     else:
         sql += f" WHERE {owned(layout, 'p.thread_id')}"
     return {
@@ -299,7 +299,7 @@ def runs_of(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | 
     sql = "SELECT thread_id, run_id, claimed_at, completed_at, completion_seq FROM runs"
     args = {"thread": thread_id, "owner": owner}
     if thread_id is not None:
-        sql += f" WHERE runs.thread_id = :thread AND {owned(layout)}"
+        sql += f" WHERE runs.thread_id = {this_thread(layout)}"
     else:
         sql += f" WHERE {owned(layout, 'runs.thread_id')}"
     return [
@@ -410,16 +410,16 @@ def _tail_of(
         return messages, problems
     # The window held no reply: look further back, newest first, by the stored role.
     args = {"thread": thread_id, "owner": owner, "older": window[0][0] if window else None}
-    mine = owned(layout)
+    mine = this_thread(layout)
     found = c.execute(
-        "SELECT id FROM messages WHERE thread_id = :thread AND id < :older AND json_valid(message_json)"
-        f" AND json_extract(message_json, '$.role') = 'assistant' AND {mine} ORDER BY id DESC LIMIT 1",
+        f"SELECT id FROM messages WHERE thread_id = {mine} AND id < :older AND json_valid(message_json)"
+        " AND json_extract(message_json, '$.role') = 'assistant' ORDER BY id DESC LIMIT 1",
         args,
     ).fetchone()
     args["start"] = found[0] if found else 0
     rows = c.execute(
         "SELECT id, CAST(message_json AS BLOB) FROM messages"
-        f" WHERE thread_id = :thread AND id >= :start AND id < :older AND {mine} ORDER BY id",
+        f" WHERE thread_id = {mine} AND id >= :start AND id < :older ORDER BY id",
         args,
     ).fetchall()
     more, _, more_problems = decode_rows(rows, thread_id)
@@ -436,8 +436,9 @@ def _first_prompt(
         message = decoded[0] if decoded else None
     if not isinstance(message, UserMessage):
         row = c.execute(
-            "SELECT id, CAST(message_json AS BLOB) FROM messages WHERE thread_id = :thread AND json_valid(message_json)"
-            f" AND json_extract(message_json, '$.role') = 'user' AND {owned(layout)} ORDER BY id LIMIT 1",
+            "SELECT id, CAST(message_json AS BLOB) FROM messages"
+            f" WHERE thread_id = {this_thread(layout)} AND json_valid(message_json)"
+            " AND json_extract(message_json, '$.role') = 'user' ORDER BY id LIMIT 1",
             {"thread": thread_id, "owner": owner},
         ).fetchone()
         decoded = decode_rows([row], thread_id)[0] if row else []

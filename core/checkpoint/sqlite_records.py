@@ -28,7 +28,7 @@ from core.checkpoint.base import (
     step_record_name,
     thread_unavailable,
 )
-from core.checkpoint.sqlite_owners import admit, exists, owned
+from core.checkpoint.sqlite_owners import admit, exists, owned, this_thread
 from core.checkpoint.sqlite_schema import (
     COMMANDS,
     JOBS,
@@ -251,7 +251,7 @@ def step_get(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, 
     if not layout.has(STEPS):
         return None
     row = c.execute(
-        f"SELECT {_STEP_COLUMNS} FROM {STEPS} WHERE thread_id = :thread AND key = :key AND {owned(layout)}",
+        f"SELECT {_STEP_COLUMNS} FROM {STEPS} WHERE thread_id = {this_thread(layout)} AND key = :key",
         {"thread": thread_id, "key": key, "owner": owner},
     ).fetchone()
     return None if row is None else _step(row)
@@ -262,7 +262,7 @@ def list_steps(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str
     if not layout.has(STEPS):
         return []
     rows = c.execute(
-        f"SELECT {_STEP_COLUMNS} FROM {STEPS} WHERE thread_id = :thread AND {owned(layout)} ORDER BY key",
+        f"SELECT {_STEP_COLUMNS} FROM {STEPS} WHERE thread_id = {this_thread(layout)} ORDER BY key",
         {"thread": thread_id, "owner": owner},
     )
     return [_step(row) for row in rows]
