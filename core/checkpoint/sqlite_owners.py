@@ -23,11 +23,23 @@ import sqlite3
 import time
 
 from core.checkpoint.base import thread_unavailable
-from core.checkpoint.sqlite_schema import RECORDS, Layout
+from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, RECORDS, STEPS, Layout
 
-THREAD_TABLES = ("messages", "thread_extra", "runs", "thread_pending_request")
-"""cubeloop's tables whose rows make a thread exist (with a record of ours, the thread's
-whole presence). ``thread_hitl_answers`` only ever follows a pending request."""
+THREAD_TABLES = (
+    "messages",
+    "thread_extra",
+    "runs",
+    "thread_pending_request",
+    JOURNAL,
+    JOBS,
+    STEPS,
+    LIVE_EVENTS,
+    COMMANDS,
+    LEASES,
+)
+"""The tables whose rows make a thread exist (with a record of ours, the thread's whole
+presence): cubeloop's and ours, since a thread of before v3 may have rows only in ours (a
+finished job, a pending command). ``thread_hitl_answers`` only ever follows a pending request."""
 
 LISTED_TABLES = ("messages", "thread_extra", "runs")
 """The tables whose threads ``list_threads`` lists (and :func:`unowned_count` counts)."""

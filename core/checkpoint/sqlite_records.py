@@ -28,13 +28,8 @@ from core.checkpoint.base import (
     step_record_name,
     thread_unavailable,
 )
-from core.checkpoint.sqlite_owners import admit, exists, owned, this_thread
+from core.checkpoint.sqlite_owners import THREAD_TABLES, admit, exists, owned, this_thread
 from core.checkpoint.sqlite_schema import (
-    COMMANDS,
-    JOBS,
-    JOURNAL,
-    LEASES,
-    LIVE_EVENTS,
     RECORDS,
     STEPS,
     Layout,
@@ -270,20 +265,7 @@ def list_steps(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str
 
 # --- deleting a thread ------------------------------------------------------------------------
 
-_THREAD_ROWS = (
-    "messages",
-    "thread_extra",
-    "runs",
-    "thread_pending_request",
-    "thread_hitl_answers",
-    JOURNAL,
-    JOBS,
-    STEPS,
-    LIVE_EVENTS,
-    COMMANDS,
-    LEASES,
-    RECORDS,
-)
+_THREAD_ROWS = (*THREAD_TABLES, "thread_hitl_answers", RECORDS)
 """Every table holding rows of a thread (a writable file has them all)."""
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from core.checkpoint import sqlite_schema
-from core.checkpoint.base import CheckpointData, Fingerprints, Lease, StepRecord, ThreadMeta
+from core.checkpoint.base import CheckpointData, Fingerprints, Lease, StepRecord, ThreadMeta, thread_unavailable
 from core.checkpoint.sqlite import MIGRATIONS, SQLiteCheckpointer
 from core.checkpoint.sqlite_file import call
 from core.errors import ConflictError, ThreadNotFoundError
@@ -609,3 +609,75 @@ async def test_qa9_the_listing_does_the_same_work_however_many_threads_others_ha
     assert crowded[1] <= 2 * alone[1], (
         f"unowned_count: {crowded[1]} instructions beside 500 foreign threads, {alone[1]} alone"
     )
+
+
+# --- a thread of only our rows ------------------------------------------------------------------
+
+LEFTOVER_WRITES = {
+    "append": lambda s: s.append("left", [user_text("mine now?")]),
+    "save_extra": lambda s: s.save_extra("left", {"title": "mine"}),
+    "claim_run": lambda s: s.claim_run("left", "r9"),
+    "record_tool_event": lambda s: s.record_tool_event("left", "c1", "end"),
+    "job_begin": lambda s: s.job_begin("left", "k1"),
+    "acquire_lease": lambda s: s.acquire_lease(
+        Lease("left", "thief", 1, "box", None, time.time(), time.time(), time.time() + 60), is_stale=expired
+    ),
+    "append_live_events": lambda s: s.append_live_events("left", None, [{"type": "x"}]),
+    "send_command": lambda s: s.send_command("left", "abort"),
+    "save_fingerprints": lambda s: s.save_fingerprints("left", Fingerprints("i", "a", {}), expected_revision=0),
+    "step_begin": lambda s: s.step_begin("left", "k1", input_fingerprint="f", workflow="w"),
+}
+
+
+@pytest.mark.parametrize("write", list(LEFTOVER_WRITES))
+async def test_a_v2_thread_with_rows_only_in_our_tables_is_not_taken_by_a_named_owner(
+    sqlite_path: Path, monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """A v2 file's thread whose rows are all ours (a finished job, a pending command, its
+    journal, an expired lease, a live event; nothing in cubeloop's tables) exists: after the
+    upgrade it is the unowned scope's, and a named owner's write to it is refused with the
+    sentence of a foreign thread and writes nothing, as for any unowned thread."""
+    write_older_file(sqlite_path, 2, monkeypatch, {})
+    now = time.time()
+    with plain(sqlite_path) as db:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(
+            "INSERT INTO cubepi_tool_journal (thread_id, tool_call_id, tool_name, started_at, ended_at)"
+            " VALUES ('left', 'c1', 'read', ?, ?)",
+            (now, now),
+        )
+        db.execute(
+            "INSERT INTO cubepi_jobs (thread_id, key, status, result_json, started_at, finished_at)"
+            " VALUES ('left', 'k1', 'done', '\"42\"', ?, ?)",
+            (now, now),
+        )
+        db.execute(
+            "INSERT INTO cubepi_leases VALUES ('left', 'old-holder', 1, 'box', NULL, ?, ?, ?)", (now, now, now - 1)
+        )
+        db.execute(
+            "INSERT INTO cubepi_live_events (thread_id, data_json, at) VALUES ('left', '{\"type\":\"x\"}', ?)", (now,)
+        )
+        db.execute(
+            "INSERT INTO cubepi_commands (thread_id, kind, text, status, created_at, updated_at)"
+            " VALUES ('left', 'steer', 'go on', 'pending', ?, ?)",
+            (now, now),
+        )
+        db.execute("COMMIT")
+    async with await SQLiteCheckpointer.open(sqlite_path, owner=UNOWNED) as nobody:
+        await nobody.upgrade()
+        assert [c.text for c in await nobody.list_commands("left")] == ["go on"]
+    tables = ("cubepi_tool_journal", "cubepi_jobs", "cubepi_leases", "cubepi_live_events", "cubepi_commands")
+    kept = {t: rows(sqlite_path, t) for t in (*tables, "cubepi_steps", "messages", "thread_extra", "runs")}
+
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner="alice") as alice:
+        with pytest.raises(ThreadNotFoundError) as refused:
+            await LEFTOVER_WRITES[write](alice)
+        assert str(refused.value) == str(thread_unavailable("left", "alice"))
+        assert await alice.load_meta("left") is None and await alice.list_commands("left") == []
+    assert {t: rows(sqlite_path, t) for t in kept} == kept, "the refused write wrote something"
+    with plain(sqlite_path) as db:
+        owners = db.execute("SELECT owner FROM cubepi_thread_records WHERE thread_id = 'left'").fetchall()
+    assert owners in ([], [(None,)]), "the leftover thread was given an owner"
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner=UNOWNED) as nobody:
+        assert (await nobody.job_get("left", "k1")).status == "done"  # type: ignore[union-attr]
+        assert (await nobody.load_meta("left")).owner == UNOWNED  # type: ignore[union-attr]
