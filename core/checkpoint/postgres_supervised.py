@@ -555,18 +555,16 @@ _RECORD_COLUMNS = "owner, created_at, revision, fingerprints, overrides"
 
 async def load_meta(conn: Connection, scope: Scope, thread_id: str) -> ThreadMeta | None:
     """The thread's record as this owner sees it: its row; for a thread that has none but
-    exists (cubeloop's thread row) an unowned record at revision 0, seen by the unowned
-    scope only; ``None`` otherwise. One query."""
+    exists (cubeloop's thread row, or rows in our tables: ``Scope.exists``) an unowned record
+    at revision 0, seen by the unowned scope only; ``None`` otherwise. One query."""
     if not scope.records:
-        exists = await conn.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM cubepi_threads WHERE thread_id = $1) AND '' = $2", thread_id, scope.owner
-        )
+        exists = await conn.fetchval(f"SELECT {scope.exists('$1')} AND '' = $2", thread_id, scope.owner)
         return ThreadMeta(thread_id, "") if exists else None
     row = await conn.fetchrow(
         f"SELECT r.thread_id IS NOT NULL AS has_record, {', '.join('r.' + c for c in _RECORD_COLUMNS.split(', '))}"
         f" FROM (SELECT $1::text AS thread_id) AS k LEFT JOIN {schema.RECORDS} AS r ON r.thread_id = k.thread_id"
         " WHERE coalesce(r.owner, '') = $2"
-        " AND (r.thread_id IS NOT NULL OR EXISTS (SELECT 1 FROM cubepi_threads WHERE thread_id = $1))",
+        f" AND (r.thread_id IS NOT NULL OR {scope.exists('$1')})",
         thread_id,
         scope.owner,
     )
@@ -616,8 +614,7 @@ async def delete_thread(conn: Connection, owner: str, thread_id: str) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", thread_id)
     await admit(conn, owner, thread_id, adopt=False)
     exists = await conn.fetchval(
-        f"SELECT EXISTS (SELECT 1 FROM {schema.RECORDS} WHERE thread_id = $1)"
-        " OR EXISTS (SELECT 1 FROM cubepi_threads WHERE thread_id = $1)",
+        f"SELECT EXISTS (SELECT 1 FROM {schema.RECORDS} WHERE thread_id = $1) OR {schema.thread_exists('$1')}",
         thread_id,
     )
     if not exists:

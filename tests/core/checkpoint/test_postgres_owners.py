@@ -142,6 +142,75 @@ async def test_a_store_of_the_previous_version_migrates_its_threads_as_unowned(m
             await unowned.close()
 
 
+async def test_a_v2_thread_with_rows_only_in_our_tables_is_not_taken_by_a_named_owner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A v2 database's thread whose rows are all ours (its journal and live events through
+    v2's write functions, an expired lease, a finished job, a pending command; no thread row
+    of cubeloop's) exists: after the upgrade it is the unowned scope's, and each named
+    owner's write to it is refused with the sentence of a foreign thread and writes nothing."""
+    async with postgres_database("v2-ours") as url:
+        with monkeypatch.context() as patched:
+            patched.setattr(postgres_schema, "MIGRATIONS", postgres_schema.MIGRATIONS[:2])
+            await (await PostgresCheckpointer.open(url, create=True)).close()
+        now = time.time()
+        conn = await asyncpg.connect(url, timeout=10)
+        try:
+            await conn.execute(
+                "SELECT cubepi_tui_tool_event($1, 'left', $2, NULL, 'c1', 'end', 'read', NULL, 'k1', $2)",
+                uuid.uuid4().hex,
+                now,
+            )
+            await conn.execute("SELECT cubepi_tui_live_events($1, 'left', $2, NULL, ARRAY['{}'], 10)", "w1", now)
+            await conn.execute(
+                "INSERT INTO cubepi_tui_leases VALUES ('left', 'h1', 1, 'host', NULL, $1, $1, $2)", now, now - 1
+            )
+            await conn.execute(
+                "INSERT INTO cubepi_tui_jobs (thread_id, key, status, result) VALUES ('left', 'k1', 'done', '42')"
+            )
+            await conn.execute(
+                "INSERT INTO cubepi_tui_commands (thread_id, kind, text, status, created_at, updated_at)"
+                " VALUES ('left', 'steer', 'go', 'pending', $1, $1)",
+                now,
+            )
+        finally:
+            await conn.close()
+        async with await PostgresCheckpointer.open(url, create=False, owner=UNOWNED) as unowned:
+            await unowned.upgrade()
+        tables = [*postgres_schema.OUR_DATA_TABLES, postgres_schema.STEPS, "cubepi_threads", "cubepi_messages"]
+
+        async def everything() -> dict[str, list[Any]]:
+            return {t: [tuple(r) for r in await _sql(url, f"SELECT * FROM {t} ORDER BY 1, 2")] for t in tables}
+
+        kept = await everything()
+        writes = {
+            "append": lambda s: s.append("left", [user_text("mine now?")]),
+            "save_extra": lambda s: s.save_extra("left", {"title": "mine"}),
+            "claim_run": lambda s: s.claim_run("left", "r9"),
+            "record_tool_event": lambda s: s.record_tool_event("left", "c1", "start"),
+            "job_begin": lambda s: s.job_begin("left", "k1"),
+            "acquire_lease": lambda s: s.acquire_lease(
+                Lease("left", "thief", 1, "box", None, now, now, now + 60), is_stale=lambda _: True
+            ),
+            "append_live_events": lambda s: s.append_live_events("left", None, [{"type": "x"}]),
+            "send_command": lambda s: s.send_command("left", "abort"),
+            "save_fingerprints": lambda s: s.save_fingerprints("left", Fingerprints("i", "a", {}), expected_revision=0),
+            "step_begin": lambda s: s.step_begin("left", "k1", input_fingerprint="f", workflow="w"),
+        }
+        async with await PostgresCheckpointer.open(url, create=False, owner="ann") as ann:
+            for name, write in writes.items():
+                with pytest.raises(ThreadNotFoundError) as refused:
+                    await write(ann)
+                assert str(refused.value) == str(thread_unavailable("left", "ann")), name
+            assert await ann.load_meta("left") is None and await ann.list_commands("left") == []
+        assert await everything() == kept, "a refused write wrote something"
+        owners = await _sql(url, f"SELECT owner FROM {postgres_schema.RECORDS} WHERE thread_id = 'left'")
+        assert [tuple(r) for r in owners] in ([], [(None,)]), "the leftover thread was given an owner"
+        async with await PostgresCheckpointer.open(url, create=False, owner=UNOWNED) as unowned:
+            assert [c.text for c in await unowned.list_commands("left")] == ["go"]
+            assert (await unowned.job_get("left", "k1")).status == "done"  # type: ignore[union-attr]
+
+
 async def test_a_cubeloop_store_migrates_with_its_threads_unowned_and_cubeloop_keeps_working() -> None:
     from cubeloop.checkpointer.postgres import PostgresCheckpointer as CubeloopPostgres
     from cubeloop.providers.base import TextContent, UserMessage
