@@ -23,23 +23,8 @@ import sqlite3
 import time
 
 from core.checkpoint.base import thread_unavailable
-from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, RECORDS, STEPS, Layout
-
-THREAD_TABLES = (
-    "messages",
-    "thread_extra",
-    "runs",
-    "thread_pending_request",
-    JOURNAL,
-    JOBS,
-    STEPS,
-    LIVE_EVENTS,
-    COMMANDS,
-    LEASES,
-)
-"""The tables whose rows make a thread exist (with a record of ours, the thread's whole
-presence): cubeloop's and ours, since a thread of before v3 may have rows only in ours (a
-finished job, a pending command). ``thread_hitl_answers`` only ever follows a pending request."""
+from core.checkpoint.sqlite_schema import EVERY_THREAD_RECORDED, RECORDS, THREAD_TABLES, Layout
+from core.owners import UNOWNED
 
 LISTED_TABLES = ("messages", "thread_extra", "runs")
 """The tables whose threads ``list_threads`` lists (and :func:`unowned_count` counts)."""
@@ -67,6 +52,27 @@ def this_thread(layout: Layout) -> str:
     one does whatever its size (the predicate beside ``thread_id = :thread`` would be tested
     on every row the seek walks)."""
     return f"CASE WHEN {owned(layout)} THEN :thread END"
+
+
+def threads_of(layout: Layout) -> str:
+    """SQL of a subquery whose column ``thread_id`` lists every thread of the owner bound as
+    ``:owner``, for the reads of many threads (the listing, all leases): driven from it
+    (``FROM ({threads_of}) AS mine CROSS JOIN t ON t.thread_id = mine.thread_id``, the
+    ``CROSS JOIN`` keeping it the outer loop), they do work for this owner's threads alone,
+    however many threads others have. From v4 every thread has a record, so this is one
+    seek in the records' ``(owner, thread_id)`` index. A file from before v4 (browsed) may
+    hold threads without a record: there the unowned scope also walks the listed tables for
+    them (correct, slower, and only in that scope); a file without records has only those."""
+    listed = " UNION ".join(f"SELECT thread_id FROM {t}" for t in LISTED_TABLES if layout.has(t))
+    if not layout.has(RECORDS):
+        return f"SELECT thread_id FROM ({listed or 'SELECT NULL AS thread_id WHERE 0'}) WHERE '' = :owner"
+    recorded = f"SELECT thread_id FROM {RECORDS} WHERE owner IS nullif(:owner, '')"
+    if (layout.version or 0) >= EVERY_THREAD_RECORDED or not listed:
+        return recorded
+    return (
+        f"{recorded} UNION SELECT thread_id FROM ({listed}) AS listed WHERE :owner = ''"
+        f" AND NOT EXISTS (SELECT 1 FROM {RECORDS} AS r WHERE r.thread_id = listed.thread_id)"
+    )
 
 
 def exists(layout: Layout | None, thread: str = ":thread", tables: tuple[str, ...] = THREAD_TABLES) -> str:
@@ -111,11 +117,12 @@ def admit(c: sqlite3.Connection, thread_id: str, owner: str, now: float | None =
 
 
 def unowned_count(c: sqlite3.Connection, layout: Layout) -> int:
-    """How many listed threads (messages, extra or runs) record no owner; one query."""
-    sources = [f"SELECT thread_id FROM {t}" for t in LISTED_TABLES if layout.has(t)]
-    if not sources:
+    """How many listed threads (messages, extra or runs) record no owner; one query, over
+    the unowned threads alone (:func:`threads_of` for the unowned scope)."""
+    listed = [f"EXISTS (SELECT 1 FROM {t} WHERE thread_id = unowned.thread_id)" for t in LISTED_TABLES if layout.has(t)]
+    if not listed:
         return 0
     row = c.execute(
-        f"SELECT count(*) FROM ({' UNION '.join(sources)}) AS listed WHERE {owner_of(layout, 'listed.thread_id')} = ''"
+        f"SELECT count(*) FROM ({threads_of(layout)}) AS unowned WHERE {' OR '.join(listed)}", {"owner": UNOWNED}
     ).fetchone()
     return int(row[0])

@@ -26,7 +26,7 @@ from core.checkpoint.base import (
     ThreadSummary,
     revision_conflict,
 )
-from core.checkpoint.sqlite_owners import admit, owned, this_thread
+from core.checkpoint.sqlite_owners import admit, owned, this_thread, threads_of
 from core.checkpoint.sqlite_records import read_meta
 from core.checkpoint.sqlite_schema import RECORDS, Layout, read_txn, write_txn
 from core.checkpoint.sqlite_supervised import BeforeCommit, all_leases, fence, read_journal
@@ -172,12 +172,12 @@ def pending_requests(
     if not layout.has("thread_pending_request"):
         return {}
     run = "run_id" if layout.has("thread_pending_request", "run_id") else "NULL"
-    sql = f"SELECT thread_id, request_json, {run}, created_at FROM thread_pending_request AS p"
+    sql = f"SELECT p.thread_id, request_json, {run}, created_at FROM "
     args = {"thread": thread_id, "owner": owner}
     if thread_id is not None:
-        sql += f" WHERE p.thread_id = {this_thread(layout)}"
+        sql += f"thread_pending_request AS p WHERE p.thread_id = {this_thread(layout)}"
     else:
-        sql += f" WHERE {owned(layout, 'p.thread_id')}"
+        sql += f"({threads_of(layout)}) AS mine CROSS JOIN thread_pending_request AS p ON p.thread_id = mine.thread_id"
     return {
         tid: PendingRequest(str(raw), run_id, julianday_to_unix(created) if isinstance(created, (int, float)) else None)
         for tid, raw, run_id, created in c.execute(sql, args)
@@ -296,12 +296,12 @@ def runs_of(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | 
     on none yet), so cubeloop's rows read right too."""
     if not layout.has("runs"):
         return []
-    sql = "SELECT thread_id, run_id, claimed_at, completed_at, completion_seq FROM runs"
+    sql = "SELECT runs.thread_id, run_id, claimed_at, completed_at, completion_seq FROM "
     args = {"thread": thread_id, "owner": owner}
     if thread_id is not None:
-        sql += f" WHERE runs.thread_id = {this_thread(layout)}"
+        sql += f"runs WHERE runs.thread_id = {this_thread(layout)}"
     else:
-        sql += f" WHERE {owned(layout, 'runs.thread_id')}"
+        sql += f"({threads_of(layout)}) AS mine CROSS JOIN runs ON runs.thread_id = mine.thread_id"
     return [
         (
             tid,
@@ -313,7 +313,7 @@ def runs_of(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | 
                 revision=1 if completed is None else 2,
             ),
         )
-        for tid, run_id, claimed, completed, seq in c.execute(sql + " ORDER BY rowid", args)
+        for tid, run_id, claimed, completed, seq in c.execute(sql + " ORDER BY runs.rowid", args)
     ]
 
 
@@ -321,29 +321,33 @@ def list_threads(c: sqlite3.Connection, layout: Layout, owner: str) -> list[Thre
     """Every thread of ``owner``'s with messages, runs or extra, most recently active first,
     in one snapshot.
 
-    A handful of queries whatever the number of threads, each with the owner predicate in
-    it (one primary-key probe per thread or per tail row); each summary carries its lease.
+    A handful of queries whatever the number of threads, each driven from this owner's
+    threads (:func:`~core.checkpoint.sqlite_owners.threads_of`), so the work grows with
+    their number and size only, never with other owners' threads; each summary carries its lease.
     """
     stats: dict[str, tuple[int, int, int, float | None]] = {}
     tails: dict[str, list[tuple[int, bytes]]] = {}
     firsts: dict[str, tuple[int, bytes]] = {}
     args: dict[str, Any] = {"owner": owner, "window": _TAIL_WINDOW}
+    mine = threads_of(layout)
     with read_txn(c):
         if layout.has("messages"):
             for tid, count, first_id, last_id, last_at in c.execute(
                 "SELECT s.thread_id, s.n, s.first_id, s.last_id, m.created_at FROM"
-                " (SELECT thread_id, COUNT(*) AS n, MIN(id) AS first_id, MAX(id) AS last_id"
-                "  FROM messages GROUP BY thread_id) AS s JOIN messages AS m ON m.id = s.last_id"
-                f" WHERE {owned(layout, 's.thread_id')}",
+                " (SELECT mine.thread_id, COUNT(*) AS n, MIN(x.id) AS first_id, MAX(x.id) AS last_id"
+                f"  FROM ({mine}) AS mine CROSS JOIN messages AS x ON x.thread_id = mine.thread_id"
+                "  GROUP BY mine.thread_id) AS s JOIN messages AS m ON m.id = s.last_id",
                 args,
             ):
                 stats[tid] = (count, first_id, last_id, julianday_to_unix(last_at))
-            # The last few rows of every thread in one query: numbering runs on (thread_id, id)
-            # only, so the JSON of older rows is never read.
+            # The last few rows of every thread in one query: each thread's window starts at
+            # the id :window rows from its end (a walk of the (thread_id, id) index), so the
+            # JSON of older rows is never read.
             for row_id, tid, raw in c.execute(
-                "SELECT id, thread_id, CAST(message_json AS BLOB) FROM messages WHERE id IN"
-                " (SELECT id FROM (SELECT id, thread_id, ROW_NUMBER() OVER (PARTITION BY thread_id ORDER BY id DESC)"
-                f"  AS rn FROM messages) AS w WHERE rn <= :window AND {owned(layout, 'w.thread_id')}) ORDER BY id",
+                "SELECT x.id, x.thread_id, CAST(x.message_json AS BLOB)"
+                f" FROM ({mine}) AS mine CROSS JOIN messages AS x ON x.thread_id = mine.thread_id"
+                " AND x.id >= coalesce((SELECT w.id FROM messages AS w WHERE w.thread_id = mine.thread_id"
+                "  ORDER BY w.id DESC LIMIT 1 OFFSET :window - 1), 0) ORDER BY x.id",
                 args,
             ):
                 tails.setdefault(tid, []).append((row_id, raw))
@@ -361,7 +365,9 @@ def list_threads(c: sqlite3.Connection, layout: Layout, owner: str) -> list[Thre
             [
                 r[0]
                 for r in c.execute(
-                    f"SELECT thread_id FROM thread_extra WHERE {owned(layout, 'thread_extra.thread_id')}", args
+                    f"SELECT e.thread_id FROM ({mine}) AS mine CROSS JOIN thread_extra AS e"
+                    " ON e.thread_id = mine.thread_id",
+                    args,
                 )
             ]
             if layout.has("thread_extra")

@@ -28,10 +28,11 @@ from core.checkpoint.base import (
     step_record_name,
     thread_unavailable,
 )
-from core.checkpoint.sqlite_owners import THREAD_TABLES, admit, exists, owned, this_thread
+from core.checkpoint.sqlite_owners import admit, exists, owned, this_thread
 from core.checkpoint.sqlite_schema import (
     RECORDS,
     STEPS,
+    THREAD_TABLES,
     Layout,
     read_txn,
     write_txn,

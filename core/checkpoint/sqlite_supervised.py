@@ -37,7 +37,7 @@ from core.checkpoint.base import (
     no_such_command,
     revision_conflict,
 )
-from core.checkpoint.sqlite_owners import admit, owned, this_thread
+from core.checkpoint.sqlite_owners import admit, owned, this_thread, threads_of
 from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, Layout, write_txn
 from core.errors import RunAlreadyClaimedError
 
@@ -337,7 +337,8 @@ def all_leases(c: sqlite3.Connection, layout: Layout, owner: str) -> dict[str, L
     if not layout.has(LEASES):
         return {}
     rows = c.execute(
-        f"SELECT {_lease_columns(layout)} FROM {LEASES} WHERE {owned(layout, f'{LEASES}.thread_id')} ORDER BY thread_id",
+        f"SELECT {_lease_columns(layout)} FROM ({threads_of(layout)}) AS mine"
+        f" CROSS JOIN {LEASES} USING (thread_id) ORDER BY thread_id",
         {"owner": owner},
     )
     return {row[0]: Lease(*row) for row in rows}

@@ -34,8 +34,8 @@ from tests.helpers.cubeloop_peer import CONTINUED, cubeloop_continue, cubeloop_l
 from tests.helpers.older_files import write_older_file
 from tests.helpers.sqlite_cas_child import CRASH_KEY, OWNER, RACE_KEY, THREAD, WORKFLOW
 
-PREVIOUS = len(MIGRATIONS) - 1
-"""The schema version before owners, revisions and steps."""
+PREVIOUS = 2
+"""The schema version before owners, revisions and steps (v3; v4 gave every thread a record)."""
 
 CHILD = [sys.executable, "-m", "tests.helpers.sqlite_cas_child"]
 
@@ -94,7 +94,9 @@ async def test_a_previous_version_file_is_unowned_browsed_and_upgraded(
                 (*r, 1) if table.startswith("cubepi_") else r for r in before
             ]
         with plain(sqlite_path) as db:
-            assert db.execute("SELECT count(*) FROM cubepi_thread_records").fetchone() == (0,), "no thread got an owner"
+            assert db.execute("SELECT count(*) FROM cubepi_thread_records WHERE owner IS NOT NULL").fetchone() == (
+                0,
+            ), "no thread got an owner"
 
         # After the upgrade the unowned scope writes, with revisions from where they were.
         assert await nobody.save_extra("old-a", {"more": 1}, expected_revision=0) == 1
@@ -681,3 +683,82 @@ async def test_a_v2_thread_with_rows_only_in_our_tables_is_not_taken_by_a_named_
     async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner=UNOWNED) as nobody:
         assert (await nobody.job_get("left", "k1")).status == "done"  # type: ignore[union-attr]
         assert (await nobody.load_meta("left")).owner == UNOWNED  # type: ignore[union-attr]
+
+
+# --- v4: a record for every thread ----------------------------------------------------------------
+
+
+async def test_a_v3_file_lists_alike_before_and_after_v4_gives_every_thread_a_record(
+    sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A v3 file holds alice's thread (with its record) and one without a record (ours
+    before v3, or cubeloop's). Browsed, each scope lists its own; the upgrade to v4 gives the
+    unrecorded thread a record without owner and leaves alice's as it was; afterwards a
+    thread cubeloop starts gets one too, so each listing still finds its own."""
+    write_older_file(sqlite_path, 3, monkeypatch, {"old": [user_text("before owners")]})
+    with monkeypatch.context() as patch:
+        patch.setattr(sqlite_schema, "MIGRATIONS", sqlite_schema.MIGRATIONS[:3])
+        async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner="alice") as alice:
+            assert alice.schema_version == 3 and not alice.read_only
+            await alice.append("a1", [user_text("alice's, at v3")])
+    alice_record = rows(sqlite_path, "cubepi_thread_records")
+    assert [r[:2] for r in alice_record] == [("a1", "alice")]
+
+    async def listings() -> tuple[list[str], list[str], int, int]:
+        async with (
+            await SQLiteCheckpointer.open(sqlite_path, create=False, owner="alice") as alice,
+            await SQLiteCheckpointer.open(sqlite_path, create=False, owner=UNOWNED) as nobody,
+        ):
+            return (
+                sorted(s.thread_id for s in await alice.list_threads()),
+                sorted(s.thread_id for s in await nobody.list_threads()),
+                await alice.unowned_count(),
+                await nobody.unowned_count(),
+            )
+
+    assert await listings() == (["a1"], ["old"], 1, 1)  # browsed at v3
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner=UNOWNED) as nobody:
+        assert nobody.needs_upgrade
+        await nobody.upgrade()
+        assert nobody.schema_version == 4
+    recorded = {r[0]: r for r in rows(sqlite_path, "cubepi_thread_records")}
+    assert recorded["a1"] == alice_record[0], "alice's record is unchanged"
+    assert recorded["old"][1:3] == (None, None), "the unrecorded thread got a record without owner or time"
+    assert await listings() == (["a1"], ["old"], 1, 1)
+
+    run_id = await cubeloop_continue(sqlite_path, "from-cubeloop", "A thread cubeloop starts.")
+    assert run_completed(sqlite_path, "from-cubeloop", run_id)
+    await cubeloop_continue(sqlite_path, "a1", "cubeloop writes into alice's thread")
+    recorded = {r[0]: r for r in rows(sqlite_path, "cubepi_thread_records")}
+    assert recorded["from-cubeloop"][1] is None and recorded["a1"] == alice_record[0]
+    assert await listings() == (["a1"], ["from-cubeloop", "old"], 2, 2)
+
+
+async def test_the_unowned_scope_lists_with_the_same_work_however_many_threads_named_owners_have(
+    sqlite_path: Path,
+) -> None:
+    """The unowned threads are found from the records' owner index too (v4), so neither the
+    unowned scope's listing nor anyone's unowned count walks named owners' threads."""
+    sqlite_path.parent.mkdir()
+    async with (
+        await SQLiteCheckpointer.open(sqlite_path, owner=UNOWNED) as nobody,
+        await SQLiteCheckpointer.open(sqlite_path, create=False, owner="bob") as bob,
+    ):
+        await nobody.append("u0", [user_text("nobody's")])
+
+        async def work() -> tuple[int, int]:
+            await nobody.list_threads(), await bob.unowned_count()  # warm the statement caches
+            listed, counted = [0], [0]
+            async with qa9_counted_steps(nobody, listed):
+                assert [s.thread_id for s in await nobody.list_threads()] == ["u0"]
+            async with qa9_counted_steps(bob, counted):
+                assert await bob.unowned_count() == 1
+            return listed[0], counted[0]
+
+        alone = await work()
+        async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner="alice") as alice:
+            for i in range(500):
+                await alice.append(f"a{i}", [user_text("alice's")])
+        crowded = await work()
+    assert crowded[0] <= 2 * alone[0], f"unowned listing: {crowded[0]} instructions beside 500 named, {alone[0]} alone"
+    assert crowded[1] <= 2 * alone[1], f"unowned_count: {crowded[1]} instructions beside 500 named, {alone[1]} alone"
