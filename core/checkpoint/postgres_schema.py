@@ -34,6 +34,11 @@ index. Our tables are prefixed ``cubepi_tui_``:
   is unowned. Every query is scoped by owner in its own text (:class:`Scope`); every write
   passes the admission ``cubepi_tui_own`` first, inside its own transaction, and the write
   functions take the owner (v2's are replaced).
+* every thread recorded (v4): each thread already stored gets a record without owner (it
+  stays unowned) and a trigger gives each thread row cubeloop creates one, so an owner's
+  threads - and the unowned ones - are read from the records' owner index alone
+  (:meth:`Scope.threads`), never by walking every owner's threads; and the admission counts
+  a thread with rows only in our tables (:data:`THREAD_TABLES`) as existing.
 
 ``MIGRATIONS[i]`` brings our tables to version ``i + 1``. Only :mod:`core.checkpoint.postgres`
 and its ``postgres_*`` helpers import this module.
@@ -579,27 +584,60 @@ async def _v3_owners(conn: Connection) -> None:
         await conn.execute(ddl)
 
 
-# --- v4: every thread of ours exists by its rows in our tables too ------------------------------
+# --- v4: every thread has a record --------------------------------------------------------------
+
+EVERY_THREAD_RECORDED = 4
+"""The schema version from which every thread has a row in the thread records."""
+
+_V4_FUNCTIONS = (
+    # A thread row cubeloop creates gets a record without owner (ours come with their
+    # record: the admission runs before any write of ours makes the thread row).
+    f"""CREATE FUNCTION cubepi_tui_record_thread() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO {RECORDS} (thread_id) VALUES (NEW.thread_id) ON CONFLICT (thread_id) DO NOTHING;
+  RETURN NULL;
+END $$""",
+    "CREATE TRIGGER cubepi_tui_record_thread AFTER INSERT ON cubepi_threads"
+    " FOR EACH ROW EXECUTE FUNCTION cubepi_tui_record_thread()",
+)
 
 
-async def _v4_threads_of_our_tables(conn: Connection) -> None:
-    """The owner admission again, now counting a thread with rows only in our tables (one of
-    before v3: a finished job, a pending command) as existing, so it stays unowned."""
+async def _v4_every_thread_recorded(conn: Connection) -> None:
+    """Every thread gets a record, so an owner's threads (and the unowned ones) are found
+    from the records' owner index alone, never by walking every owner's threads: one
+    without owner for each thread already stored (they stay unowned), one by trigger for
+    each thread row cubeloop creates. And the owner admission again, now counting a thread
+    with rows only in our tables (one of before v3: a finished job, a pending command) as
+    existing, so it stays unowned. No row of cubeloop's is changed."""
     await conn.execute(_own_function(thread_exists("p_thread"), "CREATE OR REPLACE"))
+    for ddl in _V4_FUNCTIONS:
+        await conn.execute(ddl)
+    present = " UNION ".join(f"SELECT thread_id FROM {t}" for t in THREAD_TABLES)
+    # The triggers on cubeloop's tables hold their locks until commit: no thread slips in between.
+    await conn.execute(
+        f"INSERT INTO {RECORDS} (thread_id) SELECT thread_id FROM ({present}) AS found"
+        " WHERE thread_id IS NOT NULL ON CONFLICT (thread_id) DO NOTHING"
+    )
 
 
 MIGRATIONS: list[Callable[[Connection], Awaitable[None]]] = [
     _v1_our_tables,
     _v2_write_functions,
     _v3_owners,
-    _v4_threads_of_our_tables,
+    _v4_every_thread_recorded,
 ]
 """Ordered migrations: ``MIGRATIONS[i]`` brings our tables to version ``i + 1`` (v1 the
 tables and triggers, v2 the one-statement write functions, v3 owners, revisions,
-fingerprints and tool steps).
+fingerprints and tool steps, v4 a record for every thread).
 
 Each takes an asyncpg connection inside an open transaction; it adds, never rewrites a
 row of cubeloop's. Append only; never reorder. Read at call time, so tests can add a step."""
+
+
+INDEX_PLANS = "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"
+"""Sent first in a read transaction driven from :meth:`Scope.threads`: nested loops of index
+probes from the owner's threads, whatever the statistics say. A hash or merge join, or a
+sequential scan, would read every owner's rows, and its cost would show how many others have."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -628,6 +666,27 @@ class Scope:
         """SQL true when the thread ``thread`` names belongs to the owner bound at placeholder
         ``owner``: the predicate every read of a thread's rows carries in its own text."""
         return f"{self.owner_of(thread)} = {owner}"
+
+    @property
+    def recorded(self) -> bool:
+        """Whether every thread has a record (v4): the owner's threads are then its records."""
+        return (self.version or 0) >= EVERY_THREAD_RECORDED
+
+    def threads(self, owner: str) -> str:
+        """SQL of a subquery whose column ``thread_id`` lists every thread of the owner bound at
+        placeholder ``owner``, for the reads of many threads (the listing, all leases): driven
+        from it under :data:`INDEX_PLANS`, they do work for this owner's threads alone,
+        however many threads others have. From v4 that is one scan of the records' owner
+        index; before (browsing), the unowned scope also walks cubeloop's thread rows for
+        the threads without a record (correct, slower, and only there)."""
+        if not self.records:
+            return f"SELECT thread_id FROM cubepi_threads WHERE '' = {owner}"
+        if self.recorded or self.owner:
+            return f"SELECT o.thread_id FROM {RECORDS} AS o WHERE {self.joined(owner, 'o')}"
+        return (
+            f"SELECT t.thread_id FROM cubepi_threads AS t LEFT JOIN {RECORDS} AS o ON o.thread_id = t.thread_id"
+            f" WHERE {self.joined(owner, 'o')}"
+        )
 
     def exists(self, thread: str) -> str:
         """SQL true when the thread ``thread`` names has a row in cubeloop's thread table or

@@ -301,18 +301,15 @@ async def get_lease(conn: Connection, scope: Scope, thread_id: str, *, lock: boo
 
 
 async def all_leases(conn: Connection, scope: Scope) -> dict[str, Lease]:
-    """Every lease of this owner's threads by thread id (one query, the owner joined in)."""
-    if not scope.records:
-        found = await conn.fetch(
-            f"SELECT {_lease_columns(scope)} FROM {schema.LEASES} WHERE '' = $1 ORDER BY thread_id", scope.owner
-        )
-    else:
-        found = await conn.fetch(
-            f"SELECT {_lease_columns(scope, 'l.')} FROM {schema.LEASES} AS l"
-            f" LEFT JOIN {schema.RECORDS} AS r ON r.thread_id = l.thread_id"
-            f" WHERE {scope.joined('$1')} ORDER BY l.thread_id",
-            scope.owner,
-        )
+    """Every lease of this owner's threads by thread id: one query driven from the owner's
+    threads (:meth:`~core.checkpoint.postgres_schema.Scope.threads`, under
+    :data:`~core.checkpoint.postgres_schema.INDEX_PLANS`), never reading other owners' leases."""
+    await conn.execute(schema.INDEX_PLANS)
+    found = await conn.fetch(
+        f"SELECT {_lease_columns(scope, 'l.')} FROM ({scope.threads('$1')}) AS mine"
+        f" JOIN {schema.LEASES} AS l ON l.thread_id = mine.thread_id ORDER BY l.thread_id",
+        scope.owner,
+    )
     return {r[0]: Lease(*r) for r in found}
 
 
