@@ -138,7 +138,10 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
 
     def _writable(self, thread_id: str) -> None:
         """Raise ``ThreadNotFoundError`` when ``thread_id`` exists and is another owner's
-        (a named owner's thread for the unowned scope, an unowned one for a named owner)."""
+        (a named owner's thread for the unowned scope, an unowned one for a named owner).
+        The record is the whole existence check here: every write that creates anything of
+        a thread (cubeloop's kinds of row or ours: a job, a command...) gives it its record
+        first (:meth:`_adopt`), and this store has no data from before owners."""
         record = self._d.records.get(thread_id)
         if record is not None and record.owner != self._owner:
             raise thread_unavailable(thread_id, self._owner)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from core.checkpoint import codec
@@ -32,6 +33,7 @@ from core.checkpoint.base import (
 from core.checkpoint.postgres_schema import Scope
 from core.checkpoint.postgres_supervised import admit, all_leases, fence, read_journal
 from core.messages import UserMessage
+from core.owners import UNOWNED
 
 Connection = Any
 
@@ -246,10 +248,14 @@ async def mark_run_complete(conn: Connection, owner: str, thread_id: str, run_id
 
 
 async def unowned_count(conn: Connection, scope: Scope) -> int:
-    """How many threads (cubeloop's thread rows) have no owner: no record, or a record without one."""
-    if not scope.records:
-        return await conn.fetchval("SELECT count(*) FROM cubepi_threads")
-    return await conn.fetchval(f"SELECT count(*) FROM cubepi_threads AS t{_record_join(scope)} WHERE r.owner IS NULL")
+    """How many threads (cubeloop's thread rows) have no owner: no record, or a record without
+    one; read from the unowned threads alone (:meth:`~Scope.threads` of the unowned scope)."""
+    unowned = replace(scope, owner=UNOWNED)
+    await conn.execute(schema.INDEX_PLANS)
+    return await conn.fetchval(
+        f"SELECT count(*) FROM ({unowned.threads('$1')}) AS mine JOIN cubepi_threads AS t ON t.thread_id = mine.thread_id",
+        UNOWNED,
+    )
 
 
 # --- the listing -------------------------------------------------------------------------------
@@ -257,33 +263,30 @@ async def unowned_count(conn: Connection, scope: Scope) -> int:
 
 async def list_threads(conn: Connection, scope: Scope, ours: bool) -> list[ThreadSummary]:
     """This owner's threads, most recently active first, in four queries whatever their number
-    (after one ``SET LOCAL``); each joins the thread records and keeps ``scope``'s owner's rows.
+    (after the ``SET LOCAL`` of :data:`~core.checkpoint.postgres_schema.INDEX_PLANS`); each is
+    driven from ``scope``'s owner's threads (:meth:`~Scope.threads`), so it reads their rows
+    alone, never other owners'.
 
     Per-thread counts come from our stats table when it exists (kept by trigger), else
     from one aggregate over every message (browse-only: correct, slower). Only each
     thread's tail (from its last assistant row) and first user row are decoded.
     """
     stats = schema.STATS if ours else f"({schema.STATS_OF_MESSAGES.format(rows='cubepi_messages')})"
-    mine = scope.joined("$1")
-    # The listing reads every thread of the owner: whole-table hash joins, the plan it had
-    # before owners. The owner predicate would otherwise let the planner expect a handful
-    # of rows where a new database has no statistics yet, and probe an index per thread.
-    await conn.execute("SET LOCAL enable_nestloop = off")
+    mine = f"({scope.threads('$1')}) AS mine"
+    await conn.execute(schema.INDEX_PLANS)
     threads = await conn.fetch(
         f"SELECT t.thread_id, {_EPOCH.format('t.updated_at')} AS updated_at, t.pending_request::text AS pending,"
         f" t.run_id, {_pending_ours(ours)}, COALESCE(s.n, 0) AS n, {_EPOCH.format('s.last_at')} AS last_at,"
         " s.last_assistant_seq, s.first_user_seq"
-        f" FROM cubepi_threads AS t LEFT JOIN {stats} AS s ON s.thread_id = t.thread_id"
-        + _pending_join(ours)
-        + _record_join(scope)
-        + f" WHERE {mine}",
+        f" FROM {mine} JOIN cubepi_threads AS t ON t.thread_id = mine.thread_id"
+        f" LEFT JOIN {stats} AS s ON s.thread_id = t.thread_id" + _pending_join(ours),
         scope.owner,
     )
     message_rows = await conn.fetch(
-        "SELECT m.thread_id, m.seq, m.role, m.metadata::text, m.payload FROM cubepi_messages AS m"
-        f" JOIN {stats} AS s ON s.thread_id = m.thread_id"
-        + _record_join(scope, "m")
-        + f" WHERE (m.seq >= COALESCE(s.last_assistant_seq, 0) OR m.seq = s.first_user_seq) AND {mine}"
+        "SELECT m.thread_id, m.seq, m.role, m.metadata::text, m.payload"
+        f" FROM {mine} JOIN {stats} AS s ON s.thread_id = mine.thread_id"
+        " JOIN cubepi_messages AS m ON m.thread_id = mine.thread_id"
+        " AND (m.seq >= COALESCE(s.last_assistant_seq, 0) OR m.seq = s.first_user_seq)"
         " ORDER BY m.thread_id, m.seq",
         scope.owner,
     )
@@ -293,7 +296,7 @@ async def list_threads(conn: Connection, scope: Scope, ours: bool) -> list[Threa
     runs: dict[str, list[RunRecord]] = {}
     for r in await conn.fetch(
         f"SELECT t.thread_id, run_id, {_EPOCH.format('claimed_at')}, {_EPOCH.format('completed_at')}, completion_seq"
-        " FROM cubepi_runs AS t" + _record_join(scope) + f" WHERE {mine} ORDER BY t.thread_id, claimed_at, run_id",
+        f" FROM {mine} JOIN cubepi_runs AS t ON t.thread_id = mine.thread_id ORDER BY t.thread_id, claimed_at, run_id",
         scope.owner,
     ):
         runs.setdefault(r[0], []).append(rows.run_record(*r[1:]))

@@ -34,6 +34,11 @@ index. Our tables are prefixed ``cubepi_tui_``:
   is unowned. Every query is scoped by owner in its own text (:class:`Scope`); every write
   passes the admission ``cubepi_tui_own`` first, inside its own transaction, and the write
   functions take the owner (v2's are replaced).
+* every thread recorded (v4): each thread already stored gets a record without owner (it
+  stays unowned) and a trigger gives each thread row cubeloop creates one, so an owner's
+  threads - and the unowned ones - are read from the records' owner index alone
+  (:meth:`Scope.threads`), never by walking every owner's threads; and the admission counts
+  a thread with rows only in our tables (:data:`THREAD_TABLES`) as existing.
 
 ``MIGRATIONS[i]`` brings our tables to version ``i + 1``. Only :mod:`core.checkpoint.postgres`
 and its ``postgres_*`` helpers import this module.
@@ -355,6 +360,18 @@ STEPS = "cubepi_tui_steps"
 V3_DATA_TABLES = (RECORDS, STEPS)
 """Our tables added by v3 that carry the change trigger too."""
 
+THREAD_TABLES = ("cubepi_threads", *OUR_DATA_TABLES, STEPS)
+"""The tables whose rows make a thread exist besides its record: cubeloop's thread row and
+every per-thread table of ours, since a thread of before v3 may have rows only in ours (a
+finished job, a pending command) and exists as much as one with messages."""
+
+
+def thread_exists(thread: str, tables: tuple[str, ...] = THREAD_TABLES) -> str:
+    """SQL true when any of ``tables`` holds a row of the thread ``thread`` names (a
+    placeholder, a column or a PL/pgSQL variable); one index probe per table."""
+    return "(" + " OR ".join(f"EXISTS (SELECT 1 FROM {t} WHERE thread_id = {thread})" for t in tables) + ")"
+
+
 THREAD_UNAVAILABLE = "CT004"
 """SQLSTATE of a write to a thread this store's owner cannot see (another owner's, or an
 unowned one written by a named owner); DETAIL is JSON ``{"thread_id", "owner"}``."""
@@ -398,15 +415,19 @@ _V2_SIGNATURES = (
 
 _OWN = "PERFORM cubepi_tui_own(p_thread, p_owner, p_now, true);"
 
-_V3_FUNCTIONS = (
+
+def _own_function(exists: str, verb: str = "CREATE") -> str:
+    """The SQL that defines ``cubepi_tui_own``, whose existence check for a thread without a
+    record is ``exists`` (SQL about ``p_thread``)."""
     # The owner admission every write makes first, inside its own transaction (a refusal
     # rolls back whatever the write did before). A thread's owner is its record's (NULL:
-    # unowned); a thread without a record but with cubeloop's row is unowned; a thread with
-    # neither does not exist. p_adopt: a write that creates thread data gives a thread that
-    # does not exist a record owned by p_owner (the unowned scope: no owner), and gives an
-    # unowned thread without a record one in the unowned scope (so its revisions have a row).
-    # Then: p_owner's thread (or a missing one) passes; any other raises THREAD_UNAVAILABLE.
-    f"""CREATE FUNCTION cubepi_tui_own(p_thread text, p_owner text, p_now float8, p_adopt boolean) RETURNS void
+    # unowned); a thread without a record that exists (``exists`` is true) is unowned; a
+    # thread with neither does not exist. p_adopt: a write that creates thread data gives a
+    # thread that does not exist a record owned by p_owner (the unowned scope: no owner),
+    # and gives an unowned thread without a record one in the unowned scope (so its
+    # revisions have a row). Then: p_owner's thread (or a missing one) passes; any other
+    # raises THREAD_UNAVAILABLE.
+    return f"""{verb} FUNCTION cubepi_tui_own(p_thread text, p_owner text, p_now float8, p_adopt boolean) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
   v_owner text;
@@ -417,7 +438,7 @@ BEGIN
     -- Again, in one snapshot with the thread row: a writer that committed its record and
     -- its thread row since the probe above is seen with its record, not as unowned.
     SELECT (SELECT coalesce(owner, '') FROM {RECORDS} WHERE thread_id = p_thread),
-           EXISTS (SELECT 1 FROM cubepi_threads WHERE thread_id = p_thread)
+           {exists}
       INTO v_owner, v_exists;
     IF v_owner IS NULL THEN  -- still no record
       IF v_exists THEN
@@ -442,7 +463,11 @@ BEGIN
   END IF;
   RAISE EXCEPTION USING ERRCODE = '{THREAD_UNAVAILABLE}', MESSAGE = 'the thread is unavailable to this owner',
     DETAIL = json_build_object('thread_id', p_thread, 'owner', p_owner)::text;
-END $$""",
+END $$"""
+
+
+_V3_FUNCTIONS = (
+    _own_function("EXISTS (SELECT 1 FROM cubepi_threads WHERE thread_id = p_thread)"),  # v3 asked only cubeloop
     # v2's append with the owner admission after cubeloop's lock, before the fence.
     f"""CREATE FUNCTION cubepi_tui_append(p_write_id text, p_thread text, p_now float8, p_holder text,
   p_owner text, p_roles text[], p_metadata text[], p_payloads bytea[], p_run_ids text[]) RETURNS void
@@ -559,13 +584,60 @@ async def _v3_owners(conn: Connection) -> None:
         await conn.execute(ddl)
 
 
-MIGRATIONS: list[Callable[[Connection], Awaitable[None]]] = [_v1_our_tables, _v2_write_functions, _v3_owners]
+# --- v4: every thread has a record --------------------------------------------------------------
+
+EVERY_THREAD_RECORDED = 4
+"""The schema version from which every thread has a row in the thread records."""
+
+_V4_FUNCTIONS = (
+    # A thread row cubeloop creates gets a record without owner (ours come with their
+    # record: the admission runs before any write of ours makes the thread row).
+    f"""CREATE FUNCTION cubepi_tui_record_thread() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO {RECORDS} (thread_id) VALUES (NEW.thread_id) ON CONFLICT (thread_id) DO NOTHING;
+  RETURN NULL;
+END $$""",
+    "CREATE TRIGGER cubepi_tui_record_thread AFTER INSERT ON cubepi_threads"
+    " FOR EACH ROW EXECUTE FUNCTION cubepi_tui_record_thread()",
+)
+
+
+async def _v4_every_thread_recorded(conn: Connection) -> None:
+    """Every thread gets a record, so an owner's threads (and the unowned ones) are found
+    from the records' owner index alone, never by walking every owner's threads: one
+    without owner for each thread already stored (they stay unowned), one by trigger for
+    each thread row cubeloop creates. And the owner admission again, now counting a thread
+    with rows only in our tables (one of before v3: a finished job, a pending command) as
+    existing, so it stays unowned. No row of cubeloop's is changed."""
+    await conn.execute(_own_function(thread_exists("p_thread"), "CREATE OR REPLACE"))
+    for ddl in _V4_FUNCTIONS:
+        await conn.execute(ddl)
+    present = " UNION ".join(f"SELECT thread_id FROM {t}" for t in THREAD_TABLES)
+    # The triggers on cubeloop's tables hold their locks until commit: no thread slips in between.
+    await conn.execute(
+        f"INSERT INTO {RECORDS} (thread_id) SELECT thread_id FROM ({present}) AS found"
+        " WHERE thread_id IS NOT NULL ON CONFLICT (thread_id) DO NOTHING"
+    )
+
+
+MIGRATIONS: list[Callable[[Connection], Awaitable[None]]] = [
+    _v1_our_tables,
+    _v2_write_functions,
+    _v3_owners,
+    _v4_every_thread_recorded,
+]
 """Ordered migrations: ``MIGRATIONS[i]`` brings our tables to version ``i + 1`` (v1 the
 tables and triggers, v2 the one-statement write functions, v3 owners, revisions,
-fingerprints and tool steps).
+fingerprints and tool steps, v4 a record for every thread).
 
 Each takes an asyncpg connection inside an open transaction; it adds, never rewrites a
 row of cubeloop's. Append only; never reorder. Read at call time, so tests can add a step."""
+
+
+INDEX_PLANS = "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off"
+"""Sent first in a read transaction driven from :meth:`Scope.threads`: nested loops of index
+probes from the owner's threads, whatever the statistics say. A hash or merge join, or a
+sequential scan, would read every owner's rows, and its cost would show how many others have."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -594,6 +666,34 @@ class Scope:
         """SQL true when the thread ``thread`` names belongs to the owner bound at placeholder
         ``owner``: the predicate every read of a thread's rows carries in its own text."""
         return f"{self.owner_of(thread)} = {owner}"
+
+    @property
+    def recorded(self) -> bool:
+        """Whether every thread has a record (v4): the owner's threads are then its records."""
+        return (self.version or 0) >= EVERY_THREAD_RECORDED
+
+    def threads(self, owner: str) -> str:
+        """SQL of a subquery whose column ``thread_id`` lists every thread of the owner bound at
+        placeholder ``owner``, for the reads of many threads (the listing, all leases): driven
+        from it under :data:`INDEX_PLANS`, they do work for this owner's threads alone,
+        however many threads others have. From v4 that is one scan of the records' owner
+        index; before (browsing), the unowned scope also walks cubeloop's thread rows for
+        the threads without a record (correct, slower, and only there)."""
+        if not self.records:
+            return f"SELECT thread_id FROM cubepi_threads WHERE '' = {owner}"
+        if self.recorded or self.owner:
+            return f"SELECT o.thread_id FROM {RECORDS} AS o WHERE {self.joined(owner, 'o')}"
+        return (
+            f"SELECT t.thread_id FROM cubepi_threads AS t LEFT JOIN {RECORDS} AS o ON o.thread_id = t.thread_id"
+            f" WHERE {self.joined(owner, 'o')}"
+        )
+
+    def exists(self, thread: str) -> str:
+        """SQL true when the thread ``thread`` names has a row in cubeloop's thread table or
+        in one of our per-thread tables this schema version has (:func:`thread_exists`)."""
+        if self.version is None:
+            return thread_exists(thread, ("cubepi_threads",))
+        return thread_exists(thread, THREAD_TABLES if self.records else THREAD_TABLES[:-1])
 
     def joined(self, owner: str, record: str = "r") -> str:
         """The same predicate for a query that LEFT JOINed the thread record as ``record``:

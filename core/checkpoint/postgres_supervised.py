@@ -305,18 +305,15 @@ async def get_lease(conn: Connection, scope: Scope, thread_id: str, *, lock: boo
 
 
 async def all_leases(conn: Connection, scope: Scope) -> dict[str, Lease]:
-    """Every lease of this owner's threads by thread id (one query, the owner joined in)."""
-    if not scope.records:
-        found = await conn.fetch(
-            f"SELECT {_lease_columns(scope)} FROM {schema.LEASES} WHERE '' = $1 ORDER BY thread_id", scope.owner
-        )
-    else:
-        found = await conn.fetch(
-            f"SELECT {_lease_columns(scope, 'l.')} FROM {schema.LEASES} AS l"
-            f" LEFT JOIN {schema.RECORDS} AS r ON r.thread_id = l.thread_id"
-            f" WHERE {scope.joined('$1')} ORDER BY l.thread_id",
-            scope.owner,
-        )
+    """Every lease of this owner's threads by thread id: one query driven from the owner's
+    threads (:meth:`~core.checkpoint.postgres_schema.Scope.threads`, under
+    :data:`~core.checkpoint.postgres_schema.INDEX_PLANS`), never reading other owners' leases."""
+    await conn.execute(schema.INDEX_PLANS)
+    found = await conn.fetch(
+        f"SELECT {_lease_columns(scope, 'l.')} FROM ({scope.threads('$1')}) AS mine"
+        f" JOIN {schema.LEASES} AS l ON l.thread_id = mine.thread_id ORDER BY l.thread_id",
+        scope.owner,
+    )
     return {r[0]: Lease(*r) for r in found}
 
 
@@ -544,18 +541,16 @@ _RECORD_COLUMNS = ", ".join(rows.RECORD_COLUMNS)
 
 async def load_meta(conn: Connection, scope: Scope, thread_id: str) -> ThreadMeta | None:
     """The thread's record as this owner sees it: its row; for a thread that has none but
-    exists (cubeloop's thread row) an unowned record at revision 0, seen by the unowned
-    scope only; ``None`` otherwise. One query."""
+    exists (cubeloop's thread row, or rows in our tables: ``Scope.exists``) an unowned record
+    at revision 0, seen by the unowned scope only; ``None`` otherwise. One query."""
     if not scope.records:
-        exists = await conn.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM cubepi_threads WHERE thread_id = $1) AND '' = $2", thread_id, scope.owner
-        )
+        exists = await conn.fetchval(f"SELECT {scope.exists('$1')} AND '' = $2", thread_id, scope.owner)
         return ThreadMeta(thread_id, UNOWNED) if exists else None
     row = await conn.fetchrow(
         f"SELECT r.thread_id IS NOT NULL AS has_record, {', '.join('r.' + c for c in rows.RECORD_COLUMNS)}"
         f" FROM (SELECT $1::text AS thread_id) AS k LEFT JOIN {schema.RECORDS} AS r ON r.thread_id = k.thread_id"
         " WHERE coalesce(r.owner, '') = $2"
-        " AND (r.thread_id IS NOT NULL OR EXISTS (SELECT 1 FROM cubepi_threads WHERE thread_id = $1))",
+        f" AND (r.thread_id IS NOT NULL OR {scope.exists('$1')})",
         thread_id,
         scope.owner,
     )
@@ -605,8 +600,7 @@ async def delete_thread(conn: Connection, owner: str, thread_id: str) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", thread_id)
     await admit(conn, owner, thread_id, adopt=False)
     exists = await conn.fetchval(
-        f"SELECT EXISTS (SELECT 1 FROM {schema.RECORDS} WHERE thread_id = $1)"
-        " OR EXISTS (SELECT 1 FROM cubepi_threads WHERE thread_id = $1)",
+        f"SELECT EXISTS (SELECT 1 FROM {schema.RECORDS} WHERE thread_id = $1) OR {schema.thread_exists('$1')}",
         thread_id,
     )
     if not exists:

@@ -103,10 +103,24 @@ class Keys:
         return self._tui(f"rec:{thread_id}")
 
     def scope(self, thread_id: str) -> list[str]:
-        """The keys a write script's owner check reads, its ``KEYS[1..5]``: the thread's
-        record, message list, extra, runs and the pending-request hash (a thread with none
-        of them does not exist; see :mod:`core.checkpoint.redis_scripts`)."""
-        return [self.record(thread_id), self.msgs(thread_id), self.extra(thread_id), self.runs(thread_id), self.pending]
+        """The keys a script's owner check reads, its ``KEYS[1..11]``: every key that can
+        hold anything of the thread - its record, message list, extra, runs, the
+        pending-request hash, its journal, jobs, steps, live events and command index, and
+        the unowned scope's lease hash (a named owner's leases come with its record). A
+        thread with none of them does not exist; see :mod:`core.checkpoint.redis_scripts`."""
+        return [
+            self.record(thread_id),
+            self.msgs(thread_id),
+            self.extra(thread_id),
+            self.runs(thread_id),
+            self.pending,
+            self.journal(thread_id),
+            self.jobs(thread_id),
+            self.steps(thread_id),
+            self.live(thread_id),
+            self.thread_commands(thread_id),
+            self.leases(UNOWNED),
+        ]
 
     def index(self, owner: str) -> str:
         """The listing index of ``owner``'s threads (sorted set by last activity); the

@@ -67,8 +67,7 @@ async def load(
     nothing at all or is another owner's; with ``after`` only entries after that id (and
     never ``None``: empty data then)."""
     start = 0 if after is None else max(int(after), 0)
-    script_keys = [*keys.scope(thread_id), keys.journal(thread_id)]
-    reply = await script(keys=script_keys, args=[thread_id, owner, start], client=r)
+    reply = await script(keys=keys.scope(thread_id), args=[thread_id, owner, start], client=r)
     if not reply:
         return None if after is None else CheckpointData()
     raws, extra_raw, runs_flat, pending_raw, journal_flat, record_flat = reply

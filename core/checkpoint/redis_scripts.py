@@ -9,16 +9,18 @@ Rules every script keeps:
 * Every check comes before the first write. Redis has no rollback: a script that stopped
   half way (an error after a write) would keep what it wrote, so a script that refuses
   returns before it has written anything, and one that gets past its checks cannot fail.
-* The owner (:mod:`core.owners`). A script about one thread has ``KEYS[1..5]`` = the
-  thread's record, message list, extra, runs and the pending-request hash
-  (:meth:`~core.checkpoint.redis_keys.Keys.scope`) and ``ARGV[1..2]`` = the thread id and
-  the store's owner (``''`` for the unowned scope). ``scope()`` reads them: ``ok`` (the
-  owner's thread, or for the unowned scope a thread that records no owner), ``new``
-  (nothing is stored for it) or ``unavailable`` (another owner's; for a named owner also a
-  thread without owner). A write returns ``{'unavailable'}`` for the last, and for ``new``
-  creates the thread's record (``adopt``) after its checks; a read of another owner's
-  thread returns what a missing thread gives. Threads of CubePi's example layout and of
-  ours before v3 have no record: they are the unowned scope's.
+* The owner (:mod:`core.owners`). A script about one thread has ``KEYS[1..11]`` = the
+  keys that can hold anything of the thread (:meth:`~core.checkpoint.redis_keys.Keys.scope`:
+  its record, message list, extra, runs, the pending-request hash, its journal, jobs,
+  steps, live events and command index, and the unowned scope's lease hash) and
+  ``ARGV[1..2]`` = the thread id and the store's owner (``''`` for the unowned scope).
+  ``scope()`` reads them: ``ok`` (the owner's thread, or for the unowned scope a thread that
+  records no owner), ``new`` (nothing is stored for it) or ``unavailable`` (another
+  owner's; for a named owner also a thread without owner, one of before v3 too, even when
+  all it left is a key of ours such as a finished job). A write returns ``{'unavailable'}``
+  for the last, and for ``new`` creates the thread's record (``adopt``) after its checks; a
+  read of another owner's thread returns what a missing thread gives. Threads of CubePi's
+  example layout and of ours before v3 have no record: they are the unowned scope's.
 * Message, extra, journal, job, lease, command and pending-request JSON is built in
   Python and stored as the exact text given; Lua never re-encodes it. Redis's ``cjson``
   turns ``[]`` into ``{}`` and rounds numbers to 14 digits, so it only *reads* leases
@@ -50,7 +52,8 @@ local function scope()
     if o == ARGV[2] then return 'ok' end
     return 'unavailable'
   end
-  if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 and redis.call('HEXISTS', KEYS[5], ARGV[1]) == 0 then
+  if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]) == 0
+      and redis.call('HEXISTS', KEYS[5], ARGV[1]) == 0 and redis.call('HEXISTS', KEYS[11], ARGV[1]) == 0 then
     return 'new'
   end
   if ARGV[2] == '' then return 'ok' end
@@ -107,12 +110,12 @@ end
 APPEND = (
     _PROLOGUE
     + """
--- KEYS: rec, msgs, extra, runs, pending, leases, index, changes, write, first
+-- KEYS: scope (11), leases, index, changes, write, first
 -- ARGV: thread_id, owner, holder, now, ttl, has_prompt, prompt, n_runs, run ids..., messages...
 local tid, holder, now, ttl = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
-local state, refused = begin(KEYS[9])
+local state, refused = begin(KEYS[15])
 if refused then return refused end
-local lost = fence(KEYS[6], tid, holder, now)
+local lost = fence(KEYS[12], tid, holder, now)
 if lost then return lost end
 local nruns = tonumber(ARGV[8])
 for i = 9, 8 + nruns do
@@ -127,10 +130,10 @@ while first <= #ARGV do
   size = redis.call('RPUSH', KEYS[2], unpack(ARGV, first, last))
   first = last + 1
 end
-if ARGV[6] == '1' then redis.call('HSETNX', KEYS[10], tid, ARGV[7]) end
-redis.call('ZADD', KEYS[7], now, tid)
-changed(KEYS[8], tid)
-redis.call('SET', KEYS[9], tostring(size), 'EX', ttl)
+if ARGV[6] == '1' then redis.call('HSETNX', KEYS[16], tid, ARGV[7]) end
+redis.call('ZADD', KEYS[13], now, tid)
+changed(KEYS[14], tid)
+redis.call('SET', KEYS[15], tostring(size), 'EX', ttl)
 return {'ok', tostring(size)}
 """
 )
@@ -138,12 +141,12 @@ return {'ok', tostring(size)}
 CLAIM = (
     _PROLOGUE
     + """
--- KEYS: rec, msgs, extra, runs, pending, leases, index, changes, write
+-- KEYS: scope (11), leases, index, changes, write
 -- ARGV: thread_id, owner, holder, now, ttl, run_id
 local tid, holder, now, ttl, run = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local state, refused = begin(KEYS[9])
+local state, refused = begin(KEYS[15])
 if refused then return refused end
-local lost = fence(KEYS[6], tid, holder, now)
+local lost = fence(KEYS[12], tid, holder, now)
 if lost then return lost end
 local raw = redis.call('HGET', KEYS[4], run)
 if raw then
@@ -154,9 +157,9 @@ adopt(state, now)
 -- Runs are never deleted (but with their thread), so the count orders claims.
 local n = redis.call('HLEN', KEYS[4]) + 1
 redis.call('HSET', KEYS[4], run, cjson.encode({claimed_at = now, n = tostring(n)}))
-redis.call('ZADD', KEYS[7], now, tid)
-changed(KEYS[8], tid)
-redis.call('SET', KEYS[9], 'ok', 'EX', ttl)
+redis.call('ZADD', KEYS[13], now, tid)
+changed(KEYS[14], tid)
+redis.call('SET', KEYS[15], 'ok', 'EX', ttl)
 return {'ok'}
 """
 )
@@ -164,12 +167,12 @@ return {'ok'}
 COMPLETE = (
     _PROLOGUE
     + """
--- KEYS: rec, msgs, extra, runs, pending, leases, changes, write
+-- KEYS: scope (11), leases, changes, write
 -- ARGV: thread_id, owner, holder, now, ttl, run_id
 local tid, holder, now, ttl, run = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local _, refused = begin(KEYS[8])
+local _, refused = begin(KEYS[14])
 if refused then return refused end
-local lost = fence(KEYS[6], tid, holder, now)
+local lost = fence(KEYS[12], tid, holder, now)
 if lost then return lost end
 local raw = redis.call('HGET', KEYS[4], run)
 if not raw then return {'unclaimed'} end
@@ -183,8 +186,8 @@ end
 record['completed_at'] = now
 record['completion_seq'] = tostring(top + 1)
 redis.call('HSET', KEYS[4], run, cjson.encode(record))
-changed(KEYS[7], tid)
-redis.call('SET', KEYS[8], 'ok', 'EX', ttl)
+changed(KEYS[13], tid)
+redis.call('SET', KEYS[14], 'ok', 'EX', ttl)
 return {'ok'}
 """
 )
@@ -195,11 +198,11 @@ SAVE_EXTRA = (
 -- The merge was made in Python on the extra as read: written only if the extra is still
 -- that text ('retry' otherwise: Python reads and merges again) and, with an expected
 -- revision, if the extra's revision is still that ('conflict', the revision, otherwise).
--- KEYS: rec, msgs, extra, runs, pending, index, changes, write
+-- KEYS: scope (11), index, changes, write
 -- ARGV: thread_id, owner, now, ttl, had ('0' no extra, '1' the text in ARGV[6]), old text,
 --       new text, expected revision ('' for none)
 local tid, now, ttl = ARGV[1], ARGV[3], ARGV[4]
-local state, refused = begin(KEYS[8])
+local state, refused = begin(KEYS[14])
 if refused then return refused end
 local revision = tonumber(redis.call('HGET', KEYS[1], 'xrev') or '0')
 if ARGV[8] ~= '' and revision ~= tonumber(ARGV[8]) then return {'conflict', tostring(revision)} end
@@ -208,9 +211,9 @@ if (ARGV[5] == '0' and current) or (ARGV[5] == '1' and current ~= ARGV[6]) then 
 adopt(state, now)
 redis.call('SET', KEYS[3], ARGV[7])
 revision = redis.call('HINCRBY', KEYS[1], 'xrev', 1)
-redis.call('ZADD', KEYS[6], now, tid)
-changed(KEYS[7], tid)
-redis.call('SET', KEYS[8], tostring(revision), 'EX', ttl)
+redis.call('ZADD', KEYS[12], now, tid)
+changed(KEYS[13], tid)
+redis.call('SET', KEYS[14], tostring(revision), 'EX', ttl)
 return {'ok', tostring(revision)}
 """
 )
@@ -220,10 +223,10 @@ FINGERPRINTS = (
     + """
 -- Compare-and-set of the fingerprints on the record's revision; the override (JSON text)
 -- is appended to the overrides array as text, so Lua re-encodes nothing.
--- KEYS: rec, msgs, extra, runs, pending, changes, write
+-- KEYS: scope (11), changes, write
 -- ARGV: thread_id, owner, now, ttl, expected revision, fingerprints JSON, override JSON ('' none)
 local tid, now, ttl = ARGV[1], ARGV[3], ARGV[4]
-local done = redis.call('GET', KEYS[7])
+local done = redis.call('GET', KEYS[13])
 if done then return {'dup', redis.call('HGETALL', KEYS[1])} end
 local state = scope()
 if state == 'unavailable' then return {'unavailable'} end
@@ -239,8 +242,8 @@ if ARGV[7] ~= '' then
     redis.call('HSET', KEYS[1], 'ovr', '[' .. ARGV[7] .. ']')
   end
 end
-changed(KEYS[6], tid)
-redis.call('SET', KEYS[7], 'ok', 'EX', ttl)
+changed(KEYS[12], tid)
+redis.call('SET', KEYS[13], 'ok', 'EX', ttl)
 return {'ok', redis.call('HGETALL', KEYS[1])}
 """
 )
@@ -249,29 +252,29 @@ STEP_BEGIN = (
     _PROLOGUE
     + _STEP_FIELDS
     + """
--- KEYS: rec, msgs, extra, runs, pending, steps, leases, changes, write
+-- KEYS: scope (11), steps, leases, changes, write
 -- ARGV: thread_id, owner, holder, now, ttl, key, input fingerprint, workflow,
 --       has_total, total, has_call, tool_call_id
 local tid, holder, now, ttl, key = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local done = redis.call('GET', KEYS[9])
-if done then return {'ok', step_fields(KEYS[6], key)} end
+local done = redis.call('GET', KEYS[15])
+if done then return {'ok', step_fields(KEYS[12], key)} end
 local state = scope()
 if state == 'unavailable' then return {'unavailable'} end
-local lost = fence(KEYS[7], tid, holder, now)
+local lost = fence(KEYS[13], tid, holder, now)
 if lost then return lost end
-local workflow = redis.call('HGET', KEYS[6], 'w:' .. key)
+local workflow = redis.call('HGET', KEYS[12], 'w:' .. key)
 if workflow then
-  if workflow ~= ARGV[8] or redis.call('HGET', KEYS[6], 'i:' .. key) ~= ARGV[7] then return {'input'} end
-  return {'ok', step_fields(KEYS[6], key)}
+  if workflow ~= ARGV[8] or redis.call('HGET', KEYS[12], 'i:' .. key) ~= ARGV[7] then return {'input'} end
+  return {'ok', step_fields(KEYS[12], key)}
 end
 adopt(state, now)
-redis.call('HSET', KEYS[6], 'i:' .. key, ARGV[7], 'w:' .. key, ARGV[8], 'n:' .. key, '0', 'r:' .. key, '0',
+redis.call('HSET', KEYS[12], 'i:' .. key, ARGV[7], 'w:' .. key, ARGV[8], 'n:' .. key, '0', 'r:' .. key, '0',
   'u:' .. key, now)
-if ARGV[9] == '1' then redis.call('HSET', KEYS[6], 't:' .. key, ARGV[10]) end
-if ARGV[11] == '1' then redis.call('HSET', KEYS[6], 'c:' .. key, ARGV[12]) end
-changed(KEYS[8], tid)
-redis.call('SET', KEYS[9], 'ok', 'EX', ttl)
-return {'ok', step_fields(KEYS[6], key)}
+if ARGV[9] == '1' then redis.call('HSET', KEYS[12], 't:' .. key, ARGV[10]) end
+if ARGV[11] == '1' then redis.call('HSET', KEYS[12], 'c:' .. key, ARGV[12]) end
+changed(KEYS[14], tid)
+redis.call('SET', KEYS[15], 'ok', 'EX', ttl)
+return {'ok', step_fields(KEYS[12], key)}
 """
 )
 
@@ -282,24 +285,24 @@ STEP_COMMIT = (
 -- The lesson's one UPDATE ... SET next_step, data, revision = revision + 1
 -- WHERE key = ? AND revision = ? AND workflow = ?, whose row count must be 1: each
 -- condition is checked first, and only then are the three columns written.
--- KEYS: rec, msgs, extra, runs, pending, steps, leases, changes, write
+-- KEYS: scope (11), steps, leases, changes, write
 -- ARGV: thread_id, owner, holder, now, ttl, key, expected revision, workflow, next_step, data
 local tid, holder, now, ttl, key = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local done = redis.call('GET', KEYS[9])
-if done then return {'ok', step_fields(KEYS[6], key)} end
+local done = redis.call('GET', KEYS[15])
+if done then return {'ok', step_fields(KEYS[12], key)} end
 if scope() == 'unavailable' then return {'unavailable'} end
-local lost = fence(KEYS[7], tid, holder, now)
+local lost = fence(KEYS[13], tid, holder, now)
 if lost then return lost end
-local workflow = redis.call('HGET', KEYS[6], 'w:' .. key)
+local workflow = redis.call('HGET', KEYS[12], 'w:' .. key)
 if not workflow then return {'missing'} end
 if workflow ~= ARGV[8] then return {'input'} end
-local revision = tonumber(redis.call('HGET', KEYS[6], 'r:' .. key))
+local revision = tonumber(redis.call('HGET', KEYS[12], 'r:' .. key))
 if revision ~= tonumber(ARGV[7]) then return {'conflict', tostring(revision)} end
-redis.call('HSET', KEYS[6], 'n:' .. key, ARGV[9], 'd:' .. key, ARGV[10], 'u:' .. key, now,
+redis.call('HSET', KEYS[12], 'n:' .. key, ARGV[9], 'd:' .. key, ARGV[10], 'u:' .. key, now,
   'r:' .. key, tostring(revision + 1))
-changed(KEYS[8], tid)
-redis.call('SET', KEYS[9], 'ok', 'EX', ttl)
-return {'ok', step_fields(KEYS[6], key)}
+changed(KEYS[14], tid)
+redis.call('SET', KEYS[15], 'ok', 'EX', ttl)
+return {'ok', step_fields(KEYS[12], key)}
 """
 )
 
@@ -307,25 +310,24 @@ DELETE = (
     _PROLOGUE
     + """
 -- Everything stored for one thread, unless a live lease holds it.
--- KEYS: rec, msgs, extra, runs, pending, journal, jobs, steps, live, thread_commands,
---       commands, leases, index, first, changes, write
+-- KEYS: scope (11), commands, leases, index, first, changes, write
 -- ARGV: thread_id, owner, now, ttl
 local tid, now = ARGV[1], ARGV[3]
-if redis.call('GET', KEYS[16]) then return {'ok'} end
+if redis.call('GET', KEYS[17]) then return {'ok'} end
 if scope() ~= 'ok' then return {'unavailable'} end
-local lease = redis.call('HGET', KEYS[12], tid)
+local lease = redis.call('HGET', KEYS[13], tid)
 if lease and tonumber(cjson.decode(lease)['expires_at']) > tonumber(now) then return {'leased', lease} end
 local seqs = redis.call('ZRANGE', KEYS[10], 0, -1)
 for first = 1, #seqs, 1000 do
-  redis.call('HDEL', KEYS[11], unpack(seqs, first, math.min(first + 999, #seqs)))
+  redis.call('HDEL', KEYS[12], unpack(seqs, first, math.min(first + 999, #seqs)))
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10])
 redis.call('HDEL', KEYS[5], tid)
-redis.call('HDEL', KEYS[12], tid)
-redis.call('HDEL', KEYS[14], tid)
-redis.call('ZREM', KEYS[13], tid)
-changed(KEYS[15], tid)
-redis.call('SET', KEYS[16], 'ok', 'EX', ARGV[4])
+redis.call('HDEL', KEYS[13], tid)
+redis.call('HDEL', KEYS[15], tid)
+redis.call('ZREM', KEYS[14], tid)
+changed(KEYS[16], tid)
+redis.call('SET', KEYS[17], 'ok', 'EX', ARGV[4])
 return {'ok'}
 """
 )
@@ -335,29 +337,29 @@ CAS = (
     + """
 -- One hash field, compare-and-set: the caller read the field, decided in Python, and
 -- writes only if nobody changed it meanwhile (else 'conflict': it reads and decides again).
--- KEYS: rec, msgs, extra, runs, pending, hash, leases, changes, write, index
+-- KEYS: scope (11), hash, leases, changes, write, index
 -- ARGV: thread_id, owner, field, expect ('0' absent, '1' equal to ARGV[5]), expected,
 --       op ('set' / 'del' / 'keep': only the checks, nothing written), new, holder, now,
 --       ttl, touch ('1' bumps the index)
 local tid, field, expect, expected, op, new = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local holder, now, ttl, touch = ARGV[8], ARGV[9], ARGV[10], ARGV[11]
-local state, refused = begin(KEYS[9])
+local state, refused = begin(KEYS[15])
 if refused then return refused end
-local lost = fence(KEYS[7], tid, holder, now)
+local lost = fence(KEYS[13], tid, holder, now)
 if lost then return lost end
-local current = redis.call('HGET', KEYS[6], field)
+local current = redis.call('HGET', KEYS[12], field)
 if expect == '0' and current then return {'conflict'} end
 if expect == '1' and current ~= expected then return {'conflict'} end
 if op == 'keep' then return {'ok'} end
 if op == 'set' then
   adopt(state, now)
-  redis.call('HSET', KEYS[6], field, new)
+  redis.call('HSET', KEYS[12], field, new)
 else
-  redis.call('HDEL', KEYS[6], field)
+  redis.call('HDEL', KEYS[12], field)
 end
-if touch == '1' then redis.call('ZADD', KEYS[10], now, tid) end
-changed(KEYS[8], tid)
-redis.call('SET', KEYS[9], op == 'set' and new or '', 'EX', ttl)
+if touch == '1' then redis.call('ZADD', KEYS[16], now, tid) end
+changed(KEYS[14], tid)
+redis.call('SET', KEYS[15], op == 'set' and new or '', 'EX', ttl)
 return {'ok'}
 """
 )
@@ -365,16 +367,16 @@ return {'ok'}
 SEND_COMMAND = (
     _PROLOGUE
     + """
--- KEYS: rec, msgs, extra, runs, pending, commands, command_seq, thread_commands, changes, write
+-- KEYS: scope (11), commands, command_seq, thread_commands, changes, write
 -- ARGV: thread_id, owner, now, record, ttl
-local state, refused = begin(KEYS[10])
+local state, refused = begin(KEYS[16])
 if refused then return refused end
 adopt(state, ARGV[3])
-local seq = redis.call('INCR', KEYS[7])
-redis.call('HSET', KEYS[6], seq, ARGV[4])
-redis.call('ZADD', KEYS[8], seq, seq)
-changed(KEYS[9], ARGV[1])
-redis.call('SET', KEYS[10], tostring(seq), 'EX', ARGV[5])
+local seq = redis.call('INCR', KEYS[13])
+redis.call('HSET', KEYS[12], seq, ARGV[4])
+redis.call('ZADD', KEYS[14], seq, seq)
+changed(KEYS[15], ARGV[1])
+redis.call('SET', KEYS[16], tostring(seq), 'EX', ARGV[5])
 return {'ok', tostring(seq)}
 """
 )
@@ -383,22 +385,22 @@ LIVE_APPEND = (
     _PROLOGUE
     + """
 -- Each event's stream id is 0-{seq}, seq from the store's counter: integer, increasing,
--- never reused after a prune. KEYS: rec, msgs, extra, runs, pending, live, live_seq, changes, write
+-- never reused after a prune. KEYS: scope (11), live, live_seq, changes, write
 -- ARGV: thread_id, owner, has_run, run_id, at, keep, ttl, events...
-local state, refused = begin(KEYS[9])
+local state, refused = begin(KEYS[15])
 if refused then return refused end
 adopt(state, ARGV[5])
 for i = 8, #ARGV do
-  local seq = redis.call('INCR', KEYS[7])
+  local seq = redis.call('INCR', KEYS[13])
   if ARGV[3] == '1' then
-    redis.call('XADD', KEYS[6], '0-' .. seq, 'd', ARGV[i], 'at', ARGV[5], 'r', ARGV[4])
+    redis.call('XADD', KEYS[12], '0-' .. seq, 'd', ARGV[i], 'at', ARGV[5], 'r', ARGV[4])
   else
-    redis.call('XADD', KEYS[6], '0-' .. seq, 'd', ARGV[i], 'at', ARGV[5])
+    redis.call('XADD', KEYS[12], '0-' .. seq, 'd', ARGV[i], 'at', ARGV[5])
   end
 end
-redis.call('XTRIM', KEYS[6], 'MAXLEN', ARGV[6])
-changed(KEYS[8], ARGV[1])
-redis.call('SET', KEYS[9], 'ok', 'EX', ARGV[7])
+redis.call('XTRIM', KEYS[12], 'MAXLEN', ARGV[6])
+changed(KEYS[14], ARGV[1])
+redis.call('SET', KEYS[15], 'ok', 'EX', ARGV[7])
 return {'ok'}
 """
 )
@@ -406,10 +408,10 @@ return {'ok'}
 PRUNE_LIVE = (
     _PROLOGUE
     + """
--- KEYS: rec, msgs, extra, runs, pending, live, changes    ARGV: thread_id, owner
+-- KEYS: scope (11), live, changes    ARGV: thread_id, owner
 -- (deleting twice deletes nothing: no write id needed)
 if scope() == 'unavailable' then return {'unavailable'} end
-if redis.call('DEL', KEYS[6]) == 1 then changed(KEYS[7], ARGV[1]) end
+if redis.call('DEL', KEYS[12]) == 1 then changed(KEYS[13], ARGV[1]) end
 return {'ok'}
 """
 )
@@ -419,10 +421,10 @@ FIELD = (
     + _SCOPE
     + """
 -- What a compare-and-set decides on: the thread's scope and one hash field.
--- KEYS: rec, msgs, extra, runs, pending, hash    ARGV: thread_id, owner, field
+-- KEYS: scope (11), hash    ARGV: thread_id, owner, field
 local state = scope()
 if state == 'unavailable' then return {'unavailable'} end
-return {state, redis.call('HGET', KEYS[6], ARGV[3])}
+return {state, redis.call('HGET', KEYS[12], ARGV[3])}
 """
 )
 
@@ -431,7 +433,7 @@ EXTRA_READ = (
     + _SCOPE
     + """
 -- What save_extra merges into: the scope, the extra's revision and its text.
--- KEYS: rec, msgs, extra, runs, pending    ARGV: thread_id, owner
+-- KEYS: scope (11)    ARGV: thread_id, owner
 local state = scope()
 if state == 'unavailable' then return {'unavailable'} end
 return {state, redis.call('HGET', KEYS[1], 'xrev') or '0', redis.call('GET', KEYS[3])}
@@ -443,7 +445,7 @@ LOAD = (
     + _SCOPE
     + """
 -- One thread in one consistent view, 0 when it is not this owner's (as for a missing one).
--- KEYS: rec, msgs, extra, runs, pending, journal    ARGV: thread_id, owner, first list index
+-- KEYS: scope (11; the journal is KEYS[6])   ARGV: thread_id, owner, first list index
 if scope() ~= 'ok' then return 0 end
 return {
   redis.call('LRANGE', KEYS[2], tonumber(ARGV[3]), -1), redis.call('GET', KEYS[3]), redis.call('HGETALL', KEYS[4]),
@@ -457,7 +459,7 @@ META = (
     + _SCOPE
     + """
 -- The thread's record (flat HGETALL, maybe empty for a thread that keeps none), 0 when
--- the thread is missing or not this owner's.   KEYS: rec, msgs, extra, runs, pending
+-- the thread is missing or not this owner's.   KEYS: scope (11)
 -- ARGV: thread_id, owner
 if scope() ~= 'ok' then return 0 end
 return redis.call('HGETALL', KEYS[1])

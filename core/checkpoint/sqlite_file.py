@@ -253,7 +253,8 @@ class SQLiteFile:
         return (
             "This database was written by another program (cubeloop) or an older version and is open "
             "for browsing only. To write to it, cubepi-tui adds its own tables beside the existing ones "
-            "and switches the file to WAL journaling; no existing row is changed and cubeloop can still "
+            "(and triggers that give each new thread a record there) and switches the file to WAL "
+            "journaling; no existing row is changed and cubeloop can still "
             "read and write it. Its threads stay without an owner: --unowned opens them. Upgrade now?"
         )
 

@@ -5,7 +5,8 @@ A store is opened for one owner (:mod:`core.owners`); a thread's owner is the ``
 column of its row in ``cubepi_thread_records``, and a thread without a row (written by
 cubeloop, or by cubepi-tui before schema v3) or whose ``owner`` is ``NULL`` is unowned
 (:data:`~core.owners.UNOWNED`, the empty string). So "thread X is this owner's" is one SQL
-expression, :func:`owned`, compared with the ``:owner`` parameter inside each query itself:
+expression, :func:`owned`, compared with the ``:owner`` parameter inside each query itself
+(a read of one thread's rows asks it once, through :func:`this_thread`):
 another owner's rows are never read, and a foreign thread answers exactly like a missing one.
 
 Queries that use it bind named parameters (``:thread``, ``:owner``, ...), so the predicate
@@ -22,11 +23,8 @@ import sqlite3
 import time
 
 from core.checkpoint.base import thread_unavailable
-from core.checkpoint.sqlite_schema import RECORDS, Layout
-
-THREAD_TABLES = ("messages", "thread_extra", "runs", "thread_pending_request")
-"""cubeloop's tables whose rows make a thread exist (with a record of ours, the thread's
-whole presence). ``thread_hitl_answers`` only ever follows a pending request."""
+from core.checkpoint.sqlite_schema import EVERY_THREAD_RECORDED, RECORDS, THREAD_TABLES, Layout
+from core.owners import UNOWNED
 
 LISTED_TABLES = ("messages", "thread_extra", "runs")
 """The tables whose threads ``list_threads`` lists (and :func:`unowned_count` counts)."""
@@ -44,6 +42,37 @@ def owned(layout: Layout, thread: str = ":thread") -> str:
     """SQL that is true when the thread named by ``thread`` belongs to the owner bound as
     ``:owner`` (see :func:`owner_of`); the predicate every read of a thread's rows carries."""
     return f"{owner_of(layout, thread)} = :owner"
+
+
+def this_thread(layout: Layout) -> str:
+    """SQL for the thread id bound as ``:thread`` when that thread is ``:owner``'s (see
+    :func:`owned`), else ``NULL``: the owner predicate of a read of one thread's rows, as
+    ``WHERE thread_id = {this_thread(layout)}``. SQLite computes it once, before the index
+    seek, and a seek for ``NULL`` ends at once, so another owner's thread costs what a missing
+    one does whatever its size (the predicate beside ``thread_id = :thread`` would be tested
+    on every row the seek walks)."""
+    return f"CASE WHEN {owned(layout)} THEN :thread END"
+
+
+def threads_of(layout: Layout) -> str:
+    """SQL of a subquery whose column ``thread_id`` lists every thread of the owner bound as
+    ``:owner``, for the reads of many threads (the listing, all leases): driven from it
+    (``FROM ({threads_of}) AS mine CROSS JOIN t ON t.thread_id = mine.thread_id``, the
+    ``CROSS JOIN`` keeping it the outer loop), they do work for this owner's threads alone,
+    however many threads others have. From v4 every thread has a record, so this is one
+    seek in the records' ``(owner, thread_id)`` index. A file from before v4 (browsed) may
+    hold threads without a record: there the unowned scope also walks the listed tables for
+    them (correct, slower, and only in that scope); a file without records has only those."""
+    listed = " UNION ".join(f"SELECT thread_id FROM {t}" for t in LISTED_TABLES if layout.has(t))
+    if not layout.has(RECORDS):
+        return f"SELECT thread_id FROM ({listed or 'SELECT NULL AS thread_id WHERE 0'}) WHERE '' = :owner"
+    recorded = f"SELECT thread_id FROM {RECORDS} WHERE owner IS nullif(:owner, '')"
+    if (layout.version or 0) >= EVERY_THREAD_RECORDED or not listed:
+        return recorded
+    return (
+        f"{recorded} UNION SELECT thread_id FROM ({listed}) AS listed WHERE :owner = ''"
+        f" AND NOT EXISTS (SELECT 1 FROM {RECORDS} AS r WHERE r.thread_id = listed.thread_id)"
+    )
 
 
 def exists(layout: Layout | None, thread: str = ":thread", tables: tuple[str, ...] = THREAD_TABLES) -> str:
@@ -88,11 +117,12 @@ def admit(c: sqlite3.Connection, thread_id: str, owner: str, now: float | None =
 
 
 def unowned_count(c: sqlite3.Connection, layout: Layout) -> int:
-    """How many listed threads (messages, extra or runs) record no owner; one query."""
-    sources = [f"SELECT thread_id FROM {t}" for t in LISTED_TABLES if layout.has(t)]
-    if not sources:
+    """How many listed threads (messages, extra or runs) record no owner; one query, over
+    the unowned threads alone (:func:`threads_of` for the unowned scope)."""
+    listed = [f"EXISTS (SELECT 1 FROM {t} WHERE thread_id = unowned.thread_id)" for t in LISTED_TABLES if layout.has(t)]
+    if not listed:
         return 0
     row = c.execute(
-        f"SELECT count(*) FROM ({' UNION '.join(sources)}) AS listed WHERE {owner_of(layout, 'listed.thread_id')} = ''"
+        f"SELECT count(*) FROM ({threads_of(layout)}) AS unowned WHERE {' OR '.join(listed)}", {"owner": UNOWNED}
     ).fetchone()
     return int(row[0])

@@ -31,7 +31,7 @@ from core.checkpoint.base import (
     run_never_claimed,
     run_taken,
 )
-from core.checkpoint.sqlite_owners import admit, owned
+from core.checkpoint.sqlite_owners import admit, owned, this_thread, threads_of
 from core.checkpoint.sqlite_records import read_meta
 from core.checkpoint.sqlite_schema import RECORDS, Layout, read_txn, write_txn
 from core.checkpoint.sqlite_supervised import BeforeCommit, all_leases, fence, read_journal
@@ -60,12 +60,12 @@ def load(
     tool journal and the thread's record, of ``owner``'s thread, from one read snapshot;
     another owner's thread reads as a missing one (every query carries the owner)."""
     args = {"thread": thread_id, "owner": owner, "after": -1 if after_id is None else after_id}
-    mine = owned(layout)
+    mine = this_thread(layout)
     with read_txn(c):
         rows = (
             c.execute(
                 "SELECT id, CAST(message_json AS BLOB) FROM messages"
-                f" WHERE thread_id = :thread AND id > :after AND {mine} ORDER BY id",
+                f" WHERE thread_id = {mine} AND id > :after ORDER BY id",
                 args,
             ).fetchall()
             if layout.has("messages")
@@ -75,7 +75,7 @@ def load(
         if layout.has("thread_extra"):
             parent = "parent_thread_id" if layout.has("thread_extra", "parent_thread_id") else "NULL"
             extra_row = c.execute(
-                f"SELECT extra_json, {parent} FROM thread_extra WHERE thread_id = :thread AND {mine}", args
+                f"SELECT extra_json, {parent} FROM thread_extra WHERE thread_id = {mine}", args
             ).fetchone()
         runs = [run for _, run in runs_of(c, layout, owner, thread_id)]
         journal = read_journal(c, layout, owner, thread_id)
@@ -173,12 +173,12 @@ def pending_requests(
     if not layout.has("thread_pending_request"):
         return {}
     run = "run_id" if layout.has("thread_pending_request", "run_id") else "NULL"
-    sql = f"SELECT thread_id, request_json, {run}, created_at FROM thread_pending_request AS p"
+    sql = f"SELECT p.thread_id, request_json, {run}, created_at FROM "
     args = {"thread": thread_id, "owner": owner}
     if thread_id is not None:
-        sql += f" WHERE p.thread_id = :thread AND {owned(layout)}"
+        sql += f"thread_pending_request AS p WHERE p.thread_id = {this_thread(layout)}"
     else:
-        sql += f" WHERE {owned(layout, 'p.thread_id')}"
+        sql += f"({threads_of(layout)}) AS mine CROSS JOIN thread_pending_request AS p ON p.thread_id = mine.thread_id"
     return {
         tid: PendingRequest(str(raw), run_id, julianday_to_unix(created) if isinstance(created, (int, float)) else None)
         for tid, raw, run_id, created in c.execute(sql, args)
@@ -285,12 +285,12 @@ def runs_of(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | 
     on none yet), so cubeloop's rows read right too."""
     if not layout.has("runs"):
         return []
-    sql = "SELECT thread_id, run_id, claimed_at, completed_at, completion_seq FROM runs"
+    sql = "SELECT runs.thread_id, run_id, claimed_at, completed_at, completion_seq FROM "
     args = {"thread": thread_id, "owner": owner}
     if thread_id is not None:
-        sql += f" WHERE runs.thread_id = :thread AND {owned(layout)}"
+        sql += f"runs WHERE runs.thread_id = {this_thread(layout)}"
     else:
-        sql += f" WHERE {owned(layout, 'runs.thread_id')}"
+        sql += f"({threads_of(layout)}) AS mine CROSS JOIN runs ON runs.thread_id = mine.thread_id"
     return [
         (
             tid,
@@ -302,7 +302,7 @@ def runs_of(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | 
                 revision=1 if completed is None else 2,
             ),
         )
-        for tid, run_id, claimed, completed, seq in c.execute(sql + " ORDER BY rowid", args)
+        for tid, run_id, claimed, completed, seq in c.execute(sql + " ORDER BY runs.rowid", args)
     ]
 
 
@@ -310,29 +310,33 @@ def list_threads(c: sqlite3.Connection, layout: Layout, owner: str) -> list[Thre
     """Every thread of ``owner``'s with messages, runs or extra, most recently active first,
     in one snapshot.
 
-    A handful of queries whatever the number of threads, each with the owner predicate in
-    it (one primary-key probe per thread or per tail row); each summary carries its lease.
+    A handful of queries whatever the number of threads, each driven from this owner's
+    threads (:func:`~core.checkpoint.sqlite_owners.threads_of`), so the work grows with
+    their number and size only, never with other owners' threads; each summary carries its lease.
     """
     stats: dict[str, tuple[int, int, int, float | None]] = {}
     tails: dict[str, list[tuple[int, bytes]]] = {}
     firsts: dict[str, tuple[int, bytes]] = {}
     args: dict[str, Any] = {"owner": owner, "window": _TAIL_WINDOW}
+    mine = threads_of(layout)
     with read_txn(c):
         if layout.has("messages"):
             for tid, count, first_id, last_id, last_at in c.execute(
                 "SELECT s.thread_id, s.n, s.first_id, s.last_id, m.created_at FROM"
-                " (SELECT thread_id, COUNT(*) AS n, MIN(id) AS first_id, MAX(id) AS last_id"
-                "  FROM messages GROUP BY thread_id) AS s JOIN messages AS m ON m.id = s.last_id"
-                f" WHERE {owned(layout, 's.thread_id')}",
+                " (SELECT mine.thread_id, COUNT(*) AS n, MIN(x.id) AS first_id, MAX(x.id) AS last_id"
+                f"  FROM ({mine}) AS mine CROSS JOIN messages AS x ON x.thread_id = mine.thread_id"
+                "  GROUP BY mine.thread_id) AS s JOIN messages AS m ON m.id = s.last_id",
                 args,
             ):
                 stats[tid] = (count, first_id, last_id, julianday_to_unix(last_at))
-            # The last few rows of every thread in one query: numbering runs on (thread_id, id)
-            # only, so the JSON of older rows is never read.
+            # The last few rows of every thread in one query: each thread's window starts at
+            # the id :window rows from its end (a walk of the (thread_id, id) index), so the
+            # JSON of older rows is never read.
             for row_id, tid, raw in c.execute(
-                "SELECT id, thread_id, CAST(message_json AS BLOB) FROM messages WHERE id IN"
-                " (SELECT id FROM (SELECT id, thread_id, ROW_NUMBER() OVER (PARTITION BY thread_id ORDER BY id DESC)"
-                f"  AS rn FROM messages) AS w WHERE rn <= :window AND {owned(layout, 'w.thread_id')}) ORDER BY id",
+                "SELECT x.id, x.thread_id, CAST(x.message_json AS BLOB)"
+                f" FROM ({mine}) AS mine CROSS JOIN messages AS x ON x.thread_id = mine.thread_id"
+                " AND x.id >= coalesce((SELECT w.id FROM messages AS w WHERE w.thread_id = mine.thread_id"
+                "  ORDER BY w.id DESC LIMIT 1 OFFSET :window - 1), 0) ORDER BY x.id",
                 args,
             ):
                 tails.setdefault(tid, []).append((row_id, raw))
@@ -350,7 +354,9 @@ def list_threads(c: sqlite3.Connection, layout: Layout, owner: str) -> list[Thre
             [
                 r[0]
                 for r in c.execute(
-                    f"SELECT thread_id FROM thread_extra WHERE {owned(layout, 'thread_extra.thread_id')}", args
+                    f"SELECT e.thread_id FROM ({mine}) AS mine CROSS JOIN thread_extra AS e"
+                    " ON e.thread_id = mine.thread_id",
+                    args,
                 )
             ]
             if layout.has("thread_extra")
@@ -399,16 +405,16 @@ def _tail_of(
         return messages, problems
     # The window held no reply: look further back, newest first, by the stored role.
     args = {"thread": thread_id, "owner": owner, "older": window[0][0] if window else None}
-    mine = owned(layout)
+    mine = this_thread(layout)
     found = c.execute(
-        "SELECT id FROM messages WHERE thread_id = :thread AND id < :older AND json_valid(message_json)"
-        f" AND json_extract(message_json, '$.role') = 'assistant' AND {mine} ORDER BY id DESC LIMIT 1",
+        f"SELECT id FROM messages WHERE thread_id = {mine} AND id < :older AND json_valid(message_json)"
+        " AND json_extract(message_json, '$.role') = 'assistant' ORDER BY id DESC LIMIT 1",
         args,
     ).fetchone()
     args["start"] = found[0] if found else 0
     rows = c.execute(
         "SELECT id, CAST(message_json AS BLOB) FROM messages"
-        f" WHERE thread_id = :thread AND id >= :start AND id < :older AND {mine} ORDER BY id",
+        f" WHERE thread_id = {mine} AND id >= :start AND id < :older ORDER BY id",
         args,
     ).fetchall()
     more, _, more_problems = decode_rows(rows, thread_id)
@@ -425,8 +431,9 @@ def _first_prompt(
         message = decoded[0] if decoded else None
     if not isinstance(message, UserMessage):
         row = c.execute(
-            "SELECT id, CAST(message_json AS BLOB) FROM messages WHERE thread_id = :thread AND json_valid(message_json)"
-            f" AND json_extract(message_json, '$.role') = 'user' AND {owned(layout)} ORDER BY id LIMIT 1",
+            "SELECT id, CAST(message_json AS BLOB) FROM messages"
+            f" WHERE thread_id = {this_thread(layout)} AND json_valid(message_json)"
+            " AND json_extract(message_json, '$.role') = 'user' ORDER BY id LIMIT 1",
             {"thread": thread_id, "owner": owner},
         ).fetchone()
         decoded = decode_rows([row], thread_id)[0] if row else []

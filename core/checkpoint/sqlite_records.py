@@ -29,15 +29,11 @@ from core.checkpoint.base import (
     step_refusal,
     thread_unavailable,
 )
-from core.checkpoint.sqlite_owners import admit, exists, owned
+from core.checkpoint.sqlite_owners import admit, exists, owned, this_thread
 from core.checkpoint.sqlite_schema import (
-    COMMANDS,
-    JOBS,
-    JOURNAL,
-    LEASES,
-    LIVE_EVENTS,
     RECORDS,
     STEPS,
+    THREAD_TABLES,
     Layout,
     read_txn,
     write_txn,
@@ -227,7 +223,7 @@ def step_get(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, 
     if not layout.has(STEPS):
         return None
     row = c.execute(
-        f"SELECT {_STEP_COLUMNS} FROM {STEPS} WHERE thread_id = :thread AND key = :key AND {owned(layout)}",
+        f"SELECT {_STEP_COLUMNS} FROM {STEPS} WHERE thread_id = {this_thread(layout)} AND key = :key",
         {"thread": thread_id, "key": key, "owner": owner},
     ).fetchone()
     return None if row is None else _step(row)
@@ -238,7 +234,7 @@ def list_steps(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str
     if not layout.has(STEPS):
         return []
     rows = c.execute(
-        f"SELECT {_STEP_COLUMNS} FROM {STEPS} WHERE thread_id = :thread AND {owned(layout)} ORDER BY key",
+        f"SELECT {_STEP_COLUMNS} FROM {STEPS} WHERE thread_id = {this_thread(layout)} ORDER BY key",
         {"thread": thread_id, "owner": owner},
     )
     return [_step(row) for row in rows]
@@ -246,20 +242,7 @@ def list_steps(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str
 
 # --- deleting a thread ------------------------------------------------------------------------
 
-_THREAD_ROWS = (
-    "messages",
-    "thread_extra",
-    "runs",
-    "thread_pending_request",
-    "thread_hitl_answers",
-    JOURNAL,
-    JOBS,
-    STEPS,
-    LIVE_EVENTS,
-    COMMANDS,
-    LEASES,
-    RECORDS,
-)
+_THREAD_ROWS = (*THREAD_TABLES, "thread_hitl_answers", RECORDS)
 """Every table holding rows of a thread (a writable file has them all)."""
 
 

@@ -14,6 +14,10 @@
   committed progress), and a ``revision`` column on jobs, leases and commands. No row is
   added for the threads already there, so every earlier thread (ours before v3, and
   cubeloop's) is unowned (:data:`core.owners.UNOWNED`).
+* v4: a record for every thread: one without owner for each thread already there (so they
+  stay unowned), an index on the records' ``(owner, thread_id)``, and triggers on
+  cubeloop's tables that give a thread cubeloop writes its record (without owner). An
+  owner's threads, and the unowned ones, are then read from that index alone.
 
 Only :mod:`core.checkpoint.sqlite` and its ``sqlite_*`` helpers import this module.
 """
@@ -119,10 +123,57 @@ def _v3_owners_revisions_steps(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE {table} ADD COLUMN revision INTEGER NOT NULL DEFAULT 1")
 
 
+THREAD_TABLES = (
+    "messages",
+    "thread_extra",
+    "runs",
+    "thread_pending_request",
+    JOURNAL,
+    JOBS,
+    STEPS,
+    LIVE_EVENTS,
+    COMMANDS,
+    LEASES,
+)
+"""The tables whose rows make a thread exist (with its record, the thread's whole presence):
+cubeloop's and ours, since a thread of before v3 may have rows only in ours (a finished
+job, a pending command). ``thread_hitl_answers`` only ever follows a pending request."""
+
+RECORDED_BY_TRIGGER = ("messages", "thread_extra", "runs", "thread_pending_request")
+"""cubeloop's tables whose new rows give their thread a record (no owner) when it has none,
+from v4: cubeloop writes them without one, and our own writes make the record first."""
+
+EVERY_THREAD_RECORDED = 4
+"""The schema version from which every thread has a row in ``cubepi_thread_records``."""
+
+
+def _v4_a_record_for_every_thread(db: sqlite3.Connection) -> None:
+    """Every thread gets a record: those already in the file one without owner (they stay
+    unowned), cubeloop's new ones one by trigger, so that an owner's threads, and the
+    unowned ones, are found from the records' owner index alone, never by walking every
+    thread of every owner. No existing row is changed."""
+    db.execute(f"CREATE INDEX IF NOT EXISTS ix_{RECORDS}_owner ON {RECORDS} (owner, thread_id)")
+    present = " UNION ".join(f"SELECT thread_id FROM {t}" for t in THREAD_TABLES if columns(db, t))
+    db.execute(
+        f"INSERT INTO {RECORDS} (thread_id) SELECT thread_id FROM ({present}) AS found WHERE thread_id IS NOT NULL"
+        f" AND NOT EXISTS (SELECT 1 FROM {RECORDS} AS r WHERE r.thread_id = found.thread_id)"
+    )
+    for table in RECORDED_BY_TRIGGER:
+        # A plain INSERT under a WHEN: the conflict policy of the statement that fired the
+        # trigger (cubeloop's INSERT OR REPLACE) would otherwise apply to it and could
+        # replace an existing record.
+        db.execute(
+            f"CREATE TRIGGER IF NOT EXISTS cubepi_record_{table} AFTER INSERT ON {table}"
+            f" WHEN NOT EXISTS (SELECT 1 FROM {RECORDS} WHERE thread_id = NEW.thread_id)"
+            f" BEGIN INSERT INTO {RECORDS} (thread_id) VALUES (NEW.thread_id); END"
+        )
+
+
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
     _v1_cubeloop_tables_and_thread_index,
     _v2_supervision_tables,
     _v3_owners_revisions_steps,
+    _v4_a_record_for_every_thread,
 ]
 """Ordered migrations: applying ``MIGRATIONS[i]`` brings a file to schema version ``i + 1``.
 

@@ -38,7 +38,7 @@ from core.checkpoint.base import (
     no_such_command,
     revision_conflict,
 )
-from core.checkpoint.sqlite_owners import admit, owned
+from core.checkpoint.sqlite_owners import admit, owned, this_thread, threads_of
 from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, Layout, write_txn
 
 BeforeCommit = Callable[[str, sqlite3.Connection], None]
@@ -98,7 +98,7 @@ def read_journal(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: s
     if not layout.has(JOURNAL):
         return None
     rows = c.execute(
-        f"SELECT {_JOURNAL_COLUMNS} FROM {JOURNAL} WHERE thread_id = :thread AND {owned(layout)} ORDER BY rowid",
+        f"SELECT {_JOURNAL_COLUMNS} FROM {JOURNAL} WHERE thread_id = {this_thread(layout)} ORDER BY rowid",
         {"thread": thread_id, "owner": owner},
     )
     return {row[0]: JournalEntry(*row) for row in rows}
@@ -179,7 +179,7 @@ def job_get(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, k
     revision = "revision" if layout.has(JOBS, "revision") else "1"
     row = c.execute(
         f"SELECT {_JOB_COLUMNS.replace('revision', revision)} FROM {JOBS}"
-        f" WHERE thread_id = :thread AND key = :key AND {owned(layout)}",
+        f" WHERE thread_id = {this_thread(layout)} AND key = :key",
         {"thread": thread_id, "key": key, "owner": owner},
     ).fetchone()
     return None if row is None else _job_record(row)
@@ -326,7 +326,7 @@ def get_lease(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str)
     if not layout.has(LEASES):
         return None
     row = c.execute(
-        f"SELECT {_lease_columns(layout)} FROM {LEASES} WHERE thread_id = :thread AND {owned(layout)}",
+        f"SELECT {_lease_columns(layout)} FROM {LEASES} WHERE thread_id = {this_thread(layout)}",
         {"thread": thread_id, "owner": owner},
     ).fetchone()
     return None if row is None else Lease(*row)
@@ -337,7 +337,8 @@ def all_leases(c: sqlite3.Connection, layout: Layout, owner: str) -> dict[str, L
     if not layout.has(LEASES):
         return {}
     rows = c.execute(
-        f"SELECT {_lease_columns(layout)} FROM {LEASES} WHERE {owned(layout, f'{LEASES}.thread_id')} ORDER BY thread_id",
+        f"SELECT {_lease_columns(layout)} FROM ({threads_of(layout)}) AS mine"
+        f" CROSS JOIN {LEASES} USING (thread_id) ORDER BY thread_id",
         {"owner": owner},
     )
     return {row[0]: Lease(*row) for row in rows}
@@ -400,7 +401,7 @@ def read_live_events(
         return []
     rows = c.execute(
         f"SELECT seq, run_id, data_json, at FROM {LIVE_EVENTS}"
-        f" WHERE thread_id = :thread AND seq > :after AND {owned(layout)} ORDER BY seq",
+        f" WHERE thread_id = {this_thread(layout)} AND seq > :after ORDER BY seq",
         {"thread": thread_id, "after": after_seq, "owner": owner},
     )
     return [LiveEvent(seq, thread_id, run_id, live_event_data(text), at) for seq, run_id, text, at in rows]
@@ -486,7 +487,7 @@ def list_commands(
     if not layout.has(COMMANDS):
         return []
     columns = _COMMAND_COLUMNS if layout.has(COMMANDS, "revision") else _COMMAND_COLUMNS.replace("revision", "1")
-    sql = f"SELECT {columns} FROM {COMMANDS} WHERE thread_id = :thread AND seq > :after AND {owned(layout)}"
+    sql = f"SELECT {columns} FROM {COMMANDS} WHERE thread_id = {this_thread(layout)} AND seq > :after"
     args: dict[str, Any] = {"thread": thread_id, "after": after, "owner": owner}
     if statuses is not None:
         sql += f" AND status IN ({','.join(f':s{i}' for i in range(len(statuses)))})" if statuses else " AND 0"

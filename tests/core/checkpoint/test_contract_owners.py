@@ -314,6 +314,32 @@ async def test_the_unowned_scope_is_an_owner_of_its_own(checkpointer: Any, reope
     assert await alice.unowned_count() == 2
 
 
+OUR_RECORDS_ONLY = (
+    "record_tool_event",
+    "job_begin",
+    "acquire_lease",
+    "append_live_events",
+    "send_command",
+    "step_begin",
+)
+"""Creating writes that give a thread rows of ours only (none of cubeloop's)."""
+
+
+@pytest.mark.parametrize("write", OUR_RECORDS_ONLY)
+async def test_an_unowned_thread_of_our_records_only_is_no_named_owners_to_take(
+    checkpointer: Any, reopen: Reopen, write: str
+) -> None:
+    alice, unowned = checkpointer, await reopen(UNOWNED)
+    await CREATING_WRITES[write](unowned, "ours")
+    assert (await unowned.load_meta("ours")).owner == UNOWNED
+    for attempt in ("append", "send_command", write):
+        with pytest.raises(ThreadNotFoundError) as refused:
+            await CREATING_WRITES[attempt](alice, "ours")
+        assert str(refused.value) == str(thread_unavailable("ours", ALICE))
+    assert await alice.load_meta("ours") is None
+    assert (await unowned.load_meta("ours")).owner == UNOWNED
+
+
 # --- revisions --------------------------------------------------------------------------------
 
 

@@ -207,7 +207,7 @@ async def test_a_database_created_here_has_cubeloops_schema_exactly() -> None:
             triggers = {r[0] for r in await conn.fetch("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
         finally:
             await conn.close()
-        assert triggers == {"cubepi_tui_bump", "cubepi_tui_count_messages"}
+        assert triggers == {"cubepi_tui_bump", "cubepi_tui_count_messages", "cubepi_tui_record_thread"}
         assert len([p for p in ours["partitions"] if p[0] == "cubepi_messages"]) == 64
         assert ours["versions"] == [(5,)]
 

@@ -10,6 +10,7 @@ The shared contract of owners (every backend) is ``test_contract_owners.py``.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 import uuid
@@ -142,6 +143,75 @@ async def test_a_store_of_the_previous_version_migrates_its_threads_as_unowned(m
             await unowned.close()
 
 
+async def test_a_v2_thread_with_rows_only_in_our_tables_is_not_taken_by_a_named_owner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A v2 database's thread whose rows are all ours (its journal and live events through
+    v2's write functions, an expired lease, a finished job, a pending command; no thread row
+    of cubeloop's) exists: after the upgrade it is the unowned scope's, and each named
+    owner's write to it is refused with the sentence of a foreign thread and writes nothing."""
+    async with postgres_database("v2-ours") as url:
+        with monkeypatch.context() as patched:
+            patched.setattr(postgres_schema, "MIGRATIONS", postgres_schema.MIGRATIONS[:2])
+            await (await PostgresCheckpointer.open(url, create=True)).close()
+        now = time.time()
+        conn = await asyncpg.connect(url, timeout=10)
+        try:
+            await conn.execute(
+                "SELECT cubepi_tui_tool_event($1, 'left', $2, NULL, 'c1', 'end', 'read', NULL, 'k1', $2)",
+                uuid.uuid4().hex,
+                now,
+            )
+            await conn.execute("SELECT cubepi_tui_live_events($1, 'left', $2, NULL, ARRAY['{}'], 10)", "w1", now)
+            await conn.execute(
+                "INSERT INTO cubepi_tui_leases VALUES ('left', 'h1', 1, 'host', NULL, $1, $1, $2)", now, now - 1
+            )
+            await conn.execute(
+                "INSERT INTO cubepi_tui_jobs (thread_id, key, status, result) VALUES ('left', 'k1', 'done', '42')"
+            )
+            await conn.execute(
+                "INSERT INTO cubepi_tui_commands (thread_id, kind, text, status, created_at, updated_at)"
+                " VALUES ('left', 'steer', 'go', 'pending', $1, $1)",
+                now,
+            )
+        finally:
+            await conn.close()
+        async with await PostgresCheckpointer.open(url, create=False, owner=UNOWNED) as unowned:
+            await unowned.upgrade()
+        tables = [*postgres_schema.OUR_DATA_TABLES, postgres_schema.STEPS, "cubepi_threads", "cubepi_messages"]
+
+        async def everything() -> dict[str, list[Any]]:
+            return {t: [tuple(r) for r in await _sql(url, f"SELECT * FROM {t} ORDER BY 1, 2")] for t in tables}
+
+        kept = await everything()
+        writes = {
+            "append": lambda s: s.append("left", [user_text("mine now?")]),
+            "save_extra": lambda s: s.save_extra("left", {"title": "mine"}),
+            "claim_run": lambda s: s.claim_run("left", "r9"),
+            "record_tool_event": lambda s: s.record_tool_event("left", "c1", "start"),
+            "job_begin": lambda s: s.job_begin("left", "k1"),
+            "acquire_lease": lambda s: s.acquire_lease(
+                Lease("left", "thief", 1, "box", None, now, now, now + 60), is_stale=lambda _: True
+            ),
+            "append_live_events": lambda s: s.append_live_events("left", None, [{"type": "x"}]),
+            "send_command": lambda s: s.send_command("left", "abort"),
+            "save_fingerprints": lambda s: s.save_fingerprints("left", Fingerprints("i", "a", {}), expected_revision=0),
+            "step_begin": lambda s: s.step_begin("left", "k1", input_fingerprint="f", workflow="w"),
+        }
+        async with await PostgresCheckpointer.open(url, create=False, owner="ann") as ann:
+            for name, write in writes.items():
+                with pytest.raises(ThreadNotFoundError) as refused:
+                    await write(ann)
+                assert str(refused.value) == str(thread_unavailable("left", "ann")), name
+            assert await ann.load_meta("left") is None and await ann.list_commands("left") == []
+        assert await everything() == kept, "a refused write wrote something"
+        owners = await _sql(url, f"SELECT owner FROM {postgres_schema.RECORDS} WHERE thread_id = 'left'")
+        assert [tuple(r) for r in owners] in ([], [(None,)]), "the leftover thread was given an owner"
+        async with await PostgresCheckpointer.open(url, create=False, owner=UNOWNED) as unowned:
+            assert [c.text for c in await unowned.list_commands("left")] == ["go"]
+            assert (await unowned.job_get("left", "k1")).status == "done"  # type: ignore[union-attr]
+
+
 async def test_a_cubeloop_store_migrates_with_its_threads_unowned_and_cubeloop_keeps_working() -> None:
     from cubeloop.checkpointer.postgres import PostgresCheckpointer as CubeloopPostgres
     from cubeloop.providers.base import TextContent, UserMessage
@@ -192,6 +262,57 @@ async def test_a_cubeloop_store_migrates_with_its_threads_unowned_and_cubeloop_k
         finally:
             await ann.close()
             await unowned.close()
+
+
+async def test_a_v3_database_lists_alike_before_and_after_v4_gives_every_thread_a_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A v3 database holds ann's thread (with its record) and one cubeloop wrote (none).
+    Browsed, each scope lists its own; the upgrade to v4 gives cubeloop's thread a record
+    without owner and leaves ann's as it was; afterwards a thread cubeloop starts gets one
+    by trigger, so it is the unowned scope's and ann can neither see nor take it."""
+    from cubeloop.checkpointer.postgres import PostgresCheckpointer as CubeloopPostgres
+    from cubeloop.providers.base import TextContent, UserMessage
+
+    async with postgres_database("v3") as url:
+        with monkeypatch.context() as patched:
+            patched.setattr(postgres_schema, "MIGRATIONS", postgres_schema.MIGRATIONS[:3])
+            async with await PostgresCheckpointer.open(url, create=True, owner="ann") as ann:
+                await ann.append("a1", [user_text("ann's, at v3")])
+        async with CubeloopPostgres(url) as theirs:
+            await theirs.append("c1", [UserMessage(content=[TextContent(text="cubeloop's")])])
+        records = f"SELECT thread_id, owner, created_at FROM {postgres_schema.RECORDS} ORDER BY 1"
+        ann_record = [tuple(r) for r in await _sql(url, records)]
+        assert [r[:2] for r in ann_record] == [("a1", "ann")]
+
+        async def listings() -> tuple[list[str], list[str], int]:
+            async with (
+                await PostgresCheckpointer.open(url, create=False, owner="ann") as ann,
+                await PostgresCheckpointer.open(url, create=False, owner=UNOWNED) as unowned,
+            ):
+                return (
+                    sorted(s.thread_id for s in await ann.list_threads()),
+                    sorted(s.thread_id for s in await unowned.list_threads()),
+                    await ann.unowned_count(),
+                )
+
+        assert await listings() == (["a1"], ["c1"], 1)  # browsed at v3
+        async with await PostgresCheckpointer.open(url, create=False, owner=UNOWNED) as unowned:
+            assert unowned.needs_upgrade
+            await unowned.upgrade()
+            assert unowned.schema_version == 4
+        assert [tuple(r) for r in await _sql(url, records)] == [*ann_record, ("c1", None, None)]
+        assert await listings() == (["a1"], ["c1"], 1)
+
+        async with CubeloopPostgres(url) as theirs:
+            await theirs.append("c2", [UserMessage(content=[TextContent(text="cubeloop's, after v4")])])
+            await theirs.append("a1", [UserMessage(content=[TextContent(text="cubeloop in ann's thread")])])
+        assert [tuple(r) for r in await _sql(url, records)] == [*ann_record, ("c1", None, None), ("c2", None, None)]
+        assert await listings() == (["a1"], ["c1", "c2"], 2)
+        async with await PostgresCheckpointer.open(url, create=False, owner="ann") as ann:
+            with pytest.raises(ThreadNotFoundError) as refused:
+                await ann.append("c2", [user_text("mine?")])
+            assert str(refused.value) == str(thread_unavailable("c2", "ann"))
 
 
 # --- a crash between the UPDATE and the COMMIT -------------------------------------------------
@@ -440,6 +561,78 @@ async def test_the_thread_listing_sends_the_same_queries_for_one_thread_or_many_
     finally:
         await bob.close()
         await ann.close()
+
+
+def _buffers(plan: dict[str, Any]) -> int:
+    """Shared buffers the executed plan touched (its top node counts every node under it)."""
+    top = plan["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
+
+async def _buffers_of(monkeypatch: pytest.MonkeyPatch, call: Any) -> int:
+    """The shared buffers every query of ``call()`` touches on the server, each measured by
+    running it under ``EXPLAIN (ANALYZE, BUFFERS)`` first, in the same transaction (the same
+    settings and snapshot), then for real: the work it does, free of timing noise."""
+    touched = [0]
+    methods = {name: getattr(asyncpg.connection.Connection, name) for name in ("fetch", "fetchrow", "fetchval")}
+
+    def measured(real: Any) -> Any:
+        async def run(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+            if query.lstrip().upper().startswith("SELECT"):
+                explained = await methods["fetchval"](self, f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}", *args)
+                touched[0] += sum(_buffers(plan) for plan in json.loads(explained))
+            return await real(self, query, *args, **kwargs)
+
+        return run
+
+    with monkeypatch.context() as patched:
+        for name, real in methods.items():
+            patched.setattr(asyncpg.connection.Connection, name, measured(real))
+        await call()
+    return touched[0]
+
+
+async def test_the_listing_and_unowned_count_do_the_same_work_however_many_threads_others_have(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Must have 1, "no timing or count leak in the picker": bob's listing and everyone's
+    unowned count start from the owner's threads (the records' owner index), so the buffers
+    they touch do not grow with the threads of other owners (named or none)."""
+    bob = await new_store("quiet", owner="bob")
+    unowned = await PostgresCheckpointer.open(bob.database_url, create=False, owner=UNOWNED)
+    alice = await PostgresCheckpointer.open(bob.database_url, create=False, owner="alice")
+    try:
+        await bob.append("b0", [user_text("bob's")])
+        await unowned.append("u0", [user_text("nobody's")])
+
+        async def work() -> tuple[int, int, int]:
+            async def listed(store: PostgresCheckpointer, expected: list[str]) -> None:
+                assert [s.thread_id for s in await store.list_threads()] == expected
+
+            async def counted() -> None:
+                assert await bob.unowned_count() == 1
+
+            return (
+                await _buffers_of(monkeypatch, lambda: listed(bob, ["b0"])),
+                await _buffers_of(monkeypatch, lambda: listed(unowned, ["u0"])),
+                await _buffers_of(monkeypatch, counted),
+            )
+
+        alone = await work()
+        for i in range(300):
+            await alice.append(f"a{i}", [user_text("alice's")])
+            await alice.claim_run(f"a{i}", "r1")
+        async with asyncpg.create_pool(bob.database_url, min_size=1, max_size=1) as pool:
+            await pool.execute("ANALYZE")  # statistics that show the other owners' many rows
+        crowded = await work()
+        for what, few, many in zip(
+            ("bob's listing", "the unowned listing", "unowned_count"), alone, crowded, strict=True
+        ):
+            assert many <= 2 * few, f"{what}: {many} buffers beside 300 of alice's threads, {few} without"
+    finally:
+        await alice.close()
+        await unowned.close()
+        await bob.close()
 
 
 # --- a compare-and-set write whose acknowledgement was lost -------------------------------------

@@ -34,7 +34,7 @@ from cubeloop.providers.base import TextContent as CubeText
 from cubeloop.providers.base import UserMessage as CubeUser
 
 from core.checkpoint import redis_schema
-from core.checkpoint.base import Lease, StepRecord, ThreadMeta, thread_unavailable
+from core.checkpoint.base import Fingerprints, Lease, StepRecord, ThreadMeta, thread_unavailable
 from core.checkpoint.redis import RedisCheckpointer
 from core.errors import ConflictError, ReadOnlyStoreError, ThreadNotFoundError
 from core.messages import AssistantMessage, TextContent, user_text
@@ -159,6 +159,55 @@ async def test_a_store_of_the_previous_schema_opens_browse_only_and_its_threads_
         data = await store.load("old")
         assert [m.text for m in data.messages][-1] == "after the upgrade"  # type: ignore[union-attr]
         assert (data.extra, data.extra_revision) == ({"title": "kept", "more": 1}, 1)  # type: ignore[union-attr]
+
+
+async def test_a_v2_thread_with_keys_only_of_ours_is_not_taken_by_a_named_owner(
+    place: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A v2 store's thread that has only keys of ours (its journal, a finished job, an
+    expired lease, live events, a pending command; no message list, extra, runs or pending
+    request) exists: after the upgrade it is the unowned scope's, and each named owner's
+    write to it is refused with the sentence of a foreign thread and writes nothing."""
+    url, prefix = place
+    now = time.time()
+    with monkeypatch.context() as patched:
+        patched.setattr(redis_schema, "MIGRATIONS", redis_schema.MIGRATIONS[:2])
+        async with await opened(place, UNOWNED) as store:
+            await store.record_tool_event("left", "c1", "end", tool_name="read", at=now)
+            await store.job_begin("left", "k1", "c1")
+            await store.job_finish("left", "k1", "done", 42)
+            await store.acquire_lease(Lease("left", "h1", 1, "host", None, now, now, now - 1), is_stale=lambda _: True)
+            await store.append_live_events("left", None, [{"type": "x"}])
+            await store.send_command("left", "steer", "go on")
+    async with admin(url) as client:
+        await client.delete(*[key async for key in client.scan_iter(match=f"{prefix}tui:rec:*")])
+    async with await opened(place, UNOWNED) as store:
+        await store.upgrade()
+    kept = await snapshot(place)
+    writes = {
+        "append": lambda s: s.append("left", [user_text("mine now?")]),
+        "save_extra": lambda s: s.save_extra("left", {"title": "mine"}),
+        "claim_run": lambda s: s.claim_run("left", "r9"),
+        "record_tool_event": lambda s: s.record_tool_event("left", "c1", "start"),
+        "job_begin": lambda s: s.job_begin("left", "k1"),
+        "acquire_lease": lambda s: s.acquire_lease(
+            Lease("left", "thief", 1, "box", None, now, now, now + 60), is_stale=lambda _: True
+        ),
+        "append_live_events": lambda s: s.append_live_events("left", None, [{"type": "x"}]),
+        "send_command": lambda s: s.send_command("left", "abort"),
+        "save_fingerprints": lambda s: s.save_fingerprints("left", Fingerprints("i", "a", {}), expected_revision=0),
+        "step_begin": lambda s: s.step_begin("left", "k1", input_fingerprint="f", workflow="w"),
+    }
+    async with await opened(place, "alice") as alice:
+        for name, write in writes.items():
+            with pytest.raises(ThreadNotFoundError) as refused:
+                await write(alice)
+            assert str(refused.value) == str(thread_unavailable("left", "alice")), name
+        assert await alice.load_meta("left") is None and await alice.list_commands("left") == []
+    assert await snapshot(place) == kept, "a refused write wrote something"
+    async with await opened(place, UNOWNED) as store:
+        assert [c.text for c in await store.list_commands("left")] == ["go on"]
+        assert (await store.job_get("left", "k1")).status == "done"  # type: ignore[union-attr]
 
 
 def cubeloop_thread(n: int) -> list[object]:

@@ -73,11 +73,16 @@ async def test_new_file_has_the_full_schema_in_wal(sqlite_path: Path) -> None:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        triggers = {r[0] for r in db.execute("SELECT tbl_name FROM sqlite_master WHERE type = 'trigger'")}
         assert db.execute("SELECT version FROM cubepi_schema").fetchall() == [(len(MIGRATIONS),)]
     assert {"messages", "thread_extra", "runs", "thread_pending_request", "thread_hitl_answers"} <= tables
     assert {"ix_runs_thread_completion", "ix_messages_thread_id"} <= indexes
-    assert tables >= SUPERVISION_TABLES | OWNER_TABLES and len(MIGRATIONS) == 3
+    assert tables >= SUPERVISION_TABLES | OWNER_TABLES and len(MIGRATIONS) == 4
     assert {"ix_cubepi_live_events_thread", "ix_cubepi_commands_thread_status"} <= indexes
+    assert "ix_cubepi_thread_records_owner" in indexes
+    assert triggers == {"messages", "thread_extra", "runs", "thread_pending_request"}, (
+        "cubeloop's new threads get a record"
+    )
 
 
 async def test_reopening_our_file_is_writable_at_once(sqlite_path: Path) -> None:

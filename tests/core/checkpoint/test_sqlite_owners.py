@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from core.checkpoint import sqlite_schema
-from core.checkpoint.base import CheckpointData, Fingerprints, Lease, StepRecord, ThreadMeta
+from core.checkpoint.base import CheckpointData, Fingerprints, Lease, StepRecord, ThreadMeta, thread_unavailable
 from core.checkpoint.sqlite import MIGRATIONS, SQLiteCheckpointer
 from core.checkpoint.sqlite_file import call
 from core.errors import ConflictError, ThreadNotFoundError
@@ -34,8 +34,8 @@ from tests.helpers.cubeloop_peer import CONTINUED, cubeloop_continue, cubeloop_l
 from tests.helpers.older_files import write_older_file
 from tests.helpers.sqlite_cas_child import CRASH_KEY, OWNER, RACE_KEY, THREAD, WORKFLOW
 
-PREVIOUS = len(MIGRATIONS) - 1
-"""The schema version before owners, revisions and steps."""
+PREVIOUS = 2
+"""The schema version before owners, revisions and steps (v3; v4 gave every thread a record)."""
 
 CHILD = [sys.executable, "-m", "tests.helpers.sqlite_cas_child"]
 
@@ -94,7 +94,9 @@ async def test_a_previous_version_file_is_unowned_browsed_and_upgraded(
                 (*r, 1) if table.startswith("cubepi_") else r for r in before
             ]
         with plain(sqlite_path) as db:
-            assert db.execute("SELECT count(*) FROM cubepi_thread_records").fetchone() == (0,), "no thread got an owner"
+            assert db.execute("SELECT count(*) FROM cubepi_thread_records WHERE owner IS NOT NULL").fetchone() == (
+                0,
+            ), "no thread got an owner"
 
         # After the upgrade the unowned scope writes, with revisions from where they were.
         assert await nobody.save_extra("old-a", {"more": 1}, expected_revision=0) == 1
@@ -609,3 +611,154 @@ async def test_qa9_the_listing_does_the_same_work_however_many_threads_others_ha
     assert crowded[1] <= 2 * alone[1], (
         f"unowned_count: {crowded[1]} instructions beside 500 foreign threads, {alone[1]} alone"
     )
+
+
+# --- a thread of only our rows ------------------------------------------------------------------
+
+LEFTOVER_WRITES = {
+    "append": lambda s: s.append("left", [user_text("mine now?")]),
+    "save_extra": lambda s: s.save_extra("left", {"title": "mine"}),
+    "claim_run": lambda s: s.claim_run("left", "r9"),
+    "record_tool_event": lambda s: s.record_tool_event("left", "c1", "end"),
+    "job_begin": lambda s: s.job_begin("left", "k1"),
+    "acquire_lease": lambda s: s.acquire_lease(
+        Lease("left", "thief", 1, "box", None, time.time(), time.time(), time.time() + 60), is_stale=expired
+    ),
+    "append_live_events": lambda s: s.append_live_events("left", None, [{"type": "x"}]),
+    "send_command": lambda s: s.send_command("left", "abort"),
+    "save_fingerprints": lambda s: s.save_fingerprints("left", Fingerprints("i", "a", {}), expected_revision=0),
+    "step_begin": lambda s: s.step_begin("left", "k1", input_fingerprint="f", workflow="w"),
+}
+
+
+@pytest.mark.parametrize("write", list(LEFTOVER_WRITES))
+async def test_a_v2_thread_with_rows_only_in_our_tables_is_not_taken_by_a_named_owner(
+    sqlite_path: Path, monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """A v2 file's thread whose rows are all ours (a finished job, a pending command, its
+    journal, an expired lease, a live event; nothing in cubeloop's tables) exists: after the
+    upgrade it is the unowned scope's, and a named owner's write to it is refused with the
+    sentence of a foreign thread and writes nothing, as for any unowned thread."""
+    write_older_file(sqlite_path, 2, monkeypatch, {})
+    now = time.time()
+    with plain(sqlite_path) as db:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(
+            "INSERT INTO cubepi_tool_journal (thread_id, tool_call_id, tool_name, started_at, ended_at)"
+            " VALUES ('left', 'c1', 'read', ?, ?)",
+            (now, now),
+        )
+        db.execute(
+            "INSERT INTO cubepi_jobs (thread_id, key, status, result_json, started_at, finished_at)"
+            " VALUES ('left', 'k1', 'done', '\"42\"', ?, ?)",
+            (now, now),
+        )
+        db.execute(
+            "INSERT INTO cubepi_leases VALUES ('left', 'old-holder', 1, 'box', NULL, ?, ?, ?)", (now, now, now - 1)
+        )
+        db.execute(
+            "INSERT INTO cubepi_live_events (thread_id, data_json, at) VALUES ('left', '{\"type\":\"x\"}', ?)", (now,)
+        )
+        db.execute(
+            "INSERT INTO cubepi_commands (thread_id, kind, text, status, created_at, updated_at)"
+            " VALUES ('left', 'steer', 'go on', 'pending', ?, ?)",
+            (now, now),
+        )
+        db.execute("COMMIT")
+    async with await SQLiteCheckpointer.open(sqlite_path, owner=UNOWNED) as nobody:
+        await nobody.upgrade()
+        assert [c.text for c in await nobody.list_commands("left")] == ["go on"]
+    tables = ("cubepi_tool_journal", "cubepi_jobs", "cubepi_leases", "cubepi_live_events", "cubepi_commands")
+    kept = {t: rows(sqlite_path, t) for t in (*tables, "cubepi_steps", "messages", "thread_extra", "runs")}
+
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner="alice") as alice:
+        with pytest.raises(ThreadNotFoundError) as refused:
+            await LEFTOVER_WRITES[write](alice)
+        assert str(refused.value) == str(thread_unavailable("left", "alice"))
+        assert await alice.load_meta("left") is None and await alice.list_commands("left") == []
+    assert {t: rows(sqlite_path, t) for t in kept} == kept, "the refused write wrote something"
+    with plain(sqlite_path) as db:
+        owners = db.execute("SELECT owner FROM cubepi_thread_records WHERE thread_id = 'left'").fetchall()
+    assert owners in ([], [(None,)]), "the leftover thread was given an owner"
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner=UNOWNED) as nobody:
+        assert (await nobody.job_get("left", "k1")).status == "done"  # type: ignore[union-attr]
+        assert (await nobody.load_meta("left")).owner == UNOWNED  # type: ignore[union-attr]
+
+
+# --- v4: a record for every thread ----------------------------------------------------------------
+
+
+async def test_a_v3_file_lists_alike_before_and_after_v4_gives_every_thread_a_record(
+    sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A v3 file holds alice's thread (with its record) and one without a record (ours
+    before v3, or cubeloop's). Browsed, each scope lists its own; the upgrade to v4 gives the
+    unrecorded thread a record without owner and leaves alice's as it was; afterwards a
+    thread cubeloop starts gets one too, so each listing still finds its own."""
+    write_older_file(sqlite_path, 3, monkeypatch, {"old": [user_text("before owners")]})
+    with monkeypatch.context() as patch:
+        patch.setattr(sqlite_schema, "MIGRATIONS", sqlite_schema.MIGRATIONS[:3])
+        async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner="alice") as alice:
+            assert alice.schema_version == 3 and not alice.read_only
+            await alice.append("a1", [user_text("alice's, at v3")])
+    alice_record = rows(sqlite_path, "cubepi_thread_records")
+    assert [r[:2] for r in alice_record] == [("a1", "alice")]
+
+    async def listings() -> tuple[list[str], list[str], int, int]:
+        async with (
+            await SQLiteCheckpointer.open(sqlite_path, create=False, owner="alice") as alice,
+            await SQLiteCheckpointer.open(sqlite_path, create=False, owner=UNOWNED) as nobody,
+        ):
+            return (
+                sorted(s.thread_id for s in await alice.list_threads()),
+                sorted(s.thread_id for s in await nobody.list_threads()),
+                await alice.unowned_count(),
+                await nobody.unowned_count(),
+            )
+
+    assert await listings() == (["a1"], ["old"], 1, 1)  # browsed at v3
+    async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner=UNOWNED) as nobody:
+        assert nobody.needs_upgrade
+        await nobody.upgrade()
+        assert nobody.schema_version == 4
+    recorded = {r[0]: r for r in rows(sqlite_path, "cubepi_thread_records")}
+    assert recorded["a1"] == alice_record[0], "alice's record is unchanged"
+    assert recorded["old"][1:3] == (None, None), "the unrecorded thread got a record without owner or time"
+    assert await listings() == (["a1"], ["old"], 1, 1)
+
+    run_id = await cubeloop_continue(sqlite_path, "from-cubeloop", "A thread cubeloop starts.")
+    assert run_completed(sqlite_path, "from-cubeloop", run_id)
+    await cubeloop_continue(sqlite_path, "a1", "cubeloop writes into alice's thread")
+    recorded = {r[0]: r for r in rows(sqlite_path, "cubepi_thread_records")}
+    assert recorded["from-cubeloop"][1] is None and recorded["a1"] == alice_record[0]
+    assert await listings() == (["a1"], ["from-cubeloop", "old"], 2, 2)
+
+
+async def test_the_unowned_scope_lists_with_the_same_work_however_many_threads_named_owners_have(
+    sqlite_path: Path,
+) -> None:
+    """The unowned threads are found from the records' owner index too (v4), so neither the
+    unowned scope's listing nor anyone's unowned count walks named owners' threads."""
+    sqlite_path.parent.mkdir()
+    async with (
+        await SQLiteCheckpointer.open(sqlite_path, owner=UNOWNED) as nobody,
+        await SQLiteCheckpointer.open(sqlite_path, create=False, owner="bob") as bob,
+    ):
+        await nobody.append("u0", [user_text("nobody's")])
+
+        async def work() -> tuple[int, int]:
+            await nobody.list_threads(), await bob.unowned_count()  # warm the statement caches
+            listed, counted = [0], [0]
+            async with qa9_counted_steps(nobody, listed):
+                assert [s.thread_id for s in await nobody.list_threads()] == ["u0"]
+            async with qa9_counted_steps(bob, counted):
+                assert await bob.unowned_count() == 1
+            return listed[0], counted[0]
+
+        alone = await work()
+        async with await SQLiteCheckpointer.open(sqlite_path, create=False, owner="alice") as alice:
+            for i in range(500):
+                await alice.append(f"a{i}", [user_text("alice's")])
+        crowded = await work()
+    assert crowded[0] <= 2 * alone[0], f"unowned listing: {crowded[0]} instructions beside 500 named, {alone[0]} alone"
+    assert crowded[1] <= 2 * alone[1], f"unowned_count: {crowded[1]} instructions beside 500 named, {alone[1]} alone"
