@@ -481,11 +481,17 @@ def _holder(lease: Lease | None) -> tuple[str, str | None] | None:
 @dataclass(frozen=True, slots=True)
 class ThreadsSnapshot:
     """The thread list at ``at`` (unix seconds): summaries, most recently active first, and
-    each thread's :class:`~core.supervise.LeaseView` by thread id."""
+    each thread's :class:`~core.supervise.LeaseView` by thread id.
+
+    ``changed`` names the threads whose summary differs from the previous snapshot's
+    (added, changed or gone); ``None`` on the first snapshot and whenever every row should
+    be treated as changed. A consumer that redraws only these rows stays cheap at 10,000
+    threads (issue 10); lease views can move without a write, so compare ``views`` too."""
 
     threads: list[ThreadSummary]
     views: dict[str, LeaseView]
     at: float
+    changed: frozenset[str] | None = None
 
 
 async def watch_threads(
