@@ -1,0 +1,52 @@
+"""Counting the message rows a store decodes (every backend decodes through :mod:`core.checkpoint.codec`).
+
+Used by the listing tests (the rows a listing decodes must not grow with messages per
+thread) and by ``bench/bench_listing.py``, which prints the same count beside its times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from core.checkpoint import codec
+
+
+@dataclass
+class DecodeCount:
+    """Rows decoded while :func:`counting_decodes` was active: ``rows`` message rows validated
+    (one per row of ``decode`` / ``decode_value``, the batch's length for ``decode_many``)."""
+
+    rows: int = 0
+
+
+@contextlib.contextmanager
+def counting_decodes() -> Iterator[DecodeCount]:
+    """Count every message row decoded through ``codec`` inside the block (the functions are
+    wrapped for its duration, then restored); yields the :class:`DecodeCount`."""
+    count = DecodeCount()
+    originals = {name: getattr(codec, name) for name in ("decode", "decode_value", "decode_many")}
+
+    def one(name: str) -> Any:
+        original = originals[name]
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            count.rows += 1
+            return original(*args, **kwargs)
+
+        return counted
+
+    def many(texts: Any, *args: Any, **kwargs: Any) -> Any:
+        count.rows += len(texts)
+        return originals["decode_many"](texts, *args, **kwargs)
+
+    try:
+        codec.decode = one("decode")  # type: ignore[method-assign]
+        codec.decode_value = one("decode_value")  # type: ignore[method-assign]
+        codec.decode_many = many  # type: ignore[method-assign]
+        yield count
+    finally:
+        for name, original in originals.items():
+            setattr(codec, name, original)
