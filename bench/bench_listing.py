@@ -25,7 +25,7 @@ import asyncio
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,7 @@ async def time_incremental(store: Any, repeat: int = 5) -> dict[str, float]:
     of the :data:`CHANGED` threads written since the previous versions were read (medians)."""
     from core.checkpoint import capabilities
 
-    ThreadVersions = getattr(capabilities, "ThreadVersions", None)  # noqa: N806  (baseline run)
+    ThreadVersions = getattr(capabilities, "ThreadVersions", None)
     if ThreadVersions is None or not supports(store, ThreadVersions):
         return {}
     before = await store.thread_versions()
@@ -147,7 +147,9 @@ async def measure(backend: str, n_threads: int, n_messages: int, repeat: int) ->
 
 async def main(n_threads: int, lengths: list[int], only: list[str], repeat: int) -> None:
     print(f"list_threads over {n_threads:,} threads; ms are medians of {repeat}\n")
-    print(f"{'backend':10}{'msgs':>6}{'list ms':>10}{'best ms':>10}{'decoded':>10}{'versions ms':>13}{'10 changed ms':>15}")
+    print(
+        f"{'backend':10}{'msgs':>6}{'list ms':>10}{'best ms':>10}{'decoded':>10}{'versions ms':>13}{'10 changed ms':>15}"
+    )
     for backend in only:
         for n in lengths:
             f = await measure(backend, n_threads, n, repeat)

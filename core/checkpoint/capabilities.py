@@ -20,7 +20,7 @@ the readers and raises ``ReadOnlyStoreError`` from the writers until
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Hashable, Sequence
 from typing import Any, Literal, Protocol, TypeGuard, TypeVar
 
 from core.checkpoint.base import (
@@ -37,6 +37,7 @@ from core.checkpoint.base import (
     LiveEvent,
     StepRecord,
     ThreadMeta,
+    ThreadSummary,
 )
 
 C = TypeVar("C")
@@ -64,6 +65,29 @@ class IncrementalReads(Protocol):
         ``message_ids`` or a ``CorruptRow.row_id``); ``extra``, ``runs`` and ``journal`` are
         whole. Never ``None``: an unknown thread gives empty data. Costs what the new rows
         cost, not the whole thread (a 10,000-message thread is not decoded again)."""
+        ...
+
+
+class ThreadVersions(Protocol):
+    """The thread listing read again only where it changed (the picker's watch,
+    :func:`core.follow.watch_threads`): each thread's version, then the summaries of the
+    threads whose version moved."""
+
+    async def thread_versions(self) -> dict[str, Hashable]:
+        """Every thread ``list_threads`` lists, by thread id, with its version: a value that
+        differs after every write that changes the thread's summary (its messages, a run
+        claimed or completed, its lease taken, renewed or released, its pending request
+        set or cleared, its extra or its record written), by this program or another
+        (cubeloop's rows included). Compare versions for equality only. Cheap: one query
+        (or a few round trips) whatever the number of threads, no message decoded, work
+        that does not grow with messages per thread. A thread absent here is gone."""
+        ...
+
+    async def summaries(self, thread_ids: Collection[str]) -> list[ThreadSummary]:
+        """The summaries of ``thread_ids`` exactly as ``list_threads`` gives them, in its
+        order (``core.checkpoint.listing.in_listing_order``), from one snapshot; an id that
+        is not a listed thread of this owner's (missing, gone, another owner's) is absent.
+        Costs what those threads cost, not the whole listing."""
         ...
 
 
@@ -407,6 +431,7 @@ class FileBacked(Protocol):
 
 class SupervisedStore(
     IncrementalReads,
+    ThreadVersions,
     ToolJournal,
     Jobs,
     Leases,

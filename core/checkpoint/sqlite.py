@@ -37,10 +37,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Hashable, Sequence
 from typing import Any, Literal
 
 from core.checkpoint import codec
+from core.checkpoint import sqlite_listing as listing
 from core.checkpoint import sqlite_owners as owners
 from core.checkpoint import sqlite_queries as queries
 from core.checkpoint import sqlite_records as records
@@ -68,8 +69,9 @@ from core.checkpoint.base import (
     encode_step_data,
 )
 from core.checkpoint.capabilities import FileBacked, HumanRequests, SchemaUpgrade, SupervisedStore
+from core.checkpoint.listing import FIRST_PROMPT_CHARS
 from core.checkpoint.sqlite_file import SQLiteFile
-from core.checkpoint.sqlite_queries import FIRST_PROMPT_CHARS, julianday_to_unix
+from core.checkpoint.sqlite_queries import julianday_to_unix
 from core.checkpoint.sqlite_schema import MIGRATIONS
 from core.checkpoint.watch import watch_sqlite
 from core.messages import AnyMessage
@@ -164,11 +166,26 @@ class SQLiteCheckpointer(SQLiteFile, SupervisedStore, HumanRequests, SchemaUpgra
         """See ``Checkpointer.list_threads``: this owner's threads, in a handful of queries
         whatever the number of threads (the owner is a predicate inside each of them).
 
-        Decodes only each thread's tail and first message; corrupt rows never break it.
+        Decodes only each thread's tail (from its last assistant row) and reads the first
+        prompt in SQL (:mod:`core.checkpoint.sqlite_listing`); corrupt rows never break it.
         Each summary carries the thread's lease record (live or expired), if any.
         """
         layout, owner = self._layout, self._owner
-        return await self._run(lambda c: queries.list_threads(c, layout, owner), "listing")
+        return await self._run(lambda c: listing.summaries(c, layout, owner, None), "listing")
+
+    async def thread_versions(self) -> dict[str, Hashable]:
+        """See ``ThreadVersions.thread_versions``: one query of index probes per thread
+        (:func:`core.checkpoint.sqlite_listing.thread_versions`), whoever wrote the file."""
+        layout, owner = self._layout, self._owner
+        return await self._run(lambda c: listing.thread_versions(c, layout, owner), "listing")
+
+    async def summaries(self, thread_ids: Collection[str]) -> list[ThreadSummary]:
+        """See ``ThreadVersions.summaries``: :meth:`list_threads`'s queries, driven from the
+        named threads of this owner's."""
+        layout, owner, among = self._layout, self._owner, list(thread_ids)
+        if not among:
+            return []
+        return await self._run(lambda c: listing.summaries(c, layout, owner, among), "listing")
 
     # --- owners, thread records, deletion -------------------------------------------------
 

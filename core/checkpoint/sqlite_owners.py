@@ -75,6 +75,22 @@ def threads_of(layout: Layout) -> str:
     )
 
 
+def threads_among(layout: Layout) -> str:
+    """SQL of a subquery like :func:`threads_of`'s, of the thread ids bound as ``:among``
+    (a JSON array of strings) that are the owner's bound as ``:owner``, each once: the
+    reads of a few named threads (the incremental listing), each id's owner asked in the
+    query as :func:`owned` asks it."""
+    return (
+        f"SELECT DISTINCT among.value AS thread_id FROM json_each(:among) AS among WHERE {owned(layout, 'among.value')}"
+    )
+
+
+def mine_of(layout: Layout, among: str | None) -> str:
+    """:func:`threads_of` when ``among`` is ``None``, else :func:`threads_among` (whose
+    ``:among`` is ``among``, a JSON array of thread ids)."""
+    return threads_of(layout) if among is None else threads_among(layout)
+
+
 def exists(layout: Layout | None, thread: str = ":thread", tables: tuple[str, ...] = THREAD_TABLES) -> str:
     """SQL that is true when any of ``tables`` holds a row of the thread named by ``thread``;
     with a ``layout``, only the tables the file has (``layout=None``: a writable file, which

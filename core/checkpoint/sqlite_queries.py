@@ -1,4 +1,4 @@
-"""Rows of cubeloop's tables: loading, appending, extra, runs and the thread listing.
+"""Rows of cubeloop's tables: loading, appending, extra, runs (the listing: :mod:`core.checkpoint.sqlite_listing`).
 
 Every function here runs on aiosqlite's connection thread with a ``sqlite3.Connection``
 and is one whole transaction, so each public call of
@@ -11,7 +11,6 @@ its own query and every write begins with :func:`~core.checkpoint.sqlite_owners.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +22,6 @@ from core.checkpoint.base import (
     CorruptRow,
     PendingRequest,
     RunRecord,
-    ThreadSummary,
     extra_not_object,
     parse_extra,
     revision_conflict,
@@ -31,16 +29,13 @@ from core.checkpoint.base import (
     run_never_claimed,
     run_taken,
 )
-from core.checkpoint.sqlite_owners import admit, owned, this_thread, threads_of
+from core.checkpoint.sqlite_owners import admit, mine_of, this_thread
 from core.checkpoint.sqlite_records import read_meta
 from core.checkpoint.sqlite_schema import RECORDS, Layout, read_txn, write_txn
-from core.checkpoint.sqlite_supervised import BeforeCommit, all_leases, fence, read_journal
+from core.checkpoint.sqlite_supervised import BeforeCommit, fence, read_journal
 from core.errors import CorruptRecordError
-from core.messages import AnyMessage, AssistantMessage, UserMessage
+from core.messages import AnyMessage
 
-FIRST_PROMPT_CHARS = 200
-"""``ThreadSummary.first_prompt`` is cut to this many characters (whitespace collapsed)."""
-_TAIL_WINDOW = 8  # rows per thread fetched for the tail; a turn rarely has more after its reply
 _JD_UNIX_EPOCH = 2440587.5
 _EXTRA_ROW = "thread_extra"  # how an unreadable extra names its row (its table, as cubeloop's file has it)
 
@@ -166,19 +161,22 @@ def save_extra(
 
 
 def pending_requests(
-    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | None
+    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | None, among: str | None = None
 ) -> dict[str, PendingRequest]:
     """cubeloop's ``thread_pending_request`` rows of ``owner``'s threads (of one thread, or
-    with ``None`` of all) by thread id; read only, the row is never changed here."""
+    with ``None`` of all, or of those ``among`` names: a JSON array of ids) by thread id;
+    read only, the row is never changed here."""
     if not layout.has("thread_pending_request"):
         return {}
     run = "run_id" if layout.has("thread_pending_request", "run_id") else "NULL"
     sql = f"SELECT p.thread_id, request_json, {run}, created_at FROM "
-    args = {"thread": thread_id, "owner": owner}
+    args = {"thread": thread_id, "owner": owner, "among": among}
     if thread_id is not None:
         sql += f"thread_pending_request AS p WHERE p.thread_id = {this_thread(layout)}"
     else:
-        sql += f"({threads_of(layout)}) AS mine CROSS JOIN thread_pending_request AS p ON p.thread_id = mine.thread_id"
+        sql += (
+            f"({mine_of(layout, among)}) AS mine CROSS JOIN thread_pending_request AS p ON p.thread_id = mine.thread_id"
+        )
     return {
         tid: PendingRequest(str(raw), run_id, julianday_to_unix(created) if isinstance(created, (int, float)) else None)
         for tid, raw, run_id, created in c.execute(sql, args)
@@ -251,7 +249,7 @@ def mark_run_complete(
         )
 
 
-# --- decoding and the listing ------------------------------------------------------------------
+# --- decoding, runs ------------------------------------------------------------------
 
 
 def decode_rows(
@@ -276,9 +274,11 @@ def decode_rows(
     return messages, ids, problems
 
 
-def runs_of(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | None) -> list[tuple[str, RunRecord]]:
+def runs_of(
+    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | None, among: str | None = None
+) -> list[tuple[str, RunRecord]]:
     """``(thread_id, run)`` pairs in claim order (rowid), of one thread of ``owner``'s or,
-    with ``None``, of all of them.
+    with ``None``, of all of them (or of those ``among`` names: a JSON array of ids).
 
     A run's revision is not stored: it is 1 while claimed and 2 once completed, the two
     writes a run row ever gets (each conditional: the claim on no such run, the completion
@@ -286,11 +286,11 @@ def runs_of(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | 
     if not layout.has("runs"):
         return []
     sql = "SELECT runs.thread_id, run_id, claimed_at, completed_at, completion_seq FROM "
-    args = {"thread": thread_id, "owner": owner}
+    args = {"thread": thread_id, "owner": owner, "among": among}
     if thread_id is not None:
         sql += f"runs WHERE runs.thread_id = {this_thread(layout)}"
     else:
-        sql += f"({threads_of(layout)}) AS mine CROSS JOIN runs ON runs.thread_id = mine.thread_id"
+        sql += f"({mine_of(layout, among)}) AS mine CROSS JOIN runs ON runs.thread_id = mine.thread_id"
     return [
         (
             tid,
@@ -304,141 +304,3 @@ def runs_of(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | 
         )
         for tid, run_id, claimed, completed, seq in c.execute(sql + " ORDER BY runs.rowid", args)
     ]
-
-
-def list_threads(c: sqlite3.Connection, layout: Layout, owner: str) -> list[ThreadSummary]:
-    """Every thread of ``owner``'s with messages, runs or extra, most recently active first,
-    in one snapshot.
-
-    A handful of queries whatever the number of threads, each driven from this owner's
-    threads (:func:`~core.checkpoint.sqlite_owners.threads_of`), so the work grows with
-    their number and size only, never with other owners' threads; each summary carries its lease.
-    """
-    stats: dict[str, tuple[int, int, int, float | None]] = {}
-    tails: dict[str, list[tuple[int, bytes]]] = {}
-    firsts: dict[str, tuple[int, bytes]] = {}
-    args: dict[str, Any] = {"owner": owner, "window": _TAIL_WINDOW}
-    mine = threads_of(layout)
-    with read_txn(c):
-        if layout.has("messages"):
-            for tid, count, first_id, last_id, last_at in c.execute(
-                "SELECT s.thread_id, s.n, s.first_id, s.last_id, m.created_at FROM"
-                " (SELECT mine.thread_id, COUNT(*) AS n, MIN(x.id) AS first_id, MAX(x.id) AS last_id"
-                f"  FROM ({mine}) AS mine CROSS JOIN messages AS x ON x.thread_id = mine.thread_id"
-                "  GROUP BY mine.thread_id) AS s JOIN messages AS m ON m.id = s.last_id",
-                args,
-            ):
-                stats[tid] = (count, first_id, last_id, julianday_to_unix(last_at))
-            # The last few rows of every thread in one query: each thread's window starts at
-            # the id :window rows from its end (a walk of the (thread_id, id) index), so the
-            # JSON of older rows is never read.
-            for row_id, tid, raw in c.execute(
-                "SELECT x.id, x.thread_id, CAST(x.message_json AS BLOB)"
-                f" FROM ({mine}) AS mine CROSS JOIN messages AS x ON x.thread_id = mine.thread_id"
-                " AND x.id >= coalesce((SELECT w.id FROM messages AS w WHERE w.thread_id = mine.thread_id"
-                "  ORDER BY w.id DESC LIMIT 1 OFFSET :window - 1), 0) ORDER BY x.id",
-                args,
-            ):
-                tails.setdefault(tid, []).append((row_id, raw))
-            args["firsts"] = json.dumps([s[1] for s in stats.values()])
-            for row_id, tid, raw in c.execute(
-                "SELECT id, thread_id, CAST(message_json AS BLOB) FROM messages"
-                f" WHERE id IN (SELECT value FROM json_each(:firsts)) AND {owned(layout, 'messages.thread_id')}",
-                args,
-            ):
-                firsts[tid] = (row_id, raw)
-        runs: dict[str, list[RunRecord]] = {}
-        for tid, run in runs_of(c, layout, owner, None):
-            runs.setdefault(tid, []).append(run)
-        extra_ids = (
-            [
-                r[0]
-                for r in c.execute(
-                    f"SELECT e.thread_id FROM ({mine}) AS mine CROSS JOIN thread_extra AS e"
-                    " ON e.thread_id = mine.thread_id",
-                    args,
-                )
-            ]
-            if layout.has("thread_extra")
-            else []
-        )
-        leases = all_leases(c, layout, owner)
-        pending = pending_requests(c, layout, owner, None)
-
-        out: list[ThreadSummary] = []
-        for tid in {**dict.fromkeys(stats), **dict.fromkeys(runs), **dict.fromkeys(extra_ids)}:
-            count, first_id, _, last_at = stats.get(tid, (0, 0, 0, None))
-            tail, problems = _tail_of(c, layout, owner, tid, tails.get(tid, []), count)
-            thread_runs = runs.get(tid, [])
-            times = [
-                t
-                for t in (last_at, *(r.claimed_at for r in thread_runs), *(r.completed_at for r in thread_runs))
-                if t is not None
-            ]
-            out.append(
-                ThreadSummary(
-                    thread_id=tid,
-                    message_count=count,
-                    last_activity=max(times) if times else None,
-                    runs=tuple(thread_runs),
-                    tail=tuple(tail),
-                    problems=tuple(problems),
-                    first_prompt=_first_prompt(c, layout, owner, tid, firsts.get(tid)) if count else "",
-                    lease=leases.get(tid),
-                    pending_request=pending.get(tid),
-                )
-            )
-    out.sort(key=lambda s: (s.last_activity is not None, s.last_activity or 0.0, s.thread_id), reverse=True)
-    return out
-
-
-def _tail_of(
-    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, window: list[tuple[int, bytes]], count: int
-) -> tuple[list[AnyMessage], list[CorruptRow]]:
-    """The last assistant message and all after it (all messages if there is none)."""
-    messages, ids, problems = decode_rows(window, thread_id)
-    start = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AssistantMessage)), None)
-    if start is not None:
-        cut = ids[start]
-        return messages[start:], [p for p in problems if p.row_id > cut]
-    if len(window) >= count:
-        return messages, problems
-    # The window held no reply: look further back, newest first, by the stored role.
-    args = {"thread": thread_id, "owner": owner, "older": window[0][0] if window else None}
-    mine = this_thread(layout)
-    found = c.execute(
-        f"SELECT id FROM messages WHERE thread_id = {mine} AND id < :older AND json_valid(message_json)"
-        " AND json_extract(message_json, '$.role') = 'assistant' ORDER BY id DESC LIMIT 1",
-        args,
-    ).fetchone()
-    args["start"] = found[0] if found else 0
-    rows = c.execute(
-        "SELECT id, CAST(message_json AS BLOB) FROM messages"
-        f" WHERE thread_id = {mine} AND id >= :start AND id < :older ORDER BY id",
-        args,
-    ).fetchall()
-    more, _, more_problems = decode_rows(rows, thread_id)
-    return more + messages, more_problems + problems
-
-
-def _first_prompt(
-    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, first: tuple[int, bytes] | None
-) -> str:
-    """Text of the thread's first user message, whitespace collapsed, cut to FIRST_PROMPT_CHARS."""
-    message: AnyMessage | None = None
-    if first is not None:
-        decoded, _, _ = decode_rows([first], thread_id)
-        message = decoded[0] if decoded else None
-    if not isinstance(message, UserMessage):
-        row = c.execute(
-            "SELECT id, CAST(message_json AS BLOB) FROM messages"
-            f" WHERE thread_id = {this_thread(layout)} AND json_valid(message_json)"
-            " AND json_extract(message_json, '$.role') = 'user' ORDER BY id LIMIT 1",
-            {"thread": thread_id, "owner": owner},
-        ).fetchone()
-        decoded = decode_rows([row], thread_id)[0] if row else []
-        message = decoded[0] if decoded else None
-    if not isinstance(message, UserMessage):
-        return ""
-    text = " ".join(message.text.split())
-    return text if len(text) <= FIRST_PROMPT_CHARS else text[: FIRST_PROMPT_CHARS - 1] + "…"

@@ -38,7 +38,7 @@ from core.checkpoint.base import (
     no_such_command,
     revision_conflict,
 )
-from core.checkpoint.sqlite_owners import admit, owned, this_thread, threads_of
+from core.checkpoint.sqlite_owners import admit, mine_of, owned, this_thread
 from core.checkpoint.sqlite_schema import COMMANDS, JOBS, JOURNAL, LEASES, LIVE_EVENTS, Layout, write_txn
 
 BeforeCommit = Callable[[str, sqlite3.Connection], None]
@@ -332,14 +332,15 @@ def get_lease(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str)
     return None if row is None else Lease(*row)
 
 
-def all_leases(c: sqlite3.Connection, layout: Layout, owner: str) -> dict[str, Lease]:
-    """Every lease of ``owner``'s threads by thread id (empty without the table)."""
+def all_leases(c: sqlite3.Connection, layout: Layout, owner: str, among: str | None = None) -> dict[str, Lease]:
+    """Every lease of ``owner``'s threads (or of those ``among`` names: a JSON array of ids)
+    by thread id (empty without the table)."""
     if not layout.has(LEASES):
         return {}
     rows = c.execute(
-        f"SELECT {_lease_columns(layout)} FROM ({threads_of(layout)}) AS mine"
+        f"SELECT {_lease_columns(layout)} FROM ({mine_of(layout, among)}) AS mine"
         f" CROSS JOIN {LEASES} USING (thread_id) ORDER BY thread_id",
-        {"owner": owner},
+        {"owner": owner, "among": among},
     )
     return {row[0]: Lease(*row) for row in rows}
 

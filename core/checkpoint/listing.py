@@ -1,0 +1,163 @@
+"""What every backend's thread listing shares: the first prompt's line, the prompt read
+without decoding its row, the tail, the order, and thread versions.
+
+The picker lists 10,000 threads; decoding a row (a pydantic validation) is what such a
+listing costs (issue 10's profile: 810 ms of 1,240 on eight tail rows per thread). So a
+backend finds each thread's last assistant row by its stored role, decodes only the tail
+from there (usually 1-3 rows), and reads the first prompt's text from the stored value
+with :func:`prompt_text`, which answers only where the value surely validates as a
+:class:`~core.messages.UserMessage` and gives exactly its ``text`` (else ``None``: the
+caller decodes the row, as before). The rule is written once, as data
+(:data:`MESSAGE_FIELDS`, :data:`BLOCK_FIELDS`, :data:`REQUIRED_BLOCK_FIELDS`): Python
+values are checked by :func:`prompt_text`, and the SQLite listing renders the same data as
+SQL (``core.checkpoint.sqlite_listing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
+
+from core.checkpoint.base import CorruptRow, ThreadSummary
+from core.messages import AnyMessage, AssistantMessage
+
+FIRST_PROMPT_CHARS = 200
+"""``ThreadSummary.first_prompt`` is cut to this many characters (whitespace collapsed)."""
+
+ThreadVersion = Hashable
+"""A thread's version as ``ThreadVersions.thread_versions`` gives it: only compared for equality."""
+
+# The JSON types (SQLite's json_type names) each field may hold for pydantic to accept it
+# as it is: a subset of what validates (a JSON number for a float, a string for a str...),
+# never more, so a value of another type is left to the decoder. From core/messages.py.
+_TEXT = ("text",)
+_TEXT_OR_NULL = ("text", "null")
+
+MESSAGE_FIELDS: dict[str, tuple[str, ...]] = {
+    "timestamp": ("integer", "real", "null"),  # float | None
+    "metadata": ("object",),  # dict[str, Any]
+    "run_id": _TEXT_OR_NULL,
+    "id": _TEXT,
+}
+"""A user message's fields besides ``role`` and ``content``, by the JSON types it may hold
+(absent: the default). Others are kept as they are (``extra="allow"``)."""
+
+BLOCK_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "text": {"text": _TEXT},
+    "thinking": {"thinking": _TEXT, "signature": _TEXT_OR_NULL},
+    # ImageContent also reads cubeloop's source / media_type, of any type (kept when not text).
+    "image": {"data": _TEXT, "mime_type": _TEXT},
+    "tool_call": {"id": _TEXT, "name": _TEXT, "arguments": ("object",), "arguments_error": _TEXT_OR_NULL},
+}
+"""The known content blocks' fields by the JSON types each may hold (absent: the default);
+a block of another ``type`` (a string) is an ``UnknownContent``, which takes anything else."""
+
+REQUIRED_BLOCK_FIELDS: dict[str, tuple[str, ...]] = {"tool_call": ("id", "name")}
+"""Block fields without a default: a block lacking one does not validate."""
+
+TEXT_JOINER = "\n"
+"""How ``UserMessage.text`` joins its text blocks."""
+
+
+def json_type(value: Any) -> str:
+    """The JSON type name of a parsed value, as SQLite's ``json_type`` names it (``"blob"``
+    for what JSON has no type for: bytes from msgpack, say)."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "real"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "blob"
+
+
+def prompt_text(value: Any) -> str | None:
+    """The ``text`` of a stored user message given as its parsed value (a dict from JSON or
+    msgpack), without validating it: the text blocks joined with newlines (or the string
+    content), when every field holds a type :data:`MESSAGE_FIELDS` and :data:`BLOCK_FIELDS`
+    allow. ``None`` when the value is not such a user message, or may not validate: the
+    caller then decodes the row (a row that does not decode has no prompt)."""
+    if not isinstance(value, dict) or value.get("role") != "user":
+        return None
+    for name, kinds in MESSAGE_FIELDS.items():
+        if name in value and json_type(value[name]) not in kinds:
+            return None
+    content = value.get("content", [])
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    texts: list[str] = []
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if not isinstance(kind, str):
+            return None
+        for name, kinds in BLOCK_FIELDS.get(kind, {}).items():
+            if name in block:
+                if json_type(block[name]) not in kinds:
+                    return None
+            elif name in REQUIRED_BLOCK_FIELDS.get(kind, ()):
+                return None
+        if kind == "text":
+            texts.append(block.get("text", ""))
+    return TEXT_JOINER.join(texts)
+
+
+def prompt_line(text: str) -> str:
+    """A first prompt as the picker shows it: whitespace collapsed to single spaces, cut to
+    :data:`FIRST_PROMPT_CHARS` characters (the last one ``…`` when cut)."""
+    line = " ".join(text.split())
+    return line if len(line) <= FIRST_PROMPT_CHARS else line[: FIRST_PROMPT_CHARS - 1] + "…"
+
+
+def tail_from(
+    messages: Sequence[AnyMessage], ids: Sequence[Any], problems: Sequence[CorruptRow], start: Any
+) -> tuple[list[AnyMessage], list[CorruptRow]] | None:
+    """The tail of rows decoded from row id ``start`` on (``messages`` with their ``ids``,
+    the undecodable rows in ``problems``): every message and problem from ``start``, when
+    the row at ``start`` decoded as an assistant message; ``None`` when it did not (a row
+    whose stored role is ``assistant`` that does not validate), so the caller looks
+    further back for the one before."""
+    if not messages or ids[0] != start or not isinstance(messages[0], AssistantMessage):
+        return None
+    return list(messages), list(problems)
+
+
+def listing_key(summary: ThreadSummary) -> tuple[bool, float, str]:
+    """The sort key of the listing order (sorted with ``reverse=True``): most recently
+    active first, threads without a known time last, ties by thread id (descending)."""
+    return (summary.last_activity is not None, summary.last_activity or 0.0, summary.thread_id)
+
+
+def in_listing_order(summaries: Iterable[ThreadSummary]) -> list[ThreadSummary]:
+    """``summaries`` in the order ``list_threads`` gives them (:func:`listing_key`), every backend's."""
+    return sorted(summaries, key=listing_key, reverse=True)
+
+
+def merge_listing(
+    listing: Sequence[ThreadSummary], fresh: Iterable[ThreadSummary], gone: Iterable[str]
+) -> list[ThreadSummary]:
+    """``listing`` with the summaries in ``fresh`` replacing (or joining) those of the same
+    thread and the threads named in ``gone`` removed, in listing order (:func:`in_listing_order`)."""
+    by_id = {s.thread_id: s for s in listing}
+    for tid in gone:
+        by_id.pop(tid, None)
+    by_id.update((s.thread_id, s) for s in fresh)
+    return in_listing_order(by_id.values())
+
+
+def changed_threads(before: dict[str, ThreadVersion], after: dict[str, ThreadVersion]) -> tuple[set[str], set[str]]:
+    """``(moved, gone)`` between two ``thread_versions`` readings: the threads new or whose
+    version differs, and those no longer there."""
+    moved = {tid for tid, version in after.items() if before.get(tid) != version}
+    return moved, set(before) - set(after)
