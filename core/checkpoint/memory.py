@@ -15,7 +15,7 @@ import asyncio
 import bisect
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -58,6 +58,7 @@ from core.checkpoint.base import (
 )
 from core.checkpoint.capabilities import HumanRequests, SupervisedStore
 from core.checkpoint.codec import copy_message
+from core.checkpoint.listing import in_listing_order, prompt_line
 from core.messages import AnyMessage, AssistantMessage, UserMessage
 from core.owners import UNOWNED, resolve_owner
 
@@ -244,22 +245,49 @@ class MemoryCheckpointer(SupervisedStore, HumanRequests):
         """See ``Checkpointer.list_threads``: this owner's threads only; each summary carries
         the thread's lease, if any."""
         async with self._d.lock:
-            out = [
-                ThreadSummary(
-                    thread_id=tid,
-                    message_count=len(t.messages),
-                    last_activity=t.touched or None,
-                    runs=tuple(t.runs.values()),
-                    tail=tuple(copy_message(m) for m in _tail(t.messages)),
-                    first_prompt=_first_prompt(t.messages),
-                    lease=self._d.leases.get(tid),
-                    pending_request=t.pending,
+            return self._summaries(None)
+
+    async def thread_versions(self) -> dict[str, Hashable]:
+        """See ``ThreadVersions.thread_versions``: per thread of this owner's, what its
+        writes change (newest message id, extra revision and write time, runs, pending
+        request, lease, record revision), under the lock."""
+        async with self._d.lock:
+            return {
+                tid: (
+                    t.ids[-1] if t.ids else None,
+                    t.extra_revision,
+                    t.touched,
+                    tuple(t.runs.values()),
+                    t.pending,
+                    self._d.leases.get(tid),
+                    self._d.records[tid].revision,
                 )
                 for tid, t in self._d.threads.items()
                 if self._visible(tid)
-            ]
-        out.sort(key=lambda s: s.last_activity or 0.0, reverse=True)
-        return out
+            }
+
+    async def summaries(self, thread_ids: Collection[str]) -> list[ThreadSummary]:
+        """See ``ThreadVersions.summaries``: :meth:`list_threads` of the named threads."""
+        async with self._d.lock:
+            return self._summaries(set(thread_ids))
+
+    def _summaries(self, only: set[str] | None) -> list[ThreadSummary]:
+        """The summaries of this owner's threads (only those in ``only``, when given), in
+        listing order (lock held); tails are copies."""
+        return in_listing_order(
+            ThreadSummary(
+                thread_id=tid,
+                message_count=len(t.messages),
+                last_activity=t.touched or None,
+                runs=tuple(t.runs.values()),
+                tail=tuple(copy_message(m) for m in _tail(t.messages)),
+                first_prompt=_first_prompt(t.messages),
+                lease=self._d.leases.get(tid),
+                pending_request=t.pending,
+            )
+            for tid, t in self._d.threads.items()
+            if (only is None or tid in only) and self._visible(tid)
+        )
 
     async def save_pending_request(
         self, thread_id: str, request_json: str | None, *, run_id: str | None = None
@@ -742,7 +770,7 @@ def _tail(messages: list[AnyMessage]) -> list[AnyMessage]:
 def _first_prompt(messages: list[AnyMessage]) -> str:
     for m in messages:
         if isinstance(m, UserMessage):
-            return m.text
+            return prompt_line(m.text)
     return ""
 
 

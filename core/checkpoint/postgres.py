@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any, Literal
 
 from core.checkpoint import codec
+from core.checkpoint import postgres_listing as listing
 from core.checkpoint import postgres_queries as queries
 from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_supervised as supervised
@@ -129,12 +130,27 @@ class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, Schema
         await self._write_owned("save", queries.save_pending_request, thread_id, request_json, run_id, now)
 
     async def list_threads(self) -> list[ThreadSummary]:
-        """See ``Checkpointer.list_threads``: this owner's threads, in four queries whatever
-        their number (each joins the thread records and keeps this owner's), each thread's
-        counts from our trigger-kept stats table (browsing: one aggregate). Decodes only
-        each thread's tail and first user row; corrupt rows never break it."""
+        """See ``Checkpointer.list_threads``: this owner's threads, in five queries whatever
+        their number (each driven from this owner's threads), each thread's counts from our
+        trigger-kept stats table (browsing: one aggregate). Decodes only each thread's tail
+        and unpacks its first user row (:mod:`core.checkpoint.postgres_listing`); corrupt
+        rows never break it."""
         ours, scope = self._ours, self._scope
-        return await self._read(lambda c: queries.list_threads(c, scope, ours), "listing")
+        return await self._read(lambda c: listing.summaries(c, scope, ours, None), "listing")
+
+    async def thread_versions(self) -> dict[str, Hashable]:
+        """See ``ThreadVersions.thread_versions``: one query of index probes per thread
+        (:func:`core.checkpoint.postgres_listing.thread_versions`), whoever wrote the rows."""
+        ours, scope = self._ours, self._scope
+        return await self._read(lambda c: listing.thread_versions(c, scope, ours), "listing")
+
+    async def summaries(self, thread_ids: Collection[str]) -> list[ThreadSummary]:
+        """See ``ThreadVersions.summaries``: :meth:`list_threads`'s queries, driven from the
+        named threads of this owner's."""
+        ours, scope, among = self._ours, self._scope, list(thread_ids)
+        if not among:
+            return []
+        return await self._read(lambda c: listing.summaries(c, scope, ours, among), "listing")
 
     async def unowned_count(self) -> int:
         """See ``OwnerScoped.unowned_count``: thread rows without an owner (one count)."""

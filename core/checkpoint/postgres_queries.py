@@ -1,4 +1,4 @@
-"""cubeloop's tables: load, append, extra, runs, pending requests and the thread listing.
+"""cubeloop's tables: load, append, extra, runs and pending requests (the listing: :mod:`core.checkpoint.postgres_listing`).
 
 Each function takes an asyncpg connection inside a transaction the caller opened (see
 :meth:`~core.checkpoint.postgres_store.PostgresStore._read` or ``_write``), or, for the
@@ -18,27 +18,21 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from core.checkpoint import codec
 from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_schema as schema
 from core.checkpoint.base import (
     CheckpointData,
     RunRecord,
-    ThreadSummary,
     load_thread_meta,
     parse_extra,
     run_never_claimed,
     run_taken,
 )
 from core.checkpoint.postgres_schema import Scope
-from core.checkpoint.postgres_supervised import admit, all_leases, fence, read_journal
-from core.messages import UserMessage
+from core.checkpoint.postgres_supervised import admit, fence, read_journal
 from core.owners import UNOWNED
 
 Connection = Any
-
-FIRST_PROMPT_CHARS = 200
-"""``ThreadSummary.first_prompt`` is cut to this many characters (whitespace collapsed), as in SQLite."""
 
 _EPOCH = "extract(epoch FROM {0})::float8"
 _LOCK_THREAD = "SELECT pg_advisory_xact_lock(hashtext($1))"  # cubeloop's per-thread lock, same key
@@ -255,90 +249,4 @@ async def unowned_count(conn: Connection, scope: Scope) -> int:
     return await conn.fetchval(
         f"SELECT count(*) FROM ({unowned.threads('$1')}) AS mine JOIN cubepi_threads AS t ON t.thread_id = mine.thread_id",
         UNOWNED,
-    )
-
-
-# --- the listing -------------------------------------------------------------------------------
-
-
-async def list_threads(conn: Connection, scope: Scope, ours: bool) -> list[ThreadSummary]:
-    """This owner's threads, most recently active first, in four queries whatever their number
-    (after the ``SET LOCAL`` of :data:`~core.checkpoint.postgres_schema.INDEX_PLANS`); each is
-    driven from ``scope``'s owner's threads (:meth:`~Scope.threads`), so it reads their rows
-    alone, never other owners'.
-
-    Per-thread counts come from our stats table when it exists (kept by trigger), else
-    from one aggregate over every message (browse-only: correct, slower). Only each
-    thread's tail (from its last assistant row) and first user row are decoded.
-    """
-    stats = schema.STATS if ours else f"({schema.STATS_OF_MESSAGES.format(rows='cubepi_messages')})"
-    mine = f"({scope.threads('$1')}) AS mine"
-    await conn.execute(schema.INDEX_PLANS)
-    threads = await conn.fetch(
-        f"SELECT t.thread_id, {_EPOCH.format('t.updated_at')} AS updated_at, t.pending_request::text AS pending,"
-        f" t.run_id, {_pending_ours(ours)}, COALESCE(s.n, 0) AS n, {_EPOCH.format('s.last_at')} AS last_at,"
-        " s.last_assistant_seq, s.first_user_seq"
-        f" FROM {mine} JOIN cubepi_threads AS t ON t.thread_id = mine.thread_id"
-        f" LEFT JOIN {stats} AS s ON s.thread_id = t.thread_id" + _pending_join(ours),
-        scope.owner,
-    )
-    message_rows = await conn.fetch(
-        "SELECT m.thread_id, m.seq, m.role, m.metadata::text, m.payload"
-        f" FROM {mine} JOIN {stats} AS s ON s.thread_id = mine.thread_id"
-        " JOIN cubepi_messages AS m ON m.thread_id = mine.thread_id"
-        " AND (m.seq >= COALESCE(s.last_assistant_seq, 0) OR m.seq = s.first_user_seq)"
-        " ORDER BY m.thread_id, m.seq",
-        scope.owner,
-    )
-    by_thread: dict[str, list[Any]] = {}
-    for r in message_rows:
-        by_thread.setdefault(r[0], []).append(r)
-    runs: dict[str, list[RunRecord]] = {}
-    for r in await conn.fetch(
-        f"SELECT t.thread_id, run_id, {_EPOCH.format('claimed_at')}, {_EPOCH.format('completed_at')}, completion_seq"
-        f" FROM {mine} JOIN cubepi_runs AS t ON t.thread_id = mine.thread_id ORDER BY t.thread_id, claimed_at, run_id",
-        scope.owner,
-    ):
-        runs.setdefault(r[0], []).append(rows.run_record(*r[1:]))
-    leases = await all_leases(conn, scope) if ours else {}
-    with codec.gc_paused():  # once for the whole listing, not per thread (a collection at each resume)
-        out = [_summary(t, by_thread.get(t["thread_id"], []), runs.get(t["thread_id"], []), leases) for t in threads]
-    out.sort(key=lambda s: (s.last_activity is not None, s.last_activity or 0.0, s.thread_id), reverse=True)
-    return out
-
-
-def _summary(thread: Any, found: list[Any], runs: list[RunRecord], leases: dict[str, Any]) -> ThreadSummary:
-    tid = thread["thread_id"]
-    last_assistant, first_user = thread["last_assistant_seq"], thread["first_user_seq"]
-    decoded, ids, problems = rows.decode_rows([r[1:] for r in found], tid)  # each row once
-    start = last_assistant or 0
-    tail = [m for m, seq in zip(decoded, ids, strict=True) if seq >= start]
-    problems = [p for p in problems if p.row_id >= start]
-    first_prompt = ""
-    first = next((m for m, seq in zip(decoded, ids, strict=True) if seq == first_user), None)
-    if isinstance(first, UserMessage):
-        text = " ".join(first.text.split())
-        first_prompt = text if len(text) <= FIRST_PROMPT_CHARS else text[: FIRST_PROMPT_CHARS - 1] + "…"
-    times = [
-        t
-        for t in (
-            thread["last_at"],
-            thread["updated_at"],
-            *(r.claimed_at for r in runs),
-            *(r.completed_at for r in runs),
-        )
-        if t is not None
-    ]
-    return ThreadSummary(
-        thread_id=tid,
-        message_count=thread["n"],
-        last_activity=max(times) if times else None,
-        runs=tuple(runs),
-        tail=tuple(tail),
-        problems=tuple(problems),
-        first_prompt=first_prompt,
-        lease=leases.get(tid),
-        pending_request=rows.pending_request(
-            thread["pending"], thread["our_text"], thread["run_id"], thread["our_at"], thread["updated_at"]
-        ),
     )

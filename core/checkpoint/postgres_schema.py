@@ -688,6 +688,17 @@ class Scope:
             f" WHERE {self.joined(owner, 'o')}"
         )
 
+    def among(self, owner: str, ids: str) -> str:
+        """SQL of a subquery like :meth:`threads`', of the thread ids in the ``text[]`` bound
+        at placeholder ``ids`` that belong to the owner bound at ``owner`` (each once): the
+        reads of a few named threads (the incremental listing), each id's owner asked as
+        :meth:`visible` asks it."""
+        return f"SELECT DISTINCT a.thread_id FROM unnest({ids}::text[]) AS a(thread_id) WHERE {self.visible('a.thread_id', owner)}"
+
+    def mine(self, owner: str, ids: str | None) -> str:
+        """:meth:`threads` when ``ids`` is ``None``, else :meth:`among` of the ``text[]`` at placeholder ``ids``."""
+        return self.threads(owner) if ids is None else self.among(owner, ids)
+
     def exists(self, thread: str) -> str:
         """SQL true when the thread ``thread`` names has a row in cubeloop's thread table or
         in one of our per-thread tables this schema version has (:func:`thread_exists`)."""

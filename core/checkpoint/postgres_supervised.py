@@ -304,15 +304,16 @@ async def get_lease(conn: Connection, scope: Scope, thread_id: str, *, lock: boo
     return None if row is None else Lease(*row)
 
 
-async def all_leases(conn: Connection, scope: Scope) -> dict[str, Lease]:
-    """Every lease of this owner's threads by thread id: one query driven from the owner's
-    threads (:meth:`~core.checkpoint.postgres_schema.Scope.threads`, under
+async def all_leases(conn: Connection, scope: Scope, among: list[str] | None = None) -> dict[str, Lease]:
+    """Every lease of this owner's threads (or of those in ``among``) by thread id: one query
+    driven from the owner's threads (:meth:`~core.checkpoint.postgres_schema.Scope.mine`, under
     :data:`~core.checkpoint.postgres_schema.INDEX_PLANS`), never reading other owners' leases."""
     await conn.execute(schema.INDEX_PLANS)
     found = await conn.fetch(
-        f"SELECT {_lease_columns(scope, 'l.')} FROM ({scope.threads('$1')}) AS mine"
+        f"SELECT {_lease_columns(scope, 'l.')} FROM ({scope.mine('$1', None if among is None else '$2')}) AS mine"
         f" JOIN {schema.LEASES} AS l ON l.thread_id = mine.thread_id ORDER BY l.thread_id",
         scope.owner,
+        *([] if among is None else [among]),
     )
     return {r[0]: Lease(*r) for r in found}
 
