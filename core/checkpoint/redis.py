@@ -46,7 +46,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Hashable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -55,6 +55,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core.checkpoint import codec
+from core.checkpoint import redis_listing as listing
 from core.checkpoint import redis_read as read
 from core.checkpoint.base import (
     EXTRA_RECORD,
@@ -189,10 +190,30 @@ class RedisCheckpointer(RedisThreads, SupervisedStore, HumanRequests, SchemaUpgr
 
     async def list_threads(self) -> list[ThreadSummary]:
         """See ``Checkpointer.list_threads``: the listing index and one read-only script per 500
-        threads (:func:`core.checkpoint.redis_read.list_threads`); ``SCAN`` on the example's layout."""
+        threads, which finds each tail on the server (:mod:`core.checkpoint.redis_listing`);
+        ``SCAN`` on the example's layout."""
+        return await self._listing(None)
+
+    async def thread_versions(self) -> dict[str, Hashable]:
+        """See ``ThreadVersions.thread_versions``: the index and one read-only script per 500
+        threads (:func:`core.checkpoint.redis_listing.thread_versions`)."""
+        client = self._live_client()
+        script, owner = self._scripts["VERSIONS_CHUNK"], self._owner
+        return await self._call(
+            "listing", lambda: listing.thread_versions(client, self._keys, owner, self._version, script)
+        )
+
+    async def summaries(self, thread_ids: Collection[str]) -> list[ThreadSummary]:
+        """See ``ThreadVersions.summaries``: :meth:`list_threads` of the named threads (their
+        index scores, then the listing's script)."""
+        return await self._listing(set(thread_ids)) if thread_ids else []
+
+    async def _listing(self, among: set[str] | None) -> list[ThreadSummary]:
         client = self._live_client()
         chunk, owner = self._scripts["LIST_CHUNK"], self._owner
-        return await self._call("listing", lambda: read.list_threads(client, self._keys, owner, self._version, chunk))
+        return await self._call(
+            "listing", lambda: listing.summaries(client, self._keys, owner, self._version, chunk, among)
+        )
 
     async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.claim_run``: one script (write id, owner, fence, the run's

@@ -496,15 +496,29 @@ return {seqs, raws}
 """
 )
 
+_ROLE = """
+-- Whether a stored entry's role is the given one: only an entry naming it somewhere can
+-- be, and cjson confirms it is the role (an entry that is not JSON has none).
+local function has_role(raw, role)
+  if not string.find(raw, role, 1, true) then return false end
+  local ok, value = pcall(cjson.decode, raw)
+  return ok and type(value) == 'table' and value['role'] == role
+end
+"""
+
 LIST_CHUNK = (
     _READ
+    + _ROLE
     + """
 -- What a listing needs of each of n threads, in one round trip and one consistent view.
 -- KEYS: msgs, runs and record of each thread (3n), then leases, pending, first
--- ARGV: window, with_head ('1': also the first window entries), owner, thread ids...
--- Reply per thread: {count, last window entries, runs (flat HGETALL), first prompt,
---                    lease, pending request, first window entries or {}}, or 0 when the
+-- ARGV: window, with_head ('1': also the first user entry), owner, thread ids...
+-- Reply per thread: {count, tail start (list index from 0), the entries from there on,
+--                    runs (flat HGETALL), first prompt, lease, pending request,
+--                    {index, entry} of the first user entry or {}}, or 0 when the
 --                    thread's record does not name this owner (it is left out).
+-- The tail starts at the last assistant entry, found walking back window entries at a
+-- time (only those rows are read); with none it is every entry.
 local window, with_head, owner = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3]
 local n = #ARGV - 3
 local leases, pending, first = KEYS[3 * n + 1], KEYS[3 * n + 2], KEYS[3 * n + 3]
@@ -514,11 +528,67 @@ for i = 1, n do
   if (redis.call('HGET', KEYS[3 * i], 'owner') or '') ~= owner then
     out[i] = 0
   else
+    local count = redis.call('LLEN', msgs)
+    local start, hi, tail = 0, count - 1, nil
+    while hi >= 0 do
+      local lo = math.max(0, hi - window + 1)
+      local rows = redis.call('LRANGE', msgs, lo, hi)
+      for j = #rows, 1, -1 do
+        if has_role(rows[j], 'assistant') then
+          start = lo + j - 1
+          if hi == count - 1 then tail = {unpack(rows, j)} end  -- found in the last window: no second read
+          hi = -1
+          break
+        end
+      end
+      hi = math.min(hi, lo - 1)
+    end
     local head = {}
-    if with_head then head = redis.call('LRANGE', msgs, 0, window - 1) end
+    if with_head then
+      local lo = 0
+      while lo < count and #head == 0 do
+        local rows = redis.call('LRANGE', msgs, lo, lo + window - 1)
+        for j = 1, #rows do
+          if has_role(rows[j], 'user') then head = {lo + j - 1, rows[j]}; break end
+        end
+        lo = lo + window
+      end
+    end
     out[i] = {
-      redis.call('LLEN', msgs), redis.call('LRANGE', msgs, -window, -1), redis.call('HGETALL', KEYS[3 * i - 1]),
+      count, start, tail or redis.call('LRANGE', msgs, start, -1), redis.call('HGETALL', KEYS[3 * i - 1]),
       redis.call('HGET', first, tid), redis.call('HGET', leases, tid), redis.call('HGET', pending, tid), head,
+    }
+  end
+end
+return out
+"""
+)
+
+VERSIONS_CHUNK = (
+    _READ
+    + """
+-- What each of n threads' writes leave behind, for its version: no entry is read.
+-- KEYS: msgs, runs, record and extra of each thread (4n), then leases, pending
+-- ARGV: owner, thread ids...
+-- Reply per thread: {count, runs, total length of the run records (a completion lengthens
+--                    its record), lease, pending request, {extra revision, fingerprints
+--                    revision}, whether it has an extra}, or 0 when the thread's record
+--                    does not name this owner.
+local owner = ARGV[1]
+local n = #ARGV - 1
+local leases, pending = KEYS[4 * n + 1], KEYS[4 * n + 2]
+local out = {}
+for i = 1, n do
+  local tid = ARGV[i + 1]
+  if (redis.call('HGET', KEYS[4 * i - 1], 'owner') or '') ~= owner then
+    out[i] = 0
+  else
+    local size = 0
+    for _, run in ipairs(redis.call('HVALS', KEYS[4 * i - 2])) do size = size + #run end
+    out[i] = {
+      redis.call('LLEN', KEYS[4 * i - 3]), redis.call('HLEN', KEYS[4 * i - 2]), size,
+      redis.call('HGET', leases, tid), redis.call('HGET', pending, tid),
+      redis.call('HMGET', KEYS[4 * i - 1], 'xrev', 'rev'), redis.call('EXISTS', KEYS[4 * i]),
     }
   end
 end
@@ -546,5 +616,6 @@ NAMES = (
     "READ",
     "COMMANDS_READ",
     "LIST_CHUNK",
+    "VERSIONS_CHUNK",
 )
 """Every script above, by name (:class:`~core.checkpoint.redis_store.RedisStore` registers them)."""
