@@ -22,8 +22,8 @@ the lease changed hands); a change nothing explains (a writer without live event
 as cubeloop) reloads at most once a second. When the lease expires the model turns
 crashed without any write, on a timer.
 
-:func:`watch_threads` is the picker's counterpart: the thread list, again whenever the
-store changed or a lease's state did.
+:func:`watch_threads` is the picker's counterpart: the thread list, again whenever it
+changed (read again only where it did, on a store with thread versions) or a lease's state did.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +47,8 @@ from core.checkpoint.base import (
     RunRecord,
     ThreadSummary,
 )
-from core.checkpoint.capabilities import IncrementalReads, LiveStore, WatchedStore, supports
+from core.checkpoint.capabilities import IncrementalReads, LiveStore, ThreadVersions, WatchedStore, supports
+from core.checkpoint.listing import changed_threads, merge_listing
 from core.live import LiveFold, LiveRetry, LiveTool, PartialDelta, answered_ids
 from core.messages import AnyMessage, AssistantMessage
 from core.recovery import Diagnosis, diagnose
@@ -502,35 +503,84 @@ async def watch_threads(
     step_ms: int = 50,
     poll: float | None = None,
 ) -> AsyncIterator[ThreadsSnapshot]:
-    """Yield the thread list now, then whenever the store changed (at most once per
-    ``min_interval`` seconds, so a streaming runner does not make the picker re-list 20
-    times a second) or a lease's state changed without a write (it expired, or its
-    process on this host is gone; checked every second while a lease is live).
+    """Yield the thread list now, then whenever it changed: after a store change (at most
+    once per ``min_interval`` seconds, so a streaming runner does not make the picker re-list
+    20 times a second) that changed a summary, or when a lease's state changed without a
+    write (it expired, or its process on this host is gone; checked every second while a
+    lease is live).
+
+    A store with :class:`~core.checkpoint.capabilities.ThreadVersions` is listed whole once;
+    after that each change reads every thread's version and the summaries of only the
+    threads whose version moved, merged into the list (gone ones removed) and re-sorted
+    (:func:`core.checkpoint.listing.merge_listing`), so a change costs what the changed
+    threads cost, not the 10,000 others. A store without it is listed whole each time and
+    compared summary by summary. Either way ``ThreadsSnapshot.changed`` names the threads
+    added, changed or gone (``None`` on the first snapshot).
 
     ``signals``, ``step_ms`` and ``poll`` are :class:`core.changes.StoreWatch`'s. Raises
     the store's errors (the caller decides whether to retry); stops when the consumer
     stops iterating.
     """
     async with StoreWatch(store, signals=signals, step_ms=step_ms, poll=poll) as watch:
-        threads = await store.list_threads()
+        listing = _Listing(store)
+        threads = await listing.first()
         now = time.time()
         views = _views(threads, now)
         yield ThreadsSnapshot(threads, views, now)
         last = time.monotonic()
         while True:
             changed = await watch.wait(_next_expiry(views))
+            ids: frozenset[str] = frozenset()
             if changed:
                 delay = last + min_interval - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                threads = await store.list_threads()
+                threads, ids = await listing.again(threads)
                 last = time.monotonic()
             now = time.time()
             fresh = _views(threads, now)
             moved = {k: v.state for k, v in fresh.items()} != {k: v.state for k, v in views.items()}
             views = fresh
-            if changed or moved:
-                yield ThreadsSnapshot(threads, views, now)
+            if ids or moved:
+                yield ThreadsSnapshot(threads, views, now, ids)
+
+
+class _Listing:
+    """How :func:`watch_threads` reads the list: whole first, then only what changed
+    (``ThreadVersions``), or whole each time and compared."""
+
+    def __init__(self, store: WatchedStore) -> None:
+        self.store = store
+        self.versions: dict[str, Hashable] | None = None
+
+    async def first(self) -> list[ThreadSummary]:
+        """The whole list; the versions are read first, so a write landing between the two
+        reads is seen again by the next :meth:`again` (its version moved since)."""
+        if supports(self.store, ThreadVersions):
+            self.versions = await self.store.thread_versions()
+        return await self.store.list_threads()
+
+    async def again(self, threads: list[ThreadSummary]) -> tuple[list[ThreadSummary], frozenset[str]]:
+        """The list after a change, and the ids of the threads added, changed or gone."""
+        store = self.store
+        before = {s.thread_id: s for s in threads}
+        if self.versions is not None and supports(store, ThreadVersions):
+            versions = await store.thread_versions()
+            moved, gone = changed_threads(self.versions, versions)
+            summaries = await store.summaries(moved) if moved else []
+            vanished = moved - {s.thread_id for s in summaries}  # gone between the two reads
+            for tid in vanished:
+                versions.pop(tid, None)
+            self.versions = versions
+            gone |= vanished & before.keys()
+            fresh = merge_listing(threads, summaries, gone)
+            # A version also moves for writes no summary shows (a fingerprints record).
+            ids = {s.thread_id for s in summaries if before.get(s.thread_id) != s} | gone
+            return fresh, frozenset(ids)
+        fresh = await store.list_threads()
+        after = {s.thread_id: s for s in fresh}
+        ids = {tid for tid, s in after.items() if before.get(tid) != s} | (before.keys() - after.keys())
+        return fresh, frozenset(ids)
 
 
 def _views(threads: list[ThreadSummary], now: float) -> dict[str, LeaseView]:

@@ -73,9 +73,10 @@ def _block_ok(block: str) -> str:
         for kind, fields in BLOCK_FIELDS.items()
     )
     kind = f"json_extract({block}.value, '$.type')"
+    # A CASE, not AND: only an object's value is JSON text the json functions can read.
     return (
-        f"({block}.type = 'object' AND coalesce(json_type({block}.value, '$.type') = 'text', 0)"
-        f" AND CASE {kind} {cases} ELSE 1 END)"
+        f"CASE WHEN {block}.type = 'object' THEN coalesce(json_type({block}.value, '$.type') = 'text', 0)"
+        f" AND CASE {kind} {cases} ELSE 1 END ELSE 0 END"
     )
 
 
@@ -85,7 +86,7 @@ def _prompt_sql(doc: str) -> tuple[str, str]:
     its text then (a BLOB of UTF-8, whose lone surrogates SQLite writes as their 3 bytes)."""
     content = f"json_type({doc}, '$.content')"
     fields = " AND ".join(_types_ok(doc, MESSAGE_FIELDS))
-    blocks_ok = f"NOT EXISTS (SELECT 1 FROM json_each({doc}, '$.content') AS b WHERE NOT {_block_ok('b')})"
+    blocks_ok = f"NOT EXISTS (SELECT 1 FROM json_each({doc}, '$.content') AS b WHERE NOT ({_block_ok('b')}))"
     ok = (
         f"(json_extract({doc}, '$.role') = 'user' AND {fields}"
         f" AND CASE coalesce({content}, 'absent') WHEN 'absent' THEN 1 WHEN 'text' THEN 1"
@@ -93,7 +94,8 @@ def _prompt_sql(doc: str) -> tuple[str, str]:
     )
     joined = (
         f"(SELECT group_concat(t, char({ord(TEXT_JOINER)})) FROM (SELECT coalesce(json_extract(b.value, '$.text'), '')"
-        f" AS t FROM json_each({doc}, '$.content') AS b WHERE json_extract(b.value, '$.type') = 'text' ORDER BY b.key))"
+        f" AS t FROM json_each({doc}, '$.content') AS b"
+        " WHERE CASE WHEN b.type = 'object' THEN json_extract(b.value, '$.type') END = 'text' ORDER BY b.key))"
     )
     text = (
         f"CAST(CASE {content} WHEN 'text' THEN json_extract({doc}, '$.content')"

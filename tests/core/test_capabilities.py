@@ -27,6 +27,7 @@ from core.checkpoint.capabilities import (
     LiveEvents,
     SchemaUpgrade,
     SupervisedStore,
+    ThreadVersions,
     ToolJournal,
     lacking,
     supports,
@@ -41,6 +42,7 @@ from tests.helpers.stores import Lookalike, PlainStore, SignalledStore
 
 EVERY = (
     IncrementalReads,
+    ThreadVersions,
     ToolJournal,
     Jobs,
     Leases,

@@ -1,4 +1,5 @@
-"""Counting the message rows a store decodes (every backend decodes through :mod:`core.checkpoint.codec`).
+"""Counting the message rows a store decodes (every backend decodes through :mod:`core.checkpoint.codec`;
+the memory store, which keeps messages decoded, copies them out with ``copy_message`` instead).
 
 Used by the listing tests (the rows a listing decodes must not grow with messages per
 thread) and by ``bench/bench_listing.py``, which prints the same count beside its times.
@@ -11,13 +12,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from core.checkpoint import codec
+from core.checkpoint import codec, memory
 
 
 @dataclass
 class DecodeCount:
     """Rows decoded while :func:`counting_decodes` was active: ``rows`` message rows validated
-    (one per row of ``decode`` / ``decode_value``, the batch's length for ``decode_many``)."""
+    (one per row of ``decode`` / ``decode_value``, the batch's length for ``decode_many``)
+    or copied out of the memory store (one per ``copy_message``)."""
 
     rows: int = 0
 
@@ -42,11 +44,19 @@ def counting_decodes() -> Iterator[DecodeCount]:
         count.rows += len(texts)
         return originals["decode_many"](texts, *args, **kwargs)
 
+    copy = memory.copy_message
+
+    def copied(message: Any) -> Any:
+        count.rows += 1
+        return copy(message)
+
     try:
         codec.decode = one("decode")  # type: ignore[method-assign]
         codec.decode_value = one("decode_value")  # type: ignore[method-assign]
         codec.decode_many = many  # type: ignore[method-assign]
+        memory.copy_message = copied  # type: ignore[assignment]
         yield count
     finally:
         for name, original in originals.items():
             setattr(codec, name, original)
+        memory.copy_message = copy  # type: ignore[assignment]
