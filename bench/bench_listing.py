@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_store import make_messages
-from core.checkpoint.capabilities import supports
+from core.checkpoint.capabilities import ThreadVersions, supports
 from core.messages import user_text
 from tests.helpers.decodes import counting_decodes
 from tests.helpers.services import postgres_database, redis_prefix
@@ -65,10 +65,7 @@ async def time_listing(store: Any, expect: int, repeat: int = 5) -> dict[str, fl
 async def time_incremental(store: Any, repeat: int = 5) -> dict[str, float]:
     """Where the store has ``ThreadVersions``: ms of ``thread_versions`` and of ``summaries``
     of the :data:`CHANGED` threads written since the previous versions were read (medians)."""
-    from core.checkpoint import capabilities
-
-    ThreadVersions = getattr(capabilities, "ThreadVersions", None)
-    if ThreadVersions is None or not supports(store, ThreadVersions):
+    if not supports(store, ThreadVersions):
         return {}
     before = await store.thread_versions()
     for i in range(CHANGED):

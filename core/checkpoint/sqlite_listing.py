@@ -129,8 +129,9 @@ def summaries(c: sqlite3.Connection, layout: Layout, owner: str, among: Collecti
             tails: dict[str, tuple[list[AnyMessage], list[CorruptRow]]] = {}
             firsts: dict[str, str] = {}
             if layout.has("messages"):
-                stats = _stats(c, mine, args)
-                tails = _tails(c, layout, owner, stats)
+                indexed = thread_index(c)
+                stats = _stats(c, mine, args, indexed)
+                tails = _tails(c, layout, owner, stats, _tail_rows(layout, mine, indexed), args)
                 firsts = _first_prompts(c, layout, owner, stats)
             runs: dict[str, list[RunRecord]] = {}
             for tid, run in runs_of(c, layout, owner, None, named):
@@ -175,25 +176,69 @@ def summaries(c: sqlite3.Connection, layout: Layout, owner: str, among: Collecti
         return in_listing_order(out)
 
 
-def _stats(c: sqlite3.Connection, mine: str, args: dict[str, Any]) -> dict[str, _Stats]:
+def thread_index(c: sqlite3.Connection) -> bool:
+    """Whether ``messages`` has an index led by ``thread_id`` (ours since v1; a cubeloop file,
+    browsed, has none). Without one, a read of one thread's rows scans the table, so the
+    listing reads every row once instead (:func:`_stats`)."""
+    for _, name, *_ in c.execute("PRAGMA index_list(messages)"):
+        first = c.execute(f"PRAGMA index_info({json.dumps(name)})").fetchone()
+        if first is not None and first[2] == "thread_id":
+            return True
+    return False
+
+
+def _stats(c: sqlite3.Connection, mine: str, args: dict[str, Any], indexed: bool) -> dict[str, _Stats]:
     """Per thread with messages: ``(count, newest row's time in unix seconds, id of the
-    last assistant row or None, id of the first user row or None)``. Each subquery is an
-    index seek (the two role walks stop at their first match)."""
+    last assistant row or None, id of the first user row or None)``. With the thread index
+    each subquery is an index seek (the two role walks stop at their first match); without
+    it (a cubeloop file, browsed) one join reads every row once, its role included - the
+    seeks would each scan the table, once per thread."""
+    if indexed:
+        sql = (
+            "SELECT mine.thread_id,"
+            " (SELECT count(*) FROM messages AS n WHERE n.thread_id = mine.thread_id),"
+            " (SELECT l.created_at FROM messages AS l WHERE l.thread_id = mine.thread_id ORDER BY l.id DESC LIMIT 1),"
+            f" (SELECT a.id FROM messages AS a WHERE a.thread_id = mine.thread_id AND {_role('a')} = 'assistant'"
+            "   ORDER BY a.id DESC LIMIT 1),"
+            f" (SELECT u.id FROM messages AS u WHERE u.thread_id = mine.thread_id AND {_role('u')} = 'user'"
+            "   ORDER BY u.id LIMIT 1)"
+            f" FROM ({mine}) AS mine"
+        )
+    else:
+        sql = (
+            "SELECT s.thread_id, s.n, (SELECT l.created_at FROM messages AS l WHERE l.id = s.last), s.reply, s.first"
+            " FROM (SELECT mine.thread_id, count(*) AS n, max(x.id) AS last,"
+            f" max(CASE WHEN {_role('x')} = 'assistant' THEN x.id END) AS reply,"
+            f" min(CASE WHEN {_role('x')} = 'user' THEN x.id END) AS first"
+            f" FROM ({mine}) AS mine CROSS JOIN messages AS x ON x.thread_id = mine.thread_id"
+            " GROUP BY mine.thread_id) AS s"
+        )
     found = {}
-    for tid, count, last_at, reply, first_user in c.execute(
-        "SELECT mine.thread_id,"
-        " (SELECT count(*) FROM messages AS n WHERE n.thread_id = mine.thread_id),"
-        " (SELECT l.created_at FROM messages AS l WHERE l.thread_id = mine.thread_id ORDER BY l.id DESC LIMIT 1),"
-        f" (SELECT a.id FROM messages AS a WHERE a.thread_id = mine.thread_id AND {_role('a')} = 'assistant'"
-        "   ORDER BY a.id DESC LIMIT 1),"
-        f" (SELECT u.id FROM messages AS u WHERE u.thread_id = mine.thread_id AND {_role('u')} = 'user'"
-        "   ORDER BY u.id LIMIT 1)"
-        f" FROM ({mine}) AS mine",
-        args,
-    ):
+    for tid, count, last_at, reply, first_user in c.execute(sql, args):
         if count:
             found[tid] = (count, julianday_to_unix(last_at), reply, first_user)
     return found
+
+
+def _tail_rows(layout: Layout, mine: str, indexed: bool) -> str:
+    """SQL of the rows of the threads in ``mine`` from each one's last assistant row on
+    (every row with none): ``(id, thread_id, message_json as BLOB)``. With the thread index,
+    one range seek per thread from the start the stats found (``:starts``, a JSON object of
+    thread id -> row id); without it, one pass that finds each start again (a window over
+    the join, whose automatic index SQLite builds once) - a seek per thread would scan the
+    table each time."""
+    if indexed:
+        return (
+            "SELECT x.id, x.thread_id, CAST(x.message_json AS BLOB) FROM json_each(:starts) AS s"
+            " CROSS JOIN messages AS x ON x.thread_id = s.key AND x.id >= s.value"
+            f" WHERE {owned(layout, 's.key')}"
+        )
+    return (
+        "SELECT w.id, w.thread_id, CAST(m.message_json AS BLOB) FROM (SELECT y.id, y.thread_id,"
+        f" max(CASE WHEN {_role('y')} = 'assistant' THEN y.id END) OVER (PARTITION BY y.thread_id) AS reply"
+        f" FROM ({mine}) AS mine CROSS JOIN messages AS y ON y.thread_id = mine.thread_id) AS w"
+        " CROSS JOIN messages AS m ON m.id = w.id WHERE w.id >= coalesce(w.reply, 0)"
+    )
 
 
 def _tails(
@@ -201,18 +246,15 @@ def _tails(
     layout: Layout,
     owner: str,
     stats: dict[str, _Stats],
+    sql: str,
+    args: dict[str, Any],
 ) -> dict[str, tuple[list[AnyMessage], list[CorruptRow]]]:
-    """Each thread's tail: the rows from its last assistant row on (every row when it has
-    none) decoded, in one query; a stored assistant row that does not decode is reported
-    and the one before it is looked for (:func:`_tail_before`)."""
+    """Each thread's tail: the rows :func:`_tail_rows`'s ``sql`` reads decoded; a stored
+    assistant row that does not decode is reported and the one before it is looked for
+    (:func:`_tail_before`)."""
     starts = {tid: reply or 0 for tid, (_, _, reply, _) in stats.items()}
     rows: dict[str, list[tuple[int, bytes]]] = {}
-    for row_id, tid, raw in c.execute(
-        "SELECT x.id, x.thread_id, CAST(x.message_json AS BLOB) FROM json_each(:starts) AS s"
-        " CROSS JOIN messages AS x ON x.thread_id = s.key AND x.id >= s.value"
-        f" WHERE {owned(layout, 's.key')}",
-        {"starts": json.dumps(starts), "owner": owner},
-    ):
+    for row_id, tid, raw in c.execute(sql, {**args, "starts": json.dumps(starts)}):
         rows.setdefault(tid, []).append((row_id, raw))
     out = {}
     for tid, found in rows.items():
@@ -294,6 +336,8 @@ def thread_versions(c: sqlite3.Connection, layout: Layout, owner: str) -> dict[s
     write that changes a summary leaves behind (see the module docstring). One query, a
     few index probes per thread; nothing decoded, no message's JSON read."""
     has = layout.has
+    # Without the thread index each thread's probe would scan the table: one aggregate instead.
+    indexed = not has("messages") or thread_index(c)
 
     def probe(table: str, what: str, alias: str) -> str:
         return (
@@ -314,13 +358,19 @@ def thread_versions(c: sqlite3.Connection, layout: Layout, owner: str) -> dict[s
     )
     sql = (
         "SELECT mine.thread_id,"
-        f" {probe('messages', 'max(m.id)', 'm')},"
+        f" {probe('messages', 'max(m.id)', 'm') if indexed else 'last.id'},"
         f" {probe('runs', 'count(*)', 'u')}, {probe('runs', 'count(v.completed_at)', 'v')},"
         f" {probe('thread_extra', '1', 'e')},"
         f" {probe(LEASES, f'json_array({lease_columns})', 'l')},"
         f" {probe('thread_pending_request', f'json_array({pending_columns})', 'p')},"
         f" {record}"
         f" FROM ({mine_of(layout, None)}) AS mine"
+        + (
+            ""
+            if indexed
+            else " LEFT JOIN (SELECT thread_id, max(id) AS id FROM messages GROUP BY thread_id) AS last"
+            " ON last.thread_id = mine.thread_id"
+        )
     )
     out: dict[str, Hashable] = {}
     with read_txn(c):

@@ -291,3 +291,36 @@ async def test_a_browsed_cubeloop_file_has_a_version_per_listed_thread(fixture_d
         versions = await store.thread_versions()
         assert set(versions) == {s.thread_id for s in listed} and listed
         assert await store.summaries([s.thread_id for s in listed[:2]]) == listed[:2]
+
+
+async def test_a_file_without_the_thread_index_lists_as_one_with_it(tmp_path: Path) -> None:
+    """cubeloop's file has no index on ``messages(thread_id)``: the listing then reads every
+    row once instead of seeking each thread (which would scan the table per thread), with
+    the same result as the same rows under the index."""
+    from core.checkpoint.sqlite_schema import _CUBELOOP_TABLES
+
+    bare, indexed = tmp_path / "bare.sqlite", tmp_path / "indexed.sqlite"
+    threads = {f"t{i}": [codec.encode(m) for m in turns(4 + i)] for i in range(6)}
+    for path in (bare, indexed):
+        db = sqlite3.connect(path, isolation_level=None)
+        for ddl in _CUBELOOP_TABLES:
+            db.execute(ddl)
+        for tid, rows in threads.items():
+            db.executemany("INSERT INTO messages (thread_id, message_json) VALUES (?, ?)", [(tid, r) for r in rows])
+        db.execute(
+            'INSERT INTO messages (thread_id, message_json) VALUES (\'t2\', \'{"role": "assistant", "content": 5}\')'
+        )
+        db.execute("INSERT INTO runs (thread_id, run_id, claimed_at) VALUES ('only-run', 'r1', 2460000.5)")
+        if path == indexed:
+            db.execute("CREATE INDEX ix_messages_thread_id ON messages (thread_id, id)")
+        db.execute("UPDATE messages SET created_at = 2460000.5 + id")  # the same times in both files
+        db.close()
+    listings, versions = [], []
+    for path in (bare, indexed):
+        async with await SQLiteCheckpointer.open(path, create=False, owner=UNOWNED) as store:
+            assert store.read_only
+            listings.append(await store.list_threads())
+            versions.append(await store.thread_versions())
+    assert listings[0] == listings[1] and len(listings[0]) == 7
+    assert versions[0] == versions[1]
+    assert [m.role for m in {s.thread_id: s for s in listings[0]}["t2"].tail] == ["assistant", "tool_result"]
