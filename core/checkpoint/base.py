@@ -147,7 +147,10 @@ class ThreadSummary:
     ``message_count`` counts rows; ``last_activity`` is unix seconds of the newest row or
     claim (``None`` if unknown); ``tail`` holds the last assistant message and every
     message after it (or all messages if there is no assistant message) - exactly what
-    :func:`core.recovery.diagnose` needs; ``problems`` are undecodable rows in the tail.
+    :func:`core.recovery.diagnose` needs; ``problems`` are undecodable rows in the tail;
+    ``first_prompt`` the first user message's text as one line
+    (:func:`core.checkpoint.listing.prompt_line`, ``""`` for none). A listing is in
+    :func:`core.checkpoint.listing.in_listing_order`.
     """
 
     thread_id: str
