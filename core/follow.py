@@ -572,7 +572,7 @@ class _Listing:
             for tid in vanished:
                 versions.pop(tid, None)
             self.versions = versions
-            gone |= vanished & before.keys()
+            gone = (gone | vanished) & before.keys()
             fresh = merge_listing(threads, summaries, gone)
             # A version also moves for writes no summary shows (a fingerprints record).
             ids = {s.thread_id for s in summaries if before.get(s.thread_id) != s} | gone
