@@ -61,6 +61,13 @@ def _stats(ours: bool) -> str:
 async def summaries(conn: Connection, scope: Scope, ours: bool, among: list[str] | None) -> list[ThreadSummary]:
     """This owner's threads (only those in ``among``, when given), most recently active
     first, in five queries whatever their number; see the module docstring."""
+    # One pause of the collector for the rows fetched and the summaries made of them (see
+    # codec.gc_paused): with it on, each batch of new objects walks those made so far again.
+    with codec.gc_paused():
+        return await _summaries(conn, scope, ours, among)
+
+
+async def _summaries(conn: Connection, scope: Scope, ours: bool, among: list[str] | None) -> list[ThreadSummary]:
     named = None if among is None else sorted(set(among))
     params: list[Any] = [scope.owner] if named is None else [scope.owner, named]
     mine = f"({scope.mine('$1', None if named is None else '$2')}) AS mine"
@@ -74,19 +81,21 @@ async def summaries(conn: Connection, scope: Scope, ours: bool, among: list[str]
         f" LEFT JOIN {stats} AS s ON s.thread_id = t.thread_id" + _pending_join(ours),
         *params,
     )
-    # The tail: one range seek per thread from its last assistant row (every row without one).
+    # The tail: one range seek of the primary key per thread from its last assistant row
+    # (every row without one). Each seek is a LATERAL subquery in seq order, so the order
+    # makes the planner take the (thread_id, seq) key: as a plain join it took cubeloop's
+    # (thread_id, run_id) index and filtered on seq, reading every row of every thread.
     tail_rows = await conn.fetch(
-        "SELECT m.thread_id, m.seq, m.role, m.metadata::text, m.payload"
-        f" FROM {mine} JOIN {stats} AS s ON s.thread_id = mine.thread_id"
-        " JOIN cubepi_messages AS m ON m.thread_id = mine.thread_id AND m.seq >= COALESCE(s.last_assistant_seq, 0)"
-        " ORDER BY m.thread_id, m.seq",
+        "SELECT m.* FROM " + mine + f" JOIN {stats} AS s ON s.thread_id = mine.thread_id"
+        " CROSS JOIN LATERAL (SELECT x.thread_id, x.seq, x.role, x.metadata::text, x.payload FROM cubepi_messages AS x"
+        " WHERE x.thread_id = mine.thread_id AND x.seq >= COALESCE(s.last_assistant_seq, 0) ORDER BY x.seq) AS m",
         *params,
     )
-    # The first user row (one primary-key probe per thread), unpacked, not decoded.
+    # The first user row (one primary-key seek per thread, the same way), unpacked, not decoded.
     first_rows = await conn.fetch(
-        "SELECT m.thread_id, m.seq, m.role, m.metadata::text, m.payload"
-        f" FROM {mine} JOIN {stats} AS s ON s.thread_id = mine.thread_id"
-        " JOIN cubepi_messages AS m ON m.thread_id = mine.thread_id AND m.seq = s.first_user_seq",
+        "SELECT m.* FROM " + mine + f" JOIN {stats} AS s ON s.thread_id = mine.thread_id"
+        " CROSS JOIN LATERAL (SELECT x.thread_id, x.seq, x.role, x.metadata::text, x.payload FROM cubepi_messages AS x"
+        " WHERE x.thread_id = mine.thread_id AND x.seq >= s.first_user_seq ORDER BY x.seq LIMIT 1) AS m",
         *params,
     )
     by_thread: dict[str, list[Any]] = {}
@@ -101,14 +110,13 @@ async def summaries(conn: Connection, scope: Scope, ours: bool, among: list[str]
     ):
         runs.setdefault(r[0], []).append(rows.run_record(*r[1:]))
     leases = await all_leases(conn, scope, named) if ours else {}
-    with codec.gc_paused():  # once for the whole listing, not per thread (a collection at each resume)
-        out = []
-        for t in threads:
-            tid = t["thread_id"]
-            tail, problems = await _tail(conn, scope, t, by_thread.get(tid, []))
-            first = _first_prompt(tid, firsts.get(tid))
-            out.append(_summary(t, tail, problems, first, runs.get(tid, []), leases))
-        return in_listing_order(out)
+    out = []
+    for t in threads:
+        tid = t["thread_id"]
+        tail, problems = await _tail(conn, scope, t, by_thread.get(tid, []))
+        first = _first_prompt(tid, firsts.get(tid))
+        out.append(_summary(t, tail, problems, first, runs.get(tid, []), leases))
+    return in_listing_order(out)
 
 
 async def _tail(

@@ -12,10 +12,11 @@ it (the example's layout, or ours before v2) gets the first user entry from the 
 read by :func:`core.checkpoint.listing.prompt_text` (decoded only where that rule cannot
 vouch for it).
 
-Thread versions (``VERSIONS_CHUNK``): the index score (last activity), the list's length,
-the runs and the total length of their records (a completion lengthens its record), the
-lease and pending request as stored, the record's revisions and whether an extra exists:
-what every write that changes a summary leaves behind, no entry read.
+Thread versions (``VERSIONS_CHUNK``): a digest of the index score (last activity), the
+list's length, the runs and the total length of their records (a completion lengthens its
+record), the lease and pending request as stored, the record's revisions and whether an
+extra exists - what every write that changes a summary leaves behind - no entry read, one
+string back per 500 threads.
 """
 
 from __future__ import annotations
@@ -194,17 +195,15 @@ async def thread_versions(
             pipe.exists(keys.extra(tid))
         found = await pipe.execute() if tids else []
         return {tid: (found[2 * i], found[2 * i + 1]) for i, tid in enumerate(tids)}
-    index = await _index(r, keys, owner, version, None)
+    tids = [records.text(tid) for tid in await r.zrange(keys.index(owner), 0, -1)]
     out: dict[str, Hashable] = {}
-    for at in range(0, len(index), _CHUNK):
-        part = index[at : at + _CHUNK]
-        tids = [tid for tid, _ in part]
-        script_keys = [k for tid in tids for k in (keys.msgs(tid), keys.runs(tid), keys.record(tid), keys.extra(tid))]
-        replies = await versions_script(
-            keys=[*script_keys, keys.leases(owner), keys.pending], args=[owner, *tids], client=r
+    for at in range(0, len(tids), _CHUNK):
+        part = tids[at : at + _CHUNK]
+        script_keys = [k for tid in part for k in (keys.msgs(tid), keys.runs(tid), keys.record(tid), keys.extra(tid))]
+        reply = await versions_script(
+            keys=[*script_keys, keys.leases(owner), keys.pending, keys.index(owner)], args=[owner, *part], client=r
         )
-        for (tid, activity), reply in zip(part, replies, strict=True):
-            if reply != 0:
-                count, runs, size, lease, pending, revisions, extra = reply
-                out[tid] = (activity, count, runs, size, lease, pending, tuple(revisions), extra)
+        for tid, found in zip(part, records.text(reply).split(" "), strict=True):
+            if found != "-":
+                out[tid] = found
     return out

@@ -568,31 +568,39 @@ VERSIONS_CHUNK = (
     _READ
     + """
 -- What each of n threads' writes leave behind, for its version: no entry is read.
--- KEYS: msgs, runs, record and extra of each thread (4n), then leases, pending
+-- KEYS: msgs, runs, record and extra of each thread (4n), then leases, pending, index
 -- ARGV: owner, thread ids...
--- Reply per thread: {count, runs, total length of the run records (a completion lengthens
---                    its record), lease, pending request, {extra revision, fingerprints
---                    revision}, whether it has an extra}, or 0 when the thread's record
---                    does not name this owner.
+-- Reply: one string, the threads' versions in order, separated by spaces: each the SHA-1
+-- of its index score (last activity), list length, runs, the total length of the run
+-- records (a completion lengthens its record), lease, pending request, record revisions
+-- and whether it has an extra, each length-prefixed; '-' when the thread's record does not
+-- name this owner. One string: a reply of many small values costs the client more to read
+-- than the script costs the server.
 local owner = ARGV[1]
 local n = #ARGV - 1
-local leases, pending = KEYS[4 * n + 1], KEYS[4 * n + 2]
+local leases, pending, index = KEYS[4 * n + 1], KEYS[4 * n + 2], KEYS[4 * n + 3]
 local out = {}
 for i = 1, n do
-  local tid = ARGV[i + 1]
-  if (redis.call('HGET', KEYS[4 * i - 1], 'owner') or '') ~= owner then
-    out[i] = 0
+  local tid, record = ARGV[i + 1], KEYS[4 * i - 1]
+  if (redis.call('HGET', record, 'owner') or '') ~= owner then
+    out[i] = '-'
   else
     local size = 0
     for _, run in ipairs(redis.call('HVALS', KEYS[4 * i - 2])) do size = size + #run end
-    out[i] = {
-      redis.call('LLEN', KEYS[4 * i - 3]), redis.call('HLEN', KEYS[4 * i - 2]), size,
-      redis.call('HGET', leases, tid), redis.call('HGET', pending, tid),
-      redis.call('HMGET', KEYS[4 * i - 1], 'xrev', 'rev'), redis.call('EXISTS', KEYS[4 * i]),
+    local revisions = redis.call('HMGET', record, 'xrev', 'rev')
+    local parts = {
+      redis.call('ZSCORE', index, tid) or '', redis.call('LLEN', KEYS[4 * i - 3]), redis.call('HLEN', KEYS[4 * i - 2]),
+      size, redis.call('HGET', leases, tid) or '', redis.call('HGET', pending, tid) or '', revisions[1] or '',
+      revisions[2] or '', redis.call('EXISTS', KEYS[4 * i]),
     }
+    for j = 1, #parts do
+      local text = tostring(parts[j])
+      parts[j] = #text .. ':' .. text
+    end
+    out[i] = redis.sha1hex(table.concat(parts))
   end
 end
-return out
+return table.concat(out, ' ')
 """
 )
 
