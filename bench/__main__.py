@@ -10,9 +10,10 @@ install it. Each SQLite side's durability (journal mode, ``synchronous``) is rea
 connection and printed, and writes are compared at equal durability too.
 
 Groups (``--only``): ``stream`` (keys while a reply streams at 5,000 tok/s, run in the app
-and in another process), ``idle`` (keys on an idle app), ``list``, ``app`` (start to picker
-with N threads, open an N-message thread, keys there), ``load``, ``rss`` (the app with a
-100,000-message thread open), and the runtime figures ahead of the peers: ``append``,
+and in another process), ``idle`` (keys on an idle app), ``list``, ``start`` (start to the
+picker of N threads, keys there), ``load``, ``open`` (open an N-message thread from the
+picker, keys there, RSS), ``rss`` (the app with a 100,000-message thread open), and the
+runtime figures ahead of the peers: ``append``,
 ``loop``, ``turns``. App figures run the real app in a pseudo-terminal
 (:mod:`bench.app_figures`). Nothing here asserts: it prints.
 """
@@ -90,7 +91,7 @@ QUICK = Sizes(
 )
 """``--quick``: every figure at tiny sizes, in about a minute; the figures only show it runs."""
 
-GROUPS = ("stream", "idle", "list", "app", "load", "rss", "append", "loop", "turns")
+GROUPS = ("stream", "idle", "list", "start", "load", "open", "rss", "append", "loop", "turns")
 
 
 def windows(seconds: float) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -119,6 +120,7 @@ def stream_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
         runs = [app_figures.stream_keys(store, tid, here=in_app, rate=sizes.rate, seconds=sizes.seconds) for tid in ids]
         where = runs[0].where
         written = sum(r.bytes_per_s for r in runs) / len(runs) / 1000
+        reader = max(r.reader_share for r in runs) * 100
         for window in (early, late):
             yield Figure(
                 "stream",
@@ -127,7 +129,7 @@ def stream_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
                 [ms for r in runs for ms in r.within(*window)],
                 at_most=50,
                 note=f"{sizes.rate:,.0f} tok/s for {sizes.seconds:g} s, keys pressed {window[0]:g}-{window[1]:g} s "
-                f"into the reply, {counted(len(runs), 'reply', 'replies')}; the app wrote {written:,.0f} kB/s to the terminal",
+                f"into the reply, {counted(len(runs), 'reply', 'replies')}; the app wrote {written:,.0f} kB/s to the terminal (emulating its screen took {reader:.1f} % of a core)",
             )
 
 
@@ -143,9 +145,10 @@ def idle_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
     yield Figure("idle", "key press, idle app (picker, 20 threads) (ms)", "ms", samples, at_most=50)
 
 
-def _list_store(sizes: Sizes, directory: Path) -> Path:
-    """The store of ``sizes.threads`` threads, with one ``sizes.messages`` thread the newest."""
-    path = directory / "app.sqlite"
+def _many_threads(sizes: Sizes, directory: Path) -> Path:
+    """The store of ``sizes.threads`` threads of ``sizes.per_thread`` messages, but the newest
+    of ``sizes.messages``: the listing must not grow with messages per thread."""
+    path = directory / "threads.sqlite"
     if not path.exists():
         asyncio.run(fill_threads(path, sizes.threads - 1, sizes.per_thread))
         asyncio.run(fill_long_thread(path, sizes.messages, thread_id(sizes.threads - 1)))
@@ -154,54 +157,76 @@ def _list_store(sizes: Sizes, directory: Path) -> Path:
 
 def list_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
     """``list_threads`` on ``sizes.threads`` threads."""
-    samples = asyncio.run(store_figures.list_threads_ms(directory, sizes.threads, sizes.per_thread, sizes.repeat))
+    store = _many_threads(sizes, directory)
+    samples = asyncio.run(store_figures.list_threads_ms(store, sizes.threads, sizes.repeat))
     note = missing("cubeloop") or "cubeloop 0.15.3 has no thread listing API (its store lists nothing)"
     yield Figure(
         "list",
-        f"list_threads on {sizes.threads:,} threads of {sizes.per_thread} messages (ms)",
+        f"list_threads on {sizes.threads:,} threads (ms)",
         "ms",
         samples,
         at_most=200,
         peer_note=note,
+        note=f"{sizes.threads - 1:,} threads of {sizes.per_thread} messages and one of {sizes.messages:,}",
     )
 
 
-def app_run_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
-    """Start to painted picker, open the ``sizes.messages`` thread, keys on both screens."""
-    store = _list_store(sizes, directory)
+def start_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
+    """Start to painted picker with ``sizes.threads`` threads, and keys on that picker."""
+    store = _many_threads(sizes, directory)
     newest = thread_id(sizes.threads - 1)
     runs = [
-        app_figures.open_run(store, threads=sizes.threads, newest=newest, key_pairs=sizes.key_pairs)
+        app_figures.open_run(store, threads=sizes.threads, newest=newest, key_pairs=sizes.key_pairs, open_thread=False)
         for _ in range(sizes.app_runs)
     ]
-    n, m = f"{sizes.threads:,}", f"{sizes.messages:,}"
+    n = f"{sizes.threads:,}"
     yield Figure(
-        "app",
+        "start",
         f"app start to a painted picker, {n} threads (ms)",
         "ms",
         [r.start_ms for r in runs],
         1000,
         percentile=False,
+        note="from starting the process until the screen shows the thread count and the newest thread",
     )
     yield Figure(
-        "app",
+        "start", f"key press, idle picker of {n} threads (ms)", "ms", [k for r in runs for k in r.picker_keys], 50
+    )
+
+
+def _one_long(directory: Path, messages: int) -> tuple[Path, str]:
+    """A store of three threads, the newest of ``messages`` messages; (path, its id)."""
+    path = directory / f"long-{messages}.sqlite"
+    if not path.exists():
+        asyncio.run(fill_threads(path, 2, 10))
+        asyncio.run(fill_long_thread(path, messages, thread_id(2)))
+    return path, thread_id(2)
+
+
+def open_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
+    """Open the ``sizes.messages`` thread from the picker; keys in it; RSS."""
+    store, newest = _one_long(directory, sizes.messages)
+    runs = [
+        app_figures.open_run(store, threads=3, newest=newest, key_pairs=sizes.key_pairs) for _ in range(sizes.app_runs)
+    ]
+    m = f"{sizes.messages:,}"
+    yield Figure(
+        "open",
         f"open a {m}-message thread from the picker, last message painted (ms)",
         "ms",
-        [r.open_ms for r in runs],
+        [r.open_ms for r in runs if r.open_ms is not None],
         300,
         percentile=False,
+        note="from Enter on the picker's first row until the thread's last message is on screen",
     )
     yield Figure(
-        "app", f"key press, idle picker of {n} threads (ms)", "ms", [k for r in runs for k in r.picker_keys], 50
+        "open", f"key press, idle thread of {m} messages (ms)", "ms", [k for r in runs for k in r.thread_keys], 50
     )
     yield Figure(
-        "app", f"key press, idle thread of {m} messages (ms)", "ms", [k for r in runs for k in r.thread_keys], 50
-    )
-    yield Figure(
-        "app",
+        "open",
         f"RSS of the app with a {m}-message thread open (MB)",
         "MB",
-        [r.rss / 1e6 for r in runs],
+        [r.rss / 1e6 for r in runs if r.rss is not None],
         percentile=False,
     )
 
@@ -229,23 +254,24 @@ def load_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
 
 def rss_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
     """The app's RSS with a ``sizes.big``-message thread open (and the open time)."""
-    store = directory / "big.sqlite"
-    if not store.exists():
-        asyncio.run(fill_threads(store, 2, 10))
-        asyncio.run(fill_long_thread(store, sizes.big, thread_id(2)))
-    runs = [app_figures.open_run(store, threads=3, newest=thread_id(2)) for _ in range(max(1, sizes.app_runs - 1))]
+    store, newest = _one_long(directory, sizes.big)
+    runs = [app_figures.open_run(store, threads=3, newest=newest) for _ in range(max(1, sizes.app_runs - 1))]
     b = f"{sizes.big:,}"
     yield Figure(
         "rss",
         f"RSS of the app with a {b}-message thread open (MB)",
         "MB",
-        [r.rss / 1e6 for r in runs],
+        [r.rss / 1e6 for r in runs if r.rss is not None],
         250,
         percentile=False,
         note="VmRSS of the app process when the last message is on screen, and 1 s later (the larger)",
     )
     yield Figure(
-        "rss", f"open a {b}-message thread from the picker (ms)", "ms", [r.open_ms for r in runs], percentile=False
+        "rss",
+        f"open a {b}-message thread from the picker (ms)",
+        "ms",
+        [r.open_ms for r in runs if r.open_ms is not None],
+        percentile=False,
     )
 
 
@@ -341,8 +367,9 @@ RUNNERS: dict[str, Callable[[Sizes, Path], Iterator[Figure]]] = {
     "stream": stream_figures,
     "idle": idle_figures,
     "list": list_figures,
-    "app": app_run_figures,
+    "start": start_figures,
     "load": load_figures,
+    "open": open_figures,
     "rss": rss_figures,
     "append": append_figures,
     "loop": loop_figures_,

@@ -94,13 +94,14 @@ def idle_keys(term: AppTerminal, count: int, pause: float = 0.1) -> list[float]:
 
 @dataclass
 class OpenRun:
-    """One start of the app on a store: start to painted picker, keys on the picker, open
-    the newest thread to its last message, keys there, and the RSS then (bytes)."""
+    """One start of the app on a store: start to painted picker, keys on the picker, then
+    (when opened) the newest thread to its last message, keys there, and the RSS then."""
 
     start_ms: float
-    open_ms: float
-    rss: int
     picker_keys: list[float] = field(default_factory=list)
+    open_ms: float | None = None
+    rss: int | None = None
+    """Bytes, once the thread was open (``None``: not opened)."""
     thread_keys: list[float] = field(default_factory=list)
 
 
@@ -110,28 +111,39 @@ def _picker_painted(newest: str, count: int) -> re.Pattern[str]:
 
 
 def open_run(
-    store: Path, *, threads: int, newest: str, key_pairs: int = 0, settle: float = 1.0, timeout: float = 120.0
+    store: Path,
+    *,
+    threads: int,
+    newest: str,
+    key_pairs: int = 0,
+    open_thread: bool = True,
+    settle: float = 1.0,
+    timeout: float = 120.0,
 ) -> OpenRun:
     """Start the app on ``store`` (``threads`` threads, ``newest`` the most recent, its last
-    message holding :data:`bench.fill.FINAL_MARK`) and measure an :class:`OpenRun`;
-    ``key_pairs`` help open/close pairs on the picker and then in the thread, ``settle``
-    seconds after each paint before them. Raises ``TimeoutError`` past ``timeout`` seconds."""
+    message holding :data:`bench.fill.FINAL_MARK`) and measure an :class:`OpenRun`:
+    ``key_pairs`` help open/close pairs on the picker, then, with ``open_thread``, Enter on
+    the first row and as many pairs in the thread; ``settle`` seconds after each paint
+    before the keys. Raises ``TimeoutError`` past ``timeout`` seconds for a paint."""
     painted = _picker_painted(newest, threads)
     with _terminal(app_argv(store)) as term:
         at = term.wait_for(lambda s: painted.search(s) is not None, timeout)
         if at is None:
             raise TimeoutError(f"The picker did not show {newest} and {threads:,} threads within {timeout:.0f} s.")
-        start_ms = (at - term.started_at) * 1000
+        run = OpenRun((at - term.started_at) * 1000)
         time.sleep(settle)
-        picker_keys = idle_keys(term, key_pairs)
+        run.picker_keys = idle_keys(term, key_pairs)
+        if not open_thread:
+            return run
         opened = term.press(ENTER, lambda s: FINAL_MARK in s, timeout)  # the picker shows first prompts only
         if opened is None:
             raise TimeoutError(f"Thread {newest}'s last message was not on screen within {timeout:.0f} s of Enter.")
+        run.open_ms = opened * 1000
         rss = rss_bytes(term.pid)
         time.sleep(settle)
-        rss = max(rss, rss_bytes(term.pid))
-        thread_keys = idle_keys(term, key_pairs)
-    return OpenRun(start_ms, opened * 1000, rss, picker_keys, thread_keys)
+        run.rss = max(rss, rss_bytes(term.pid))
+        run.thread_keys = idle_keys(term, key_pairs)
+    return run
 
 
 @dataclass
@@ -142,6 +154,8 @@ class StreamKeys:
     samples: list[tuple[float, float]] = field(default_factory=list)
     bytes_per_s: float = 0.0
     """What the app wrote to the terminal per second meanwhile."""
+    reader_share: float = 0.0
+    """The share of one core the benchmark's screen emulation took meanwhile (0-1)."""
 
     def within(self, start: float, end: float) -> list[float]:
         """The ms of the keys pressed between ``start`` and ``end`` seconds into the reply."""
@@ -189,13 +203,15 @@ def stream_keys(
             began = term.wait_for(lambda s: STREAMED.search(s) is not None, timeout)
             if began is None:
                 raise TimeoutError(f"The reply was not on screen within {timeout:.0f} s.")
-            read_before = term.bytes_read
+            read_before, reader_before = term.bytes_read, term.reader_seconds
             while time.perf_counter() - began < seconds - 0.3:
                 at = time.perf_counter() - began
                 shown, gone = press_help(term)
                 result.samples += [(at, shown), (at + shown / 1000, gone)]
                 time.sleep(pause)
-            result.bytes_per_s = (term.bytes_read - read_before) / (time.perf_counter() - began)
+            elapsed = time.perf_counter() - began
+            result.bytes_per_s = (term.bytes_read - read_before) / elapsed
+            result.reader_share = (term.reader_seconds - reader_before) / elapsed
         finally:
             if child is not None:
                 try:

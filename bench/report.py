@@ -113,6 +113,14 @@ def target_words(figure: Figure) -> str:
     return "-"
 
 
+def ratio_words(ratio: float | None) -> str:
+    """``"x0.47"``; a small ratio also as a fraction, ``"x0.00005 (1/20,000)"``."""
+    if ratio is None or math.isnan(ratio):
+        return "-"
+    text = f"x{ratio:.2g}" if ratio < 0.1 else f"x{ratio:.2f}"
+    return f"{text} (1/{1 / ratio:,.0f})" if 0 < ratio < 0.1 else text
+
+
 HEADER = f"{'figure':<74} {'median':>9} {'p95':>9} {'n':>4}  {'target':<15} {'met':<8} peer"
 """The column heads of :func:`line`."""
 
@@ -128,7 +136,7 @@ def line(figure: Figure) -> str:
     if figure.peer_samples:
         ratio = figure.ratio
         word = "ours/peer" if not figure.higher_is_better else "ours/peer (rate)"
-        peer = f"{figure.peer} {_number(median(figure.peer_samples))}{unit}; {word} x{_number(ratio or math.nan)}"
+        peer = f"{figure.peer} {_number(median(figure.peer_samples))}{unit}; {word} {ratio_words(ratio)}"
     text = (
         f"{figure.label:<74} {_number(figure.median):>9} {p95_text:>9} {len(figure.samples):>4}  "
         f"{target_words(figure):<15} {met:<8} {peer}"

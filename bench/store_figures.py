@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_backends import to_cubeloop
-from bench.fill import fill_long_thread, fill_threads, thread_messages
+from bench.fill import fill_long_thread, thread_messages
 from bench.peers import Durability, our_durability, pragmas, set_durability
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AnyMessage
@@ -43,12 +43,10 @@ async def _timed(call: Callable[[], Awaitable[Any]], repeat: int, check: Callabl
 # --- listing ----------------------------------------------------------------------------------
 
 
-async def list_threads_ms(directory: Path, threads: int, per_thread: int = 10, repeat: int = 7) -> list[float]:
-    """Milliseconds of each of ``repeat`` ``list_threads`` calls on a store of ``threads``
-    threads of ``per_thread`` messages. Raises ``RuntimeError`` when a listing misses threads."""
-    path = directory / f"list-{threads}.sqlite"
-    if not path.exists():
-        await fill_threads(path, threads, per_thread)
+async def list_threads_ms(path: Path, threads: int, repeat: int = 7) -> list[float]:
+    """Milliseconds of each of ``repeat`` ``list_threads`` calls on the store at ``path``,
+    which holds ``threads`` threads (see :func:`bench.fill.fill_threads`). Raises
+    ``RuntimeError`` when a listing has another number of threads."""
     async with await SQLiteCheckpointer.open(path, create=False) as store:
 
         def check(rows: list[Any]) -> None:

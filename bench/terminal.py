@@ -210,6 +210,10 @@ class AppTerminal:
         self._reader: threading.Thread | None = None
         self._closed = False
         self.bytes_read = 0
+        """Bytes the app wrote to the terminal so far."""
+        self.reader_seconds = 0.0
+        """Seconds the reader thread spent emulating the screen and testing predicates: the
+        benchmark's own cost, which shares the machine with the app it measures."""
 
     def __enter__(self) -> AppTerminal:
         self.start()
@@ -263,6 +267,7 @@ class AppTerminal:
                 if waiter is not None and not waiter[1] and waiter[0](self.screen.text()):
                     waiter[1].append(now)
                     self._lock.notify_all()
+                self.reader_seconds += time.perf_counter() - now
         with self._lock:
             self._closed = True
             self._lock.notify_all()
