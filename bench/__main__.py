@@ -32,7 +32,7 @@ from pathlib import Path
 
 from bench import app_figures, loop_figures, store_figures
 from bench.fill import fill_long_thread, fill_threads, thread_id
-from bench.peers import missing
+from bench.peers import absent, missing, our_durability
 from bench.report import HEADER, Figure, line
 from core.words import counted
 
@@ -137,7 +137,7 @@ def idle_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
     """Key presses on an idle app: the picker of a small store."""
     store = directory / "idle.sqlite"
     ids = asyncio.run(fill_threads(store, 20, 10))
-    with app_figures._terminal(app_figures.app_argv(store)) as term:
+    with app_figures.app_terminal(app_figures.app_argv(store)) as term:
         if term.wait_for(lambda s: ids[-1] in s, 120) is None:
             raise TimeoutError("The picker did not show within 120 s.")
         time.sleep(1.0)
@@ -159,7 +159,7 @@ def list_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
     """``list_threads`` on ``sizes.threads`` threads."""
     store = _many_threads(sizes, directory)
     samples = asyncio.run(store_figures.list_threads_ms(store, sizes.threads, sizes.repeat))
-    note = missing("cubeloop") or "cubeloop 0.15.3 has no thread listing API (its store lists nothing)"
+    note = absent("cubeloop") or "cubeloop 0.15.3 has no thread listing API (its store lists nothing)"
     yield Figure(
         "list",
         f"list_threads on {sizes.threads:,} threads (ms)",
@@ -237,14 +237,14 @@ def load_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
     ours, durability = asyncio.run(store_figures.our_load_ms(directory, n, sizes.repeat))
     label = f"load a thread of {n:,} messages (ms)"
     figure = Figure("load", label, "ms", ours, at_most=40, peer="cubeloop load")
-    if note := missing("cubeloop"):
+    if note := absent("cubeloop"):
         figure.peer_note = note
     else:
         figure.peer_samples, theirs = asyncio.run(store_figures.cubeloop_load_ms(directory, n, sizes.repeat))
         figure.note = f"ours {durability}; cubeloop {theirs} (its own file)"
     yield figure
     figure = Figure("load", f"{label}, vs LangGraph", "ms", ours, at_most=40, peer="LangGraph aget_tuple")
-    if note := missing("langgraph"):
+    if note := absent("langgraph"):
         figure.peer_note = note
     else:
         figure.peer_samples, theirs = asyncio.run(store_figures.langgraph_load_ms(directory, n, sizes.repeat))
@@ -289,7 +289,7 @@ def append_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
     ]
     for words, ours, mine, options, target in cases:
         figure = Figure("append", f"{label}, {words}", "µs", ours, at_most=target, peer="cubeloop append")
-        if note := missing("cubeloop"):
+        if note := absent("cubeloop"):
             figure.peer_note = note
         else:
             figure.peer_samples, theirs = asyncio.run(store_figures.cubeloop_append_us(directory, n, k, **options))
@@ -301,7 +301,7 @@ def append_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
         ("LangGraph, both WAL + synchronous=NORMAL", shipped, ours_d, True),
     ):
         figure = Figure("append", f"{label}, vs {words}", "µs", ours, peer="LangGraph aput")
-        if note := missing("langgraph"):
+        if note := absent("langgraph"):
             figure.peer_note = note
         else:
             figure.peer_samples, theirs = asyncio.run(
@@ -325,7 +325,7 @@ def loop_figures_(sizes: Sizes, directory: Path) -> Iterator[Figure]:
         note=f"no store on either side; ours: median gap of {sizes.loop_calls} calls per run, 3 runs; "
         f"cubeloop: each gap of one run of {sizes.peer_calls} calls",
     )
-    if note := missing("cubeloop"):
+    if note := absent("cubeloop"):
         figure.peer_note = note
     else:
         figure.peer_samples = asyncio.run(loop_figures.cubeloop_loop_ms(n, sizes.peer_calls))
@@ -350,7 +350,7 @@ def turns_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
             higher_is_better=True,
             peer="cubeloop",
         )
-        if note := missing("cubeloop"):
+        if note := absent("cubeloop"):
             figure.peer_note = note
         else:
             theirs = [
@@ -396,6 +396,17 @@ def parse_sizes(text: str, base: Sizes) -> Sizes:
     return dataclasses.replace(base, **changes)
 
 
+async def app_durability(directory: Path) -> str:
+    """The durability of a SQLite store as the app opens it (``locations.open_store``)."""
+    from core.checkpoint import locations
+
+    store = await locations.open_store(directory / "durability.sqlite", create=True)
+    try:
+        return str(await our_durability(store))
+    finally:
+        await store.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen groups and print their figures; returns the exit status (2: bad arguments)."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
@@ -423,8 +434,11 @@ def main(argv: list[str] | None = None) -> int:
             print(note)
     print("met: the p95 against the target where a p95 is shown, else the median; ours/peer below 1: ours is faster")
     print("(for rates, above 1: ours does more per second)\n")
-    print(HEADER, flush=True)
     with tempfile.TemporaryDirectory(prefix="cubepi-bench-") as tmp:
+        print(
+            f"The app's store in the app figures: SQLite as the app opens it, {asyncio.run(app_durability(Path(tmp)))}\n"
+        )
+        print(HEADER, flush=True)
         for group in chosen:
             started = time.perf_counter()
             try:

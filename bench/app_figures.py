@@ -58,8 +58,9 @@ def app_argv(store: Path, *options: str, rate: float = 5000.0, seconds: float = 
     ]
 
 
-def _terminal(argv: Sequence[str]) -> AppTerminal:
-    # The app's gc thresholds and everything else are its own; only the terminal is ours.
+def app_terminal(argv: Sequence[str]) -> AppTerminal:
+    """A 120 x 40 terminal for ``argv`` (see :func:`app_argv`), run from the repository root.
+    The app's settings (its collector thresholds among them) are its own; only the terminal is ours."""
     return AppTerminal(argv, cols=120, rows=40, cwd=ROOT)
 
 
@@ -126,7 +127,7 @@ def open_run(
     the first row and as many pairs in the thread; ``settle`` seconds after each paint
     before the keys. Raises ``TimeoutError`` past ``timeout`` seconds for a paint."""
     painted = _picker_painted(newest, threads)
-    with _terminal(app_argv(store)) as term:
+    with app_terminal(app_argv(store)) as term:
         at = term.wait_for(lambda s: painted.search(s) is not None, timeout)
         if at is None:
             raise TimeoutError(f"The picker did not show {newest} and {threads:,} threads within {timeout:.0f} s.")
@@ -179,7 +180,7 @@ def stream_keys(
     the reply within ``timeout`` seconds, or a key within :data:`KEY_TIMEOUT`."""
     result = StreamKeys("in the app" if here else "in another process")
     child: subprocess.Popen[bytes] | None = None
-    with _terminal(app_argv(store, "--thread", thread, rate=rate, seconds=seconds)) as term:
+    with app_terminal(app_argv(store, "--thread", thread, rate=rate, seconds=seconds)) as term:
         if term.wait_for(lambda s: FINAL_MARK in s, timeout) is None:
             raise TimeoutError(f"Thread {thread} was not on screen within {timeout:.0f} s.")
         time.sleep(0.5)

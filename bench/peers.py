@@ -15,7 +15,7 @@ option for it).
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sqlite3
 from dataclasses import dataclass
 from typing import Any
@@ -36,11 +36,23 @@ SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 def missing(peer: str) -> str | None:
     """One sentence when ``peer`` (a key of :data:`PEERS`) cannot be imported, else ``None``."""
     module, words = PEERS[peer]
+    if peer in _known:
+        return _known[peer]
     try:
-        found = importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # a parent package is missing
-        found = False
-    return None if found else f"{words} is not installed; {INSTALL}"
+        importlib.import_module(module)
+    except ImportError:  # not installed, or a part of it missing (a broken install reads the same)
+        _known[peer] = f"{words} is not installed; {INSTALL}"
+    else:
+        _known[peer] = None
+    return _known[peer]
+
+
+_known: dict[str, str | None] = {}  # peer -> missing()'s answer: a failed import is not retried
+
+
+def absent(peer: str) -> str | None:
+    """A figure's short words for a missing ``peer`` (the header prints :func:`missing`'s sentence)."""
+    return f"{PEERS[peer][1]}: not installed (see above)" if missing(peer) else None
 
 
 @dataclass(frozen=True, slots=True)

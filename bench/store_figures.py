@@ -174,12 +174,20 @@ async def langgraph_load_ms(directory: Path, messages: int, repeat: int = 9) -> 
 # --- appending --------------------------------------------------------------------------------
 
 
+def _fresh(path: Path) -> Path:
+    """``path`` with any earlier file there (and its WAL and journal) removed: an append
+    figure is taken at exactly its history length, however often it is measured."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return path
+
+
 async def our_append_us(
     directory: Path, history: int, appends: int, *, durable: bool = False
 ) -> tuple[list[float], Durability]:
     """Microseconds of each of ``appends`` one-message ``append`` calls to a thread of
     ``history`` rows in our store (``durable``: ``synchronous=FULL``), and its durability."""
-    path = directory / f"append-ours-{history}-{'full' if durable else 'normal'}.sqlite"
+    path = _fresh(directory / f"append-ours-{history}-{'full' if durable else 'normal'}.sqlite")
     await fill_long_thread(path, history, "long", durable=durable)
     extra = thread_messages(appends + 1)[:appends]
     async with await SQLiteCheckpointer.open(path, create=False, durable=durable) as store:
@@ -199,7 +207,7 @@ async def cubeloop_append_us(
     ``synchronous=FULL``), or with ``wal_normal`` switched to WAL and ``synchronous=NORMAL``."""
     from cubeloop.checkpointer.sqlite import SQLiteCheckpointer as CubeloopSQLite
 
-    path = directory / f"append-cubeloop-{history}-{'normal' if wal_normal else 'shipped'}.sqlite"
+    path = _fresh(directory / f"append-cubeloop-{history}-{'normal' if wal_normal else 'shipped'}.sqlite")
     extra = to_cubeloop(thread_messages(appends + 1)[:appends])
     async with CubeloopSQLite(str(path)) as store:
         if wal_normal:
@@ -223,7 +231,7 @@ async def langgraph_append_us(
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    path = directory / f"append-langgraph-{history}-{'normal' if normal else 'shipped'}.sqlite"
+    path = _fresh(directory / f"append-langgraph-{history}-{'normal' if normal else 'shipped'}.sqlite")
     conversation = to_langchain(thread_messages(history))
     extra = to_langchain(thread_messages(appends + 1)[:appends])
     async with aiosqlite.connect(path) as conn:
