@@ -108,7 +108,7 @@ class Screen:
             if final in "hl" and "1049" in params.split(";"):
                 self.clear()
             return
-        if params[:1] in "<>=":
+        if params[:1] and params[0] in "<>=":  # private sequences (kitty keyboard, queries)
             return
         numbers = [int(p) if p.isdigit() else 0 for p in params.replace(":", ";").split(";")] if params else []
 

@@ -20,6 +20,7 @@ from bench import __main__ as bench_main
 from bench import app_figures, loop_figures, peers, store_figures
 from bench.fill import fill_long_thread, fill_threads, thread_id
 from bench.report import Figure, median
+from bench.terminal import Screen
 
 ATTEMPTS = 3
 """Tries of a growth check: a 2-core machine shared with other work has slow moments."""
@@ -205,3 +206,20 @@ def test_a_figure_judges_its_p95_and_its_ratio() -> None:
     assert figure.met is False
     assert figure.ratio == 0.5
     assert Figure("x", "x", "ms", [10, 20], at_most=50, percentile=False).met is True
+
+
+def test_the_screen_emulator_reads_output_split_anywhere() -> None:
+    """What Textual writes (alternate screen, cursor moves, styles, erases, a wide character)
+    lands in the same cells however the reads split it, even inside an escape sequence."""
+    output = (
+        "\x1b[?1049h\x1b[?25l\x1b]0;title\x07\x1b[2;3H\x1b[1;38;2;10;20;30mhelp\x1b[0m 日本"
+        "\x1b[4;1Hline four\x1b[4;5H\x1b[K\x1b[1;1Hxy\x1b[2C!\r\nz"
+    )
+    whole = Screen(12, 5)
+    whole.feed(output)
+    assert whole.text().splitlines() == ["xy  !       ", "z help 日本 ", " " * 12, "line        ", " " * 12]
+    for cut in range(1, len(output)):
+        split = Screen(12, 5)
+        split.feed(output[:cut])
+        split.feed(output[cut:])
+        assert split.text() == whole.text(), cut
