@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import os
 import sys
 import tempfile
@@ -413,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: shows that every figure runs")
     parser.add_argument("--only", default="", help=f"comma-separated groups: {', '.join(GROUPS)}")
     parser.add_argument("--sizes", default="", help="KEY=N overrides, e.g. threads=2000,messages=5000")
+    parser.add_argument("--json", metavar="PATH", help="also write every figure, with its samples, to PATH")
     args = parser.parse_args(argv)
     chosen = [g.strip() for g in args.only.split(",") if g.strip()] or list(GROUPS)
     unknown = [g for g in chosen if g not in RUNNERS]
@@ -434,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
             print(note)
     print("met: the p95 against the target where a p95 is shown, else the median; ours/peer below 1: ours is faster")
     print("(for rates, above 1: ours does more per second)\n")
+    figures: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="cubepi-bench-") as tmp:
         print(
             f"The app's store in the app figures: SQLite as the app opens it, {asyncio.run(app_durability(Path(tmp)))}\n"
@@ -443,10 +446,16 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             try:
                 for figure in RUNNERS[group](sizes, Path(tmp)):
+                    figures.append(figure)
                     print(line(figure), flush=True)
             except Exception as error:  # one group failing must not hide the others' figures
-                print(line(Figure(group, f"[{group}]", "", error=f"{type(error).__name__}: {error}")), flush=True)
+                failed = Figure(group, f"[{group}]", "", error=f"{type(error).__name__}: {error}")
+                figures.append(failed)
+                print(line(failed), flush=True)
             print(f"{'':4}({group}: {time.perf_counter() - started:.0f} s)", flush=True)
+    if args.json:
+        rows = [{**dataclasses.asdict(f), "median": f.median, "p95": f.p95, "met": f.met} for f in figures]
+        Path(args.json).write_text(json.dumps({"sizes": dataclasses.asdict(sizes), "figures": rows}, indent=1))
     return 0
 
 
