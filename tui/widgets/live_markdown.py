@@ -35,6 +35,7 @@ from rich._wrap import divide_line
 from textual.await_complete import AwaitComplete
 from textual.content import Content
 from textual.events import Mount, Resize
+from textual.geometry import Size
 from textual.widget import Widget
 from textual.widgets import Markdown
 from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
@@ -152,13 +153,33 @@ class _Section(Widget):
     _Section { width: 1fr; height: auto; layout: vertical; }
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._height: tuple[tuple[int, int, int], int] | None = None
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """The height of the blocks at ``width``, computed once per width and set of children.
+
+        Textual keys a child's box model and a container's arrangement by the size of the
+        parent, and the document's height changes on every append: without this, every
+        section laid out all its blocks again on every frame (profiled: about half the main
+        thread once a reply had a few hundred blocks). The blocks' heights (all ``auto``)
+        do not depend on the parent's height; a block that changes bumps ``_layout_updates``.
+        """
+        key = (width, self._nodes._updates, self._layout_updates)
+        if self._height is not None and self._height[0] == key:
+            return self._height[1]
+        height = super().get_content_height(container, viewport, width)
+        self._height = (key, height)
+        return height
+
 
 class LiveMarkdown(Markdown):
     """A :class:`~textual.widgets.Markdown` fed by :meth:`write`, costing per append what the
     open tail costs, not the document; see the module docstring.
 
     Renders exactly as ``Markdown(source)`` does (same blocks, styles, CSS and link events).
-    Finished blocks live in sections (:data:`SECTION_BLOCKS`); Textual's vertical layout
+    Blocks live in sections (:data:`SECTION_BLOCKS`); Textual's vertical layout
     collapses the margins of neighbours to the larger one but adds those of neighbours in two
     sections, so a section only ends where one of the two margins is 0 (before a paragraph,
     whose top margin is 0, or after a block whose bottom margin is 0).
@@ -167,7 +188,6 @@ class LiveMarkdown(Markdown):
     DEFAULT_CSS = """
     LiveMarkdown _Section > MarkdownParagraph { margin: 0 0 1 0; }
     LiveMarkdown _Section > MarkdownParagraph.-fragment { margin: 0; }
-    LiveMarkdown > MarkdownParagraph.-fragment { margin: 0; }
     """
     # The first rule is Textual's ``Markdown > MarkdownParagraph`` for paragraphs in sections.
 
@@ -186,7 +206,7 @@ class LiveMarkdown(Markdown):
     def _reset_state(self) -> None:
         self._tail = ""  # source from the start of the last top-level block, or from the last cut
         self._tail_line = 0  # source lines before the tail's first line
-        self._live: list[MarkdownBlock] = []  # mounted blocks of the tail (direct children)
+        self._live: list[MarkdownBlock] = []  # mounted blocks of the tail (last in the open section)
         self._pending = Content()  # closed text of the cut paragraph not yet in a fragment
         self._cut_source: list[str] = []  # source of the cut paragraph before the tail
         self._fragments: list[MarkdownBlock] = []  # fragments of the cut paragraph
@@ -208,6 +228,12 @@ class LiveMarkdown(Markdown):
     def open_chars(self) -> int:
         """Characters of text in the open (re-rendered) blocks: what one append wraps again."""
         return sum(len(block._content.plain) for block in self._live)
+
+    @property
+    def placed_per_append(self) -> int:
+        """Children Textual places again after an append: the document's, the open outer
+        section's and the open inner section's (the closed sections keep their layout)."""
+        return sum(len(node.children) for node in (self, self._outer, self._inner) if node is not None)
 
     async def _on_mount(self, event: Mount) -> None:
         # Markdown's own handler (next in the MRO) would replace the document with its initial
@@ -298,7 +324,9 @@ class LiveMarkdown(Markdown):
                 return
 
     async def _show(self, blocks: list[MarkdownBlock]) -> None:
-        """Show ``blocks`` in place of the tail's mounted blocks (a paragraph updated in place)."""
+        """Show ``blocks`` in place of the tail's mounted blocks (a paragraph updated in place),
+        at the end of the open section, so the margins between them and the finished blocks
+        collapse as in one document."""
         old = self._live
         if old and blocks and type(old[0]) is type(blocks[0]) and isinstance(blocks[0], MarkdownParagraph):
             content = blocks[0]._content
@@ -312,22 +340,29 @@ class LiveMarkdown(Markdown):
             for widget in old:
                 await widget.remove()
             if blocks:
-                await self.mount_all(blocks)
+                if self._inner is None:
+                    await self._open_section()
+                assert self._inner is not None
+                await self._inner.mount_all(blocks)
                 self.blocks_mounted += len(blocks)
         self._live = kept + blocks
 
     async def _finish(self, blocks: list[MarkdownBlock]) -> None:
-        """Mount finished ``blocks`` at the end of the sections (before the live tail)."""
+        """Mount finished ``blocks`` after the finished ones (before the live tail)."""
         run: list[MarkdownBlock] = []
         for block in blocks:
             if self._inner is None or (
-                len(self._inner.children) + len(run) >= SECTION_BLOCKS and self._may_end(block, run)
+                self._finished_in_inner() + len(run) >= SECTION_BLOCKS and self._may_end(block, run)
             ):
                 await self._mount_run(run)
                 run = []
                 await self._open_section()
             run.append(block)
         await self._mount_run(run)
+
+    def _finished_in_inner(self) -> int:
+        assert self._inner is not None
+        return len(self._inner.children) - sum(1 for widget in self._live if widget.parent is self._inner)
 
     def _may_end(self, block: MarkdownBlock, run: list[MarkdownBlock]) -> bool:
         """Whether a section may end before ``block`` without changing the gap above it."""
@@ -339,15 +374,20 @@ class LiveMarkdown(Markdown):
     async def _mount_run(self, run: list[MarkdownBlock]) -> None:
         if run:
             assert self._inner is not None
-            await self._inner.mount_all(run)
+            live = [widget for widget in self._live if widget.parent is self._inner]
+            await self._inner.mount_all(run, before=live[0] if live else None)
             self.blocks_mounted += len(run)
             self._last_finished = run[-1]
 
     async def _open_section(self) -> None:
-        """Start a new inner section (and a new outer one when the open one is full)."""
+        """Start a new inner section (and a new outer one when the open one is full). Live
+        blocks in the old one are removed: the caller shows the tail again."""
+        for widget in self._live:
+            await widget.remove()
+        self._live = []
         if self._outer is None or len(self._outer.children) >= SECTION_BLOCKS:
             self._outer = _Section()
-            await self.mount(self._outer, before=self._live[0] if self._live else None)
+            await self.mount(self._outer)
         self._inner = _Section()
         await self._outer.mount(self._inner)
 
