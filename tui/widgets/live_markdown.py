@@ -46,6 +46,10 @@ laid out again on every append, so finished blocks sit two levels down in sectio
 arrangement Textual keeps cached; an append then places about ``n / SECTION_BLOCKS**2`` outer
 sections plus the open ones, not ``n`` blocks."""
 
+MERGE_CHARS = 24_000
+"""Largest fragment made by joining smaller ones: its one wrap, when made, takes a few
+milliseconds; a 500 kB paragraph is then about 25 widgets."""
+
 SPLIT_CHARS = 1_500
 """Characters of open paragraph text after which the live paragraph is cut at a neutral point.
 
@@ -210,6 +214,7 @@ class LiveMarkdown(Markdown):
         self._pending = Content()  # closed text of the cut paragraph not yet in a fragment
         self._cut_source: list[str] = []  # source of the cut paragraph before the tail
         self._fragments: list[MarkdownBlock] = []  # fragments of the cut paragraph
+        self._levels: list[int] = []  # how many merges made each fragment (see _merge_fragments)
         self._laid_out_width = 0  # the width fragments were wrapped for (0: none yet)
         self._probe: MarkdownBlock | None = None  # a fragment, to see the width change
         self._outer: _Section | None = None  # the open outer section
@@ -413,7 +418,9 @@ class LiveMarkdown(Markdown):
     async def _freeze_lines(self, token: Token) -> None:
         """Move the complete wrapped lines of the closed text into a fragment above the live
         paragraph (when the live paragraph has been laid out, so its width is known)."""
-        width = self._live[0].content_region.width
+        # The size the live block was last laid out at (``region`` would make Textual place
+        # every widget of the screen when the block is scrolled out of view).
+        width = self._live[0]._size.width or self._laid_out_width
         if width <= 0 or "\t" in self._pending.plain:
             return  # not laid out yet (or tabs, which Content expands before wrapping): later
         if self._laid_out_width and width != self._laid_out_width:
@@ -422,18 +429,50 @@ class LiveMarkdown(Markdown):
         if not breaks:
             return
         split = breaks[-1]
-        fragment = self.get_block_class("paragraph_open")(self, token)
-        fragment.add_class("-fragment")
-        fragment.set_content(self._pending[:split].rstrip())
+        fragment = self._fragment(token, self._pending[:split].rstrip())
         self._pending = self._pending[split:]
         self._laid_out_width = width
         self._fragments.append(fragment)
-        self._probe = self._probe or fragment
+        self._levels.append(0)
         await self._finish([fragment])
+        await self._merge_fragments(token)
+
+    def _fragment(self, token: Token, content: Content) -> MarkdownBlock:
+        fragment = self.get_block_class("paragraph_open")(self, token)
+        fragment.add_class("-fragment")
+        fragment.set_content(content)
+        self._probe = fragment
+        return fragment
+
+    async def _merge_fragments(self, token: Token) -> None:
+        """Join the two newest fragments while they are of one size (a binary counter, up to
+        :data:`MERGE_CHARS`), so a long paragraph is a few widgets, not one per cut: Textual
+        walks every widget of the screen on each layout. A fragment ends at a wrapped line's
+        end and the next starts a line, so joining them with a newline wraps to the same lines.
+        """
+        fragments, levels = self._fragments, self._levels
+        while len(fragments) >= 2:
+            first, second = fragments[-2], fragments[-1]
+            if (
+                levels[-2] != levels[-1]
+                or first.parent is not second.parent
+                or first.parent is None
+                or len(first._content) + len(second._content) > MERGE_CHARS
+            ):
+                return
+            merged = self._fragment(token, first._content + "\n" + second._content)
+            await first.parent.mount(merged, before=first)
+            await first.remove()
+            await second.remove()
+            self.blocks_mounted += 1
+            fragments[-2:] = [merged]
+            levels[-2:] = [levels[-1] + 1]
+            if self._last_finished in (first, second):
+                self._last_finished = merged
 
     def _end_cut(self) -> None:
         """The cut paragraph ended: its fragments and last part stay as they are."""
-        self._cut_source, self._fragments = [], []
+        self._cut_source, self._fragments, self._levels = [], [], []
         self._pending = Content()
 
     async def _uncut(self) -> None:
@@ -447,7 +486,11 @@ class LiveMarkdown(Markdown):
 
     async def on_resize(self, event: Resize) -> None:
         # Fragments hold lines wrapped for one width: at another, show the document afresh.
+        if not self._laid_out_width:
+            return  # no fragment was ever made
         probe = self._probe
-        if probe is not None and probe.is_attached and probe.content_region.width not in (0, self._laid_out_width):
+        if probe is None or not probe.is_attached:
+            probe = next(iter(self.query(".-fragment").results(MarkdownBlock)), None)
+        if probe is not None and probe._size.width not in (0, self._laid_out_width):
             async with self.lock:
                 await self._replace(self.source)
