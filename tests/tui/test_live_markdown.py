@@ -254,3 +254,41 @@ async def test_the_parsing_and_placing_of_a_flush_do_not_grow_with_many_blocks()
     for figure in ("parsed", "open", "children"):
         assert long[figure] <= 2 * max(short[figure], 1), (figure, short, long)
     assert short["parsed"] < 10_000
+
+
+async def test_a_crlf_split_across_deltas_streams_as_the_stored_newline() -> None:
+    """``clean`` turns ``\\r\\n`` into a newline but a lone ``\\r`` into ``␍``: a delta ending in
+    ``\\r`` waits for the next one, so the split pair shows as the stored reply shows it."""
+    text = "first line\r\nsecond line\r\n\r\nlast, with a lone \r here"
+    view = AssistantMessageView(reply(""), live=True)
+    app = _Shell(view)
+    async with app.run_test(size=(80, 20)) as pilot:
+        for end in (11, 12, 25, 27, len(text)):  # cuts between each \r and its \n
+            await view.sync(reply(text[:end]))
+            await pilot.pause()
+        await view.finish(reply(text))
+        await pilot.pause()
+        streamed = drawn(app)
+    assert streamed == await shown_finished(text, (80, 20))
+    shown = "\n".join("".join(t for t, _ in line) for line in streamed)
+    assert "first line second line" in shown and "␍" in shown and shown.count("␍") == 1
+
+
+async def test_streamed_thinking_shows_when_expanded() -> None:
+    from core.messages import ThinkingContent
+    from tui.widgets.message_view import ThinkingView
+
+    def thinking(text: str) -> AssistantMessage:
+        return AssistantMessage(content=[ThinkingContent(thinking=text)], timestamp=1.7e9)
+
+    view = AssistantMessageView(thinking(""), live=True)
+    app = _Shell(view)
+    async with app.run_test(size=(80, 20)) as pilot:
+        await view.sync(thinking("step one \x1b[2J"))
+        await view.sync(thinking("step one \x1b[2J then step two"))
+        await pilot.pause()
+        assert "step two" not in screen_text(app)  # collapsed
+        view.query_one(ThinkingView).collapsed = False
+        await wait_for(pilot, lambda: "step one ␛[2J then step two" in screen_text(app), what="the reasoning")
+        await view.sync(thinking("step one \x1b[2J then step two and three"))
+        await wait_for(pilot, lambda: "and three" in screen_text(app), what="more reasoning")

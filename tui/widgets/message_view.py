@@ -78,12 +78,20 @@ class ThinkingView(Collapsible):
     """
 
     def __init__(self, thinking: str) -> None:
+        self._raw = thinking
         self._thinking = Static(literal(thinking))
         super().__init__(self._thinking, title="thinking", collapsed=True)
 
     def set_thinking(self, thinking: str) -> None:
-        """Show the reasoning so far."""
-        self._thinking.update(literal(thinking))
+        """Show the reasoning so far. While collapsed only the text is kept: cleaning and
+        laying out a long reasoning on every flush cost as much as the reasoning is long."""
+        self._raw = thinking
+        if not self.collapsed:
+            self._thinking.update(literal(thinking))
+
+    def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
+        if event.collapsible is self:
+            self._thinking.update(literal(self._raw))
 
 
 class AssistantMessageView(Vertical):
@@ -130,8 +138,12 @@ class AssistantMessageView(Vertical):
         """The reply as last shown (partial while live)."""
         return self._message
 
-    async def sync(self, partial: AssistantMessage) -> None:
-        """Show what ``partial`` gained since the last call (new blocks, appended text)."""
+    async def sync(self, partial: AssistantMessage, *, last: bool = False) -> None:
+        """Show what ``partial`` gained since the last call (new blocks, appended text).
+
+        Text is cleaned per piece, so a piece ending in ``\r`` waits for the next one (a
+        ``\r\n`` split across two pieces must show as the newline it is, as when stored),
+        until ``last``."""
         self._message = partial
         content = partial.content
         for index in range(len(content)):
@@ -141,9 +153,10 @@ class AssistantMessageView(Vertical):
                 await self.mount(self._views[index])
             view = self._views[index]
             if isinstance(block, TextContent) and isinstance(view, LiveMarkdown):
-                new = block.text[self._seen[index] :]
+                end = len(block.text) if last or not block.text.endswith("\r") else len(block.text) - 1
+                new = block.text[self._seen[index] : end]
                 if new:
-                    self._seen[index] = len(block.text)
+                    self._seen[index] = end
                     await view.write(clean(new))
             elif isinstance(block, ThinkingContent) and isinstance(view, ThinkingView):
                 if len(block.thinking) != self._seen[index]:
@@ -165,7 +178,7 @@ class AssistantMessageView(Vertical):
         is shown matches what was saved.
         """
         await self._match_blocks(final)
-        await self.sync(final)
+        await self.sync(final, last=True)
         for block in final.tool_calls:
             view = self.tool_views.get(block.id)
             if view is not None and view.status == "streaming":
