@@ -18,10 +18,21 @@ a fragment are exactly the first lines the whole paragraph would wrap to. The li
 then holds less than a line of closed text plus the open tail: parsing and wrapping per append
 are bounded by the cut size (:data:`SPLIT_CHARS`), whatever the reply's length.
 
+Layout: Textual lays out a container's children again whenever one of them changes, so the
+blocks sit in two levels of sections (:data:`SECTION_BLOCKS`) whose heights are kept per
+width; neighbouring fragments are joined (:data:`MERGE_CHARS`), since Textual's layout also
+walks every widget of the screen on each frame.
+
 Exactness: what is shown equals ``Markdown(source)`` at the same width. When a later line
 turns the cut paragraph into something else (a setext heading or a table header), the first
 tail block is not a paragraph any more; the paragraph is then parsed again from its start,
 once. Fragments are laid out for one width: a width change rebuilds the document once.
+
+Not bounded yet: a growing tail block other than a top-level paragraph (one long list, quote
+or code fence is re-parsed and rebuilt whole per append, as in Textual), text with no spaces
+to cut at (Chinese, Japanese), and the per-frame walk over the widgets of a reply made of
+thousands of blocks. A reference-style link definition (``[x]: url``) applies only to the
+blocks parsed after it, as with Textual's own appends.
 """
 
 from __future__ import annotations
