@@ -155,6 +155,14 @@ async def test_a_cut_paragraph_that_becomes_a_heading_is_drawn_as_one() -> None:
     assert await shown_streamed(text, size, seed=5) == await shown_finished(text, size)
 
 
+async def test_a_reference_link_defined_at_the_end_ends_drawn_as_stored() -> None:
+    text = "See [the docs][ref] first.\n\n" + prose(200, 13) + "\n\n[ref]: https://example.com/docs\n"
+    size = (80, 60)
+    streamed = await shown_streamed(text, size, seed=8)
+    assert streamed == await shown_finished(text, size)
+    assert "See the docs first." in "\n".join("".join(t for t, _ in line) for line in streamed)
+
+
 async def test_untrusted_text_streams_literally() -> None:
     """Markup and terminal escapes in a streamed reply show as characters, as when stored."""
     text = "Look: \x1b[31mred\x1b[0m and [bold red]markup[/] here.\n\n" + prose(300, 4) + " \x1b]0;title\x07 end"

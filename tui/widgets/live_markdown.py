@@ -31,8 +31,9 @@ once. Fragments are laid out for one width: a width change rebuilds the document
 Not bounded yet: a growing tail block other than a top-level paragraph (one long list, quote
 or code fence is re-parsed and rebuilt whole per append, as in Textual), text with no spaces
 to cut at (Chinese, Japanese), and the per-frame walk over the widgets of a reply made of
-thousands of blocks. A reference-style link definition (``[x]: url``) applies only to the
-blocks parsed after it, as with Textual's own appends.
+thousands of blocks. A reference-style link definition (``[x]: url``) is seen only by the
+blocks parsed with it while streaming (as with Textual's own appends); :meth:`LiveMarkdown.finish`
+parses a reply that has one again, whole, once.
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ _FLANKING = re.compile(r"(?<=\S)[*_]|[*_](?=\S)")
 """An emphasis delimiter next to a non-space: it may open or close emphasis with a later one.
 Delimiters between spaces (``a * b``) never do (CommonMark: neither left- nor right-flanking);
 intraword underscores (``snake_case``) are accepted separately."""
+
+_REFERENCE_DEFINITION = re.compile(r"^ {0,3}\[[^\]\n]+\]:", re.MULTILINE)
+"""A link reference definition (CommonMark 4.7): it applies to the whole document."""
 
 _INTRAWORD_UNDERSCORE = re.compile(r"(?<=[^\W_])_+(?=[^\W_])")
 
@@ -279,6 +283,13 @@ class LiveMarkdown(Markdown):
             return
         async with self.lock:
             await self._write(markdown)
+
+    async def finish(self) -> None:
+        """The document is complete: parse it again whole when it defines a link reference,
+        which blocks parsed before the definition did not see."""
+        async with self.lock:
+            if _REFERENCE_DEFINITION.search(self.source):
+                await self._replace(self.source)
 
     async def _write(self, markdown: str) -> None:
         self._parts.append(markdown)

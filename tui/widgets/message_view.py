@@ -179,6 +179,9 @@ class AssistantMessageView(Vertical):
         """
         await self._match_blocks(final)
         await self.sync(final, last=True)
+        for view in self._views:
+            if isinstance(view, LiveMarkdown):
+                await view.finish()
         for block in final.tool_calls:
             view = self.tool_views.get(block.id)
             if view is not None and view.status == "streaming":
