@@ -140,7 +140,9 @@ async def test_a_long_paragraph_is_cut_into_fragments_that_wrap_as_the_whole() -
         await pilot.pause()
         await stream(pilot, view, text, seed=3)
         document_view = view.query_one(LiveMarkdown)
-        assert len(document_view.query(".-fragment")) >= 5  # it was cut, not re-wrapped whole
+        # Cut, not re-wrapped whole: a few joined fragments above a short open part.
+        assert len(document_view.query(".-fragment")) >= 2
+        assert document_view.open_chars < 2 * live_markdown.SPLIT_CHARS
         await view.finish(reply(text))
         await pilot.pause()
         streamed = drawn(app)
