@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from textual.app import App, ComposeResult
+from textual.widgets import Markdown
 
 from core.events import StreamEvent, TextDelta, ToolCallDelta, ToolCallStart
 from core.messages import AssistantMessage, TextContent, ToolCall, user_text
@@ -127,4 +128,6 @@ async def test_a_saved_reply_unlike_the_streamed_one_is_shown_as_saved() -> None
         assert "second" in text
         assert set(transcript.tool_views) == {"b"}
         (view,) = app.query(AssistantMessageView)
-        assert [type(v).__name__ for v in view.children][1:] == ["Markdown", "ToolCallView"]
+        # The text block is a Markdown view (streamed in, so the live kind), then the call.
+        kinds = list(view.children)[1:]
+        assert len(kinds) == 2 and isinstance(kinds[0], Markdown) and isinstance(kinds[1], ToolCallView)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.padding import Padding
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from textual import events, on
@@ -294,8 +296,43 @@ def help_renderable() -> RenderableType:
     return Group(*parts)
 
 
+class _LaidOutHelp:
+    """:func:`help_renderable` laid out once per width and replayed from then on.
+
+    Rich's table layout of the help was about a tenth of the main thread's time while ``?``
+    was pressed repeatedly (profiled with pyinstrument), run afresh on every opening; the text
+    never changes, so each width's lines are kept (a few widths per session, ~20 kB each).
+    """
+
+    _lines: dict[int, list[list[Segment]]] = {}
+    _measure: Measurement | None = None
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        lines = self._lines.get(width)
+        if lines is None:
+            lines = self._lines[width] = console.render_lines(help_renderable(), options, pad=False)
+        new_line = Segment.line()
+        for line in lines:
+            yield from line
+            yield new_line
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        if _LaidOutHelp._measure is None:
+            # Measured unbounded once; each caller's bound is applied below.
+            _LaidOutHelp._measure = Measurement.get(console, options.update_width(10_000), help_renderable())
+        return _LaidOutHelp._measure.clamp(max_width=options.max_width)
+
+
 class HelpScreen(OnceModal[None]):
-    """Keys of every screen and what the crash points mean."""
+    """Keys of every screen and what the crash points mean.
+
+    Opaque, unlike the other modals: a translucent modal re-renders the whole screen beneath
+    it through Rich and tints every segment on each frame it paints (Textual's
+    ``BackgroundScreen``), which was a quarter of the CPU time of opening the help (profiled
+    with pyinstrument) and ran again on every stream flush while it stayed open. Its rule is
+    in app.tcss (the app's CSS outranks a widget's default CSS).
+    """
 
     BINDINGS = [Binding("escape,q,question_mark", "close", "Close", id="help.close", tooltip="Close help")]
 
@@ -305,7 +342,7 @@ class HelpScreen(OnceModal[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog -help"):
             yield Static(Text("cubepi-tui help", style="bold"), classes="title")
-            yield Static(help_renderable(), classes="body")
+            yield Static(_LaidOutHelp(), classes="body")
             yield Static(Text("Escape closes this help.", style="dim"), classes="hint")
 
     def action_close(self) -> None:

@@ -32,7 +32,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import MountError, Widget
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from core.agent import Agent
 from core.checkpoint.base import CheckpointData, Command, CorruptRow
@@ -62,6 +62,7 @@ from tui.session import Session, ThreadFacts
 from tui.text import clean, clock, literal
 from tui.widgets.commands import CommandsBar
 from tui.widgets.crash_banner import CrashBanner, repairs_line
+from tui.widgets.footer import SteadyFooter
 from tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:
@@ -185,7 +186,7 @@ class ThreadView(Screen[None]):
         yield Transcript(id="transcript")
         yield CommandsBar(id="commands")
         yield StatusBar(id="status")
-        yield Footer()
+        yield SteadyFooter()
 
     @property
     def transcript(self) -> Transcript:

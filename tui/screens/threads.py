@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 from textual.widgets.data_table import CellKey
 from textual.worker import Worker
 
@@ -31,6 +31,7 @@ from tui.messages import NewThread, OpenThread, ThreadsLoaded
 from tui.screens.modals import ConfirmModal
 from tui.session import Session, ThreadRow, state_label
 from tui.text import clean, literal, one_line, relative_time
+from tui.widgets.footer import SteadyFooter
 
 _STATE_STYLES = {
     ThreadState.COMPLETED: "green",
@@ -125,7 +126,7 @@ class ThreadsScreen(Screen[None]):
         table = ThreadTable(id="threads-table", cursor_type="row", zebra_stripes=True)
         yield table
         yield Static("", id="threads-empty")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         self._add_columns()

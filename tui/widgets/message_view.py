@@ -1,8 +1,9 @@
 """Views of single messages: user prompts, assistant replies (live or finished), raw rows.
 
-Assistant text is Markdown and streams through ``Markdown.get_stream`` (appends, never a
-full re-render per delta); everything else is a literal ``Text``. All stored strings pass
-through :func:`tui.text.clean` first.
+Assistant text is Markdown; a live reply's text streams into a
+:class:`~tui.widgets.live_markdown.LiveMarkdown` (one append per flush, costing what the open
+tail costs, never the whole reply); everything else is a literal ``Text``. All stored strings
+pass through :func:`tui.text.clean` first.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, Static
-from textual.widgets.markdown import MarkdownStream
 
 from core.messages import (
     AnyMessage,
@@ -27,6 +27,7 @@ from core.messages import (
     UserMessage,
 )
 from tui.text import clean, clock, content_text, literal, short_json
+from tui.widgets.live_markdown import LiveMarkdown
 from tui.widgets.tool_call import ToolCallView
 
 _KIND_LABELS = {"prompt": "you", "steer": "you · steer", "follow_up": "you · follow-up"}
@@ -77,12 +78,20 @@ class ThinkingView(Collapsible):
     """
 
     def __init__(self, thinking: str) -> None:
+        self._raw = thinking
         self._thinking = Static(literal(thinking))
         super().__init__(self._thinking, title="thinking", collapsed=True)
 
     def set_thinking(self, thinking: str) -> None:
-        """Show the reasoning so far."""
-        self._thinking.update(literal(thinking))
+        """Show the reasoning so far. While collapsed only the text is kept: cleaning and
+        laying out a long reasoning on every flush cost as much as the reasoning is long."""
+        self._raw = thinking
+        if not self.collapsed:
+            self._thinking.update(literal(thinking))
+
+    def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
+        if event.collapsible is self:
+            self._thinking.update(literal(self._raw))
 
 
 class AssistantMessageView(Vertical):
@@ -111,7 +120,6 @@ class AssistantMessageView(Vertical):
         self.live = live
         self._views: list[Widget] = []
         self._seen: list[int] = []  # characters already shown, per content block
-        self._streams: dict[int, MarkdownStream] = {}
         self.tool_views: dict[str, ToolCallView] = {}
         """The view of each tool call of this reply, by call id (filled as blocks appear)."""
         for index, block in enumerate(message.content):
@@ -130,8 +138,12 @@ class AssistantMessageView(Vertical):
         """The reply as last shown (partial while live)."""
         return self._message
 
-    async def sync(self, partial: AssistantMessage) -> None:
-        """Show what ``partial`` gained since the last call (new blocks, appended text)."""
+    async def sync(self, partial: AssistantMessage, *, last: bool = False) -> None:
+        """Show what ``partial`` gained since the last call (new blocks, appended text).
+
+        Text is cleaned per piece, so a piece ending in ``\r`` waits for the next one (a
+        ``\r\n`` split across two pieces must show as the newline it is, as when stored),
+        until ``last``."""
         self._message = partial
         content = partial.content
         for index in range(len(content)):
@@ -140,11 +152,12 @@ class AssistantMessageView(Vertical):
                 self._views.append(self._view_for(index, block))
                 await self.mount(self._views[index])
             view = self._views[index]
-            if isinstance(block, TextContent) and isinstance(view, Markdown):
-                new = block.text[self._seen[index] :]
+            if isinstance(block, TextContent) and isinstance(view, LiveMarkdown):
+                end = len(block.text) if last or not block.text.endswith("\r") else len(block.text) - 1
+                new = block.text[self._seen[index] : end]
                 if new:
-                    self._seen[index] = len(block.text)
-                    await self._stream(index, view).write(clean(new))
+                    self._seen[index] = end
+                    await view.write(clean(new))
             elif isinstance(block, ThinkingContent) and isinstance(view, ThinkingView):
                 if len(block.thinking) != self._seen[index]:
                     self._seen[index] = len(block.thinking)
@@ -165,10 +178,10 @@ class AssistantMessageView(Vertical):
         is shown matches what was saved.
         """
         await self._match_blocks(final)
-        await self.sync(final)
-        for stream in self._streams.values():
-            await stream.stop()
-        self._streams.clear()
+        await self.sync(final, last=True)
+        for view in self._views:
+            if isinstance(view, LiveMarkdown):
+                await view.finish()
         for block in final.tool_calls:
             view = self.tool_views.get(block.id)
             if view is not None and view.status == "streaming":
@@ -204,13 +217,9 @@ class AssistantMessageView(Vertical):
         for index, view in enumerate(self._views):
             if index in kept:
                 continue
-            stream = self._streams.pop(index, None)
-            if stream is not None:
-                await stream.stop()
             if isinstance(view, ToolCallView):
                 self.tool_views.pop(view.call_id, None)
             await view.remove()
-        self._streams = {new: self._streams[old] for new, old in enumerate(keep) if old in self._streams}
         self._views = [self._views[i] for i in keep]
         self._seen = [self._seen[i] for i in keep]
 
@@ -219,19 +228,15 @@ class AssistantMessageView(Vertical):
         self.app.copy_to_clipboard(event.href)
         self.notify(f"Link not opened (copied to the clipboard): {clean(event.href)}", markup=False, timeout=8)
 
-    def _stream(self, index: int, view: Markdown) -> MarkdownStream:
-        stream = self._streams.get(index)
-        if stream is None:
-            stream = self._streams[index] = Markdown.get_stream(view)
-        return stream
-
     def _view_for(self, index: int, block: Any) -> Widget:
         if isinstance(block, TextContent):
-            # A live block starts empty and is filled by the stream, so nothing is shown twice.
-            initial = "" if self.live else block.text
-            self._seen.append(0 if self.live else len(block.text))
             # Links in model text are untrusted: a click shows the address instead of opening it.
-            return Markdown(clean(initial), open_links=False)
+            if self.live:
+                # Starts empty and is filled by sync, so nothing is shown twice.
+                self._seen.append(0)
+                return LiveMarkdown(open_links=False)
+            self._seen.append(len(block.text))
+            return Markdown(clean(block.text), open_links=False)
         self._seen.append(0)
         if isinstance(block, ThinkingContent):
             self._seen[-1] = len(block.thinking)
