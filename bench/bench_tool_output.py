@@ -6,6 +6,8 @@ Each mode runs the real app (``tui.app.make_app``, the CLI's session) in a tmux 
 (``/work/shared/tools/tui_drive.sh``, 100x30) on a fresh SQLite file, with one tool,
 ``flood``, that the scripted model calls once:
 
+* ``quiet``: the baseline, 10 short lines reported and returned (the app's own stalls
+  around a tool call: mounting the reply, restyling the call when it ends).
 * ``lines``: 50,000 lines, each reported as progress text as it is produced (the event
   loop is yielded to every 50 lines); the result is the whole 50,000-line text (~3.2 MB).
 * ``blob``: 2 MB without a newline, reported as the output so far every 64 KiB (the text
@@ -17,8 +19,12 @@ While the tool runs and for three seconds after its result, a task on the app's 
 loop sleeps 5 ms at a time and records how late it wakes: the loop's stall, i.e. how
 long a key press would wait. Printed per mode: the worst stall and the 99th percentile
 (medians over ``--repeat`` runs), and the tool's own duration. Then, with the result on
-screen, the pager is opened (Tab to the tool call, ``p``) and searched (``/``, a word,
-Enter, ``n``), and the worst stall during that is printed too (only once the pager exists).
+screen (``--pager``), the tool call is focused (``t``), expanded and collapsed (``x``
+twice), and the pager is opened (``p``) and searched (``/``, a word, Enter, ``n``, ``N``);
+the worst stall during that is printed too (the keys exist only after this change).
+
+With ``BENCH_PROFILE=FILE`` in the environment each app child runs under cProfile and
+dumps its statistics to FILE (the last run's survive), to find what a stall is made of.
 
 Not a test: it prints, it does not assert.
 """
@@ -40,7 +46,7 @@ from core.tools import ToolContext, tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVE = "/work/shared/tools/tui_drive.sh"
-MODES = ("lines", "blob", "frames")
+MODES = ("quiet", "lines", "blob", "frames")
 SETTLE = 3.0
 """Seconds after the tool's result during which stalls still count (the result is drawn)."""
 
@@ -74,8 +80,12 @@ class _Monitor:
 
 
 def _flood_text(mode: str) -> str:
+    if mode == "quiet":
+        return "\n".join(f"step {i}" for i in range(10))
     if mode == "lines":
-        return "\n".join(f"line {i:05d}: the quick brown fox jumps over the lazy dog {i * 7 % 1000}" for i in range(50_000))
+        return "\n".join(
+            f"line {i:05d}: the quick brown fox jumps over the lazy dog {i * 7 % 1000}" for i in range(50_000)
+        )
     if mode == "blob":
         return ("abcdefghij" * 209_716)[: 2 * 1024 * 1024]
     return "".join(f"\rprogress {i + 1:5d}/10000 [{'#' * ((i + 1) * 40 // 10_000):<40}]" for i in range(10_000))
@@ -100,7 +110,7 @@ def child(mode: str, db: str, out: str) -> None:
         monitor.start()
         started = time.perf_counter()
         text = _flood_text(mode)
-        if mode == "lines":
+        if mode in ("lines", "quiet"):
             lines = text.split("\n")
             for i, line in enumerate(lines):
                 ctx.report(progress=i / len(lines), text=line)
@@ -158,7 +168,15 @@ def child(mode: str, db: str, out: str) -> None:
         monitor.start()  # the pager phase
         Path(out + ".phase").write_text("pager")
 
-    app.run()
+    profile_to = os.environ.get("BENCH_PROFILE")
+    if profile_to:
+        import cProfile
+
+        with cProfile.Profile() as profile:
+            app.run()
+        profile.dump_stats(profile_to)
+    else:
+        app.run()
 
 
 # --- the parent: drive each mode in tmux ------------------------------------------------------
@@ -176,9 +194,19 @@ def run_once(mode: str, pager: bool) -> dict[str, object]:
         out = os.path.join(tmp, "figures.json")
         db = os.path.join(tmp, "flood.sqlite")
         command = f"cd {ROOT} && {sys.executable} -m bench.bench_tool_output --child {mode} --db {db} --out {out}"
-        steps = ["wait:New thread", "sleep:2", "key:n", "sleep:0.5", "text:go", "key:Enter", f"wait:flood finished", "sleep:4"]
+        steps = [
+            "wait:New thread",
+            "sleep:2",
+            "key:n",
+            "sleep:0.5",
+            "text:go",
+            "key:Enter",
+            "wait:flood finished",
+            "sleep:4",
+        ]
         if pager:
-            steps += ["key:Tab", "sleep:0.3", "key:Tab", "sleep:0.3", "key:p", "sleep:2", "snap:pager"]
+            steps += ["key:t", "sleep:0.5", "key:x", "sleep:2", "snap:expanded", "key:x", "sleep:1"]
+            steps += ["key:p", "sleep:2", "snap:pager"]
             steps += ["key:/", "text:lazy", "key:Enter", "sleep:1", "key:n", "sleep:1", "key:N", "sleep:1"]
             steps += ["snap:searched", "key:Escape", "sleep:0.5", "key:Escape", "sleep:0.5"]
         steps += ["key:C-q", "sleep:2"]
@@ -198,7 +226,7 @@ def run_once(mode: str, pager: bool) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--pager", action="store_true", help="also open and search the pager")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
@@ -214,7 +242,9 @@ def main() -> None:
         worst = [_summary(r["stream"])[0] for r in runs]  # type: ignore[arg-type]
         p99 = [_summary(r["stream"])[1] for r in runs]  # type: ignore[arg-type]
         tool_s = [float(r.get("tool_s", float("nan"))) for r in runs]  # type: ignore[arg-type]
-        line = f"{mode:8} {statistics.median(worst):15.0f} {statistics.median(p99):8.0f} {statistics.median(tool_s):7.2f}"
+        line = (
+            f"{mode:8} {statistics.median(worst):15.0f} {statistics.median(p99):8.0f} {statistics.median(tool_s):7.2f}"
+        )
         print(line + "   " + ", ".join(f"{w:.0f}" for w in worst), flush=True)
         if args.pager:
             pager = [_summary(r["pager"])[0] for r in runs]  # type: ignore[arg-type]
