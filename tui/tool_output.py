@@ -11,7 +11,8 @@ linear in the text and with a bounded result:
   "… N lines hidden …" between, and cuts a line longer than the window's width to its
   start and end with "… N characters hidden …".
 * :func:`output_lines` gives every line, collapsed and cleaned, for the pager
-  (:mod:`tui.screens.pager`).
+  (:mod:`tui.screens.pager`); :func:`output_chunks` the same a piece at a time, so the
+  pager can read 50,000 lines without holding the event loop.
 
 Every character shown goes through :func:`tui.text.clean` / :func:`tui.text.literal` (the
 one sanitiser): markup and terminal escapes appear as text. Pure: no widgets.
@@ -19,6 +20,8 @@ one sanitiser): markup and terminal escapes appear as text. Pure: no widgets.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -175,14 +178,38 @@ def excerpt(raw: str, window: Window) -> Excerpt:
     return Excerpt(text, total, lines_shown, hidden_lines, chars_hidden)
 
 
-def output_lines(raw: str) -> list[str]:
-    """Every line of ``raw``, ``\\r`` frames collapsed, cleaned: the full text as the pager
-    shows it (split at ``\\n``; a trailing newline starts no empty line). Linear in
-    ``len(raw)``: one split, one collapse per line holding ``\\r``, one clean of it all."""
+CHUNK_CHARS = 65_536
+"""About how many characters :func:`output_chunks` turns into lines at a time. Cleaning
+and splitting 64 KiB takes about a millisecond here, so a reader that yields to the event
+loop between chunks never stalls it for long; a longer single line is one chunk."""
+
+
+def _piece_lines(piece: str) -> list[str]:
+    if "\r" in piece:
+        piece = "\n".join(collapse_frames(line) for line in piece.split("\n"))
+    text = clean(piece)
+    if "\t" in text:
+        text = text.expandtabs()  # the pager draws cells, not Rich text: tabs become spaces here
+    return text.split("\n")
+
+
+def output_chunks(raw: str, chunk: int = CHUNK_CHARS) -> Iterator[list[str]]:
+    """:func:`output_lines` of ``raw`` in pieces: consecutive lists of lines, each from
+    about ``chunk`` characters (a piece ends at a line end, so a line longer than
+    ``chunk`` is one piece). Concatenated they are exactly ``output_lines(raw)``."""
     end = len(raw) - 1 if raw.endswith("\n") else len(raw)
     if not end:
-        return []
-    body = raw[:end]
-    if "\r" in body:
-        body = "\n".join(collapse_frames(line) for line in body.split("\n"))
-    return clean(body).split("\n")
+        return
+    pos = 0
+    while pos <= end:
+        stop = raw.find("\n", min(pos + chunk, end), end)
+        stop = end if stop < 0 else stop
+        yield _piece_lines(raw[pos:stop])
+        pos = stop + 1
+
+
+def output_lines(raw: str) -> list[str]:
+    """Every line of ``raw``, ``\r`` frames collapsed, cleaned, tabs expanded: the full
+    text as the pager shows it (split at ``\n``; a trailing newline starts no empty line).
+    Linear in ``len(raw)``: one split, one collapse per line holding ``\r``, one clean."""
+    return list(itertools.chain.from_iterable(output_chunks(raw, len(raw) + 1)))

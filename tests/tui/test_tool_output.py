@@ -6,12 +6,14 @@ import pytest
 
 import tui.tool_output as tool_output
 from tui.tool_output import (
+    CHUNK_CHARS,
     COLLAPSED,
     PROGRESS,
     Window,
     collapse_frames,
     count_lines,
     excerpt,
+    output_chunks,
     output_lines,
 )
 
@@ -181,3 +183,23 @@ def test_output_lines_collapses_each_line_at_most_once(monkeypatch: pytest.Monke
 def test_one_line_hidden_reads_as_one_line() -> None:
     assert count_lines(1) == "1 line" and count_lines(50_000) == "50,000 lines"
     assert "… 1 line hidden …" in excerpt(numbered(17), COLLAPSED).text.plain
+
+
+@pytest.mark.parametrize("raw", ["", "\n", "a", "a\n", "a\n\n", "a\n\nb", "x\ty\r\nz\n", "\n\n\n", "p 1\rp 2\nq"])
+@pytest.mark.parametrize("chunk", [1, 2, 3, 100])
+def test_chunks_join_to_the_whole_lines(raw: str, chunk: int) -> None:
+    assert [line for piece in output_chunks(raw, chunk) for line in piece] == output_lines(raw)
+
+
+def test_a_big_output_is_read_in_bounded_pieces() -> None:
+    """The pager reads between event-loop turns: many lines come in many small pieces,
+    each about CHUNK_CHARS, and a 2 MB line (which cannot be split) in one."""
+    raw = "\n".join([numbered(50_000)] * 8)  # 400,000 short lines, about 4.3 MB
+    pieces = list(output_chunks(raw))
+    assert len(pieces) >= len(raw) // (2 * CHUNK_CHARS)
+    assert max(sum(len(line) + 1 for line in piece) for piece in pieces) <= CHUNK_CHARS + 200
+    assert [len(p) for p in output_chunks("z" * 2_000_000)] == [1]
+
+
+def test_output_lines_expands_tabs_for_the_pager() -> None:
+    assert output_lines("a\tb\n\tc") == ["a       b", "        c"]

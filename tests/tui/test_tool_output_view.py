@@ -100,6 +100,11 @@ async def test_x_expands_to_the_whole_output_in_a_box_and_collapses_and_a_click_
         await pilot.click(view.query_one("#tool-result"))
         await wait_for(pilot, lambda: view.expanded and bool(view.query(OutputView)), what="expanded by a click")
 
+        await pilot.press("x", "x", "x")  # faster than a box is removed: never two at once, no crash
+        await wait_for(pilot, lambda: not view.expanded, what="collapsed after three presses")
+        await wait_for(pilot, lambda: not view.query(OutputView), what="box removed")
+        assert app.is_running
+
 
 async def test_a_short_result_offers_no_expand() -> None:
     app = make_app(fast_session(await _thread_with_output("one\ntwo")), thread_id="t1")
@@ -124,7 +129,8 @@ async def test_the_pager_opens_searches_steps_and_closes() -> None:
         pager = app.screen
         assert isinstance(pager, PagerScreen)
         await wait_for_text(pilot, "row 00000 of the output")
-        assert "lines 1–" in screen_text(app) and "of 50,000" in screen_text(app)
+        await wait_for(pilot, lambda: pager.view.loaded, what="output read")
+        await wait_for_text(pilot, "lines 1–27 of 50,000")  # 30 rows: title, status and footer take 3
         footer = screen_text(app).splitlines()[-1]
         assert "/ Search" in footer and "n Next" in footer and "N Previous" in footer and "Close" in footer
 
@@ -185,6 +191,7 @@ async def test_the_pager_scrolls_to_the_end_of_50000_lines() -> None:
         await _open(pilot, app)
         await pilot.press("t", "p")
         await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await wait_for(pilot, lambda: app.screen.view.loaded, what="output read")  # type: ignore[attr-defined]
         await pilot.press("end")
         await wait_for_text(pilot, "row 49999 of the output")
         assert "of 50,000" in screen_text(app) and "row 00000" not in screen_text(app)
@@ -200,6 +207,7 @@ async def test_the_pager_wraps_a_line_of_2_mb_and_shows_it_literally() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
         await wait_for_text(pilot, "␛[31mxxx")
         output = app.screen.query_one(OutputView)
+        await wait_for(pilot, lambda: output.loaded, what="output read")
         assert output.row_count >= len(blob) // output.wrap_width
         await pilot.press("end")
         await wait_for_text(pilot, "[b]END[/b]")

@@ -9,13 +9,15 @@
 
 The output may be 50,000 lines or 2 MB without a newline. :class:`OutputView` is a Line
 API widget (Textual's ``ScrollView``): it keeps the lines as strings (``\\r`` frames
-collapsed and cleaned once, by :func:`tui.tool_output.output_lines`), an index of where
-each screen row starts (rebuilt when the width changes), and draws only the rows on
-screen, so scrolling and searching cost the same at any length.
+collapsed and cleaned once, by :func:`tui.tool_output.output_chunks`, a chunk at a time
+between which the event loop runs), an index of where each screen row starts (rebuilt
+when the width changes), and draws only the rows on screen, so drawing and scrolling
+cost the same at any length; a search reads the lines once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
 from array import array
@@ -35,7 +37,7 @@ from textual.strip import Strip
 from textual.widgets import Footer, Input, Static
 
 from tui.text import literal
-from tui.tool_output import count_lines, output_lines
+from tui.tool_output import output_chunks
 
 __all__ = ["MATCH_COUNT_LIMIT", "OutputView", "PagerScreen"]
 
@@ -61,38 +63,56 @@ def _row_starts(line: str, width: int) -> list[int]:
     return starts
 
 
-def wrap_rows(lines: list[str], width: int) -> tuple[array[int], array[int], array[int]]:
-    """The screen rows of ``lines`` wrapped at ``width`` cells: each row's line, each row's
-    first character, and each line's first row. Lines that fit one row (most of a log) are
-    added in bulk, so 50,000 short lines cost a few list operations, not a Python loop each."""
-    row_line, row_start, first_row = array("q"), array("q"), array("q")
-    if max(map(len, lines), default=0) <= width and all(map(str.isascii, lines)):
-        special: list[int] = []  # the common case, found at C speed
-    else:
-        special = [i for i, line in enumerate(lines) if len(line) > width or not line.isascii()]
-    done = 0  # lines before this are in the arrays
-    for number in [*special, len(lines)]:
-        if number > done:  # lines done..number-1 fit one row each
-            first_row.extend(range(len(row_line), len(row_line) + number - done))
-            row_line.extend(range(done, number))
-            row_start.frombytes(bytes(8 * (number - done)))
-        if number == len(lines):
-            break
-        starts = _row_starts(lines[number], width)
-        first_row.append(len(row_line))
-        row_line.extend(itertools.repeat(number, len(starts)))
-        row_start.extend(starts)
-        done = number + 1
-    return row_line, row_start, first_row
+class Rows:
+    """Where the screen rows of some lines start, wrapped at one width: per row its line
+    and its first character (``line``, ``start``), per line its first row (``first``)."""
+
+    def __init__(self) -> None:
+        self.line = array("q")
+        self.start = array("q")
+        self.first = array("q")
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+    def add(self, lines: list[str], number: int, width: int) -> None:
+        """Append the rows of ``lines``, the lines numbered ``number`` on. Lines that fit a
+        row (most of a log) are added in bulk: 50,000 short lines cost a few array
+        operations, not a Python loop each."""
+        if max(map(len, lines), default=0) <= width and all(map(str.isascii, lines)):
+            special: list[int] = []  # the common case, found at C speed
+        else:
+            special = [i for i, line in enumerate(lines) if len(line) > width or not line.isascii()]
+        done = 0  # lines before this one are added
+        for index in [*special, len(lines)]:
+            if index > done:  # lines done..index-1 fit one row each
+                self.first.extend(range(len(self.line), len(self.line) + index - done))
+                self.line.extend(range(number + done, number + index))
+                self.start.frombytes(bytes(8 * (index - done)))
+            if index == len(lines):
+                break
+            starts = _row_starts(lines[index], width)
+            self.first.append(len(self.line))
+            self.line.extend(itertools.repeat(number + index, len(starts)))
+            self.start.extend(starts)
+            done = index + 1
+
+    def end(self, row: int, line: str) -> int:
+        """Where ``row`` (a row of ``line``) ends: the next row's start, or the line's end."""
+        if row + 1 < len(self.line) and self.line[row + 1] == self.line[row]:
+            return self.start[row + 1]
+        return len(line)
 
 
 class OutputView(ScrollView, can_focus=True):
-    """Lines of text drawn a screen row at a time, wrapped at the view's width, with the
+    """A tool's output drawn a screen row at a time, wrapped at the view's width, with the
     matches of :attr:`pattern` highlighted (:attr:`current` the strongest).
 
-    ``lines`` are shown as given: they must be cleaned already (no control characters;
-    tabs are expanded here). Rows are character ranges of a line: a row never splits a
-    character, a wide character that does not fit moves to the next row.
+    ``raw`` is the untrusted output: once mounted the view reads it a chunk at a time
+    (:func:`tui.tool_output.output_chunks`: frames collapsed, cleaned), yielding to the
+    event loop between chunks, and shows what it has read so far; :attr:`loaded` tells
+    when all is read. Rows are character ranges of a line: a row never splits a character,
+    a wide character that does not fit moves to the next row.
     """
 
     COMPONENT_CLASSES = {"output-view--match", "output-view--current"}
@@ -107,20 +127,49 @@ class OutputView(ScrollView, can_focus=True):
     """
 
     class Moved(Message):
-        """The view scrolled or re-wrapped: what it shows changed."""
+        """The view scrolled, re-wrapped or read more: what it shows changed."""
 
-    def __init__(self, lines: list[str], *, id: str | None = None, max_rows: int | None = None) -> None:
-        super().__init__(id=id)
+    def __init__(
+        self, raw: str, *, id: str | None = None, classes: str | None = None, max_rows: int | None = None
+    ) -> None:
+        super().__init__(id=id, classes=classes)
         self.max_rows = max_rows
         """When set, the view is as tall as its rows, up to this many (then it scrolls)."""
-        self.lines = [line.expandtabs() if "\t" in line else line for line in lines]
+        self.lines: list[str] = []
+        """The lines read so far, cleaned."""
         self.pattern: re.Pattern[str] | None = None
         self.current: tuple[int, int, int] | None = None
         """The current match: (line, start, end) in characters."""
-        self._row_line = array("q")  # per screen row: its line
-        self._row_start = array("q")  # per screen row: its first character in that line
-        self._first_row = array("q")  # per line: its first screen row
+        self._raw = raw
+        self._done = asyncio.Event()
+        self._rows = Rows()
         self._wrapped_at = 0
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the whole output has been read."""
+        return self._done.is_set()
+
+    async def wait_loaded(self) -> None:
+        """Return once the whole output has been read."""
+        await self._done.wait()
+
+    def on_mount(self) -> None:
+        self.run_worker(self._read(), name="read output", group="read", exit_on_error=False)
+
+    async def _read(self) -> None:
+        try:
+            for lines in output_chunks(self._raw):
+                number = len(self.lines)
+                self.lines.extend(lines)
+                if self._wrapped_at:
+                    self._rows.add(lines, number, self._wrapped_at)
+                    self._laid_out()
+                await asyncio.sleep(0)  # let keys and frames through between chunks
+        finally:
+            self._raw = ""  # the caller keeps the output; this view needs only its lines
+            self._done.set()
+            self.post_message(self.Moved())
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -131,8 +180,8 @@ class OutputView(ScrollView, can_focus=True):
 
     @property
     def row_count(self) -> int:
-        """Screen rows of the whole text at the current width."""
-        return len(self._row_line)
+        """Screen rows of the lines read so far, at the current width."""
+        return len(self._rows)
 
     def on_resize(self) -> None:
         # Also the first layout: the width is known only from then on.
@@ -142,42 +191,49 @@ class OutputView(ScrollView, can_focus=True):
         if self.scrollable_content_region.width <= 0:
             return  # not laid out yet: wrapping at one cell would make a row per character
         width = self.wrap_width
-        if width == self._wrapped_at and self._row_line:
+        if width == self._wrapped_at:
             return
         top = self.top_position()
-        row_line, row_start, first_row = wrap_rows(self.lines, width)
-        self._row_line, self._row_start, self._first_row = row_line, row_start, first_row
-        self._wrapped_at = width
-        self.virtual_size = Size(width, len(row_line))
-        if self.max_rows is not None:
-            self.styles.height = max(1, min(len(row_line), self.max_rows))
+        rows = Rows()
+        rows.add(self.lines, 0, width)
+        self._rows, self._wrapped_at = rows, width
+        self._laid_out()
         if top is not None:
             self.scroll_to(y=self.row_of(*top), animate=False, immediate=True)
+
+    def _laid_out(self) -> None:
+        """The rows changed (more lines, another width): size, height and redraw follow."""
+        self.virtual_size = Size(self._wrapped_at, len(self._rows))
+        if self.max_rows is not None:
+            self.styles.height = max(1, min(len(self._rows), self.max_rows))
         self.refresh()
         self.post_message(self.Moved())
 
     def row_of(self, line: int, column: int) -> int:
         """The screen row showing character ``column`` of ``line`` (0 when there are no lines)."""
-        if not self.lines:
+        rows = self._rows
+        if line >= len(rows.first):
             return 0
-        first = self._first_row[line]
-        last = self._first_row[line + 1] if line + 1 < len(self.lines) else len(self._row_line)
-        return max(first, bisect_right(self._row_start, column, first, last) - 1)
+        first = rows.first[line]
+        last = rows.first[line + 1] if line + 1 < len(rows.first) else len(rows)
+        return max(first, bisect_right(rows.start, column, first, last) - 1)
 
     def top_position(self) -> tuple[int, int] | None:
         """(line, character) at the top of the view, or ``None`` before the first wrap."""
-        if not self._row_line:
+        rows = self._rows
+        if not len(rows):
             return None
-        row = min(round(self.scroll_y), len(self._row_line) - 1)
-        return self._row_line[row], self._row_start[row]
+        row = min(round(self.scroll_y), len(rows) - 1)
+        return rows.line[row], rows.start[row]
 
     def shown_lines(self) -> tuple[int, int]:
         """The first and last line (0-based) with a row on screen; (0, -1) when empty."""
-        if not self._row_line:
+        rows = self._rows
+        if not len(rows):
             return 0, -1
-        top = min(round(self.scroll_y), len(self._row_line) - 1)
-        bottom = min(top + max(self.scrollable_content_region.height, 1), len(self._row_line)) - 1
-        return self._row_line[top], self._row_line[bottom]
+        top = min(round(self.scroll_y), len(rows) - 1)
+        bottom = min(top + max(self.scrollable_content_region.height, 1), len(rows)) - 1
+        return rows.line[top], rows.line[bottom]
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
@@ -201,16 +257,13 @@ class OutputView(ScrollView, can_focus=True):
         width = self.wrap_width
         base = self.rich_style
         row = self.scroll_offset.y + y
-        if row >= len(self._row_line):
+        rows = self._rows
+        if row >= len(rows):
             return Strip.blank(width, base)
-        number = self._row_line[row]
+        number = rows.line[row]
         line = self.lines[number]
-        start = self._row_start[row]
-        end = (
-            self._row_start[row + 1]
-            if row + 1 < len(self._row_line) and self._row_line[row + 1] == number
-            else len(line)
-        )
+        start = rows.start[row]
+        end = rows.end(row, line)
         return Strip(self._segments(number, line, start, end, base)).adjust_cell_length(width, base)
 
     def _segments(self, number: int, line: str, start: int, end: int, base: Style) -> list[Segment]:
@@ -287,7 +340,7 @@ class PagerScreen(Screen[None]):
     """The whole ``raw`` output of a tool call (``title`` names the call), searchable.
 
     ``raw`` is untrusted: its ``\\r`` frames are collapsed and every line cleaned
-    (:func:`tui.tool_output.output_lines`) before anything is drawn. See the module for the keys.
+    (:func:`tui.tool_output.output_chunks`) before anything is drawn. See the module for the keys.
     """
 
     BINDINGS = [
@@ -309,13 +362,11 @@ class PagerScreen(Screen[None]):
     def __init__(self, title: str, raw: str) -> None:
         super().__init__()
         self._title = title
-        self.view = OutputView(output_lines(raw), id="pager-view")
+        self.view = OutputView(raw, id="pager-view")
         self._said = ""
 
     def compose(self) -> ComposeResult:
-        title = literal(self._title, style="bold")
-        title.append(f"  {count_lines(len(self.view.lines))}", style="dim")
-        yield Static(title, id="pager-title")
+        yield Static(literal(self._title, style="bold"), id="pager-title")
         yield self.view
         yield Input(placeholder="Find (Enter searches, Escape cancels)", id="pager-search")
         yield Static(id="pager-status")
@@ -346,19 +397,23 @@ class PagerScreen(Screen[None]):
             return
         self.dismiss(None)
 
-    def action_next(self) -> None:
+    async def action_next(self) -> None:
         """Go to the next match."""
-        self._step(forward=True)
+        await self._step(forward=True)
 
-    def action_previous(self) -> None:
+    async def action_previous(self) -> None:
         """Go to the previous match."""
-        self._step(forward=False)
+        await self._step(forward=False)
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         query = event.value
         self.search_box.display = False
         self.view.focus()
+        if not self.view.loaded:
+            self._said = f"reading the output to search for {query}…"
+            self._show_status()
+            await self.view.wait_loaded()  # a search covers the whole output
         if not query:
             self.view.pattern, self.view.current = None, None
             self._said = ""
@@ -378,11 +433,12 @@ class PagerScreen(Screen[None]):
         self._said = f"{many} {'match' if count == 1 else 'matches'} for {query}"
         self.view.show_match(found)
 
-    def _step(self, *, forward: bool) -> None:
+    async def _step(self, *, forward: bool) -> None:
         view = self.view
         if view.pattern is None:
             self.notify("Press / to search first.", timeout=3)
             return
+        await view.wait_loaded()
         if view.current is not None:
             line, column = view.current[0], view.current[1]
         else:
@@ -403,7 +459,13 @@ class PagerScreen(Screen[None]):
     def _show_status(self) -> None:
         view = self.view
         first, last = view.shown_lines()
-        status = Text(f"lines {first + 1:,}–{last + 1:,} of {len(view.lines):,}" if last >= 0 else "no output")
+        count = len(view.lines)
+        if last >= 0:
+            status = Text(f"lines {first + 1:,}–{last + 1:,} of {count:,}")
+        else:
+            status = Text("no output" if view.loaded else "reading…")
+        if not view.loaded and count:
+            status.append(" so far (reading…)")
         if view.current is not None:
             status.append(f" · match at line {view.current[0] + 1:,}")
         if self._said:

@@ -26,7 +26,7 @@ from textual.widgets import ProgressBar, Static
 from core.messages import ToolCall, ToolResultMessage
 from tui.screens.pager import OutputView, PagerScreen
 from tui.text import clean, clock, content_text, short_json
-from tui.tool_output import COLLAPSED, MARK_STYLE, PROGRESS, Excerpt, count_lines, excerpt, output_lines
+from tui.tool_output import COLLAPSED, MARK_STYLE, PROGRESS, Excerpt, count_lines, excerpt
 
 EXPANDED_ROWS = 20
 """Screen rows of an expanded result's box at most; the box scrolls for the rest (and the
@@ -85,7 +85,7 @@ class ToolCallView(Widget, can_focus=True):
         padding: 0 1;
         border-left: outer $accent 50%;
         &:focus, &:focus-within { background: $boost; border-left: thick $accent; }
-        #tool-full { margin: 0 0 1 0; }
+        .tool-full { margin: 0 0 1 0; }
         &.-ok { border-left: outer $success 60%; }
         &.-rerun { border-left: outer $secondary; }
         &.-reused { border-left: outer $success 30%; }
@@ -130,6 +130,7 @@ class ToolCallView(Widget, can_focus=True):
         self._body = ""  # the result as text, raw (untrusted): what the pager shows
         self._shown: Excerpt | None = None  # what the result view shows of it now
         self._offered = (False, False)  # whether p and x are offered (see check_action)
+        self._box: OutputView | None = None  # the whole result, while expanded
         self._note = note
         self._ready = False  # children exist (set in on_mount, before is_mounted turns true)
         self.set_reactive(ToolCallView.status, status)
@@ -229,16 +230,18 @@ class ToolCallView(Widget, can_focus=True):
     def watch_expanded(self, expanded: bool) -> None:
         if not self._ready or self._result is None:
             return
-        if expanded:
-            box = OutputView(output_lines(self._body), id="tool-full", max_rows=EXPANDED_ROWS)
-            self.mount(box, after=self.query_one("#tool-result"))
-            if self.has_focus_within:
-                box.focus()  # arrow keys scroll it; x and p still reach this view
-        else:
-            if self.has_focus_within:
+        box, self._box = self._box, None
+        if box is not None:
+            if box.has_focus:
                 self.focus()
-            # Removed, not hidden: a collapsed call keeps no copy of its lines.
-            self.query("#tool-full").remove()
+            # Removed, not hidden: a collapsed call keeps no copy of its lines. No id: a
+            # box being removed may still be there when x mounts the next one.
+            box.remove()
+        if expanded:
+            self._box = OutputView(self._body, classes="tool-full", max_rows=EXPANDED_ROWS)
+            self.mount(self._box, after=self.query_one("#tool-result"))
+            if self.has_focus:
+                self._box.focus()  # arrow keys scroll it; x and p still reach this view
         self._render_result()
 
     # --- rendering ----------------------------------------------------------------------
@@ -316,8 +319,9 @@ class ToolCallView(Widget, can_focus=True):
 
     def _render_result(self) -> None:
         assert self._result is not None
-        shown = excerpt(self._body, COLLAPSED)
-        self._shown = shown
+        shown = self._shown
+        if shown is None:  # once per result: a status change redraws the same excerpt
+            shown = self._shown = excerpt(self._body, COLLAPSED)
         if self.expanded:
             text = Text(f"{count_lines(shown.lines)}, all below (scroll inside) · x: less · p: pager, searchable")
             text.stylize(MARK_STYLE)
