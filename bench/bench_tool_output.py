@@ -59,6 +59,7 @@ class _Monitor:
 
     def __init__(self) -> None:
         self.samples: list[float] = []
+        self.worst_at = 0.0  # wall-clock time (time.time()) the worst stall ended
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -69,7 +70,10 @@ class _Monitor:
         while True:
             before = time.perf_counter()
             await asyncio.sleep(0.005)
-            self.samples.append(time.perf_counter() - before - 0.005)
+            late = time.perf_counter() - before - 0.005
+            if not self.samples or late > max(self.samples):
+                self.worst_at = time.time()
+            self.samples.append(late)
 
     def stop(self) -> list[float]:
         if self.task is not None:
@@ -142,6 +146,7 @@ def child(mode: str, db: str, out: str) -> None:
     original = app.exit
 
     def stop_streaming_phase() -> None:
+        figures["stream_worst_at"] = monitor.worst_at
         figures["stream"] = monitor.stop()
 
     app.stop_streaming_phase = stop_streaming_phase  # type: ignore[attr-defined]
@@ -149,6 +154,7 @@ def child(mode: str, db: str, out: str) -> None:
 
     def exit_and_save(*args: object, **kwargs: object) -> None:
         figures.setdefault("stream", [])
+        figures["pager_worst_at"] = monitor.worst_at
         figures["pager"] = monitor.stop()
         Path(out).write_text(json.dumps(figures))
         original(*args, **kwargs)  # type: ignore[arg-type]
@@ -224,6 +230,27 @@ def run_once(mode: str, pager: bool) -> dict[str, object]:
         return figures
 
 
+def _step_before(figures: dict[str, object]) -> str:
+    """The driver's last step (its run.log) before the pager phase's worst stall ended."""
+    when = float(figures.get("pager_worst_at") or 0)
+    log = Path(str(figures["capture"]), "run.log")
+    if not when or not log.exists():
+        return "?"
+    day = time.strftime("%Y-%m-%d ", time.localtime(when))
+    last = "?"
+    for line in log.read_text().splitlines():
+        stamp, _, rest = line.partition(" ")
+        try:
+            at = time.mktime(time.strptime(day + stamp.split(".")[0], "%Y-%m-%d %H:%M:%S")) + float(
+                "0." + stamp.split(".")[1]
+            )
+        except (ValueError, IndexError):
+            continue
+        if at <= when and rest.startswith("step"):
+            last = rest
+    return last
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES))
@@ -249,7 +276,7 @@ def main() -> None:
         if args.pager:
             pager = [_summary(r["pager"])[0] for r in runs]  # type: ignore[arg-type]
             print(f"{'  pager':8} {statistics.median(pager):15.0f}   runs: " + ", ".join(f"{w:.0f}" for w in pager))
-            print(f"  last capture: {runs[-1]['capture']}")
+            print(f"  last capture: {runs[-1]['capture']}; worst pager stall after: {_step_before(runs[-1])}")
 
 
 if __name__ == "__main__":

@@ -232,18 +232,12 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
             ("r", "resume a crashed thread (shows what happens to each call and asks first)"),
             ("n", "send a new prompt in this thread"),
             ("e", "show earlier messages"),
-            ("t", "focus the last tool call (again: the one before; Tab and clicks focus too)"),
-            ("x", "on a focused tool call: more of its output (again: less); a click on the output too"),
-            ("p", "on a focused tool call: its whole output in a pager"),
+            (
+                "t x p",
+                "t focuses the last tool call (again: the one before); x shows all its output "
+                "(again: less), p a pager: / search, n / N next / previous, Escape closes",
+            ),
             ("q", "back to the threads (a running agent keeps running)"),
-        ),
-    ),
-    (
-        "Pager (a tool call's whole output)",
-        (
-            ("/", "search (case-insensitive unless the text has a capital); Enter finds"),
-            ("n / N", "next / previous match"),
-            ("Escape", "close the search box, else the pager"),
         ),
     ),
     ("Everywhere", (("?", "this help"), ("ctrl+p", "command palette"))),
