@@ -18,7 +18,9 @@ Each mode runs the real app (``tui.app.make_app``, the CLI's session) in a tmux 
 While the tool runs and for three seconds after its result, a task on the app's event
 loop sleeps 5 ms at a time and records how late it wakes: the loop's stall, i.e. how
 long a key press would wait. Printed per mode: the worst stall and the 99th percentile
-(medians over ``--repeat`` runs), and the tool's own duration. Then, with the result on
+(medians over ``--repeat`` runs), the tool's own duration, and the main thread's CPU
+seconds in the phase (``time.thread_time``: what the app itself spent, much less
+disturbed than wall-clock stalls by other processes on a loaded machine). Then, with the result on
 screen (``--pager``), the tool call is focused (``t``), expanded and collapsed (``x``
 twice), and the pager is opened (``p``) and searched (``/``, a word, Enter, ``n``, ``N``);
 the worst stall during that is printed too (the keys exist only after this change).
@@ -60,10 +62,13 @@ class _Monitor:
     def __init__(self) -> None:
         self.samples: list[float] = []
         self.worst_at = 0.0  # wall-clock time (time.time()) the worst stall ended
+        self.cpu = 0.0  # main-thread CPU seconds (time.thread_time) between start and stop
+        self._cpu_from = 0.0
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self.task is None:
+            self._cpu_from = time.thread_time()
             self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -79,6 +84,7 @@ class _Monitor:
         if self.task is not None:
             self.task.cancel()
             self.task = None
+            self.cpu = time.thread_time() - self._cpu_from
         samples, self.samples = self.samples, []
         return samples
 
@@ -148,6 +154,7 @@ def child(mode: str, db: str, out: str) -> None:
     def stop_streaming_phase() -> None:
         figures["stream_worst_at"] = monitor.worst_at
         figures["stream"] = monitor.stop()
+        figures["stream_cpu"] = monitor.cpu
 
     app.stop_streaming_phase = stop_streaming_phase  # type: ignore[attr-defined]
     gc.set_threshold(10_000, 50, 100)  # as tui.cli.main
@@ -156,6 +163,7 @@ def child(mode: str, db: str, out: str) -> None:
         figures.setdefault("stream", [])
         figures["pager_worst_at"] = monitor.worst_at
         figures["pager"] = monitor.stop()
+        figures["pager_cpu"] = monitor.cpu
         Path(out).write_text(json.dumps(figures))
         original(*args, **kwargs)  # type: ignore[arg-type]
 
@@ -263,19 +271,25 @@ def main() -> None:
     if args.child:
         child(args.child, args.db, args.out)
         return
-    print(f"{'mode':8} {'worst stall ms':>15} {'p99 ms':>8} {'tool s':>7}   runs (worst ms)")
+    print(f"{'mode':8} {'worst stall ms':>15} {'p99 ms':>8} {'tool s':>7} {'CPU s':>6}   runs (worst ms)")
     for mode in args.modes.split(","):
         runs = [run_once(mode, args.pager) for _ in range(args.repeat)]
         worst = [_summary(r["stream"])[0] for r in runs]  # type: ignore[arg-type]
         p99 = [_summary(r["stream"])[1] for r in runs]  # type: ignore[arg-type]
         tool_s = [float(r.get("tool_s", float("nan"))) for r in runs]  # type: ignore[arg-type]
+        cpu = statistics.median(float(r.get("stream_cpu", float("nan"))) for r in runs)  # type: ignore[arg-type]
         line = (
-            f"{mode:8} {statistics.median(worst):15.0f} {statistics.median(p99):8.0f} {statistics.median(tool_s):7.2f}"
+            f"{mode:8} {statistics.median(worst):15.0f} {statistics.median(p99):8.0f}"
+            f" {statistics.median(tool_s):7.2f} {cpu:6.2f}"
         )
         print(line + "   " + ", ".join(f"{w:.0f}" for w in worst), flush=True)
         if args.pager:
             pager = [_summary(r["pager"])[0] for r in runs]  # type: ignore[arg-type]
-            print(f"{'  pager':8} {statistics.median(pager):15.0f}   runs: " + ", ".join(f"{w:.0f}" for w in pager))
+            pager_cpu = statistics.median(float(r.get("pager_cpu", float("nan"))) for r in runs)  # type: ignore[arg-type]
+            print(
+                f"{'  pager':8} {statistics.median(pager):15.0f} {'':8} {'':7} {pager_cpu:6.2f}   runs: "
+                + ", ".join(f"{w:.0f}" for w in pager)
+            )
             print(f"  last capture: {runs[-1]['capture']}; worst pager stall after: {_step_before(runs[-1])}")
 
 

@@ -332,6 +332,8 @@ class ToolCallView(Widget, can_focus=True):
         self.query_one("#tool-result", Static).update(text)
         offered = (bool(self._body), self.expanded or not shown.complete)
         if offered != self._offered:
-            # Only when x or p appear or vanish: the footer recomposes on every call.
             self._offered = offered
-            self.refresh_bindings()
+            # The footer shows these keys only while this call has focus (a focus change
+            # refreshes it anyway), and recomposing it costs tens of ms: not for every result.
+            if self.has_focus_within:
+                self.refresh_bindings()
