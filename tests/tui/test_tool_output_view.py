@@ -271,3 +271,34 @@ async def test_a_long_progress_log_shows_its_last_lines() -> None:
         assert "log line 49997" in status and "log line 49996" not in status and "lines hidden" in status
         gate.set()
         await wait_for_text(pilot, "Finished.")
+
+
+async def test_t_steps_back_through_the_tool_calls_even_from_an_expanded_box() -> None:
+    store = MemoryCheckpointer()
+    await store.append(
+        "t1",
+        [
+            user_text("Two calls."),
+            AssistantMessage(
+                content=[ToolCall(id="c1", name="first", arguments={}), ToolCall(id="c2", name="second", arguments={})],
+                stop_reason="tool_use",
+            ),
+            ToolResultMessage(tool_call_id="c1", tool_name="first", content=[TextContent(text="one")]),
+            ToolResultMessage(tool_call_id="c2", tool_name="second", content=[TextContent(text=OUTPUT)]),
+            AssistantMessage(content=[TextContent(text="Listed.")], stop_reason="stop"),
+        ],
+    )
+    app = make_app(fast_session(store), thread_id="t1")
+    async with app.run_test(size=(110, 60)) as pilot:
+        await _open(pilot, app)
+        first, second = app.screen.query(ToolCallView)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is second, what="the last call")
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is first, what="the one before")
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is second, what="round to the last")
+        await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(app.focused, OutputView), what="the box focused")
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is first, what="the one before the expanded call")

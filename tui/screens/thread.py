@@ -48,7 +48,7 @@ class ThreadScreen(ThreadView):
     | r | resume a crashed thread (shows the plan and the choices) |
     | n | new prompt |
     | e | show earlier messages |
-    | t | focus the last tool call (again: the one before); then x shows more, p the pager |
+    | t | focus the last tool call (again: the one before); then x shows all its output, p a pager |
     | q | back to the threads |
     """
 
@@ -362,8 +362,9 @@ class ThreadScreen(ThreadView):
             self.notify("No tool call is shown.", timeout=3, markup=False)
             return
         focused = self.focused
-        at = views.index(focused) if isinstance(focused, ToolCallView) and focused in views else 0
-        chosen = views[at - 1]
+        # The focus may be inside a call (its expanded output): that call counts as focused.
+        owner = next((v for v in views if focused is not None and (focused is v or v in focused.ancestors)), None)
+        chosen = views[(views.index(owner) if owner is not None else 0) - 1]
         chosen.focus()
         self.transcript.scroll_to_widget(chosen, animate=False)
 
