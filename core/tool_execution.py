@@ -25,7 +25,15 @@ from core.events import MessageEnd, MessageStart, ToolExecutionEnd, ToolExecutio
 from core.jobs import Jobs, key_for
 from core.messages import ContentBlock, ToolCall, ToolResultMessage, error_tool_result
 from core.steps import StepLogs
-from core.tools import AgentTool, AgentToolResult, Emit, OnUpdate, ToolContext, ToolExecutionMode
+from core.tools import (
+    AgentTool,
+    AgentToolResult,
+    Emit,
+    OnUpdate,
+    ToolContext,
+    ToolExecutionMode,
+    cap_progress_text,
+)
 
 _BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
 
@@ -200,7 +208,9 @@ class _Batch:
         def on_update(progress: float | None = None, text: str | None = None) -> None:
             if progress is not None:
                 progress = min(1.0, max(0.0, progress)) if math.isfinite(progress) else None
-            self.queue.put_nowait(ToolExecutionUpdate(call.id, call.name, progress, text))
+            # Capped here, where every progress event is made, so no reader (live events,
+            # the agent's state, the app) ever holds more than PROGRESS_TEXT_LIMIT of it.
+            self.queue.put_nowait(ToolExecutionUpdate(call.id, call.name, progress, cap_progress_text(text)))
 
         return on_update
 

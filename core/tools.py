@@ -46,6 +46,25 @@ OnUpdate = Callable[[float | None, str | None], None]
 
 ToolExecutionMode = Literal["parallel", "sequential"]
 
+PROGRESS_TEXT_LIMIT = 4096
+"""Characters of one progress text kept (:func:`cap_progress_text`). Progress is a short
+status line, superseded by the next report; a tool that reports its whole output so far
+(2 MB without a newline) would otherwise have every report buffered, written to the live
+events and drawn whole. 4,096 characters keep the last lines of a log or the latest
+frame of a redrawn progress bar with room to spare; the app shows less still
+(``tui.tool_output.PROGRESS``)."""
+
+
+def cap_progress_text(text: str | None) -> str | None:
+    """``text`` cut to its last :data:`PROGRESS_TEXT_LIMIT` characters, after a note of how
+    many came before (``"… 2,093,056 earlier characters cut … "``); shorter text and
+    ``None`` are returned as they are. The end is kept because it is the newest output.
+    Costs O(:data:`PROGRESS_TEXT_LIMIT`), whatever the length of ``text``."""
+    if text is None or len(text) <= PROGRESS_TEXT_LIMIT:
+        return text
+    return f"… {len(text) - PROGRESS_TEXT_LIMIT:,} earlier characters cut … " + text[-PROGRESS_TEXT_LIMIT:]
+
+
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 

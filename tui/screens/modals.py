@@ -234,6 +234,11 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
             ("r", "resume a crashed thread (shows what happens to each call and asks first)"),
             ("n", "send a new prompt in this thread"),
             ("e", "show earlier messages"),
+            (
+                "t x p",
+                "t focuses the last tool call (again: the one before); x shows all its output "
+                "(again: less), p a pager: / search, n / N next / previous, Escape closes",
+            ),
             ("q", "back to the threads (a running agent keeps running)"),
         ),
     ),

@@ -32,6 +32,7 @@ from tui.screens.modals import ChangesModal, ConfirmModal, TextInputModal
 from tui.screens.resume import ResumeDecision, ResumeModal
 from tui.screens.thread_view import KIND_WORDS, ThreadView, while_attached
 from tui.text import clean, literal
+from tui.widgets.tool_call import ToolCallView
 
 __all__ = ["ThreadScreen"]
 
@@ -47,6 +48,7 @@ class ThreadScreen(ThreadView):
     | r | resume a crashed thread (shows the plan and the choices) |
     | n | new prompt |
     | e | show earlier messages |
+    | t | focus the last tool call (again: the one before); then x shows all its output, p a pager |
     | q | back to the threads |
     """
 
@@ -65,6 +67,7 @@ class ThreadScreen(ThreadView):
         Binding("r", "resume", "Resume", id="thread.resume", tooltip="Resume the crashed run (shows the plan first)"),
         Binding("n", "new_prompt", "Prompt", id="thread.prompt", tooltip="Send a new prompt in this thread"),
         Binding("e", "earlier", "Earlier", id="thread.earlier", tooltip="Show earlier messages", show=False),
+        Binding("t", "tool_call", "Tool", id="thread.tool", tooltip="Focus the last tool call (again: the one before)"),
         Binding("q", "back", "Back", id="thread.back", tooltip="Back to the thread list (runs keep going)"),
     ]
 
@@ -351,6 +354,19 @@ class ThreadScreen(ThreadView):
             self.notify("Every message of this thread is shown already.", timeout=3, markup=False)
             return
         self.run_worker(self.transcript.show_earlier(), exclusive=True, group="earlier")
+
+    def action_tool_call(self) -> None:
+        """Focus the last tool call shown, or the one before the focused one (round to the last)."""
+        views = list(self.transcript.query(ToolCallView))
+        if not views:
+            self.notify("No tool call is shown.", timeout=3, markup=False)
+            return
+        focused = self.focused
+        # The focus may be inside a call (its expanded output): that call counts as focused.
+        owner = next((v for v in views if focused is not None and (focused is v or v in focused.ancestors)), None)
+        chosen = views[(views.index(owner) if owner is not None else 0) - 1]
+        chosen.focus()
+        self.transcript.scroll_to_widget(chosen, animate=False)
 
     def action_back(self) -> None:
         """Back to the picker; a running agent keeps running."""

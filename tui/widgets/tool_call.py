@@ -1,4 +1,14 @@
-"""ToolCallView: one tool call, its live progress, and then its result."""
+"""ToolCallView: one tool call, its live progress, and then its result.
+
+A result shows its first and last lines (:data:`tui.tool_output.COLLAPSED`) with the
+number hidden between. Focused (click it, ``t``, or Tab to it), ``x`` expands it: the
+whole output in a box of at most :data:`EXPANDED_ROWS` rows that scrolls inside (again:
+back to head and tail), and ``p`` opens it in the pager
+(:class:`~tui.screens.pager.PagerScreen`), with search; a click on the result does what
+``x`` does. Both draw only the rows on screen (:class:`~tui.screens.pager.OutputView`), so
+they cost the same for 50,000 lines as for 50. Progress text shows its last lines
+(:data:`~tui.tool_output.PROGRESS`).
+"""
 
 from __future__ import annotations
 
@@ -6,19 +16,21 @@ import time
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import ProgressBar, Static
 
 from core.messages import ToolCall, ToolResultMessage
-from tui.text import clean, clock, content_text, literal, short_json
+from tui.screens.pager import OutputView, PagerScreen
+from tui.text import clean, clock, content_text, short_json
+from tui.tool_output import COLLAPSED, MARK_STYLE, PROGRESS, Excerpt, count_lines, excerpt
 
-RESULT_LINE_LIMIT = 40
-"""Lines of a tool result shown; the rest is summarised so a huge output cannot stall the view."""
-
-RESULT_CHAR_LIMIT = 4000
-"""Characters of a tool result shown (one very long line wraps into many screen lines)."""
+EXPANDED_ROWS = 20
+"""Screen rows of an expanded result's box at most; the box scrolls for the rest (and the
+pager shows it full screen). 20 rows keep the call's neighbours in view on a 40-row terminal."""
 
 
 def settled_as(result: ToolResultMessage) -> str | None:
@@ -47,14 +59,24 @@ def settled_note(result: ToolResultMessage) -> str | None:
     return None
 
 
-class ToolCallView(Widget):
+class ToolCallView(Widget, can_focus=True):
     """A tool call: name, id and arguments; a progress bar while it runs; its result after.
 
     ``status`` moves ``streaming`` (arguments still arriving) → ``pending`` → ``running``
     → ``ok`` | ``error`` | ``interrupted`` (settled by recovery) | ``aborted`` (cancelled
     after an abort); ``dangling`` marks a call of a crashed run that has no result and
     ``unanswered`` a stored call whose result is missing for another reason (an unreadable row).
+
+    | Key (focused) | Action |
+    | :- | :- |
+    | x | the whole result in a box that scrolls inside; again: head and tail |
+    | p | the whole result in the pager, searchable |
     """
+
+    BINDINGS = [
+        Binding("x", "expand", "All/less", id="tool.expand", tooltip="The whole output here, scrolling (again: less)"),
+        Binding("p", "pager", "Pager", id="tool.pager", tooltip="The whole output in a pager, with search"),
+    ]
 
     DEFAULT_CSS = """
     ToolCallView {
@@ -62,6 +84,8 @@ class ToolCallView(Widget):
         margin: 0 0 1 2;
         padding: 0 1;
         border-left: outer $accent 50%;
+        &:focus, &:focus-within { background: $boost; border-left: thick $accent; }
+        .tool-full { margin: 0 0 1 0; }
         &.-ok { border-left: outer $success 60%; }
         &.-rerun { border-left: outer $secondary; }
         &.-reused { border-left: outer $success 30%; }
@@ -88,6 +112,10 @@ class ToolCallView(Widget):
     status_text: reactive[str] = reactive("")
     """The tool's last short status text (untrusted, shown literally)."""
 
+    expanded: reactive[bool] = reactive(False)
+    """Whether the result shows whole, in a box that scrolls inside, rather than
+    :data:`~tui.tool_output.COLLAPSED` (``x`` toggles it)."""
+
     settled: reactive[str] = reactive("")
     """How the result came about when it is not an ordinary run: ``rerun`` or ``reused`` (by
     resume), ``interrupted`` / ``aborted`` (see ``status``), ``not_run``, ``job-reused``; else ""."""
@@ -99,6 +127,10 @@ class ToolCallView(Widget):
         self.arguments: dict[str, Any] = dict(call.arguments)
         self.started_at: float | None = None
         self._result: ToolResultMessage | None = None
+        self._body = ""  # the result as text, raw (untrusted): what the pager shows
+        self._shown: Excerpt | None = None  # what the result view shows of it now
+        self._offered = (False, False)  # whether p and x are offered (see check_action)
+        self._box: OutputView | None = None  # the whole result, while expanded
         self._note = note
         self._ready = False  # children exist (set in on_mount, before is_mounted turns true)
         self.set_reactive(ToolCallView.status, status)
@@ -140,6 +172,11 @@ class ToolCallView(Widget):
     def finish(self, result: ToolResultMessage) -> None:
         """Show ``result`` and mark the call settled (ok, error or interrupted)."""
         self._result = result
+        body = content_text(result.content)
+        if not body and result.details is not None:
+            body = short_json(result.details, 2000)
+        self._body = body
+        self._shown = None
         metadata = result.metadata or {}
         self.settled = str(metadata.get("settled") or ("job-reused" if metadata.get("job") == "reused" else ""))
         settled = settled_as(result)
@@ -154,6 +191,58 @@ class ToolCallView(Widget):
         """Mark a call of a crashed run that has no result; ``note`` says whether it started."""
         self._note = note
         self.status = "dangling"
+
+    @property
+    def output(self) -> str:
+        """The result's whole text, raw (untrusted; "" before the result)."""
+        return self._body
+
+    @property
+    def shown(self) -> Excerpt | None:
+        """What the result view shows of :attr:`output` now (``None`` before the result)."""
+        return self._shown
+
+    # --- keys ---------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Hidden from the footer until there is a result worth expanding or paging.
+        if action == "expand":
+            return self._shown is not None and (self.expanded or not self._shown.complete)
+        if action == "pager":
+            return bool(self._body)
+        return True
+
+    def action_expand(self) -> None:
+        """Show more of the result, or (expanded already) less."""
+        if self._shown is not None and (self.expanded or not self._shown.complete):
+            self.expanded = not self.expanded
+
+    def action_pager(self) -> None:
+        """Open the whole result in the pager."""
+        if not self._body:
+            return
+        self.app.push_screen(PagerScreen(f"{self.tool_name}  {self.call_id}", self._body))
+
+    def on_click(self, event: events.Click) -> None:
+        if event.widget is not None and event.widget.id == "tool-result":
+            self.action_expand()
+
+    def watch_expanded(self, expanded: bool) -> None:
+        if not self._ready or self._result is None:
+            return
+        box, self._box = self._box, None
+        if box is not None:
+            if box.has_focus:
+                self.focus()
+            # Removed, not hidden: a collapsed call keeps no copy of its lines. No id: a
+            # box being removed may still be there when x mounts the next one.
+            box.remove()
+        if expanded:
+            self._box = OutputView(self._body, classes="tool-full", max_rows=EXPANDED_ROWS)
+            self.mount(self._box, after=self.query_one("#tool-result"))
+            if self.has_focus:
+                self._box.focus()  # arrow keys scroll it; x and p still reach this view
+        self._render_result()
 
     # --- rendering ----------------------------------------------------------------------
 
@@ -225,18 +314,26 @@ class ToolCallView(Widget):
             line.append(note, style="bold italic")
         if self.status == "running" and self.status_text:
             line.append(" — ")
-            line.append_text(literal(self.status_text))
+            line.append_text(excerpt(self.status_text, PROGRESS).text)
         self.query_one("#tool-status", Static).update(line)
 
     def _render_result(self) -> None:
         assert self._result is not None
-        body = content_text(self._result.content)
-        if not body and self._result.details is not None:
-            body = short_json(self._result.details, 2000)
-        body = clean(body)
-        lines = body[:RESULT_CHAR_LIMIT].split("\n")[:RESULT_LINE_LIMIT]
-        shown = "\n".join(lines)
-        text = Text(shown)
-        if len(shown) < len(body):
-            text.append(f"\n… {len(body) - len(shown):,} more characters", style="dim italic")
+        shown = self._shown
+        if shown is None:  # once per result: a status change redraws the same excerpt
+            shown = self._shown = excerpt(self._body, COLLAPSED)
+        if self.expanded:
+            text = Text(f"{count_lines(shown.lines)}, all below (scroll inside) · x: less · p: pager, searchable")
+            text.stylize(MARK_STYLE)
+        else:
+            text = shown.text.copy()
+            if not shown.complete:
+                text.append(f"\n{count_lines(shown.lines)} · x: all · p: pager, searchable", style=MARK_STYLE)
         self.query_one("#tool-result", Static).update(text)
+        offered = (bool(self._body), self.expanded or not shown.complete)
+        if offered != self._offered:
+            self._offered = offered
+            # The footer shows these keys only while this call has focus (a focus change
+            # refreshes it anyway), and recomposing it costs tens of ms: not for every result.
+            if self.has_focus_within:
+                self.refresh_bindings()

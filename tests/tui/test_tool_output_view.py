@@ -1,0 +1,304 @@
+"""A tool call's output in the app: head and tail, expand (x, click), the pager (p, /, n, N,
+Escape), and progress text capped for display."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import Input, Static
+
+from core.checkpoint.memory import MemoryCheckpointer
+from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
+from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
+from core.tools import ToolContext, tool
+from tests.helpers.tui import fast_session, screen_text, send_via_dialog, wait_for, wait_for_text
+from tui.app import make_app
+from tui.screens.pager import OutputView, PagerScreen
+from tui.screens.thread import ThreadScreen
+from tui.tool_output import COLLAPSED, PROGRESS
+from tui.widgets.tool_call import EXPANDED_ROWS, ToolCallView
+
+LINES = 50_000
+OUTPUT = "\n".join(f"row {i:05d} of the output" for i in range(LINES))
+
+
+async def _thread_with_output(output: str) -> MemoryCheckpointer:
+    store = MemoryCheckpointer()
+    await store.append(
+        "t1",
+        [
+            user_text("List everything."),
+            AssistantMessage(content=[ToolCall(id="c1", name="list_all", arguments={})], stop_reason="tool_use"),
+            ToolResultMessage(tool_call_id="c1", tool_name="list_all", content=[TextContent(text=output)]),
+            AssistantMessage(content=[TextContent(text="Listed.")], stop_reason="stop"),
+        ],
+    )
+    return store
+
+
+async def _open(pilot, app) -> ToolCallView:  # type: ignore[no-untyped-def]
+    await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="thread loaded")
+    await wait_for_text(pilot, "Listed.")
+    return app.screen.query_one(ToolCallView)
+
+
+def _result_text(view: ToolCallView) -> str:
+    return view.query_one("#tool-result", Static).content.plain  # type: ignore[union-attr]
+
+
+async def test_a_long_result_shows_head_and_tail_with_the_hidden_count() -> None:
+    app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
+    async with app.run_test(size=(110, 60)) as pilot:
+        view = await _open(pilot, app)
+        shown = _result_text(view)
+        assert "row 00000" in shown and "row 00007" in shown and "row 00008" not in shown
+        assert "row 49999" in shown and "row 49992" in shown and "row 49991" not in shown
+        assert f"… {LINES - 16:,} lines hidden …" in shown
+        assert "50,000 lines · x: all · p: pager, searchable" in shown
+        assert view.shown is not None and view.shown.lines_shown == COLLAPSED.head + COLLAPSED.tail
+        assert "49,984 lines hidden" in screen_text(app)
+
+
+async def test_t_focuses_the_tool_call_and_the_footer_shows_its_keys() -> None:
+    app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
+    async with app.run_test(size=(110, 60)) as pilot:
+        view = await _open(pilot, app)
+        footer = screen_text(app).splitlines()[-1]
+        assert "More" not in footer and "Pager" not in footer  # not focused: not offered
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is view, what="tool call focused")
+        await pilot.pause()
+        footer = screen_text(app).splitlines()[-1]
+        assert "x All/less" in footer and "p Pager" in footer
+        assert "a Abort" in footer  # the thread screen's keys still work beside them
+
+
+async def test_x_expands_to_the_whole_output_in_a_box_and_collapses_and_a_click_expands() -> None:
+    app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
+    async with app.run_test(size=(110, 60)) as pilot:
+        view = await _open(pilot, app)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is view, what="tool call focused")
+        await pilot.press("x")
+        await wait_for(pilot, lambda: bool(view.query(OutputView)), what="expanded")
+        box = view.query_one(OutputView)
+        assert view.expanded and app.focused is box  # arrow keys scroll the box
+        await wait_for(pilot, lambda: box.row_count == LINES, what="box laid out")
+        assert box.size.height == EXPANDED_ROWS
+        assert "50,000 lines, all below (scroll inside) · x: less" in _result_text(view)
+        await wait_for_text(pilot, "row 00019 of the output")
+        assert "row 00020" not in screen_text(app)
+        await pilot.press("end")  # the box scrolls inside: the last line, never drawn before
+        await wait_for_text(pilot, "row 49999 of the output")
+        assert "row 25000" not in screen_text(app)
+
+        await pilot.press("x")  # from inside the box: it reaches the call
+        await wait_for(pilot, lambda: not view.expanded and not view.query(OutputView), what="collapsed")
+        assert app.focused is view
+        assert f"… {LINES - 16:,} lines hidden …" in _result_text(view)
+
+        await pilot.click(view.query_one("#tool-result"))
+        await wait_for(pilot, lambda: view.expanded and bool(view.query(OutputView)), what="expanded by a click")
+
+        await pilot.press("x", "x", "x")  # faster than a box is removed: never two at once, no crash
+        await wait_for(pilot, lambda: not view.expanded, what="collapsed after three presses")
+        await wait_for(pilot, lambda: not view.query(OutputView), what="box removed")
+        assert app.is_running
+
+
+async def test_a_short_result_offers_no_expand() -> None:
+    app = make_app(fast_session(await _thread_with_output("one\ntwo")), thread_id="t1")
+    async with app.run_test(size=(110, 40)) as pilot:
+        view = await _open(pilot, app)
+        assert _result_text(view) == "one\ntwo"
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is view, what="tool call focused")
+        await pilot.press("x")
+        await pilot.pause()
+        assert not view.expanded
+        footer = screen_text(app).splitlines()[-1]
+        assert "More" not in footer and "p Pager" in footer
+
+
+async def test_the_pager_opens_searches_steps_and_closes() -> None:
+    app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
+    async with app.run_test(size=(100, 30)) as pilot:
+        view = await _open(pilot, app)
+        await pilot.press("t", "p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        pager = app.screen
+        assert isinstance(pager, PagerScreen)
+        await wait_for_text(pilot, "row 00000 of the output")
+        await wait_for(pilot, lambda: pager.view.loaded, what="output read")
+        await wait_for_text(pilot, "lines 1–27 of 50,000")  # 30 rows: title, status and footer take 3
+        footer = screen_text(app).splitlines()[-1]
+        assert "/ Search" in footer and "n Next" in footer and "N Previous" in footer and "Close" in footer
+
+        await pilot.press("slash")
+        await wait_for(pilot, lambda: isinstance(app.focused, Input), what="search box")
+        await pilot.press(*"ROW 0499")  # a capital: case-sensitive, so nothing matches
+        await pilot.press("enter")
+        await wait_for_text(pilot, "not found: ROW 0499")
+
+        await pilot.press("slash")
+        pager.search_box.value = ""
+        await pilot.press(*"row 0499")  # lower case: case-insensitive; rows 04990-04999 match
+        await pilot.press("enter")
+        output = pager.query_one(OutputView)
+        await wait_for(pilot, lambda: output.current is not None, what="a match")
+        assert output.current == (4990, 0, 8)
+        await wait_for_text(pilot, "row 04990 of the output")
+        assert "10 matches for row 0499" in screen_text(app)
+        assert "match at line 4,991" in screen_text(app)
+
+        await pilot.press("n")
+        await wait_for(pilot, lambda: output.current == (4991, 0, 8), what="next match")
+        await pilot.press("N")
+        await wait_for(pilot, lambda: output.current == (4990, 0, 8), what="previous match")
+        await pilot.press("N")  # before the first: round to the last
+        await wait_for(pilot, lambda: output.current == (4999, 0, 8), what="went round")
+        await pilot.press("n")  # after the last: round to the first
+        await wait_for(pilot, lambda: output.current == (4990, 0, 8), what="round to the first")
+        await pilot.press("end", "n")  # from the bottom, n still finds the next after the current match
+        await wait_for(pilot, lambda: output.current == (4991, 0, 8), what="next after the current")
+        await wait_for_text(pilot, "row 04991 of the output")  # scrolled back to it
+
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="pager closed")
+        assert app.screen.query_one(ToolCallView) is view
+
+
+async def test_escape_in_the_search_box_closes_only_the_box() -> None:
+    app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _open(pilot, app)
+        await pilot.press("t", "p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await pilot.press("slash")
+        await wait_for(pilot, lambda: isinstance(app.focused, Input), what="search box")
+        await pilot.press("n")  # typed into the box, not "next match"
+        assert app.screen.search_box.value == "n"  # type: ignore[attr-defined]
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, PagerScreen) and not app.screen.search_box.display
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="pager closed")
+
+
+async def test_the_pager_scrolls_to_the_end_of_50000_lines() -> None:
+    app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _open(pilot, app)
+        await pilot.press("t", "p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await wait_for(pilot, lambda: app.screen.view.loaded, what="output read")  # type: ignore[attr-defined]
+        await pilot.press("end")
+        await wait_for_text(pilot, "row 49999 of the output")
+        assert "of 50,000" in screen_text(app) and "row 00000" not in screen_text(app)
+
+
+async def test_the_pager_wraps_a_line_of_2_mb_and_shows_it_literally() -> None:
+    blob = "\x1b[31m" + "x" * (2 * 1024 * 1024) + "[b]END[/b]"
+    app = make_app(fast_session(await _thread_with_output(blob)), thread_id="t1")
+    async with app.run_test(size=(100, 30)) as pilot:
+        view = await _open(pilot, app)
+        assert "characters hidden" in _result_text(view)
+        await pilot.press("t", "p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await wait_for_text(pilot, "␛[31mxxx")
+        output = app.screen.query_one(OutputView)
+        await wait_for(pilot, lambda: output.loaded, what="output read")
+        assert output.row_count >= len(blob) // output.wrap_width
+        await pilot.press("end")
+        await wait_for_text(pilot, "[b]END[/b]")
+        assert "\x1b" not in screen_text(app)
+
+
+async def test_progress_text_is_capped_for_display_while_the_tool_runs() -> None:
+    gate = asyncio.Event()
+    frames = "".join(f"\rprogress {i:5d}/10000" for i in range(1, 10_001))
+    log = "\n".join(f"log line {i}" for i in range(50_000))
+    blob = "y" * (2 * 1024 * 1024)
+
+    @tool
+    async def flood(ctx: ToolContext) -> str:
+        """Report floods of progress text, then wait for the gate."""
+        for text in (blob, log, frames):
+            ctx.report(progress=0.5, text=text)
+            await asyncio.sleep(0.2)
+        await gate.wait()
+        return "flooded"
+
+    session = fast_session(MemoryCheckpointer())
+    session.tools = [flood]
+    session.make_provider = lambda: FauxProvider(  # type: ignore[method-assign]
+        [faux_reply(faux_tool_call("flood", {}, id="f1")), "All done."], delay=0.001
+    )
+    app = make_app(session)
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send_via_dialog(pilot, "n", "Flood it.")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="thread open")
+        await wait_for_text(pilot, "progress 10000/10000")
+        view = app.screen.query_one(ToolCallView)
+        status = view.query_one("#tool-status", Static).content.plain  # type: ignore[union-attr]
+        assert "progress 10000/10000" in status and "␍" not in status and "progress  9999" not in status
+        assert len(view.status_text) < 4200  # capped at the source (core.tools.PROGRESS_TEXT_LIMIT)
+        assert len(status) < PROGRESS.budget + 200
+        gate.set()
+        await wait_for_text(pilot, "All done.")
+
+
+async def test_a_long_progress_log_shows_its_last_lines() -> None:
+    gate = asyncio.Event()
+
+    @tool
+    async def chatty(ctx: ToolContext) -> str:
+        """Report a long log, then wait for the gate."""
+        ctx.report(text="\n".join(f"log line {i}" for i in range(50_000)))
+        await gate.wait()
+        return "done"
+
+    session = fast_session(MemoryCheckpointer())
+    session.tools = [chatty]
+    session.make_provider = lambda: FauxProvider(  # type: ignore[method-assign]
+        [faux_reply(faux_tool_call("chatty", {}, id="c1")), "Finished."], delay=0.001
+    )
+    app = make_app(session)
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send_via_dialog(pilot, "n", "Talk.")
+        await wait_for_text(pilot, "log line 49999")
+        status = app.screen.query_one(ToolCallView).query_one("#tool-status", Static).content.plain  # type: ignore[union-attr]
+        assert "log line 49997" in status and "log line 49996" not in status and "lines hidden" in status
+        gate.set()
+        await wait_for_text(pilot, "Finished.")
+
+
+async def test_t_steps_back_through_the_tool_calls_even_from_an_expanded_box() -> None:
+    store = MemoryCheckpointer()
+    await store.append(
+        "t1",
+        [
+            user_text("Two calls."),
+            AssistantMessage(
+                content=[ToolCall(id="c1", name="first", arguments={}), ToolCall(id="c2", name="second", arguments={})],
+                stop_reason="tool_use",
+            ),
+            ToolResultMessage(tool_call_id="c1", tool_name="first", content=[TextContent(text="one")]),
+            ToolResultMessage(tool_call_id="c2", tool_name="second", content=[TextContent(text=OUTPUT)]),
+            AssistantMessage(content=[TextContent(text="Listed.")], stop_reason="stop"),
+        ],
+    )
+    app = make_app(fast_session(store), thread_id="t1")
+    async with app.run_test(size=(110, 60)) as pilot:
+        await _open(pilot, app)
+        first, second = app.screen.query(ToolCallView)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is second, what="the last call")
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is first, what="the one before")
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is second, what="round to the last")
+        await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(app.focused, OutputView), what="the box focused")
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is first, what="the one before the expanded call")
