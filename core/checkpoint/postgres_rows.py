@@ -106,7 +106,7 @@ def decode_row(thread_id: str, seq: int, role: str, metadata: str | None, payloa
             row_id=seq,
         )
     data.setdefault("role", _PAYLOAD_ROLE.get(role, role))
-    column = json.loads(metadata) if metadata else {}
+    column = json.loads(metadata) if metadata and metadata != "{}" else {}  # "{}": most rows, parsed for free
     if "metadata" in data:
         if column != data["metadata"] and _jsonb_safe(data["metadata"]) != column:
             data["metadata"] = column
