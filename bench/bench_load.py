@@ -44,7 +44,15 @@ class _CollectorClock:
 async def main(n_messages: int, repeat: int) -> None:
     clock = _CollectorClock()
     figures: dict[str, list[float]] = {
-        k: [] for k in ("load wall", "load CPU", "in load: collector", "next op CPU", "in next op: collector", "full collection")
+        k: []
+        for k in (
+            "load wall",
+            "load CPU",
+            "in load: collector",
+            "next op CPU",
+            "in next op: collector",
+            "full collection",
+        )
     }
     with tempfile.TemporaryDirectory(prefix="cubepi-bench-") as tmp:
         store = await SQLiteCheckpointer.open(Path(tmp) / "load.sqlite")
