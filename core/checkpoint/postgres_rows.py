@@ -113,7 +113,7 @@ def row_value(thread_id: str, seq: int, role: str, metadata: str | None, payload
             row_id=seq,
         )
     data.setdefault("role", _PAYLOAD_ROLE.get(role, role))
-    column = json.loads(metadata) if metadata else {}
+    column = json.loads(metadata) if metadata and metadata != "{}" else {}  # "{}": most rows, parsed for free
     if "metadata" in data:
         if column != data["metadata"] and _jsonb_safe(data["metadata"]) != column:
             data["metadata"] = column

@@ -31,22 +31,9 @@ walking back; its first user entry, on a store without ``tui:first``) and by the
 def decode_rows(
     raws: list[bytes], thread_id: str, first_id: int
 ) -> tuple[list[AnyMessage], list[int], list[CorruptRow]]:
-    """Decode list entries whose first has id ``first_id``: messages, their ids, undecodable rows."""
-    ids = list(range(first_id, first_id + len(raws)))
-    try:
-        return codec.decode_many(raws), ids, []
-    except CorruptRecordError:
-        pass
-    messages: list[AnyMessage] = []
-    good: list[int] = []
-    problems: list[CorruptRow] = []
-    for row_id, raw in zip(ids, raws, strict=True):
-        try:
-            messages.append(codec.decode(raw, thread_id=thread_id, row_id=row_id))
-            good.append(row_id)
-        except CorruptRecordError as error:
-            problems.append(CorruptRow(row_id, str(error), records.text(raw)))
-    return messages, good, problems
+    """Decode list entries whose first has id ``first_id``: messages, their ids, undecodable
+    rows (:func:`~core.checkpoint.codec.decode_rows`)."""
+    return codec.decode_rows(enumerate(raws, start=first_id), thread_id, records.text)
 
 
 async def load(

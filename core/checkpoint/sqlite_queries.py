@@ -33,7 +33,6 @@ from core.checkpoint.sqlite_owners import admit, mine_of, this_thread
 from core.checkpoint.sqlite_records import read_meta
 from core.checkpoint.sqlite_schema import RECORDS, Layout, read_txn, write_txn
 from core.checkpoint.sqlite_supervised import BeforeCommit, fence, read_journal
-from core.errors import CorruptRecordError
 from core.messages import AnyMessage
 
 _JD_UNIX_EPOCH = 2440587.5
@@ -255,23 +254,13 @@ def mark_run_complete(
 def decode_rows(
     rows: Sequence[tuple[int, bytes]], thread_id: str
 ) -> tuple[list[AnyMessage], list[int], list[CorruptRow]]:
-    """Decode ``(id, raw)`` rows one by one; a row that fails becomes a ``CorruptRow``.
+    """Decode ``(id, raw)`` rows in order (:func:`~core.checkpoint.codec.decode_rows`); a row
+    that fails becomes a ``CorruptRow`` showing its bytes as UTF-8 text."""
+    return codec.decode_rows(rows, thread_id, _shown)
 
-    One validator call per row: measured as fast as one call per batch of rows, and a
-    batch joined with commas could let two malformed rows read as one valid message.
-    """
-    messages: list[AnyMessage] = []
-    ids: list[int] = []
-    problems: list[CorruptRow] = []
-    with codec.gc_paused():
-        for row_id, raw in rows:
-            try:
-                messages.append(codec.decode(raw, thread_id=thread_id, row_id=row_id))
-            except CorruptRecordError as exc:
-                problems.append(CorruptRow(row_id, str(exc), raw.decode("utf-8", "replace")))
-            else:
-                ids.append(row_id)
-    return messages, ids, problems
+
+def _shown(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def runs_of(

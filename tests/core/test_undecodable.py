@@ -141,7 +141,8 @@ def test_the_codec_round_trips_lone_surrogates_and_keeps_other_text_readable() -
     assert codec.decode(text).text == "é " + TEXT
     assert codec.decode(text.encode()).text == "é " + TEXT
     plain = ToolResultMessage(tool_call_id="c2", tool_name="t", content=[{"type": "text", "text": "ok"}])
-    assert [m.text for m in codec.decode_many([codec.encode(plain), text])] == ["ok", "é " + TEXT]
+    messages, ids, problems = codec.decode_rows(enumerate([codec.encode(plain), text]), "t", str)
+    assert ([m.text for m in messages], ids, problems) == (["ok", "é " + TEXT], [0, 1], [])
 
 
 def test_a_cubeloop_row_with_a_lone_surrogate_escape_reads_exact() -> None:
