@@ -38,6 +38,7 @@ from core.checkpoint.base import (
     StepRecord,
     ThreadMeta,
 )
+from core.checkpoint.pages import MessagePage, RowSink
 
 C = TypeVar("C")
 
@@ -64,6 +65,32 @@ class IncrementalReads(Protocol):
         ``message_ids`` or a ``CorruptRow.row_id``); ``extra``, ``runs`` and ``journal`` are
         whole. Never ``None``: an unknown thread gives empty data. Costs what the new rows
         cost, not the whole thread (a 10,000-message thread is not decoded again)."""
+        ...
+
+
+class PagedReads(Protocol):
+    """Reading a thread without holding all of it: its newest rows a page at a time, and
+    every row once, handed over a chunk at a time (the thread view's reads, issue 10).
+    Records: :mod:`core.checkpoint.pages`."""
+
+    async def load_page(self, thread_id: str, *, before: Any = None, limit: int) -> MessagePage:
+        """The newest ``limit`` rows whose id is below ``before`` (a ``message_ids`` value
+        or a ``CorruptRow.row_id``; ``None``: the thread's newest rows), in row order and
+        decoded (undecodable ones in ``problems``), with how many rows come before them;
+        in one query, one snapshot. An empty page for a missing thread or another owner's.
+        Raises ``ValueError`` for a ``limit`` below 1 (:func:`~core.checkpoint.pages.check_limit`)."""
+        ...
+
+    async def load_streamed(self, thread_id: str, sink: RowSink, *, upto: Any = None) -> CheckpointData | None:
+        """``load``, except that the message rows (those with id at most ``upto`` when it
+        is given) are decoded :data:`~core.checkpoint.pages.READ_CHUNK` at a time and
+        handed to ``sink`` in row order, never all held: the result's ``messages`` and
+        ``message_ids`` are empty and its ``problems`` holds only what is not a message
+        row (an unreadable extra or record). Everything comes from one snapshot (SQLite,
+        Postgres: one read transaction; Redis: one script per chunk over an append-only
+        list, so the rows up to the first chunk's length). ``sink`` may be called on the
+        store's own thread (SQLite's connection thread): it must not touch the event loop;
+        what it raises ends the read and is raised. ``None`` where ``load`` gives ``None``."""
         ...
 
 
