@@ -9,11 +9,11 @@ same reading done as a fold: the messages go in, in append order, in pieces of a
 few counts and indices. :func:`core.recovery.diagnose` itself is this fold over the list
 it is given, so there is one reading of a history, whichever way it arrives.
 
-With ``compact=True`` each message is first cut down to its :func:`skeleton`: the
-message's class, run, stop reason and error, its tool calls and result ids, and for
-every content block only whether it would be sent (see the function). Whatever the fold
+With ``compact=True`` each message is first cut down to its skeleton
+(:func:`core.recovery_skeleton.skeleton`), and skeletons read straight from stored rows
+(:class:`core.recovery_skeleton.SkeletonReader`) may be fed as they are: whatever the fold
 keeps (the open calls and what follows them, the last reply) is then kept small too.
-Exactness rests on two facts checked by ``tests/core/test_recovery_fold.py`` on generated
+Exactness rests on facts checked by ``tests/core/test_recovery_fold.py`` on generated
 histories (hypothesis) and on the threads the real cubeloop writes: the builder reads
 nothing a skeleton drops, and feeding pieces is feeding the whole.
 """
@@ -23,106 +23,10 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Iterable
-from typing import Any, TypeVar
 
-from core.messages import (
-    AnyMessage,
-    AssistantMessage,
-    ContentBlock,
-    ImageContent,
-    TextContent,
-    ThinkingContent,
-    ToolCall,
-    ToolResultMessage,
-    UnknownContent,
-    UnknownMessage,
-    UserMessage,
-)
-from core.request import BuiltRequest, RequestBuilder, blank, image_source
-
-# Blocks shared by every skeleton (never changed: the builder copies messages it trims).
-_TEXT = TextContent.model_construct(type="text", text="x")
-_BLANK = TextContent.model_construct(type="text", text="")
-_IMAGE = ImageContent.model_construct(type="image", data="x", mime_type="x")
-_NO_IMAGE = ImageContent.model_construct(type="image", data="", mime_type="")
-_THINKING = ThinkingContent.model_construct(type="thinking", thinking="", signature=None)
-_UNKNOWN = UnknownContent.model_construct(type="unknown")
-_NO_METADATA: dict[str, Any] = {}
-_M = TypeVar("_M", AssistantMessage, ToolResultMessage, UserMessage, UnknownMessage)
-
-
-def _block(block: ContentBlock) -> ContentBlock:
-    if isinstance(block, TextContent):
-        return _BLANK if blank(block.text) else _TEXT
-    if isinstance(block, ToolCall):
-        return block  # a dangling call is shown and settled whole: id, name, arguments
-    if isinstance(block, ImageContent):
-        return _NO_IMAGE if image_source(block) is None else _IMAGE
-    if isinstance(block, ThinkingContent):
-        return _THINKING
-    return _UNKNOWN
-
-
-def skeleton(message: AnyMessage) -> AnyMessage:
-    """What a diagnosis reads of ``message``, as a message of the same class.
-
-    Kept: the class (role), ``run_id``; a user message's content as blank or not (a
-    string) or block by block; an assistant message's ``stop_reason``, ``error_message``,
-    its tool calls whole (a dangling call is shown and settled with its arguments) and, when
-    it makes calls, its ``metadata`` (whether its writer journaled them,
-    :data:`core.recovery.JOURNALED_KEY`); a tool result's ``tool_call_id``. Each text block
-    becomes an empty or a one-character text (blank or not, :func:`core.request.blank`), an
-    image one with or without data to send (:func:`core.request.image_source`), thinking and
-    blocks of unknown types an empty one of their kind. Dropped: text, images, usage,
-    timestamps, ids, details. Built without validation (the message was validated when
-    decoded), from an empty message of its class; the blocks are shared between skeletons and must not be changed. Never raises.
-    """
-    if isinstance(message, AssistantMessage):
-        calls = any(isinstance(b, ToolCall) for b in message.content)
-        return _made(
-            _ASSISTANT,
-            content=[_block(b) for b in message.content],
-            stop_reason=message.stop_reason,
-            error_message=message.error_message,
-            run_id=message.run_id,
-            metadata=message.metadata if calls else _NO_METADATA,
-        )
-    if isinstance(message, ToolResultMessage):
-        return _made(
-            _RESULT,
-            tool_call_id=message.tool_call_id,
-            content=[_block(b) for b in message.content],
-            run_id=message.run_id,
-        )
-    if isinstance(message, UserMessage):
-        content = message.content
-        reduced: str | list[ContentBlock] = (
-            ("" if blank(content) else "x") if isinstance(content, str) else [_block(b) for b in content]
-        )
-        return _made(_USER, content=reduced, run_id=message.run_id)
-    return _made(_UNKNOWN_ROLE, role=message.role, run_id=message.run_id)
-
-
-# One empty message of each class, copied for each skeleton: ``model_construct`` costs
-# ~50 us a call here (pydantic 2.14) and ``copy.copy`` ~15 us; setting the four slots
-# pydantic's own ``__copy__`` sets, sharing the parts no skeleton changes (the set of fields
-# set, the empty extra: ``model_copy``, the builder's only change, copies both), ~2 us.
-_ASSISTANT = AssistantMessage.model_construct(timestamp=None)
-_RESULT = ToolResultMessage.model_construct(tool_call_id="", timestamp=None)
-_USER = UserMessage.model_construct(timestamp=None)
-_UNKNOWN_ROLE = UnknownMessage.model_construct(role="unknown")
-_set = object.__setattr__
-
-
-def _made(template: _M, **fields: Any) -> _M:
-    made = template.__class__.__new__(template.__class__)
-    values = template.__dict__.copy()
-    values.update(fields)
-    _set(made, "__dict__", values)
-    _set(made, "__pydantic_fields_set__", template.__pydantic_fields_set__)
-    _set(made, "__pydantic_extra__", template.__pydantic_extra__)
-    _set(made, "__pydantic_private__", None)
-    return made
+from core.messages import AnyMessage, AssistantMessage, ToolResultMessage, UnknownMessage, UserMessage
+from core.recovery_skeleton import skeleton
+from core.request import BuiltRequest, RequestBuilder
 
 
 class HistoryFold:

@@ -38,7 +38,7 @@ from core.checkpoint.base import (
     StepRecord,
     ThreadMeta,
 )
-from core.checkpoint.pages import MessagePage, RowSink
+from core.checkpoint.pages import MessagePage, RowReader, RowSink
 
 C = TypeVar("C")
 
@@ -81,10 +81,14 @@ class PagedReads(Protocol):
         Raises ``ValueError`` for a ``limit`` below 1 (:func:`~core.checkpoint.pages.check_limit`)."""
         ...
 
-    async def load_streamed(self, thread_id: str, sink: RowSink, *, upto: Any = None) -> CheckpointData | None:
+    async def load_streamed(
+        self, thread_id: str, sink: RowSink, *, upto: Any = None, reader: RowReader | None = None
+    ) -> CheckpointData | None:
         """``load``, except that the message rows (those with id at most ``upto`` when it
-        is given) are decoded :data:`~core.checkpoint.pages.READ_CHUNK` at a time and
-        handed to ``sink`` in row order, never all held: the result's ``messages`` and
+        is given) are read :data:`~core.checkpoint.pages.READ_CHUNK` at a time - decoded, or
+        with a ``reader`` only what it reads of each (:func:`~core.checkpoint.pages.read_rows`:
+        a row it refuses is decoded) - and handed to ``sink`` in row order, never all held:
+        the result's ``messages`` and
         ``message_ids`` are empty and its ``problems`` holds only what is not a message
         row (an unreadable extra or record). Everything comes from one snapshot (SQLite,
         Postgres: one read transaction; Redis: one script per chunk over an append-only

@@ -10,7 +10,7 @@ from typing import Any
 from core.checkpoint.base import CheckpointData
 from core.checkpoint.capabilities import PagedReads
 from core.checkpoint.codec import copy_message
-from core.checkpoint.pages import READ_CHUNK, MessagePage, RowSink, check_limit
+from core.checkpoint.pages import READ_CHUNK, MessagePage, RowReader, RowSink, check_limit
 
 
 class MemoryPages(PagedReads):
@@ -37,8 +37,11 @@ class MemoryPages(PagedReads):
             start = max(0, end - limit)
             return MessagePage([copy_message(m) for m in t.messages[start:end]], t.ids[start:end], [], start)
 
-    async def load_streamed(self, thread_id: str, sink: RowSink, *, upto: Any = None) -> CheckpointData | None:
-        """See ``PagedReads.load_streamed``: the sink is called with the lock held."""
+    async def load_streamed(
+        self, thread_id: str, sink: RowSink, *, upto: Any = None, reader: RowReader | None = None
+    ) -> CheckpointData | None:
+        """See ``PagedReads.load_streamed``: the sink is called with the lock held; a reader
+        gets each message (a copy) through ``read_message``, as no row here is text."""
         async with self._d.lock:
             t = self._thread(thread_id)
             if t is None:
@@ -46,5 +49,6 @@ class MemoryPages(PagedReads):
             end = len(t.ids) if upto is None else bisect.bisect_right(t.ids, upto)
             for start in range(0, end, READ_CHUNK):
                 stop = min(start + READ_CHUNK, end)
-                sink([copy_message(m) for m in t.messages[start:stop]], t.ids[start:stop], [])
+                copies = [copy_message(m) for m in t.messages[start:stop]]
+                sink(copies if reader is None else [reader.read_message(m) for m in copies], t.ids[start:stop], [])
             return self._data(thread_id, t, len(t.messages))

@@ -13,13 +13,13 @@ Every statement carries the owner predicate of every read (``Scope.visible``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from core.checkpoint import postgres_rows as rows
 from core.checkpoint.base import CheckpointData
 from core.checkpoint.capabilities import PagedReads
-from core.checkpoint.pages import READ_CHUNK, MessagePage, RowSink, check_limit
+from core.checkpoint.pages import READ_CHUNK, Decoded, MessagePage, RowReader, RowSink, check_limit, read_rows
 from core.checkpoint.postgres_queries import thread_parts
 from core.checkpoint.postgres_schema import Scope
 
@@ -42,7 +42,9 @@ class PostgresPages(PagedReads):
         below = _TOP if before is None else int(before)
         return await self._read(lambda c: page(c, scope, thread_id, below, limit), "load")  # type: ignore[no-any-return]
 
-    async def load_streamed(self, thread_id: str, sink: RowSink, *, upto: Any = None) -> CheckpointData | None:
+    async def load_streamed(
+        self, thread_id: str, sink: RowSink, *, upto: Any = None, reader: RowReader | None = None
+    ) -> CheckpointData | None:
         """See ``PagedReads.load_streamed``: one repeatable-read transaction, a cursor over the rows."""
         scope, ours = self._scope, self._ours
         top = _TOP if upto is None else int(upto)
@@ -59,18 +61,25 @@ class PostgresPages(PagedReads):
             async for row in conn.cursor(query, thread_id, handed[0], top, scope.owner, prefetch=READ_CHUNK):
                 chunk.append(row)
                 if len(chunk) == READ_CHUNK:
-                    _hand(chunk, thread_id, sink, handed)
+                    _hand(chunk, thread_id, sink, handed, reader)
                     seen, chunk = True, []
             if chunk:
-                _hand(chunk, thread_id, sink, handed)
+                _hand(chunk, thread_id, sink, handed, reader)
                 seen = True
             return data if seen or found else None
 
         return await self._read(read, "load")  # type: ignore[no-any-return]
 
 
-def _hand(chunk: list[Any], thread_id: str, sink: RowSink, handed: list[int]) -> None:
-    sink(*rows.decode_rows(chunk, thread_id))
+def _hand(chunk: list[Any], thread_id: str, sink: RowSink, handed: list[int], reader: RowReader | None) -> None:
+    def decode(some: Sequence[tuple[int, Any]]) -> Decoded:
+        return rows.decode_rows([record for _, record in some], thread_id)
+
+    def read(record: Any) -> Any:
+        assert reader is not None
+        return reader.read_value(rows.row_value(thread_id, *record))
+
+    sink(*read_rows([(record[0], tuple(record)) for record in chunk], reader, decode, read))
     handed[0] = chunk[-1][0]
 
 

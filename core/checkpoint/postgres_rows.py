@@ -90,6 +90,13 @@ def decode_rows(rows: Sequence[Any], thread_id: str) -> tuple[list[AnyMessage], 
 
 def decode_row(thread_id: str, seq: int, role: str, metadata: str | None, payload: bytes) -> AnyMessage:
     """One row as a message; ``CorruptRecordError`` when its payload is not a message."""
+    return codec.decode_value(row_value(thread_id, seq, role, metadata, payload), thread_id=thread_id, row_id=seq)
+
+
+def row_value(thread_id: str, seq: int, role: str, metadata: str | None, payload: bytes) -> dict[str, Any]:
+    """One row as the wire value of its message, not validated yet: the payload unpacked,
+    with the role and metadata columns as cubeloop merges them. ``CorruptRecordError``
+    when the payload is not msgpack, or not a map."""
     try:
         data = msgpack.unpackb(payload, raw=False, unicode_errors="surrogatepass")
     except Exception:  # msgpack raises several unrelated types for bad bytes
@@ -112,7 +119,7 @@ def decode_row(thread_id: str, seq: int, role: str, metadata: str | None, payloa
             data["metadata"] = column
     elif column:
         data["metadata"] = column
-    return codec.decode_value(data, thread_id=thread_id, row_id=seq)
+    return data
 
 
 def _raw(payload: bytes) -> str:

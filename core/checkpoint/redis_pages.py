@@ -12,7 +12,7 @@ connection retries one chunk, never hands the sink an entry twice.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -20,7 +20,7 @@ from redis.commands.core import AsyncScript
 
 from core.checkpoint.base import CheckpointData
 from core.checkpoint.capabilities import PagedReads
-from core.checkpoint.pages import READ_CHUNK, MessagePage, RowSink, check_limit
+from core.checkpoint.pages import READ_CHUNK, Decoded, MessagePage, RowReader, RowSink, check_limit, read_rows
 from core.checkpoint.redis_keys import Keys
 from core.checkpoint.redis_read import decode_rows, thread_parts
 from core.checkpoint.redis_scripts import _READ, _SCOPE
@@ -102,7 +102,9 @@ class RedisPages(PagedReads):
         messages, ids, problems = decode_rows(raws, thread_id, start + 1)
         return MessagePage(messages, ids, problems, start)
 
-    async def load_streamed(self, thread_id: str, sink: RowSink, *, upto: Any = None) -> CheckpointData | None:
+    async def load_streamed(
+        self, thread_id: str, sink: RowSink, *, upto: Any = None, reader: RowReader | None = None
+    ) -> CheckpointData | None:
         """See ``PagedReads.load_streamed``: one script for the head, one per chunk after it."""
         client, keys, owner = self._live_client(), self._keys.scope(thread_id), self._owner
         head, chunk = self._paging("HEAD"), self._paging("CHUNK")
@@ -118,7 +120,8 @@ class RedisPages(PagedReads):
         first = 0
         while first < end:
             raws = raws[: end - first]
-            sink(*decode_rows(raws, thread_id, first + 1))
+            rows = list(zip(range(first + 1, first + 1 + len(raws)), raws, strict=True))
+            sink(*read_rows(rows, reader, lambda some: _decode(some, thread_id)))
             first += len(raws)
             if first >= end:
                 break
@@ -127,3 +130,9 @@ class RedisPages(PagedReads):
             if not raws:
                 break  # deleted meanwhile: what was read is all there is
         return data
+
+
+def _decode(rows: Sequence[tuple[int, bytes]], thread_id: str) -> Decoded:
+    """``(row id, entry)`` rows of consecutive ids (a chunk, or one row) decoded as ``load``
+    decodes them."""
+    return decode_rows([raw for _, raw in rows], thread_id, rows[0][0]) if rows else ([], [], [])

@@ -18,7 +18,7 @@ from typing import Any
 
 from core.checkpoint.base import CheckpointData
 from core.checkpoint.capabilities import PagedReads
-from core.checkpoint.pages import READ_CHUNK, MessagePage, RowSink, check_limit
+from core.checkpoint.pages import READ_CHUNK, MessagePage, RowReader, RowSink, check_limit, read_rows
 from core.checkpoint.sqlite_owners import this_thread
 from core.checkpoint.sqlite_queries import decode_rows, thread_parts
 from core.checkpoint.sqlite_schema import Layout, read_txn
@@ -41,11 +41,13 @@ class SQLitePages(PagedReads):
         layout, owner = self._layout, self._owner
         return await self._run(lambda c: page(c, layout, owner, thread_id, before, limit), "load")
 
-    async def load_streamed(self, thread_id: str, sink: RowSink, *, upto: Any = None) -> CheckpointData | None:
-        """See ``PagedReads.load_streamed``: one read transaction; the sink runs on the
-        connection thread."""
+    async def load_streamed(
+        self, thread_id: str, sink: RowSink, *, upto: Any = None, reader: RowReader | None = None
+    ) -> CheckpointData | None:
+        """See ``PagedReads.load_streamed``: one read transaction; the reader and the sink
+        run on the connection thread."""
         layout, owner = self._layout, self._owner
-        return await self._run(lambda c: streamed(c, layout, owner, thread_id, sink, upto), "load")
+        return await self._run(lambda c: streamed(c, layout, owner, thread_id, sink, upto, reader), "load")
 
 
 def page(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, before: Any, limit: int) -> MessagePage:
@@ -69,7 +71,13 @@ def page(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, befo
 
 
 def streamed(
-    c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, sink: RowSink, upto: Any
+    c: sqlite3.Connection,
+    layout: Layout,
+    owner: str,
+    thread_id: str,
+    sink: RowSink,
+    upto: Any,
+    reader: RowReader | None = None,
 ) -> CheckpointData | None:
     """``owner``'s thread as ``load`` reads it, its message rows (up to row id ``upto``)
     handed to ``sink`` a chunk at a time; ``None`` when it has no extra, no runs and no
@@ -90,7 +98,7 @@ def streamed(
             )
             while chunk := cursor.fetchmany(READ_CHUNK):
                 seen = True
-                sink(*decode_rows(chunk, thread_id))
+                sink(*read_rows(chunk, reader, lambda rows: decode_rows(rows, thread_id)))
     if not seen and not found:
         return None
     return data

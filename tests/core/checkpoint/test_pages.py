@@ -215,3 +215,19 @@ async def test_undecodable_rows_are_paged_and_streamed_in_their_place(checkpoint
     assert streamed is not None and streamed.problems == []
     assert sink.problems == data.problems and sink.ids == data.message_ids
     assert json.dumps(_dumps(sink.messages)) == json.dumps(_dumps(data.messages))
+
+
+async def test_a_reader_gets_each_row_and_the_store_decodes_only_what_it_refuses(checkpointer: Checkpointer) -> None:
+    from core.recovery_skeleton import SkeletonReader, skeleton
+
+    assert supports(checkpointer, PagedReads)
+    await checkpointer.append("t", _thread(READ_CHUNK + 3))
+    undecodable = await _add_undecodable(checkpointer, "t")
+    await checkpointer.append("t", [user_text("after")])
+    data = await checkpointer.load("t")
+    assert data is not None
+    sink = _Collect()
+    assert await checkpointer.load_streamed("t", sink, reader=SkeletonReader()) is not None
+    assert sink.ids == data.message_ids and sink.problems == data.problems
+    assert len(sink.problems) == (1 if undecodable else 0)
+    assert sink.messages == [skeleton(m) for m in data.messages], "what a skeleton of each decoded message is"
