@@ -22,9 +22,11 @@ from textual.widgets import Button, Static
 
 from core.checkpoint.base import CorruptRow
 from core.checkpoint.pages import MessagePage
+from core.errors import CubepiError
 from core.messages import AnyMessage, AssistantMessage, ToolResultMessage
 from core.recovery import Diagnosis
 from core.words import counted
+from tui.text import clean
 from tui.widgets.message_view import AssistantMessageView, RawView, view_for_message
 from tui.widgets.tool_call import ToolCallView
 
@@ -216,8 +218,17 @@ class Transcript(VerticalScroll, can_focus=True):
         """Read earlier pages until a window's worth of entries is read above the mounted
         ones (or the thread's start), never leaving the first read entry a tool result whose
         call may be in the rows before it."""
-        while self._unread > 0 and self._loader is not None and self._window_start(self._first_shown) == 0:
-            page = await self._loader(self._before, WINDOW)
+        while self._unread > 0 and self._loader is not None:
+            enough = self._first_shown >= WINDOW
+            if enough and not (
+                self._window_start(self._first_shown) == 0 and isinstance(self._entries[0], ToolResultMessage)
+            ):
+                return
+            try:
+                page = await self._loader(self._before, WINDOW)
+            except CubepiError as error:
+                self.notify(clean(str(error)), severity="error", timeout=8, markup=False)
+                return
             older = merge_rows(page.messages, page.message_ids, page.problems)
             if not older:
                 self._unread = 0  # deleted meanwhile: what was read is all there is
@@ -425,6 +436,12 @@ class Transcript(VerticalScroll, can_focus=True):
     async def _drop_empty_note(self) -> None:
         for note in self.query(".empty"):
             await note.remove()
+
+    @property
+    def held(self) -> tuple[Entry, ...]:
+        """The entries read so far and held, mounted or not, in store order (for tests: a
+        thread opened lazily holds its newest page and what was paged in since)."""
+        return tuple(self._entries)
 
     @property
     def shown_count(self) -> int:
