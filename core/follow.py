@@ -492,7 +492,7 @@ class ThreadFollower:
         model.messages.extend(data.messages)
         model.message_ids.extend(data.message_ids)
         if model.outline is not None:
-            model.outline(data.messages, data.message_ids, data.problems)  # its answered set is ours
+            model.outline.add_rows(data.messages, data.message_ids, data.problems)  # its answered set is ours
         else:
             self._answered |= answered_ids(data.messages)
         return False, tuple(data.messages), runs_changed

@@ -61,14 +61,23 @@ class ThreadOutline:
         """Take one chunk of a streamed read made with :attr:`reader`: the skeletons of its
         readable rows, their ids, its undecodable rows."""
         self._take(skeletons)
+        self._rows(ids, problems)
+
+    def add_rows(self, messages: Sequence[AnyMessage], ids: Sequence[Any], problems: Sequence[CorruptRow]) -> None:
+        """Take the next rows of the thread, decoded (what a follower reads later: messages,
+        their ids, undecodable rows); only their skeletons are kept."""
+        self.add(messages)
+        self._rows(ids, problems)
+
+    def add(self, messages: Iterable[AnyMessage]) -> None:
+        """Take the next messages of the thread (row order); only their skeletons are kept."""
+        self._take([skeleton(m) for m in messages])
+
+    def _rows(self, ids: Sequence[Any], problems: Sequence[CorruptRow]) -> None:
         self.problems.extend(problems)
         for row_id in list(ids[-1:]) + [p.row_id for p in problems[-1:]]:
             if self.last_id is None or row_id > self.last_id:
                 self.last_id = row_id
-
-    def add(self, messages: Iterable[AnyMessage]) -> None:
-        """Take the next messages of the thread (row order), e.g. those a follower reads later."""
-        self._take([skeleton(m) for m in messages])
 
     def _take(self, skeletons: Sequence[AnyMessage]) -> None:
         totals, answered = self.totals, self.answered
@@ -135,8 +144,7 @@ async def read_outline(
         return None
     kept = [i for i, row_id in enumerate(loaded.message_ids) if upto is None or row_id <= upto]
     row_problems = [p for p in loaded.problems if isinstance(p.row_id, int) and (upto is None or p.row_id <= upto)]
-    outline.add(loaded.messages[i] for i in kept)
-    outline([], [loaded.message_ids[i] for i in kept], row_problems)
+    outline.add_rows([loaded.messages[i] for i in kept], [loaded.message_ids[i] for i in kept], row_problems)
     loaded.problems = [p for p in loaded.problems if not isinstance(p.row_id, int)]
     loaded.messages, loaded.message_ids = [], []
     return loaded, outline

@@ -66,11 +66,13 @@ async def test_it_returns_the_newest_page_then_reports_the_whole_thread_outlined
         assert data is not None
         assert model.diagnosis() == diagnose(data.messages, data.runs, data.journal)
         assert model.outline is not None and model.outline.totals == usage_of(messages)
-        later = [user_text("one more", run_id="r1")]
+        later = [user_text("one more", run_id="r1"), AssistantMessage(content=[TextContent(text="a long reply " * 50)])]
         await store.append("t", later)
-        grown = await _next(changes, 2, "change with the new message")
-        assert [m.text for m in grown.added] == ["one more"]  # type: ignore[union-attr]
-        assert model.count == 101 and len(model.messages) == 11
+        grown = await _next(changes, 2, "change with the new messages")
+        assert [m.role for m in grown.added] == ["user", "assistant"]
+        assert model.count == 102 and len(model.messages) == 12
+        last = model.outline.fold.last_assistant
+        assert last is not None and last[0] == 101 and last[1].text == "x", "kept as a skeleton, not whole"
         data = await store.load("t")
         assert data is not None and model.diagnosis() == diagnose(data.messages, data.runs, data.journal)
     finally:
