@@ -103,6 +103,7 @@ class Transcript(VerticalScroll, can_focus=True):
         self._before: Any = None  # the row id the next page is read below
         self._loader: PageLoader | None = None
         self._paging = False  # a page-in is under way
+        self._placing = False  # the view is being scrolled by this widget, not by the user
         self._results: dict[str, ToolResultMessage] = {}
         self.tool_views: dict[str, ToolCallView] = {}
         self.live: AssistantMessageView | None = None
@@ -118,8 +119,17 @@ class Transcript(VerticalScroll, can_focus=True):
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
-        if new_value < old_value and new_value <= PAGE_IN_LINES and self.has_earlier:
+        if new_value < old_value and new_value <= PAGE_IN_LINES and self.has_earlier and not self._placing:
             self._page_in()
+
+    def _place(self, y: float) -> None:
+        """Scroll to ``y`` for the user (after a mount), without it counting as the user
+        scrolling up (which pages earlier entries in)."""
+        self._placing = True
+        try:
+            self.scroll_to(y=y, animate=False, immediate=True)
+        finally:
+            self._placing = False
 
     def on_resize(self) -> None:
         # The view can shrink under content that fitted (a line above it appeared: the
@@ -176,7 +186,11 @@ class Transcript(VerticalScroll, can_focus=True):
         # (scroll_home's default) lands after the tail was pinned and leaves the view at
         # the top. Once laid out, a tall transcript is pinned to its end.
         self.anchor(False)
-        self.scroll_home(animate=False, immediate=True)
+        self._placing = True
+        try:
+            self.scroll_home(animate=False, immediate=True)
+        finally:
+            self._placing = False
         self.call_after_refresh(self._pin_when_tall)
         self.call_after_refresh(self._fill)
 
@@ -255,7 +269,7 @@ class Transcript(VerticalScroll, can_focus=True):
         """Scroll by the height mounted above ``boundary`` (whose top was at ``top`` when the
         view was at ``scroll_y``), so what the user was reading stays in view."""
         if boundary.is_attached:
-            self.scroll_to(y=scroll_y + boundary.virtual_region.y - top, animate=False, immediate=True)
+            self._place(scroll_y + boundary.virtual_region.y - top)
 
     def _fill(self) -> None:
         """Page earlier entries in while the mounted ones do not fill the view (nothing to
@@ -267,7 +281,7 @@ class Transcript(VerticalScroll, can_focus=True):
         """Scroll so the screenful just above ``boundary`` (the entries just mounted) is in view."""
         if boundary.is_attached:
             top = boundary.virtual_region.y - self.scrollable_content_region.height
-            self.scroll_to(y=max(0, top), animate=False, immediate=True)
+            self._place(max(0, top))
 
     def _window_start(self, end: int) -> int:
         start = max(0, end - WINDOW)
