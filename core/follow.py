@@ -15,6 +15,13 @@ have in the thread, so a partial whose index is already loaded is dropped, and t
 persisted message replaces it in the same change. Attaching later (or again) loads the
 history first, then folds the live events after it.
 
+A follower given a ``window`` (on a store with paged reads) holds only the thread's newest
+messages: :meth:`ThreadFollower.start` reads one page of them and returns at once (what a
+view paints first), then the follower reads the whole thread once into a
+:class:`~core.outline.ThreadOutline` - the diagnosis, the totals, the count - and reports
+that as an ``outlined`` change before it folds any live event; every message it reads
+later goes into the outline too. Earlier history is the view's to page in from the store.
+
 It learns of changes from the store (:class:`core.changes.StoreWatch`: its change
 signals as the trigger, ``change_token`` to skip wakeups that changed nothing). Messages are
 reloaded only when the live events say one was persisted (or a run started or ended, or
@@ -47,10 +54,11 @@ from core.checkpoint.base import (
     RunRecord,
     ThreadSummary,
 )
-from core.checkpoint.capabilities import IncrementalReads, LiveStore, ThreadVersions, WatchedStore, supports
+from core.checkpoint.capabilities import IncrementalReads, LiveStore, PagedReads, ThreadVersions, WatchedStore, supports
 from core.checkpoint.listing import changed_threads, merge_listing
 from core.live import LiveFold, LiveRetry, LiveTool, PartialDelta, answered_ids
 from core.messages import AnyMessage, AssistantMessage
+from core.outline import ThreadOutline, read_outline
 from core.recovery import Diagnosis, diagnose
 from core.supervise import LeaseState, LeaseView, lease_status
 
@@ -84,6 +92,12 @@ class ThreadModel:
     named; ``last_end`` the last ``agent_end`` seen (``run_id``, ``outcome``, ``error``).
     ``error`` is the last store error met while following (``None`` once reads work).
     ``version`` grows by one per change.
+
+    A windowed follower's model (see the module docstring) holds only the newest messages:
+    ``offset`` messages of the thread come before ``messages[0]`` and ``earlier`` rows are
+    stored before the first row held (as its first page said); ``problems`` holds the
+    undecodable rows among those held and what is not a row (an unreadable extra), and
+    ``outline`` (``None`` until read) is the whole thread's, which :meth:`diagnosis` reads.
     """
 
     thread_id: str
@@ -104,9 +118,43 @@ class ThreadModel:
     last_end: dict[str, Any] | None = None
     error: str | None = None
     version: int = 0
+    offset: int = 0
+    earlier: int = 0
+    outline: ThreadOutline | None = None
+    windowed: bool = False
+
+    @property
+    def ready(self) -> bool:
+        """Whether the model knows the whole thread: always, unless it is a windowed
+        follower's whose outline is not read yet (its :meth:`diagnosis` would then be of the
+        rows held only)."""
+        return not self.windowed or self.outline is not None
+
+    @property
+    def first_row_id(self) -> Any | None:
+        """The lowest row id held (a message's or an undecodable row's), ``None`` if none."""
+        ids = self.message_ids[:1] + [p.row_id for p in self.problems if isinstance(p.row_id, int)][:1]
+        return min(ids) if ids else None
+
+    @property
+    def count(self) -> int:
+        """How many messages the thread has as read (those held and those before them)."""
+        return self.offset + len(self.messages)
+
+    @property
+    def thread_problems(self) -> list[CorruptRow]:
+        """Every problem of the whole thread as read: all its undecodable rows (held or not)
+        and what is not a row."""
+        if self.outline is None:
+            return list(self.problems)
+        return [*self.outline.problems, *(p for p in self.problems if not isinstance(p.row_id, int))]
 
     def diagnosis(self) -> Diagnosis:
-        """Where the persisted thread stands (:func:`core.recovery.diagnose`)."""
+        """Where the persisted thread stands (:func:`core.recovery.diagnose` of the whole
+        thread: from its outline when the model holds only its newest messages)."""
+        if self.outline is not None:
+            others = [p for p in self.problems if not isinstance(p.row_id, int)]
+            return self.outline.diagnosis(self.runs, self.journal, problems=others, pending=self.pending_request)
         return diagnose(self.messages, self.runs, self.journal, problems=self.problems, pending=self.pending_request)
 
 
@@ -124,6 +172,8 @@ class ThreadChange:
     lease record or its state changed. ``commands``: commands whose status changed
     (including ones that just became applied, refused or discarded). ``runs``: run
     records changed. ``ended``: an ``agent_end`` was seen (``run_id``, ``outcome``, ``error``).
+    ``outlined``: a windowed follower read the whole thread's outline (``model.outline``;
+    :meth:`ThreadModel.diagnosis` and the totals are the whole thread's from now on).
     """
 
     model: ThreadModel
@@ -137,12 +187,14 @@ class ThreadChange:
     commands: tuple[Command, ...] = ()
     runs: bool = False
     ended: dict[str, Any] | None = None
+    outlined: bool = False
 
     @property
     def empty(self) -> bool:
         """Whether nothing changed."""
         return not (
-            self.reset
+            self.outlined
+            or self.reset
             or self.added
             or self.partial_reset
             or self.deltas
@@ -168,7 +220,9 @@ class ThreadFollower:
     their quiet period (10 ms: a SQLite change shows within ~20 ms of its commit);
     ``poll`` the fallback check in seconds (default 1.0 with signals, 0.05 without);
     ``reload_interval`` the seconds between reloads for changes the live events do not
-    explain, ``max_stale`` the seconds after which any change reloads.
+    explain, ``max_stale`` the seconds after which any change reloads. ``window``: hold
+    only the newest messages, that many read at first (a store without
+    :class:`~core.checkpoint.capabilities.PagedReads` is read whole as without it).
 
     Use ``async with ThreadFollower(...) as follower`` (or :meth:`start`/:meth:`stop`),
     then read ``follower.model`` and either :meth:`subscribe` or iterate :meth:`changes`.
@@ -186,8 +240,10 @@ class ThreadFollower:
         poll: float | None = None,
         reload_interval: float = 1.0,
         max_stale: float = 5.0,
+        window: int | None = None,
     ) -> None:
         self.store = store
+        self.window = window if window is not None and supports(store, PagedReads) else None
         self.thread_id = thread_id
         self.signals = signals
         self.step_ms = step_ms
@@ -212,24 +268,35 @@ class ThreadFollower:
         self._last_reload = 0.0
         self._reload_due = False
         self._dirty = False
+        self._go = asyncio.Event()  # set: the background task may read (see start's rest_later)
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> ThreadChange:
+    async def start(self, *, rest_later: bool = False) -> ThreadChange:
         """Load the thread and its live state, start following, and return the first change
-        (``reset``, every message in ``added``). Starting again after :meth:`stop`
-        re-attaches from scratch. Raises the store's errors."""
+        (``reset``, every message in ``added``). A windowed follower returns its first page
+        instead, before anything else is read (its first published change is then
+        ``outlined``); with ``rest_later`` it reads nothing more until :meth:`read_rest`
+        (a view paints the page first: reading the rest meanwhile would slow the paint).
+        Starting again after :meth:`stop` re-attaches from scratch. Raises the store's errors."""
         await self.stop()
         self._reset_state()
+        if not rest_later:
+            self._go.set()
         self._watch = StoreWatch(self.store, signals=self.signals, step_ms=self.step_ms, poll=self.poll)
-        await self._watch.start()
+        if self.window is None or not rest_later:
+            await self._watch.start()  # else armed before anything but the page is read
         try:
-            first = await self.refresh(force=True)
+            first = await self._first_page() if self.window is not None else await self.refresh(force=True)
         except BaseException:
             await self._watch.stop()
             raise
         self._task = asyncio.create_task(self._follow(), name=f"follow {self.thread_id}")
         return first or ThreadChange(self.model, reset=True, added=tuple(self.model.messages))
+
+    def read_rest(self) -> None:
+        """Go on after ``start(rest_later=True)``: read the rest of the thread, then follow it."""
+        self._go.set()
 
     async def stop(self) -> None:
         """Stop following (detach); the model keeps its last state. Never raises."""
@@ -294,6 +361,14 @@ class ThreadFollower:
 
     async def _refresh(self, force: bool, changed: bool) -> ThreadChange | None:
         store, tid, model = self.store, self.thread_id, self.model
+        outlined, reset, added, runs_changed = False, False, (), False
+        if self.window is not None and (force or not self._loaded):
+            # Before any live event: their indices count the whole thread's messages.
+            if force:
+                await self._first_page()
+                reset, added = True, tuple(model.messages)
+            added = (*added, *await self._outline())
+            outlined = runs_changed = True
         events = await store.read_live_events(tid, self._after)
         lease = await store.get_lease(tid)
         # One read, one snapshot: the open commands we know and every newer one, whatever
@@ -306,7 +381,7 @@ class ThreadFollower:
             self._command_top = max(self._command_top, rows[-1].seq)
         if events:
             self._after = events[-1].seq
-        fold = self._fold.apply(events, len(model.messages), self._answered)
+        fold = self._fold.apply(events, model.count, self._answered)
 
         moved = _holder(lease) != _holder(old_lease)
         explained = bool(events) or bool(changed_commands) or lease != old_lease
@@ -321,11 +396,12 @@ class ThreadFollower:
         if self._dirty and now_m - self._last_reload >= self.max_stale:
             reload = True
 
-        reset, added, runs_changed = False, (), False
-        if reload:
+        if outlined:
+            self._last_reload, self._reload_due, self._dirty = now_m, False, False
+        elif reload:
             reset, added, runs_changed = await self._reload(full=force or not self._loaded)
             self._last_reload, self._reload_due, self._dirty = now_m, False, False
-        fold.merge(self._fold.settle(len(model.messages), self._answered))
+        fold.merge(self._fold.settle(model.count, self._answered))
 
         view = lease_status(lease, model.runs, time.time())
         if not view.live:
@@ -356,6 +432,7 @@ class ThreadFollower:
             commands=changed_commands,
             runs=runs_changed,
             ended=fold.ended,
+            outlined=outlined,
         )
         if change.empty:
             return None
@@ -367,6 +444,8 @@ class ThreadFollower:
         return (reset, added, runs changed)."""
         model = self.model
         last = self._last_row_id()
+        if self.window is not None:
+            return self._extend(await self.store.load_after(self.thread_id, 0 if last is None else last))  # type: ignore[attr-defined]
         if not full and last is not None and supports(self.store, IncrementalReads):
             return self._extend(await self.store.load_after(self.thread_id, last))
         data = await self.store.load(self.thread_id)
@@ -413,8 +492,44 @@ class ThreadFollower:
         model.pending_request = data.pending_request
         model.messages.extend(data.messages)
         model.message_ids.extend(data.message_ids)
-        self._answered |= answered_ids(data.messages)
+        if model.outline is not None:
+            model.outline.add_rows(data.messages, data.message_ids, data.problems)  # its answered set is ours
+        else:
+            self._answered |= answered_ids(data.messages)
         return False, tuple(data.messages), runs_changed
+
+    # --- a windowed follower's reads ---------------------------------------------------------
+
+    async def _first_page(self) -> ThreadChange:
+        """Hold the thread's newest ``window`` rows (nothing else is read yet); the change
+        that shows them (``reset``)."""
+        assert self.window is not None and supports(self.store, PagedReads)
+        page = await self.store.load_page(self.thread_id, limit=self.window)
+        model = self.model
+        model.messages, model.message_ids, model.problems = (
+            list(page.messages),
+            list(page.message_ids),
+            list(page.problems),
+        )
+        model.offset, model.earlier, model.outline, model.windowed = 0, page.earlier, None, True
+        self._row_ids, self._loaded = True, False
+        return ThreadChange(model, reset=True, added=tuple(model.messages))
+
+    async def _outline(self) -> tuple[AnyMessage, ...]:
+        """Read the whole thread's outline up to the last row held, then the rows written
+        since (all of them, when none is held); return the messages those add to the model."""
+        model, tid = self.model, self.thread_id
+        last = self._last_row_id()
+        upto = 0 if last is None else last  # row ids start at 1 in every store of ours
+        found = await read_outline(self.store, tid, upto=upto)
+        data, outline = found if found is not None else (CheckpointData(), ThreadOutline())
+        model.outline, model.offset = outline, outline.count - len(model.messages)
+        model.runs, model.journal, model.pending_request = data.runs, data.journal, data.pending_request
+        model.problems = [p for p in model.problems if isinstance(p.row_id, int)] + list(data.problems)
+        self._answered = outline.answered
+        self._loaded = True
+        _, added, _ = self._extend(await self.store.load_after(tid, upto))  # type: ignore[attr-defined]
+        return added
 
     def _command_changes(self, rows: list[Command], old: list[Command], *, first: bool) -> tuple[Command, ...]:
         """Commands to report from one read (``rows``: every command above the lowest open
@@ -445,8 +560,10 @@ class ThreadFollower:
         watch = self._watch
         assert watch is not None
         failures = 0
+        await self._go.wait()
         while True:
             try:
+                await watch.start()  # idempotent; deferred by start(rest_later=True)
                 changed = await watch.wait(self._next_tick())
                 await self.refresh(changed=changed)
                 failures = 0
@@ -461,6 +578,8 @@ class ThreadFollower:
     def _next_tick(self) -> float | None:
         """Seconds until something may change without a write: a lease expiring, a process
         probe for a live lease, a deferred reload. ``None``: only a write can change anything."""
+        if not self._loaded:
+            return 0.0  # a windowed follower's outline is still to read
         ticks: list[float] = []
         lease, view = self.model.lease, self.model.lease_view
         if lease is not None and view.live:

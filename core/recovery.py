@@ -42,7 +42,8 @@ from typing import Literal
 
 from core.checkpoint.base import CorruptRow, JobStatus, JournalEntry, PendingRequest, RunRecord, StepRecord
 from core.errors import ResumeChoiceError
-from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage, UnknownMessage, UserMessage
+from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage
+from core.recovery_fold import HistoryFold
 from core.request import BuiltRequest, Repair, Unanswered, build_request
 from core.words import counted
 
@@ -249,6 +250,8 @@ def diagnose(
     believed only for an assistant message whose metadata carries :data:`JOURNALED_KEY`
     (its writer journaled its calls). ``problems`` are the thread's unreadable rows and
     ``pending`` its pending human request. Returns a :class:`Diagnosis`; never raises.
+    The same as :func:`diagnosis_of` a :class:`~core.recovery_fold.HistoryFold` fed
+    ``messages`` (a history read in pieces is diagnosed that way).
 
     In this order: a pending human request makes the thread **waiting for an answer**
     (its call is the question, and is never settled here); a last reply that ended in
@@ -261,8 +264,26 @@ def diagnose(
     the diagnosis is what the loop does, and the calls are in the resume plan so the
     user can choose how each is settled.
     """
-    built = build_request(messages, tail=tail_only)
-    notes = _notes(messages, built, problems, tail_only)
+    fold = HistoryFold(tail=tail_only)
+    fold.add(messages)
+    return diagnosis_of(fold, runs, journal, problems=problems, pending=pending)
+
+
+def diagnosis_of(
+    fold: HistoryFold,
+    runs: Iterable[RunRecord] = (),
+    journal: Mapping[str, JournalEntry] | None = None,
+    *,
+    problems: Sequence[CorruptRow] = (),
+    pending: PendingRequest | None = None,
+) -> Diagnosis:
+    """:func:`diagnose` of the history ``fold`` was fed (whole, or its tail when the fold
+    was made with ``tail=True``); the other arguments are :func:`diagnose`'s. Cost grows
+    with the open part of the history and the number of repairs, not with its length, so a
+    follower can diagnose again after each message it reads. Never raises."""
+    tail_only = fold.tail
+    built = fold.built()
+    notes = _notes(fold.unknown, built, problems, tail_only)
     # Unanswered calls are settled before any model call, not left out: they are the
     # dangling calls of the diagnosis, not a repair.
     repairs = tuple(
@@ -271,29 +292,26 @@ def diagnose(
     info = {"notes": notes, "repairs": repairs}
     if pending is not None:
         return Diagnosis(ThreadState.WAITING, pending=pending, detail=f"The run asked: {pending.question}", **info)
-    known = [i for i, m in enumerate(messages) if not isinstance(m, UnknownMessage)]
-    if not known:
+    if fold.last_known < 0:
         return Diagnosis(ThreadState.EMPTY, detail="The thread has no messages yet.", **info)
-    at = _last_assistant(messages)
-    last = messages[at] if at >= 0 else None
+    at, last = fold.last_assistant or (-1, None)
     dangling, answered = _dangling_of(built.unanswered, journal)
-    if isinstance(last, AssistantMessage) and last.stop_reason == "error" and at == known[-1]:
+    if isinstance(last, AssistantMessage) and last.stop_reason == "error" and at == fold.last_known:
         return _failed(last, built, dangling, answered, info)
     if dangling:
-        return _mid_tool(built, dangling, answered, messages, **info)
-    after = range(at + 1, len(messages))
+        return _mid_tool(built, dangling, answered, fold, **info)
     # The model is called only when the request ends with a user message or a tool
     # result (``needs_reply``): the same test the loop makes, so the verdict is what
     # resume does. A reply that is last in what is sent is final even when results or
     # empty messages were stored after it.
-    if built.needs_reply and (last is None or any(isinstance(messages[i], UserMessage) for i in after)):
+    if built.needs_reply and (last is None or fold.user_after_last_assistant):
         return _crashed(
             CrashPoint.BETWEEN_TURNS, ResumeAction.CALL_MODEL, "The last user message was never answered.", info
         )
     # Results saved after the last reply that the model has not seen yet (not orphans
     # or duplicates, which are never sent; in a tail, only results of the tail's calls).
     left_out = {r.index for r in built.repairs if r.kind in ("orphan_result", "duplicate_result")}
-    fresh = [i for i in after if isinstance(messages[i], ToolResultMessage) and i not in left_out]
+    fresh = [i for i in fold.results_after_last_assistant if i not in left_out]
     if built.needs_reply and fresh:
         return _crashed(
             CrashPoint.AFTER_TOOL_RESULT,
@@ -328,21 +346,11 @@ def tail_is_enough(tail: Sequence[AnyMessage]) -> bool:
     return all(m.tool_call_id in calls for m in tail if isinstance(m, ToolResultMessage))
 
 
-def _last_assistant(messages: Sequence[AnyMessage]) -> int:
-    for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], AssistantMessage):
-            return i
-    return -1
-
-
-def _notes(
-    messages: Sequence[AnyMessage], built: BuiltRequest, problems: Sequence[CorruptRow], tail_only: bool
-) -> tuple[str, ...]:
+def _notes(unknown: int, built: BuiltRequest, problems: Sequence[CorruptRow], tail_only: bool) -> tuple[str, ...]:
     """The short phrases of :attr:`Diagnosis.notes`, in a fixed order."""
     notes: list[str] = []
     if problems:
         notes.append(counted(len(problems), "unreadable row", "unreadable rows"))
-    unknown = sum(isinstance(m, UnknownMessage) for m in messages)
     if unknown:
         notes.append(counted(unknown, "row of unknown role", "rows of unknown role"))
     orphans = sum(r.kind == "orphan_result" for r in built.repairs)
@@ -399,17 +407,17 @@ def _mid_tool(
     built: BuiltRequest,
     dangling: tuple[DanglingCall, ...],
     answered: tuple[str, ...],
-    messages: Sequence[AnyMessage],
+    fold: HistoryFold,
     **info: tuple,
 ) -> Diagnosis:
     calls = len(dangling) + len(answered)
     partly = f"; {len(answered)} of {calls} calls in the batch have results" if answered else ""
     first = built.unanswered[0].index
-    users = sum(isinstance(m, UserMessage) for m in messages[first + 1 :])
+    users = fold.users_after(first)
     them, are = ("it", "it is") if len(dangling) == 1 else ("them", "they are")
     wait = "waits" if users == 1 else "wait"
     waiting = f"; {counted(users, 'user message')} after {them} {wait} until {are} settled" if users else ""
-    replies = sum(isinstance(m, AssistantMessage) for m in messages[first + 1 :])
+    replies = fold.replies_after(first)
     later = f"; {counted(replies, 'later reply', 'later replies')} went on without {them}" if replies else ""
     return Diagnosis(
         ThreadState.CRASHED,

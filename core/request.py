@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -316,6 +316,13 @@ class RequestBuilder:
     messages from its last assistant message on): a user message is taken to have been
     sent before it, so its first assistant message is not left out as leading.
 
+    A history read in pieces (a store handing its rows over a chunk at a time) is fed with
+    :meth:`extend` instead. ``keep_request=False`` keeps of the finished part of the request
+    only its last message: enough for :meth:`needs_reply`, the repairs and the unanswered
+    calls (all a diagnosis reads, :mod:`core.recovery`), so the builder's memory grows with
+    the open part, not with the history; :meth:`request` and ``BuiltRequest.messages`` are
+    then not what would be sent, and must not be.
+
     Internals: ``_out`` holds the finished part of the request and only ever grows in
     place (so the list a provider was given stays valid and its readers can go on
     incrementally); ``_region`` holds the stored messages from the first assistant
@@ -327,6 +334,7 @@ class RequestBuilder:
         "_foreign",
         "_interleaved",
         "_issued",
+        "_keep",
         "_open",
         "_out",
         "_region",
@@ -340,8 +348,9 @@ class RequestBuilder:
         "_watch",
     )
 
-    def __init__(self, *, tail: bool = False) -> None:
+    def __init__(self, *, tail: bool = False, keep_request: bool = True) -> None:
         self._tail = tail
+        self._keep = keep_request
         self._started = tail  # a user message is in the request (else replies are leading)
         self._source: Sequence[AnyMessage] | None = None
         self._seen = 0
@@ -360,11 +369,22 @@ class RequestBuilder:
     def update(self, history: Sequence[AnyMessage]) -> None:
         """Read the messages of ``history`` not read yet (all of it if it is a new sequence)."""
         if history is not self._source or len(history) < self._seen:
-            self.__init__(tail=self._tail)  # type: ignore[misc]
+            self.__init__(tail=self._tail, keep_request=self._keep)  # type: ignore[misc]
             self._source = history
         for i in range(self._seen, len(history)):
             self._add(i, history[i])
         self._seen = len(history)
+
+    def extend(self, messages: Iterable[AnyMessage]) -> None:
+        """Read ``messages`` as the next messages of the history read so far (their indices
+        go on from there): a history read in pieces. Do not mix with :meth:`update`, which
+        starts over on any sequence other than the one it was last given."""
+        self._source = None
+        i = self._seen
+        for message in messages:
+            self._add(i, message)
+            i += 1
+        self._seen = i
 
     def request(self) -> Sequence[AnyMessage]:
         """The messages to send. With every call answered this is the builder's own list,
@@ -459,6 +479,8 @@ class RequestBuilder:
             self._region.append((i, message))
         else:
             self._out.append(message)
+            if not self._keep:
+                del self._out[:-1]
 
     def _note_writer(self, message: AnyMessage) -> None:
         # A message of another run while calls are open marks their assistant message as
@@ -523,6 +545,8 @@ class RequestBuilder:
             if not self._open:
                 tail, repairs, interleaved = self._emit(final=True)
                 self._out.extend(tail)
+                if not self._keep:
+                    del self._out[:-1]
                 self._repairs.extend(repairs)
                 self._interleaved.extend(interleaved)
                 self._region.clear()

@@ -17,6 +17,7 @@ from core.events import AgentEvent, MessageUpdate, ToolExecutionUpdate
 if TYPE_CHECKING:
     from core.checkpoint.base import CheckpointData, Command
     from core.follow import ThreadChange
+    from core.messages import Usage
     from core.recovery import Diagnosis
     from core.supervise import LeaseView
     from tui.session import ThreadRow
@@ -90,6 +91,8 @@ class ThreadLoaded(Message):
     extra: dict[str, Any] = field(default_factory=dict)
     lease: LeaseView | None = None
     """Who runs the thread, when it was read by a follower (``None``: read without one)."""
+    totals: Usage | None = None
+    """The whole thread's token usage, summed as it was read (``None``: sum ``data.messages``)."""
 
 
 @dataclass

@@ -22,6 +22,7 @@ from core.checkpoint.base import (
     Checkpointer,
     Command,
     CommandKind,
+    CorruptRow,
     ThreadMeta,
     ThreadSummary,
     not_deleted_sentence,
@@ -31,6 +32,7 @@ from core.checkpoint.capabilities import (
     LIVE,
     LiveStore,
     OwnerScoped,
+    PagedReads,
     SchemaUpgrade,
     ThreadDeletion,
     ThreadRecords,
@@ -38,11 +40,14 @@ from core.checkpoint.capabilities import (
     lacking,
     supports,
 )
+from core.checkpoint.pages import MessagePage
 from core.checkpoint.reconnect import StoreStatus, reconnect_notice
 from core.errors import CubepiError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
 from core.leases import delete_thread
+from core.messages import AnyMessage
+from core.outline import ThreadOutline, read_outline
 from core.owners import UNOWNED
 from core.recovery import DanglingCall, Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose, step_words
 from core.supervise import (
@@ -364,10 +369,12 @@ class Session:
             lease=view if view is not None and view.lease is not None else None,
         )
 
-    def follower(self, thread_id: str) -> ThreadFollower:
+    def follower(self, thread_id: str, *, window: int | None = None) -> ThreadFollower:
         """A follower of ``thread_id`` (not started); stopped by :meth:`close` at the latest.
-        Raises ``CubepiError`` for a store without live runs (see :attr:`can_watch`)."""
-        follower = ThreadFollower(self._live(), thread_id)
+        ``window``: hold only the newest messages, that many read first (see
+        :class:`core.follow.ThreadFollower`). Raises ``CubepiError`` for a store without live
+        runs (see :attr:`can_watch`)."""
+        follower = ThreadFollower(self._live(), thread_id, window=window)
         self.followers.add(follower)
         return follower
 
@@ -376,21 +383,47 @@ class Session:
         self.followers.discard(follower)
         await follower.stop()
 
-    async def load(self, thread_id: str, *, must_exist: bool = True) -> tuple[CheckpointData, Diagnosis]:
-        """The thread's stored data and its diagnosis.
-
-        Raises ``ThreadNotFoundError`` (:meth:`unavailable`) for an id this owner has no
-        thread of when ``must_exist``; otherwise such an id loads as an empty thread (a new one).
-        """
+    async def load_page(self, thread_id: str, *, before: Any = None, limit: int) -> MessagePage:
+        """The thread's newest ``limit`` rows below row id ``before`` (``None``: its newest),
+        decoded, with how many rows come before them (:class:`~core.checkpoint.pages.MessagePage`;
+        empty for a missing thread). A store without paged reads is loaded whole and cut.
+        Raises the store's errors."""
         store = self._store()
+        if supports(store, PagedReads):
+            return await store.load_page(thread_id, before=before, limit=limit)
         data = await store.load(thread_id)
         if data is None:
+            return MessagePage()
+        rows = _stored_rows(data)
+        if before is not None:
+            rows = [r for r in rows if r[0] < before]
+        kept = rows[-limit:]
+        return MessagePage(
+            [m for _, m in kept if not isinstance(m, CorruptRow)],
+            [i for i, m in kept if not isinstance(m, CorruptRow)],
+            [m for _, m in kept if isinstance(m, CorruptRow)],
+            len(rows) - len(kept),
+        )
+
+    async def outline(
+        self, thread_id: str, *, must_exist: bool = True
+    ) -> tuple[CheckpointData, ThreadOutline, Diagnosis]:
+        """The thread read whole once without holding its messages: its other data (runs,
+        journal, pending request; ``messages`` empty, ``problems`` every problem of the
+        thread), its :class:`~core.outline.ThreadOutline` (totals, count) and its diagnosis.
+
+        Raises ``ThreadNotFoundError`` (:meth:`unavailable`) for an id this owner has no
+        thread of when ``must_exist``; otherwise such an id reads as an empty thread (a new one).
+        """
+        found = await read_outline(self._store(), thread_id)
+        if found is None:
             if must_exist:
                 raise self.unavailable(thread_id)
-            data = CheckpointData()
-        return data, diagnose(
-            data.messages, data.runs, data.journal, problems=data.problems, pending=data.pending_request
-        )
+            found = CheckpointData(), ThreadOutline()
+        data, outline = found
+        diagnosis = outline.diagnosis(data.runs, data.journal, problems=data.problems, pending=data.pending_request)
+        data.problems = [*outline.problems, *data.problems]
+        return data, outline, diagnosis
 
     async def step_words(self, thread_id: str, dangling: Sequence[DanglingCall]) -> dict[str, str]:
         """Tool call id -> how far each of the ``dangling`` calls of a stepped tool got
@@ -657,3 +690,12 @@ class Session:
                 "so its runs cannot be followed or commanded."
             )
         return store  # type: ignore[return-value]  # checked part by part by can_watch
+
+
+def _stored_rows(data: CheckpointData) -> list[tuple[Any, AnyMessage | CorruptRow]]:
+    """``(row id, message or undecodable row)`` of a whole load, in row order (a problem that
+    is not a row, such as an unreadable extra, is left out)."""
+    rows: list[tuple[Any, AnyMessage | CorruptRow]] = list(zip(data.message_ids, data.messages, strict=False))
+    rows += [(p.row_id, p) for p in data.problems if isinstance(p.row_id, int)]
+    rows.sort(key=lambda r: r[0])
+    return rows

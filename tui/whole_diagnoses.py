@@ -21,7 +21,8 @@ import time
 from collections.abc import Hashable, Sequence
 
 from core.checkpoint.base import Checkpointer, ThreadSummary
-from core.recovery import Diagnosis, diagnose, tail_is_enough
+from core.outline import read_outline
+from core.recovery import Diagnosis, tail_is_enough
 
 REFINE_BUDGET = 0.04
 """Seconds of whole-thread loading one refinement step may take before it hands the rows
@@ -75,8 +76,10 @@ class WholeDiagnoses:
         return done < len(stale)
 
     async def _diagnose(self, store: Checkpointer, summary: ThreadSummary) -> None:
-        data = await store.load(summary.thread_id)
-        if data is None:
+        # Read as an outline (skeletons, a chunk at a time): a long thread is never held.
+        found = await read_outline(store, summary.thread_id)
+        if found is None:
             return  # deleted between the listing and now: the next listing drops it
-        verdict = diagnose(data.messages, data.runs, data.journal, problems=data.problems, pending=data.pending_request)
+        data, outline = found
+        verdict = outline.diagnosis(data.runs, data.journal, problems=data.problems, pending=data.pending_request)
         self._known[summary.thread_id] = (version(summary), verdict)

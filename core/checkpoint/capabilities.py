@@ -39,6 +39,7 @@ from core.checkpoint.base import (
     ThreadMeta,
     ThreadSummary,
 )
+from core.checkpoint.pages import MessagePage, RowReader, RowSink
 
 C = TypeVar("C")
 
@@ -88,6 +89,36 @@ class ThreadVersions(Protocol):
         order (``core.checkpoint.listing.in_listing_order``), from one snapshot; an id that
         is not a listed thread of this owner's (missing, gone, another owner's) is absent.
         Costs what those threads cost, not the whole listing."""
+        ...
+
+
+class PagedReads(Protocol):
+    """Reading a thread without holding all of it: its newest rows a page at a time, and
+    every row once, handed over a chunk at a time (the thread view's reads, issue 10).
+    Records: :mod:`core.checkpoint.pages`."""
+
+    async def load_page(self, thread_id: str, *, before: Any = None, limit: int) -> MessagePage:
+        """The newest ``limit`` rows whose id is below ``before`` (a ``message_ids`` value
+        or a ``CorruptRow.row_id``; ``None``: the thread's newest rows), in row order and
+        decoded (undecodable ones in ``problems``), with how many rows come before them;
+        in one query, one snapshot. An empty page for a missing thread or another owner's.
+        Raises ``ValueError`` for a ``limit`` below 1 (:func:`~core.checkpoint.pages.check_limit`)."""
+        ...
+
+    async def load_streamed(
+        self, thread_id: str, sink: RowSink, *, upto: Any = None, reader: RowReader | None = None
+    ) -> CheckpointData | None:
+        """``load``, except that the message rows (those with id at most ``upto`` when it
+        is given) are read :data:`~core.checkpoint.pages.READ_CHUNK` at a time - decoded, or
+        with a ``reader`` only what it reads of each (:func:`~core.checkpoint.pages.read_rows`:
+        a row it refuses is decoded) - and handed to ``sink`` in row order, never all held:
+        the result's ``messages`` and
+        ``message_ids`` are empty and its ``problems`` holds only what is not a message
+        row (an unreadable extra or record). Everything comes from one snapshot (SQLite,
+        Postgres: one read transaction; Redis: one script per chunk over an append-only
+        list, so the rows up to the first chunk's length). ``sink`` may be called on the
+        store's own thread (SQLite's connection thread): it must not touch the event loop;
+        what it raises ends the read and is raised. ``None`` where ``load`` gives ``None``."""
         ...
 
 

@@ -59,6 +59,7 @@ from core.checkpoint.base import (
 from core.checkpoint.capabilities import HumanRequests, SupervisedStore
 from core.checkpoint.codec import copy_message
 from core.checkpoint.listing import in_listing_order, prompt_line
+from core.checkpoint.memory_pages import MemoryPages
 from core.messages import AnyMessage, AssistantMessage, UserMessage
 from core.owners import UNOWNED, resolve_owner
 
@@ -105,7 +106,7 @@ class _Data:
         self.steps: dict[tuple[str, str], StepRecord] = {}
 
 
-class MemoryCheckpointer(SupervisedStore, HumanRequests):
+class MemoryCheckpointer(MemoryPages, SupervisedStore, HumanRequests):
     """A dict of threads guarded by one asyncio lock; copies in and out; opened for one owner.
 
     ``owner``: the owner every read and write is scoped by (``None``: the default owner,

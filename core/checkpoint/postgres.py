@@ -56,13 +56,14 @@ from core.checkpoint.base import (
     encode_step_data,
 )
 from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
+from core.checkpoint.postgres_pages import PostgresPages
 from core.checkpoint.postgres_store import PostgresStore
 from core.messages import AnyMessage
 
 __all__ = ["PostgresCheckpointer"]
 
 
-class PostgresCheckpointer(PostgresStore, SupervisedStore, HumanRequests, SchemaUpgrade):
+class PostgresCheckpointer(PostgresStore, PostgresPages, SupervisedStore, HumanRequests, SchemaUpgrade):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` in one PostgreSQL database.
 
     Build it with ``await PostgresCheckpointer.open(url, create=..., on_status=..., owner=...)``;

@@ -55,6 +55,18 @@ async def load(
         -1 if after_seq is None else after_seq,
         scope.owner,
     )
+    data, found = await thread_parts(conn, scope, thread_id, ours)
+    if after_seq is None and not found and not msg_rows:
+        return None
+    data.messages, data.message_ids, problems = rows.decode_rows(msg_rows, thread_id)
+    data.problems[:0] = problems
+    return data
+
+
+async def thread_parts(conn: Connection, scope: Scope, thread_id: str, ours: bool) -> tuple[CheckpointData, bool]:
+    """In the caller's snapshot, everything :func:`load` reads of the thread but its
+    messages (extra, runs, pending request, record, journal when ``ours``), with the
+    problems of an unreadable record or extra; and whether cubeloop's thread row exists."""
     thread = await conn.fetchrow(
         f"SELECT t.extra::text AS extra, t.parent_thread_id, t.pending_request::text AS pending, t.run_id,"
         f" {_EPOCH.format('t.updated_at')} AS updated_at, {_pending_ours(ours)}, {_record_columns(scope)}"
@@ -65,10 +77,7 @@ async def load(
     )
     runs = await runs_of(conn, scope, thread_id)
     journal = await read_journal(conn, scope, thread_id) if ours else None
-    if after_seq is None and thread is None and not msg_rows:
-        return None
     data = CheckpointData(runs=runs, journal=journal)
-    data.messages, data.message_ids, data.problems = rows.decode_rows(msg_rows, thread_id)
     if thread is not None:
         data.parent_thread_id = thread["parent_thread_id"]
         data.extra_revision = thread["extra_revision"]
@@ -82,7 +91,7 @@ async def load(
         data.pending_request = rows.pending_request(
             thread["pending"], thread["our_text"], thread["run_id"], thread["our_at"], thread["updated_at"]
         )
-    return data
+    return data, thread is not None
 
 
 def _record_columns(scope: Scope) -> str:

@@ -69,6 +69,7 @@ from core.checkpoint.base import (
     run_taken,
 )
 from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
+from core.checkpoint.redis_pages import RedisPages
 from core.checkpoint.redis_records import encode_pending
 from core.checkpoint.redis_store import CONNECT_TIMEOUT, KEEP, now_arg, write_id
 from core.checkpoint.redis_threads import RedisThreads
@@ -84,7 +85,7 @@ FOREIGN_POLL = 1.0
 """Seconds between two looks at a browse-only store of the example's layout (it has no feed)."""
 
 
-class RedisCheckpointer(RedisThreads, SupervisedStore, HumanRequests, SchemaUpgrade):
+class RedisCheckpointer(RedisThreads, RedisPages, SupervisedStore, HumanRequests, SchemaUpgrade):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` on Redis.
 
     Build it with ``await RedisCheckpointer.open(url, create=..., on_status=..., prefix=..., owner=...)``;

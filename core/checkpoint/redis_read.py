@@ -52,12 +52,30 @@ async def load(
     reply = await script(keys=keys.scope(thread_id), args=[thread_id, owner, start], client=r)
     if not reply:
         return None if after is None else CheckpointData()
-    raws, extra_raw, runs_flat, pending_raw, journal_flat, record_flat = reply
-    runs = records.decode_runs(runs_flat)
-    if after is None and not raws and extra_raw is None and not runs and pending_raw is None:
+    raws, *parts = reply
+    data, found = thread_parts(thread_id, version, *parts)
+    if after is None and not raws and not found:
         return None
+    data.messages, data.message_ids, problems = decode_rows(raws, thread_id, start + 1)
+    data.problems[:0] = problems
+    return data
+
+
+def thread_parts(
+    thread_id: str,
+    version: int | None,
+    extra_raw: bytes | None,
+    runs_flat: list[bytes],
+    pending_raw: bytes | None,
+    journal_flat: list[bytes],
+    record_flat: list[bytes],
+) -> tuple[CheckpointData, bool]:
+    """Everything :func:`load` reads of a thread but its messages, from the ``LOAD``
+    script's reply after the list (extra, runs, pending request, journal, record), with the
+    problems of an unreadable extra or record; and whether the thread has an extra, runs or
+    a pending request."""
+    runs = records.decode_runs(runs_flat)
     data = CheckpointData(runs=runs, pending_request=records.decode_pending(pending_raw))
-    data.messages, data.message_ids, data.problems = decode_rows(raws, thread_id, start + 1)
     data.extra, problem = parse_extra(extra_raw, thread_id)
     if problem is not None:
         data.problems.append(problem)
@@ -68,7 +86,7 @@ async def load(
         data.meta, unreadable = records.load_meta(thread_id, record_flat)
         if unreadable is not None:  # shown, kept; the thread still loads
             data.problems.append(unreadable)
-    return data
+    return data, extra_raw is not None or bool(runs) or pending_raw is not None
 
 
 def first_prompt_of(raws: list[bytes]) -> str | None:

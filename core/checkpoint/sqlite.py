@@ -71,6 +71,7 @@ from core.checkpoint.base import (
 from core.checkpoint.capabilities import FileBacked, HumanRequests, SchemaUpgrade, SupervisedStore
 from core.checkpoint.listing import FIRST_PROMPT_CHARS
 from core.checkpoint.sqlite_file import SQLiteFile
+from core.checkpoint.sqlite_pages import SQLitePages
 from core.checkpoint.sqlite_queries import julianday_to_unix
 from core.checkpoint.sqlite_schema import MIGRATIONS
 from core.checkpoint.watch import watch_sqlite
@@ -79,7 +80,7 @@ from core.messages import AnyMessage
 __all__ = ["FIRST_PROMPT_CHARS", "MIGRATIONS", "SQLiteCheckpointer", "julianday_to_unix"]
 
 
-class SQLiteCheckpointer(SQLiteFile, SupervisedStore, HumanRequests, SchemaUpgrade, FileBacked):
+class SQLiteCheckpointer(SQLiteFile, SQLitePages, SupervisedStore, HumanRequests, SchemaUpgrade, FileBacked):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` in one SQLite file.
 
     Build it with ``await SQLiteCheckpointer.open(path, create=..., owner=...)`` (see

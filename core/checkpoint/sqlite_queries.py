@@ -65,20 +65,32 @@ def load(
             if layout.has("messages")
             else []
         )
-        extra_row = None
-        if layout.has("thread_extra"):
-            parent = "parent_thread_id" if layout.has("thread_extra", "parent_thread_id") else "NULL"
-            extra_row = c.execute(
-                f"SELECT extra_json, {parent} FROM thread_extra WHERE thread_id = {mine}", args
-            ).fetchone()
-        runs = [run for _, run in runs_of(c, layout, owner, thread_id)]
-        journal = read_journal(c, layout, owner, thread_id)
-        pending = pending_requests(c, layout, owner, thread_id).get(thread_id)
-        meta, extra_revision, unreadable = read_meta(c, layout, owner, thread_id)
-    if after_id is None and not rows and extra_row is None and not runs:
+        data, found = thread_parts(c, layout, owner, thread_id)
+    if after_id is None and not rows and not found:
         return None  # an unknown thread (an incremental read answers with empty data instead)
+    data.messages, data.message_ids, problems = decode_rows(rows, thread_id)
+    data.problems[:0] = problems
+    return data
+
+
+def thread_parts(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str) -> tuple[CheckpointData, bool]:
+    """Inside the caller's read transaction, everything :func:`load` reads of ``owner``'s
+    thread but its messages: extra, runs, journal, pending request and record, with the
+    problems of an unreadable record or extra; and whether the thread has an extra or runs
+    (with no message rows either, it does not exist)."""
+    args = {"thread": thread_id, "owner": owner}
+    mine = this_thread(layout)
+    extra_row = None
+    if layout.has("thread_extra"):
+        parent = "parent_thread_id" if layout.has("thread_extra", "parent_thread_id") else "NULL"
+        extra_row = c.execute(
+            f"SELECT extra_json, {parent} FROM thread_extra WHERE thread_id = {mine}", args
+        ).fetchone()
+    runs = [run for _, run in runs_of(c, layout, owner, thread_id)]
+    journal = read_journal(c, layout, owner, thread_id)
+    pending = pending_requests(c, layout, owner, thread_id).get(thread_id)
+    meta, extra_revision, unreadable = read_meta(c, layout, owner, thread_id)
     data = CheckpointData(runs=runs, journal=journal, pending_request=pending, extra_revision=extra_revision, meta=meta)
-    data.messages, data.message_ids, data.problems = decode_rows(rows, thread_id)
     if unreadable is not None:  # shown, kept; the thread still loads
         data.problems.append(unreadable)
     if extra_row is not None:
@@ -86,7 +98,7 @@ def load(
         data.extra, problem = parse_extra(extra_row[0], thread_id, _EXTRA_ROW)
         if problem is not None:
             data.problems.append(problem)
-    return data
+    return data, extra_row is not None or bool(runs)
 
 
 def append(

@@ -204,7 +204,7 @@ async def test_the_picker_reads_what_lies_before_the_tail(tmp_path: Path) -> Non
     app = make_app(fast_session(path=path))
     async with app.run_test(size=(160, 40)) as pilot:
         await wait_for(pilot, lambda: len(app.threads_screen.rows) == 2, what="both rows")
-        _, whole = await app.session.load("earlier-call")
+        _, _, whole = await app.session.outline("earlier-call")
         assert whole.state is ThreadState.CRASHED
         await wait_for(
             pilot,

@@ -125,7 +125,11 @@ async def _error_of_opening(store: Checkpointer, thread_id: str) -> tuple[str, s
     """The error screen's sentence and all it says when the app opens ``thread_id``."""
     app = make_app(fast_session(store), thread_id=thread_id)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="the error screen")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ErrorScreen) and bool(app.screen.query("#error-sentence")),
+            what="the error screen, composed",
+        )
         assert isinstance(app.screen, ErrorScreen)
         return app.screen.sentence, widget_text(app.screen)
 

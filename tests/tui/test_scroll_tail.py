@@ -10,7 +10,7 @@ from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMes
 from tests.helpers.tui import fast_session, screen_text, wait_for
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
-from tui.widgets.transcript import Transcript
+from tui.widgets.transcript import WINDOW, Transcript
 
 
 def _reply(*blocks: object, stop_reason: str = "stop") -> AssistantMessage:
@@ -102,9 +102,11 @@ async def test_showing_earlier_messages_brings_them_into_view() -> None:
         await wait_for(pilot, lambda: "answer 99" in screen_text(app), what="the end in view")
         transcript = app.screen.query_one(Transcript)
         await pilot.press("e")
-        # The window was questions 70-99; the 60 entries mounted above end with answer 69.
-        await wait_for(pilot, lambda: transcript.shown_count == 120, what="earlier mounted")
-        await wait_for(pilot, lambda: "answer 69" in screen_text(app), what="the earlier messages in view")
+        # The window was the last WINDOW entries (questions 90-99 at 20); the WINDOW entries
+        # mounted above end with the answer just before them (answer 89).
+        before = 100 - WINDOW // 2 - 1
+        await wait_for(pilot, lambda: transcript.shown_count == 2 * WINDOW, what="earlier mounted")
+        await wait_for(pilot, lambda: f"answer {before}" in screen_text(app), what="the earlier messages in view")
         assert "answer 99" not in screen_text(app)
 
 

@@ -34,10 +34,12 @@ class Mirror:
         transcript = self.transcript
         if change.reset:
             # Only `added`: the model's list may already hold messages of later changes.
+            # A windowed follower's are the newest only: `offset` messages come before them.
+            model = change.model
             added = list(change.added)
-            entries = merge_rows(added, change.model.message_ids[: len(added)], change.model.problems)
-            await transcript.sync_history(entries)
-            self.shown, self._live_index = len(added), None
+            entries = merge_rows(added, model.message_ids[: len(added)], model.problems)
+            await transcript.sync_history(entries, unread=model.earlier, before=model.first_row_id)
+            self.shown, self._live_index = model.offset + len(added), None
         else:
             for message in change.added:
                 if transcript.live is not None:

@@ -18,6 +18,7 @@ most one append per block per tick. The keys and the runs live in
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -36,6 +37,7 @@ from textual.widgets import Static
 
 from core.agent import Agent
 from core.checkpoint.base import CheckpointData, Command, CorruptRow
+from core.checkpoint.pages import MessagePage
 from core.errors import CubepiError
 from core.events import (
     AgentEnd,
@@ -49,8 +51,9 @@ from core.events import (
     ToolExecutionStart,
     ToolExecutionUpdate,
 )
-from core.follow import ThreadFollower
-from core.messages import AssistantMessage
+from core.follow import ThreadChange, ThreadFollower
+from core.messages import AssistantMessage, Usage
+from core.outline import usage_of
 from core.owners import owner_label
 from core.providers.retry import retry_label
 from core.recovery import Diagnosis
@@ -67,7 +70,7 @@ from tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:
     from textual.worker import Worker
-from tui.widgets.transcript import Transcript, merge_rows
+from tui.widgets.transcript import WINDOW, Transcript, merge_rows
 
 FLUSH_INTERVAL = 1 / 20
 """Seconds between redraws of streamed text and tool progress (TEXTUAL-FACTS: 20-50 ms)."""
@@ -107,6 +110,14 @@ def facts_line(facts: ThreadFacts) -> Text:
         line.append(f"{clock(override.at)} by {clean(owner_label(override.owner))}: ")
         line.append(clean("; ".join(override.changes) or "no change named"))
     return line
+
+
+class _Paged(Message):
+    """The newest page of the thread was read: paint it before the rest is read."""
+
+    def __init__(self, page: MessagePage) -> None:
+        super().__init__()
+        self.page = page
 
 
 class _Flush(Message):
@@ -168,6 +179,8 @@ class ThreadView(Screen[None]):
         self._partial: AssistantMessage | None = None  # the live reply, redrawn on the next flush
         self._progress: dict[str, tuple[float | None, str | None]] = {}
         self._problems: list[CorruptRow] = []
+        self._paged = False  # the first page was painted before the whole thread was read
+        self._painted = asyncio.Event()  # set once that page is on screen (or there is none)
         self._follower: ThreadFollower | None = None
         self._mirror: Mirror | None = None
         self._sent: set[int] = set()  # seqs of the commands sent from this view
@@ -236,24 +249,34 @@ class ThreadView(Screen[None]):
         if self.session.can_watch and not self.session.is_running(self.thread_id):
             await self._start_following(first=True)
             return
+        # The newest page is painted first; the whole thread is read once after it, for the
+        # diagnosis and the totals, without holding its messages (issue 10).
         try:
-            data, diagnosis = await self.session.load(self.thread_id, must_exist=not self._new)
+            page = await self.session.load_page(self.thread_id, limit=WINDOW)
+            if page.rows:
+                self.post_message(_Paged(page))
+                await self._painted.wait()  # reading the rest meanwhile would slow the paint
+            data, outline, diagnosis = await self.session.outline(self.thread_id, must_exist=not self._new)
         except CubepiError as error:
             self.post_message(ThreadLoaded(self.thread_id, error=str(error)))
             return
-        self.post_message(ThreadLoaded(self.thread_id, data=data, diagnosis=diagnosis))
+        self.post_message(ThreadLoaded(self.thread_id, data=data, diagnosis=diagnosis, totals=outline.totals))
 
     async def _start_following(self, *, first: bool = False) -> None:
         """Follow the thread: its history, then what any process writes into it.
 
-        The first attach posts ``ThreadLoaded``; a later one (after a run here) posts the
+        The follower holds only the thread's newest :data:`WINDOW` messages and reads the
+        rest once, for its outline (:class:`core.follow.ThreadFollower`'s ``window``). The
+        first attach paints that page at once (``_Paged``), and the follower's ``outlined``
+        change finishes loading (:meth:`_outlined`); a store without paged reads is read
+        whole and posts ``ThreadLoaded``. A later attach (after a run here) posts the
         follower's first change, which shows only the messages the transcript lacks.
         """
         if self._follower is not None:
             return
-        follower = self.session.follower(self.thread_id)
+        follower = self.session.follower(self.thread_id, window=WINDOW)
         try:
-            change = await follower.start()
+            change = await follower.start(rest_later=first)
         except CubepiError as error:
             await self.session.release(follower)
             if first:
@@ -265,7 +288,13 @@ class ThreadView(Screen[None]):
         if not first and (self.running or self.session.is_running(self.thread_id)):
             await self.session.release(follower)  # a run here started meanwhile: its events show it
             return
-        if first and not self._new and not (model.messages or model.problems or model.runs or model.lease):
+        windowed = follower.window is not None
+        if (
+            first
+            and not windowed
+            and not self._new
+            and not (model.messages or model.problems or model.runs or model.lease)
+        ):
             await self.session.release(follower)
             self.post_message(ThreadLoaded(self.thread_id, error=str(self.session.unavailable(self.thread_id))))
             return
@@ -274,12 +303,19 @@ class ThreadView(Screen[None]):
         thread_id = self.thread_id
         follower.subscribe(lambda c: self.post_message(FollowerChanged(thread_id, c)))
         messages = list(change.added)
-        if first:
+        ids = list(model.message_ids[: len(messages)])
+        if first and windowed:
+            if messages or model.problems:
+                self.post_message(_Paged(MessagePage(messages, ids, list(model.problems), model.earlier)))
+            else:
+                follower.read_rest()
+        elif first:
+            follower.read_rest()
             data = CheckpointData(
                 messages=messages,
                 runs=list(model.runs),
                 problems=list(model.problems),
-                message_ids=list(model.message_ids[: len(messages)]),
+                message_ids=ids,
                 journal=model.journal,
             )
             self.post_message(ThreadLoaded(thread_id, data=data, diagnosis=model.diagnosis(), lease=model.lease_view))
@@ -300,6 +336,25 @@ class ThreadView(Screen[None]):
     async def _follow_again(self) -> None:
         await self._start_following()
 
+    def _read_page(self, before: Any, limit: int) -> Awaitable[MessagePage]:
+        """The transcript's :data:`~tui.widgets.transcript.PageLoader`: earlier rows, from the store."""
+        return self.session.load_page(self.thread_id, before=before, limit=limit)
+
+    @on(_Paged)
+    @while_attached
+    async def _show_page(self, message: _Paged) -> None:
+        page = message.page
+        entries = merge_rows(page.messages, page.message_ids, page.problems)
+        await self.transcript.show(entries, unread=page.earlier, before=page.first_id, loader=self._read_page)
+        self._paged = True
+        self.call_after_refresh(self._read_rest)
+
+    def _read_rest(self) -> None:
+        """The first page is on screen: the rest of the thread may be read now."""
+        self._painted.set()
+        if self._follower is not None:
+            self._follower.read_rest()
+
     @on(ThreadLoaded)
     @while_attached
     async def _show_thread(self, message: ThreadLoaded) -> None:
@@ -307,25 +362,55 @@ class ThreadView(Screen[None]):
             self.post_message(CloseThread(self.thread_id, error=message.error or "The thread could not be read."))
             return
         data = message.data
-        await self.transcript.show(merge_rows(data.messages, data.message_ids, data.problems))
-        self.status_bar.set_usage(data.messages)
-        self._problems = list(data.problems)
-        if data.problems:
-            first = data.problems[0]
-            more = f" ({len(data.problems) - 1} more)" if len(data.problems) > 1 else ""
-            line = literal(f"⚠ Row {first.row_id} could not be read: {first.reason}{more}")
-            problems = self.query_one("#thread-problems", Static)
-            problems.update(line)
-            problems.display = True
-        agent = self.session.agents.get(self.thread_id)
-        if agent is not None:
-            self._subscribe(agent)
+        if not self._paged:
+            entries = merge_rows(data.messages, data.message_ids, data.problems)
+            await self.transcript.show(entries, loader=self._read_page)
         if self._follower is not None:
             self._mirror = Mirror(self.transcript, self._follower.model, len(data.messages))
             self._show_followed_retry()
+        totals = message.totals if message.totals is not None else usage_of(data.messages)
+        await self._thread_ready(data.problems, totals, message.diagnosis, message.lease)
+
+    async def _outlined(self, change: ThreadChange) -> None:
+        """A windowed follower's first outline: the whole thread is read, so finish loading
+        (what ``ThreadLoaded`` does for a thread read whole)."""
+        model = change.model
+        if not self._new and not (model.count or model.thread_problems or model.runs or model.lease):
+            follower, self._follower = self._follower, None
+            if follower is not None:
+                await self.session.release(follower)
+            self.post_message(CloseThread(self.thread_id, error=str(self.session.unavailable(self.thread_id))))
+            return
+        if not self._paged:
+            await self.transcript.show([], loader=self._read_page)
+        self._mirror = Mirror(self.transcript, model, model.count - len(change.added))
+        await self._mirror.apply(change)
+        self._show_followed_retry()
+        for command in change.commands:
+            self._command_seen(command)
+        live = model.lease_view.live
+        totals = model.outline.totals if model.outline is not None else usage_of(model.messages)
+        await self._thread_ready(model.thread_problems, totals, None if live else model.diagnosis(), model.lease_view)
+
+    async def _thread_ready(
+        self, problems: list[CorruptRow], totals: Usage, diagnosis: Diagnosis | None, lease: LeaseView | None
+    ) -> None:
+        """The whole thread is read: show its totals, problems and state; keys act from now on."""
+        self.status_bar.set_totals(totals)
+        self._problems = list(problems)
+        if problems:
+            first = problems[0]
+            more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
+            line = literal(f"⚠ Row {first.row_id} could not be read: {first.reason}{more}")
+            shown = self.query_one("#thread-problems", Static)
+            shown.update(line)
+            shown.display = True
+        agent = self.session.agents.get(self.thread_id)
+        if agent is not None:
+            self._subscribe(agent)
         self.running = self.session.is_running(self.thread_id)
         if not self.running:
-            self._show_lease(message.lease, message.diagnosis)
+            self._show_lease(lease, diagnosis)
         self.loaded = True
         self.show_facts()
         if self._first_prompt is not None:
@@ -410,21 +495,32 @@ class ThreadView(Screen[None]):
     @while_attached
     async def _follower_changed(self, message: FollowerChanged) -> None:
         change = message.change
-        if self._mirror is None or self._follower is None or change.model is not self._follower.model:
+        if self._follower is None or change.model is not self._follower.model:
             return  # from a follower that was detached since
+        if self._mirror is None:
+            if change.outlined and not self.loaded:
+                await self._outlined(change)
+            return  # else from before ThreadLoaded made the mirror (it shows the same messages)
+        model = change.model
+        if change.outlined and not change.reset:
+            # The whole thread's count is known now: the index of the next message follows it.
+            self._mirror.shown = model.count - len(change.added)
         await self._mirror.apply(change)
-        if change.reset:
-            self.status_bar.set_usage(change.added)
-        else:
+        if change.outlined and model.outline is not None:
+            self.status_bar.set_totals(model.outline.totals)
+        elif change.reset and model.ready:
+            self.status_bar.set_totals(usage_of(change.added))
+        elif not change.reset:
             for m in change.added:
                 if isinstance(m, AssistantMessage):
                     self.status_bar.add_usage(m.usage)
+        if change.outlined:
+            self._problems = model.thread_problems
         if change.retry or change.reset:
             self._show_followed_retry()
         for command in change.commands:
             self._command_seen(command)
-        if change.reset or change.lease or change.added or change.runs or change.ended:
-            model = change.model
+        if model.ready and (change.reset or change.lease or change.added or change.runs or change.ended):
             live = model.lease_view.live
             self._show_lease(model.lease_view, None if live else model.diagnosis())
         if change.ended or change.runs:
@@ -467,7 +563,7 @@ class ThreadView(Screen[None]):
     @work(exclusive=True, exit_on_error=False, group="load")
     async def _refresh_diagnosis(self) -> None:
         try:
-            _, diagnosis = await self.session.load(self.thread_id, must_exist=False)
+            _, _, diagnosis = await self.session.outline(self.thread_id, must_exist=False)
         except CubepiError as error:
             self.notify(clean(str(error)), severity="error", markup=False)
             return

@@ -1,13 +1,16 @@
 """Transcript: the thread's messages, newest at the bottom, with the live reply streaming in.
 
-Only the last :data:`WINDOW` entries are mounted; "show earlier" mounts more on request,
-so opening a 10,000-message thread costs the same as opening a short one. Live updates
-touch only the reply being streamed and the tool calls that changed.
+Only the last :data:`WINDOW` entries are mounted, and only the entries read are held: a
+thread opens on its newest page of rows (:class:`~core.checkpoint.pages.MessagePage`) and
+earlier pages are read from the store (through the ``loader`` given to :meth:`Transcript.show`)
+as the user scrolls near the top, presses ``e`` or clicks "show earlier", so opening a
+100,000-message thread costs what opening a short one does, in time and in memory.
+Live updates touch only the reply being streamed and the tool calls that changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,14 +21,30 @@ from textual.widget import Widget
 from textual.widgets import Button, Static
 
 from core.checkpoint.base import CorruptRow
+from core.checkpoint.pages import MessagePage
+from core.errors import CubepiError
 from core.messages import AnyMessage, AssistantMessage, ToolResultMessage
 from core.recovery import Diagnosis
 from core.words import counted
+from tui.text import clean
 from tui.widgets.message_view import AssistantMessageView, RawView, view_for_message
 from tui.widgets.tool_call import ToolCallView
 
-WINDOW = 60
-"""Entries mounted at first, and mounted again by each "show earlier"."""
+WINDOW = 20
+"""Entries mounted at first, and mounted again by each "show earlier" (or scroll near the
+top); also the rows a thread view reads at first and per page (:data:`PageLoader`).
+Measured on the 2-core machine (issue 10), opening a thread costs ~10 ms of mounting per
+entry on top of ~400 ms for the screen: 60 entries doubled the time to the first paint,
+20 (a 40-line terminal's worth of a typical agent thread, and more is paged in when they
+do not fill the view) add ~200 ms."""
+
+PAGE_IN_LINES = 3
+"""Earlier entries are paged in when the top of the view comes within this many lines of
+the first entry mounted (the "show earlier" line is the one above it)."""
+
+PageLoader = Callable[[Any, int], Awaitable[MessagePage]]
+"""Reads the page of rows before a row id: ``await loader(before, limit)`` (the thread
+view's ``Session.load_page``)."""
 
 Entry = AnyMessage | CorruptRow
 """One transcript row: a decoded message, or a stored row that could not be decoded."""
@@ -80,6 +99,11 @@ class Transcript(VerticalScroll, can_focus=True):
         super().__init__(id=id)
         self._entries: list[Entry] = []
         self._first_shown = 0
+        self._unread = 0  # rows stored before _entries[0], not read yet
+        self._before: Any = None  # the row id the next page is read below
+        self._loader: PageLoader | None = None
+        self._paging = False  # a page-in is under way
+        self._placing = False  # the view is being scrolled by this widget, not by the user
         self._results: dict[str, ToolResultMessage] = {}
         self.tool_views: dict[str, ToolCallView] = {}
         self.live: AssistantMessageView | None = None
@@ -92,6 +116,20 @@ class Transcript(VerticalScroll, can_focus=True):
 
     def watch_virtual_size(self) -> None:
         self._pin_when_tall()
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value < old_value and new_value <= PAGE_IN_LINES and self.has_earlier and not self._placing:
+            self._page_in()
+
+    def _place(self, y: float) -> None:
+        """Scroll to ``y`` for the user (after a mount), without it counting as the user
+        scrolling up (which pages earlier entries in)."""
+        self._placing = True
+        try:
+            self.scroll_to(y=y, animate=False, immediate=True)
+        finally:
+            self._placing = False
 
     def on_resize(self) -> None:
         # The view can shrink under content that fitted (a line above it appeared: the
@@ -117,14 +155,27 @@ class Transcript(VerticalScroll, can_focus=True):
 
     # --- loading ------------------------------------------------------------------------
 
-    async def show(self, entries: list[Entry]) -> None:
-        """Replace what is shown with ``entries`` (store order); mounts only the last window."""
+    async def show(
+        self, entries: list[Entry], *, unread: int = 0, before: Any = None, loader: PageLoader | None = None
+    ) -> None:
+        """Replace what is shown with ``entries`` (store order); mounts only the last window.
+
+        ``entries`` may be the newest rows only: ``unread`` rows are stored before them, read
+        by ``loader`` (kept from an earlier call when not given) a page at a time below row
+        id ``before`` (the first of ``entries``) when they are to be shown."""
         await self.remove_children([child for child in self.children if child.id != "earlier"])
         self._entries = list(entries)
         self._results = {m.tool_call_id: m for m in entries if isinstance(m, ToolResultMessage)}
+        self._unread, self._before = unread, before
+        if loader is not None:
+            self._loader = loader
         self.tool_views.clear()
         self.live = None
         start = self._window_start(len(self._entries))
+        if self._unread:
+            # Their calls are in rows not read yet: shown with them once those are read.
+            while start < len(self._entries) and isinstance(self._entries[start], ToolResultMessage):
+                start += 1
         views = self._views(start, len(self._entries))
         self._first_shown = start
         if not entries:
@@ -135,34 +186,102 @@ class Transcript(VerticalScroll, can_focus=True):
         # (scroll_home's default) lands after the tail was pinned and leaves the view at
         # the top. Once laid out, a tall transcript is pinned to its end.
         self.anchor(False)
-        self.scroll_home(animate=False, immediate=True)
+        self._placing = True
+        try:
+            self.scroll_home(animate=False, immediate=True)
+        finally:
+            self._placing = False
         self.call_after_refresh(self._pin_when_tall)
+        self.call_after_refresh(self._fill)
 
     @property
     def has_earlier(self) -> bool:
         """Whether older entries exist that are not mounted yet ("show earlier" has work)."""
-        return self._first_shown > 0
+        return self._first_shown > 0 or (self._unread > 0 and self._loader is not None)
 
-    async def show_earlier(self) -> None:
-        """Mount up to :data:`WINDOW` more of the older entries above the shown ones."""
+    @property
+    def hidden_count(self) -> int:
+        """How many entries of the thread are above the mounted ones (read or not)."""
+        return self._first_shown + (self._unread if self._loader is not None else 0)
+
+    async def show_earlier(self, *, keep_view: bool = False) -> None:
+        """Mount up to :data:`WINDOW` more of the older entries above the shown ones,
+        reading earlier pages first when the entries read run out. Then the screenful just
+        above the old first entry is brought into view or, with ``keep_view``, what was in
+        view stays where it was (a page-in while scrolling). Raises the loader's errors."""
+        await self._read_earlier()
         if self._first_shown == 0:
+            self._update_earlier()
             return
         start = self._window_start(self._first_shown)
         views = self._views(start, self._first_shown)
         self._first_shown = start
         first = next((c for c in self.children if c.id != "earlier"), None)
         if views:
+            top = first.virtual_region.y if first is not None else 0
             await self.mount_all(views, before=first) if first else await self.mount_all(views)
             if first is not None:
-                # A view pinned to the end would stay there and nothing would seem to happen.
-                self.call_after_refresh(self._reveal_above, first)
+                if keep_view:
+                    self.call_after_refresh(self._keep_view, first, top, self.scroll_y)
+                else:
+                    # A view pinned to the end would stay there and nothing would seem to happen.
+                    self.call_after_refresh(self._reveal_above, first)
         self._update_earlier()
+
+    async def _read_earlier(self) -> None:
+        """Read earlier pages until a window's worth of entries is read above the mounted
+        ones (or the thread's start), never leaving the first read entry a tool result whose
+        call may be in the rows before it."""
+        while self._unread > 0 and self._loader is not None:
+            enough = self._first_shown >= WINDOW
+            if enough and not (
+                self._window_start(self._first_shown) == 0 and isinstance(self._entries[0], ToolResultMessage)
+            ):
+                return
+            try:
+                page = await self._loader(self._before, WINDOW)
+            except CubepiError as error:
+                self.notify(clean(str(error)), severity="error", timeout=8, markup=False)
+                return
+            older = merge_rows(page.messages, page.message_ids, page.problems)
+            if not older:
+                self._unread = 0  # deleted meanwhile: what was read is all there is
+                break
+            self._entries[:0] = older
+            self._first_shown += len(older)
+            self._results.update((m.tool_call_id, m) for m in older if isinstance(m, ToolResultMessage))
+            self._unread, self._before = page.earlier, page.first_id
+
+    def _page_in(self) -> None:
+        """Page earlier entries in while the user scrolls near the top (one at a time)."""
+        if self._paging or not self.is_mounted:
+            return
+        self._paging = True
+        self.run_worker(self._paged_in(), group="page-in")
+
+    async def _paged_in(self) -> None:
+        try:
+            await self.show_earlier(keep_view=True)
+        finally:
+            self._paging = False
+
+    def _keep_view(self, boundary: Widget, top: int, scroll_y: float) -> None:
+        """Scroll by the height mounted above ``boundary`` (whose top was at ``top`` when the
+        view was at ``scroll_y``), so what the user was reading stays in view."""
+        if boundary.is_attached:
+            self._place(scroll_y + boundary.virtual_region.y - top)
+
+    def _fill(self) -> None:
+        """Page earlier entries in while the mounted ones do not fill the view (nothing to
+        scroll means no scroll to page in on)."""
+        if self.is_mounted and self.has_earlier and self.virtual_size.height <= self.scrollable_content_region.height:
+            self._page_in()
 
     def _reveal_above(self, boundary: Widget) -> None:
         """Scroll so the screenful just above ``boundary`` (the entries just mounted) is in view."""
         if boundary.is_attached:
             top = boundary.virtual_region.y - self.scrollable_content_region.height
-            self.scroll_to(y=max(0, top), animate=False, immediate=True)
+            self._place(max(0, top))
 
     def _window_start(self, end: int) -> int:
         start = max(0, end - WINDOW)
@@ -198,7 +317,7 @@ class Transcript(VerticalScroll, can_focus=True):
         button = next(found, None)
         if button is None:  # the screen closed before this widget's children mounted
             return
-        hidden = self._first_shown
+        hidden = self.hidden_count
         button.display = hidden > 0
         button.label = Text(
             f"▲ {counted(hidden, 'earlier message')} hidden: click or press e to show {min(hidden, WINDOW)} more"
@@ -226,10 +345,20 @@ class Transcript(VerticalScroll, can_focus=True):
             self._adopt(view, message)  # type: ignore[arg-type]
         await self.mount(view)
 
-    async def sync_history(self, entries: list[Entry]) -> int:
+    async def sync_history(self, entries: list[Entry], *, unread: int = 0, before: Any = None) -> int:
         """Show ``entries`` (the whole thread, store order), keeping what is shown when it is a
         prefix of them: only the rest is appended. Otherwise everything is shown afresh.
-        Returns how many entries were appended (all of them after a fresh show)."""
+        Returns how many entries were appended (all of them after a fresh show).
+
+        With ``unread`` rows before them (``before``: the first one's row id), ``entries``
+        are the thread's newest rows only: what is shown is kept when it ends with a first
+        part of them, and the rest of them is appended."""
+        if unread:
+            kept = self._overlap(entries) if self.live is None else None
+            if kept is None:
+                await self.show(entries, unread=unread, before=before)
+                return len(entries)
+            entries = list(self._entries) + entries[kept:]
         shown = len(self._entries)
         if (
             self.live is None
@@ -245,6 +374,17 @@ class Transcript(VerticalScroll, can_focus=True):
             return len(entries) - shown
         await self.show(entries)
         return len(entries)
+
+    def _overlap(self, newest: list[Entry]) -> int | None:
+        """How many of ``newest`` (a thread's newest rows) the entries held end with - the
+        rest is new - or ``None`` when they do not end with a first part of them (judged, as
+        :meth:`sync_history` judges a prefix, on up to three entries)."""
+        held = self._entries
+        for kept in range(len(newest), 0, -1):
+            size = min(3, kept, len(held))
+            if size and all(_same(a, b) for a, b in zip(held[-size:], newest[kept - size : kept], strict=True)):
+                return kept
+        return None
 
     async def drop_live(self) -> None:
         """Remove the streamed reply that will never be persisted (its runner is gone)."""
@@ -310,6 +450,12 @@ class Transcript(VerticalScroll, can_focus=True):
     async def _drop_empty_note(self) -> None:
         for note in self.query(".empty"):
             await note.remove()
+
+    @property
+    def held(self) -> tuple[Entry, ...]:
+        """The entries read so far and held, mounted or not, in store order (for tests: a
+        thread opened lazily holds its newest page and what was paged in since)."""
+        return tuple(self._entries)
 
     @property
     def shown_count(self) -> int:
