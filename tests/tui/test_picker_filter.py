@@ -83,9 +83,13 @@ async def test_enter_in_the_filter_opens_the_row_it_selected() -> None:
     app = make_app(fast_session(await _store()))
     async with app.run_test(size=(100, 24)) as pilot:
         await wait_for(pilot, lambda: len(_shown(app)) == 5, what="all five threads")
+        table = app.threads_screen.query_one(ThreadTable)
+        await pilot.press("end")  # the oldest thread, inv-1, which the filter leaves out
+        assert table.selected_thread_id == "inv-1"
         await pilot.press("slash")
         await _type(pilot, "rain")
         await wait_for(pilot, lambda: _shown(app) == ["wx-2"], what="the one thread about rain")
+        assert table.selected_thread_id == "wx-2"  # the cursor went to the match
         await pilot.press("enter")
         await wait_for(
             pilot,
@@ -99,8 +103,8 @@ async def test_enter_in_the_filter_opens_the_row_it_selected() -> None:
         await pilot.press("slash")
         app.threads_screen.query_one("#threads-filter").value = "invoice"  # type: ignore[attr-defined]
         await wait_for(pilot, lambda: len(_shown(app)) == 3, what="the invoice threads")
-        table = app.threads_screen.query_one(ThreadTable)
         first = table.selected_thread_id
+        assert first == _shown(app)[0]
         await pilot.press("down")
         assert table.selected_thread_id == _shown(app)[1] != first
         await pilot.press("enter")

@@ -354,7 +354,8 @@ class ThreadTable(ScrollView, can_focus=True):
 
     def set_filter(self, text: str) -> None:
         """Show only the rows whose id, first prompt or state holds ``text`` (ignoring case);
-        ``""`` shows every row. The cursor stays on its thread when it is still shown."""
+        ``""`` shows every row. The cursor stays on its thread when it is still shown, else
+        goes to the first row shown."""
         needle = text.casefold()
         if needle == self._filter:
             return
@@ -369,6 +370,8 @@ class ThreadTable(ScrollView, can_focus=True):
         self._index = {c.row.thread_id: i for i, c in enumerate(self._shown)}
         if selected is not None and selected in self._index:
             self.cursor_row = self._index[selected]
+        elif selected is not None and self._filter:
+            self.cursor_row = 0  # its thread filtered out: the best match, at the top
         self.cursor_row = max(0, min(self.cursor_row, len(self._shown) - 1))
         self._lines.clear()
         self._resize_virtual()
