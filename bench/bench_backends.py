@@ -49,7 +49,7 @@ class Subject:
     convert: Callable[[list[AnyMessage]], list[Any]] = field(default=lambda messages: messages)
 
 
-def _to_cubeloop(messages: list[AnyMessage]) -> list[Any]:
+def to_cubeloop(messages: list[AnyMessage]) -> list[Any]:
     """Our messages as cubeloop's own classes (what its checkpointers accept)."""
     from cubeloop.providers.base import AssistantMessage, ToolResultMessage, UserMessage
 
@@ -129,7 +129,7 @@ async def _cubeloop_sqlite(directory: Path) -> Subject:
     async def close() -> None:
         await store.__aexit__(None, None, None)
 
-    return Subject("cubeloop sqlite", store.append, store.load, None, close, _to_cubeloop)
+    return Subject("cubeloop sqlite", store.append, store.load, None, close, to_cubeloop)
 
 
 async def _ours_postgres(url: str) -> Subject:
@@ -149,7 +149,7 @@ async def _cubeloop_postgres(url: str) -> Subject:
     async def close() -> None:
         await store.__aexit__(None, None, None)
 
-    return Subject("cubeloop postgres", store.append, store.load, None, close, _to_cubeloop)
+    return Subject("cubeloop postgres", store.append, store.load, None, close, to_cubeloop)
 
 
 async def _ours_redis(url: str, prefix: str) -> Subject:

@@ -21,7 +21,7 @@ from core.errors import DatabaseOpenError
 from core.fingerprints import check_workflow
 from core.owners import OWNER_ENV, resolve_owner
 from core.runner import BAD_INPUT, COMMANDS, BadInput, SentenceParser, add_owner_options, chosen_owner, positive_number
-from tui.session import Session
+from tui.session import ProviderFactory, Session
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 """The Anthropic model used when ``ANTHROPIC_API_KEY`` is set and ``--model`` is not given."""
@@ -180,6 +180,7 @@ def build_session(
     store: Checkpointer | None = None,
     owner: str | None = None,
     workflow: str | None = None,
+    make_provider: ProviderFactory | None = None,
 ) -> Session:
     """The session the app drives: which store, which provider, which tools.
 
@@ -189,13 +190,15 @@ def build_session(
     store is opened for ``owner`` (``None``: the default owner, see :mod:`core.owners`;
     ``ValueError``, one sentence, for a name that cannot be an owner). Runs started here
     record ``workflow`` as the agent's workflow version (``None``: none). With ``demo`` or without ``ANTHROPIC_API_KEY`` (and no ``model``) the demo agent is used.
+    ``make_provider`` replaces that choice of provider (benchmarks pass a paced one); the
+    session's tools and system prompt stay the demo agent's.
     """
     from core import demo as demo_agent
 
     use_demo = demo or (model is None and not os.environ.get("ANTHROPIC_API_KEY"))
     name = "demo" if use_demo else (model or DEFAULT_MODEL)
 
-    def make_provider() -> Any:
+    def chosen_provider() -> Any:
         if use_demo:
             return demo_agent.demo_provider(speed=demo_speed)
         from core.providers.anthropic import AnthropicProvider
@@ -205,9 +208,11 @@ def build_session(
     async def no_store() -> Checkpointer:
         raise DatabaseOpenError("No database was given.")
 
+    if make_provider is not None:
+        name = "custom"
     session = Session(
         no_store,
-        make_provider,
+        make_provider or chosen_provider,
         model=name,
         tools=demo_agent.demo_tools(speed=demo_speed),
         system_prompt=demo_agent.SYSTEM_PROMPT,
@@ -235,8 +240,12 @@ def build_session(
     return session
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None, *, make_provider: ProviderFactory | None = None) -> None:
     """Entry point of the ``cubepi-tui`` console script.
+
+    ``make_provider`` replaces the provider the arguments choose for the app's runs (see
+    :func:`build_session`; ``bench.paced_app`` passes one that streams at a fixed rate);
+    the headless ``run`` and ``delete`` commands ignore it.
 
     ``cubepi-tui run ...`` is the headless runner and ``cubepi-tui delete ...`` deletes a
     thread (:func:`core.runner.main`, both); they never import Textual, so they start fast
@@ -269,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         demo_speed=args.demo_speed,
         owner=args.owner,
         workflow=args.workflow,
+        make_provider=make_provider,
     )
     app = make_app(session, thread_id=args.thread)
     # While text streams, Textual allocates many short-lived objects; with the default
