@@ -119,6 +119,10 @@ class WholeDiagnoses:
         data = await store.load(summary.thread_id)
         if data is None:
             return  # deleted between the listing and now: the next listing drops it
-        verdict = diagnose(data.messages, data.runs, data.journal, problems=data.problems, pending=data.pending_request)
+        # In a worker thread: diagnosing a thread of 10,000 messages holds the CPU for tens of
+        # milliseconds, which on the event loop a key press would wait for (issue 10).
+        verdict = await asyncio.to_thread(
+            diagnose, data.messages, data.runs, data.journal, problems=data.problems, pending=data.pending_request
+        )
         self._known[summary.thread_id] = (version(summary), verdict)
         self._refined.add(summary.thread_id)

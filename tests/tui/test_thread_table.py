@@ -45,12 +45,18 @@ class _Host(App[None]):
         self.chosen.append(message.thread_id)
 
 
+async def _shown(pilot, table: ThreadTable) -> None:  # type: ignore[no-untyped-def]
+    """Until the rows given are all made and shown (they are made a slice at a time)."""
+    await wait_for(pilot, lambda: table.settled, what="the rows made")
+    await pilot.pause()
+
+
 async def _drawn_to_the_end(count: int) -> tuple[int, int]:
     """(lines drawn, rows made) from mounting ``count`` rows to the cursor on the last one."""
     app = _Host(_rows(count))
     async with app.run_test(size=(100, 30)) as pilot:
         table = app.query_one(ThreadTable)
-        await pilot.pause()
+        await _shown(pilot, table)
         await pilot.press("end")
         await pilot.pause()
         assert table.cursor_row == count - 1 and table.selected_thread_id == f"t{count - 1:05d}"
@@ -75,7 +81,7 @@ async def test_the_cursor_moves_by_key_and_click_and_a_click_on_it_opens_the_row
     app = _Host(_rows(200))
     async with app.run_test(size=(100, 30)) as pilot:
         table = app.query_one(ThreadTable)
-        await pilot.pause()
+        await _shown(pilot, table)
         await pilot.press("down", "down")
         assert table.selected_thread_id == "t00002"
         await pilot.press("pagedown")
@@ -94,7 +100,7 @@ async def test_an_update_naming_one_thread_makes_and_redraws_that_row_only() -> 
     app = _Host(rows)
     async with app.run_test(size=(100, 30)) as pilot:
         table = app.query_one(ThreadTable)
-        await pilot.pause()
+        await _shown(pilot, table)
         assert table.builds == 1_000
         fresh = list(rows)
         fresh[3] = replace(rows[3], message_count=3, first_prompt="prompt number 3, changed")
@@ -113,7 +119,7 @@ async def test_an_update_naming_one_thread_makes_and_redraws_that_row_only() -> 
         again = list(fresh)
         again[10] = replace(fresh[10], message_count=9)
         table.set_rows(again, changed=None)
-        await pilot.pause()
+        await _shown(pilot, table)
         assert table.builds == 1_003
 
 
@@ -123,7 +129,7 @@ async def test_a_state_that_grows_widens_its_column_and_the_prompt_gives_way() -
     # At 126 columns the long label leaves the prompt a little more than its minimum of 16.
     async with app.run_test(size=(126, 30)) as pilot:
         table = app.query_one(ThreadTable)
-        await pilot.pause()
+        await _shown(pilot, table)
         assert "prompt number 1 and then some" in screen_text(app)
         label = "running on a-very-long-host-name-for-a-build-box (pid 4242, beat 1 s ago)"
         wide = list(rows)
@@ -145,7 +151,7 @@ async def test_untrusted_text_in_a_row_is_shown_literally() -> None:
     )
     app = _Host([hostile])
     async with app.run_test(size=(100, 10)) as pilot:
-        await pilot.pause()
+        await _shown(pilot, app.query_one(ThreadTable))
         text = screen_text(app)
         assert "t-[bold]x[/]" in text
         assert "␛[31mred␛[0m [link=x]click[/link]" in text
@@ -159,6 +165,7 @@ async def test_ten_thousand_threads_in_the_app_scroll_to_the_end_and_open_the_la
     async with app.run_test(size=(120, 30)) as pilot:
         await wait_for(pilot, lambda: len(app.threads_screen.rows) == 10_000, timeout=120, what="10,000 rows")
         table = app.threads_screen.query_one(ThreadTable)
+        await wait_for(pilot, lambda: table.settled and table.row_count == 10_000, what="10,000 rows shown")
         await pilot.press("end")
         last = table.selected_thread_id
         assert last is not None and table.cursor_row == 9_999

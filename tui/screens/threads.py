@@ -190,8 +190,8 @@ class ThreadsScreen(Screen[None]):
         count_changed = listed != self._count
         self.rows, self._count = message.rows, listed
         table = self.query_one(ThreadTable)
-        table.set_rows(self.rows, message.changed)
-        if first or count_changed or table.filter_text:
+        table.set_rows(self.rows, message.changed)  # its Shown message redraws what counts it
+        if first or count_changed:
             self.show_title()
         self._show_empty()
         table.display = bool(self.rows)
@@ -292,6 +292,11 @@ class ThreadsScreen(Screen[None]):
 
     def _filter_by(self, text: str) -> None:
         self.query_one(ThreadTable).set_filter(text)
+
+    @on(ThreadTable.Shown)
+    def _table_shown(self) -> None:
+        # The rows shown changed as a whole (new rows made, or the filter): "N of M" and
+        # "no match" follow them.
         self.show_title()
         if self.rows:
             self._show_empty()

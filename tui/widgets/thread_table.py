@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 from rich.cells import cell_len
@@ -63,6 +63,10 @@ a 2 MB prompt is not cleaned whole for every listing."""
 
 PADDING = 1
 """Blank cells on each side of every cell (DataTable's ``cell_padding``)."""
+
+BUILD_SLICE = 0.005
+"""Seconds of making rows between two turns of the event loop: 10,000 rows took 38 ms on an
+idle core and 300 ms on this loaded machine (issue 10), which no key press should wait for."""
 
 
 def state_style(row: ThreadRow) -> str:
@@ -111,6 +115,29 @@ class _Cells:
         if self._haystack is None:
             self._haystack = f"{self.thread}\n{self.prompt}\n{self.state}".casefold()
         return self._haystack
+
+
+@dataclass(slots=True)
+class _Target:
+    """Rows given to :meth:`ThreadTable.set_rows` and being made, a slice at a time."""
+
+    rows: list[ThreadRow]
+    changed: Collection[str] | None
+    before: _Target | None = None
+    """The target this one took over from: what it made is used again (``spare``)."""
+    made: list[_Cells] = field(default_factory=list)
+    spare: dict[str, _Cells] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        before = self.before
+        if before is not None:
+            # What either call named may differ from the rows shown.
+            if before.changed is None or self.changed is None:
+                self.changed = None
+            else:
+                self.changed = {*before.changed, *self.changed}
+            self.spare = {**before.spare, **{c.row.thread_id: c for c in before.made}}
+            self.before = None
 
 
 @dataclass(slots=True)
@@ -239,12 +266,27 @@ class ThreadTable(ScrollView, can_focus=True):
             """The table the thread was chosen in."""
             return self.table
 
+    class Shown(Message):
+        """The rows shown changed as a whole: new rows, or the filter (``row_count`` and
+        ``total_count`` may differ from before)."""
+
+        def __init__(self, table: ThreadTable) -> None:
+            super().__init__()
+            self.table = table
+
+        @property
+        def control(self) -> ThreadTable:
+            """The table whose rows changed."""
+            return self.table
+
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._all: list[_Cells] = []  # every row, in the session's order
         self._by_id: dict[str, _Cells] = {}
         self._position: dict[str, int] = {}  # thread id -> index in _all
         self._counts = _Widths.of([])
+        self._target: _Target | None = None  # rows being made, to show once all are
+        self._build_scheduled = False
         self._shown: list[_Cells] = []  # the rows the filter keeps, in order
         self._index: dict[str, int] = {}  # thread id -> index in _shown
         self._filter = ""
@@ -284,24 +326,51 @@ class ThreadTable(ScrollView, can_focus=True):
         where they are) and only the changed lines are redrawn: an update naming 20 of
         10,000 threads costs 20 rows. ``None``: any may differ; each row is then compared
         with the one held (the session hands out the same row object for a thread that did
-        not change, so this is a pass of identity checks)."""
-        if changed is not None and self._in_place(rows, changed):
+        not change, so this is a pass of identity checks).
+
+        Otherwise the new rows are made a slice of :data:`BUILD_SLICE` seconds at a time,
+        between which keys are handled, and shown once all are made (:attr:`settled`); a
+        newer call meanwhile takes over, keeping what was made."""
+        if self._target is None and changed is not None and self._in_place(rows, changed):
             return
-        selected = self.selected_thread_id
-        known = self._by_id
-        fresh: list[_Cells] = []
-        for row in rows:
-            cells = known.get(row.thread_id)
+        self._target = _Target(list(rows), changed, self._target)
+        if not self._build_scheduled:
+            self._build_step()
+
+    @property
+    def settled(self) -> bool:
+        """Whether the rows last given are all shown (none still being made)."""
+        return self._target is None
+
+    def _build_step(self) -> None:
+        """Make the target's rows for one slice; show them once all are made."""
+        self._build_scheduled = False
+        target = self._target
+        if target is None:
+            return
+        deadline = time.monotonic() + BUILD_SLICE
+        rows, made = target.rows, target.made
+        while len(made) < len(rows):
+            row = rows[len(made)]
+            cells = self._by_id.get(row.thread_id) or target.spare.get(row.thread_id)
             if cells is None or (
-                cells.row is not row and (changed is None or row.thread_id in changed) and cells.row != row
+                cells.row is not row
+                and (target.changed is None or row.thread_id in target.changed)
+                and cells.row != row
             ):
                 cells = self._build(row)
-            fresh.append(cells)
-        if len(fresh) == len(self._all) and all(a is b for a, b in zip(fresh, self._all, strict=True)):
+            made.append(cells)
+            if len(made) % 64 == 0 and time.monotonic() >= deadline:
+                self._build_scheduled = True
+                self.call_later(self._build_step)
+                return
+        self._target = None
+        if len(made) == len(self._all) and all(a is b for a, b in zip(made, self._all, strict=True)):
             return  # nothing to show anew
-        self._all = fresh
-        self._by_id = {cells.row.thread_id: cells for cells in fresh}
-        self._counts = _Widths.of(fresh)
+        selected = self.selected_thread_id
+        self._all = made
+        self._by_id = {cells.row.thread_id: cells for cells in made}
+        self._counts = _Widths.of(made)
         self._widths = self._counts.widths()
         self._apply(selected)
 
@@ -377,6 +446,7 @@ class ThreadTable(ScrollView, can_focus=True):
         self._resize_virtual()
         self._scroll_cursor_into_view()
         self.refresh()
+        self.post_message(self.Shown(self))
 
     # --- geometry -----------------------------------------------------------------------
 
