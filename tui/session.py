@@ -136,11 +136,6 @@ class RowsUpdate:
     """How many threads the store listed: more than ``len(rows)`` while the first rows of a
     large first listing are shown before the rest are made; ``None``: ``len(rows)``."""
 
-    @property
-    def count(self) -> int:
-        """How many threads the list holds (the heading's count)."""
-        return len(self.rows) if self.listed is None else self.listed
-
 
 @dataclass(frozen=True, slots=True)
 class ThreadFacts:
