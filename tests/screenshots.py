@@ -37,7 +37,7 @@ import time
 import uuid
 from pathlib import Path
 
-from textual.widgets import DataTable, Input
+from textual.widgets import Input
 
 from core.agent import Agent
 from core.checkpoint.base import Lease
@@ -56,6 +56,7 @@ from tui.screens.modals import ChangesModal, ConfirmModal, TextInputModal
 from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
+from tui.widgets.thread_table import ThreadTable
 from tui.widgets.tool_call import ToolCallView
 
 OUT = Path(__file__).resolve().parent.parent / "screenshots"
@@ -77,7 +78,7 @@ async def _open(pilot, app: CubepiApp, thread_id: str) -> None:  # type: ignore[
     await _until(
         pilot, lambda: isinstance(app.screen, ThreadsScreen) and thread_id in {r.thread_id for r in app.screen.rows}
     )
-    table = app.screen.query_one(DataTable)
+    table = app.screen.query_one(ThreadTable)
     table.move_cursor(row=table.get_row_index(thread_id))
     await pilot.press("enter")
     await _until(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded)
@@ -231,7 +232,7 @@ async def main() -> None:
                     and any(r.running for r in app.screen.rows)
                 ),
             )
-            app.screen.query_one(DataTable).move_cursor(row=0)
+            app.screen.query_one(ThreadTable).move_cursor(row=0)
             await pilot.pause(0.3)
             app.save_screenshot("picker.svg", str(OUT))
 

@@ -14,6 +14,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from platformdirs import user_downloads_path
 from textual import on, work
@@ -27,10 +28,14 @@ from tui import hangup
 from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreOpened, ThreadsLoaded
 from tui.palette import CommandPalette
 from tui.screens.modals import ConfirmModal, ErrorScreen, HelpScreen, TextInputModal
-from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 from tui.session import Session
 from tui.widgets.status_bar import StatusBar
+
+if TYPE_CHECKING:
+    # Imported when a thread is first opened: its Markdown and transcript widgets took
+    # 215 ms of the app's start to import and the picker needs none of them (issue 10).
+    from tui.screens.thread import ThreadScreen
 
 _ENDING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """Signals that end the app the way quitting does (runs aborted and saved); SIGHUP does
@@ -64,6 +69,7 @@ class CubepiApp(App[None]):
         self._thread_screens: dict[str, ThreadScreen] = {}
         self._restore_hangup: Callable[[], None] | None = None
         self._restore_signals: Callable[[], None] | None = None
+        self._provider_asked = False
         self.fatal_error: str | None = None
         """The sentence of the error that kept the app from starting; quitting then exits 1."""
 
@@ -128,11 +134,26 @@ class CubepiApp(App[None]):
             self.fatal_error = message.error
             self.push_screen(ErrorScreen(message.error, fatal=True))
             return
-        self.threads_screen.reload()
+        # One listing at start: the watcher's first, when the store can be watched.
         if self.session.can_watch:
             self._watch_threads()
+        else:
+            self.threads_screen.reload()
+            self._ask_provider()
         if self.start_thread_id is not None:
             self._open_thread(OpenThread(self.start_thread_id))
+            self._ask_provider()
+
+    def _ask_provider(self) -> None:
+        """Have the provider built (once), then say if it could not be: after the first
+        listing, so that building it (importing its SDK) never delays the thread list."""
+        if not self._provider_asked:
+            self._provider_asked = True
+            self._prepare_provider()
+
+    @work(exit_on_error=False, group="provider")
+    async def _prepare_provider(self) -> None:
+        await self.session.prepare_provider()
         if self.session.provider_error:
             hint = "You can still browse threads, but not run them (start with --demo to use the demo agent)."
             self.push_screen(ErrorScreen(self.session.provider_error, hint=hint))
@@ -143,17 +164,24 @@ class CubepiApp(App[None]):
         failures = 0
         while True:
             try:
-                async for rows in self.session.watch_rows():
+                async for update in self.session.watch_rows():
                     if failures:
                         self.session.set_store_notice("")  # a listing got through: the store is back
                     failures = 0
-                    self.threads_screen.post_message(ThreadsLoaded(rows=rows))
+                    self.threads_screen.post_message(
+                        ThreadsLoaded(rows=update.rows, changed=update.changed, listed=update.listed)
+                    )
+                    self._ask_provider()
                 return
             except (CubepiError, OSError) as error:
                 # A locked or vanished database, or a server gone past every reconnect: retry
                 # slowly, so the picker comes back by itself; reloading by hand still works.
                 if isinstance(error, StoreConnectionError):
                     self.session.set_store_notice(error_sentence(error))
+                elif not failures and isinstance(error, CubepiError):
+                    # Said once (the picker would otherwise wait silently); not again per retry.
+                    self.threads_screen.post_message(ThreadsLoaded(error=str(error)))
+                self._ask_provider()
                 failures += 1
                 await asyncio.sleep(min(0.5 * 2**failures, 10.0))
 
@@ -173,6 +201,8 @@ class CubepiApp(App[None]):
 
     @on(OpenThread)
     def _open_thread(self, message: OpenThread) -> None:
+        from tui.screens.thread import ThreadScreen
+
         screen = self._thread_screens.get(message.thread_id)
         if screen is None:
             screen = ThreadScreen(self.session, message.thread_id, prompt=message.prompt, new=message.new)
@@ -281,6 +311,8 @@ class CubepiApp(App[None]):
         return super().deliver_screenshot(filename, path, time_format)
 
     def _to_picker(self) -> None:
+        from tui.screens.thread import ThreadScreen
+
         top = self.top_screen
         if isinstance(top, ThreadScreen):
             self.post_message(CloseThread(top.thread_id))

@@ -66,14 +66,26 @@ class RunFinished(Message):
 
 @dataclass
 class ThreadsLoaded(Message):
-    """The picker's worker read the thread list (``rows``), or failed with one sentence (``error``)."""
+    """The thread list was read (``rows``, ``changed`` and ``listed`` as in
+    ``tui.session.RowsUpdate``: the threads whose row differs from the previous list's,
+    ``None`` for any), or reading it failed with one sentence (``error``)."""
 
     rows: list[ThreadRow] = field(default_factory=list)
     error: str | None = None
+    changed: frozenset[str] | None = None
+    listed: int | None = None
+    """How many threads were listed, when more than ``rows`` (the rest are still being made)."""
 
     def can_replace(self, message: Message) -> bool:
-        """A newer thread list supersedes a queued older one (errors are always shown)."""
-        return isinstance(message, ThreadsLoaded) and message.error is None and self.error is None
+        """A newer thread list supersedes a queued older one (errors are always shown); the
+        newer one then also names the threads this one named, so no change is missed."""
+        if not (isinstance(message, ThreadsLoaded) and message.error is None and self.error is None):
+            return False
+        if self.changed is None or message.changed is None:
+            message.changed = None
+        else:
+            message.changed = self.changed | message.changed
+        return True
 
 
 @dataclass

@@ -62,6 +62,7 @@ from core.supervise import (
 )
 from core.tool_execution import call_job_key
 from tui.whole_diagnoses import WholeDiagnoses
+from tui.whole_diagnoses import version as thread_version
 
 StoreOpener = Callable[[], Awaitable[Checkpointer]]
 """Opens the database; raises ``DatabaseOpenError`` with one sentence when it cannot."""
@@ -106,6 +107,39 @@ class ThreadRow:
     lease: LeaseView | None = None
     """What the thread's lease says (running here / elsewhere / crashed), when it has one;
     ``state`` is its label when it names the thread's state (a run elsewhere, a crash)."""
+
+
+FIRST_ROWS_BUDGET = 0.05
+"""Seconds a first listing may spend making rows before the ones made are shown: the top of a
+10,000-thread list paints at once and the rest follow (about 0.5-0.9 s more here)."""
+
+ROWS_SLICE = 0.01
+"""Seconds of making rows between two yields to the event loop: diagnosing a tail takes
+50-70 µs here (issue 10), 10,000 of them half a second, which no key press should wait for."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Handed:
+    """The last rows handed out: in order, each thread's index among them, and the listing
+    they were made of (its summaries, same order; a first part of it while the rest is made)."""
+
+    rows: list[ThreadRow]
+    index: dict[str, int]
+    summaries: Sequence[ThreadSummary]
+
+
+@dataclass(frozen=True, slots=True)
+class RowsUpdate:
+    """One thread list for the picker: ``rows``, most recently active first, and ``changed``,
+    the threads whose row differs from the previous update this session handed out (added,
+    changed or gone; the rows of the others are the same objects). ``None``: treat every
+    row as changed."""
+
+    rows: list[ThreadRow]
+    changed: frozenset[str] | None = None
+    listed: int | None = None
+    """How many threads the store listed: more than ``len(rows)`` while the first rows of a
+    large first listing are shown before the rest are made; ``None``: ``len(rows)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +213,12 @@ class Session:
     opens_for: str | None = None
     """The owner ``open_store`` opens the store for, so the screens can name it before the
     store is open (``None``: not known until then); :attr:`owner` is the store's own word."""
+    _provider_built: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
+    """The provider's one build (:meth:`prepare_provider`), once asked for."""
+    _kept_rows: dict[str, tuple[tuple[object, ...], ThreadRow]] = field(default_factory=dict, init=False, repr=False)
+    """Each listed thread's row and what it was made of (:meth:`_row_key`): kept while that holds."""
+    _handed: _Handed = field(default_factory=lambda: _Handed([], {}, ()), init=False, repr=False)
+    """The last rows handed out (what ``RowsUpdate.changed`` is against)."""
 
     def report_busy(self, attempt: int) -> None:
         """Pass a "database is locked, retrying" notice on to ``on_busy`` (the app shows it)."""
@@ -199,15 +239,26 @@ class Session:
             self.on_status()
 
     async def open(self) -> None:
-        """Open the store and build the provider.
+        """Open the store. The provider is built apart, when first needed or asked for
+        (:meth:`prepare_provider`), so browsing never waits for it.
 
-        Raises the store's ``CubepiError`` (one sentence) when the database cannot be
-        opened. A provider that cannot be built does not raise: ``provider_error`` keeps
-        its sentence and runs are refused with it, while browsing still works.
+        Raises the store's ``CubepiError`` (one sentence) when the database cannot be opened.
         """
         self.store = await self.open_store()
+
+    async def prepare_provider(self) -> None:
+        """Build the provider, once (a later call waits for the first build), in a worker
+        thread: importing the Anthropic SDK took 3.8-5.3 s on this 2-core machine under load
+        (``python -X importtime``, issue 10), which on the event loop would freeze the app.
+        A provider that cannot be built does not raise: ``provider_error`` keeps its
+        sentence and runs are refused with it, while browsing still works."""
+        if self._provider_built is None:
+            self._provider_built = asyncio.ensure_future(self._build_provider())
+        await asyncio.shield(self._provider_built)
+
+    async def _build_provider(self) -> None:
         try:
-            self.provider = self.make_provider()
+            self.provider = await asyncio.to_thread(self.make_provider)
         except CubepiError as error:
             self.provider_error = str(error)
 
@@ -270,7 +321,8 @@ class Session:
         to be aborted at once; not on a browse-only store, which the user has not agreed to
         have written."""
         pending, self.pending_prompts = self.pending_prompts, {}
-        if self.store is None or self.provider is None or self.needs_upgrade:
+        # A provider not built yet is built by the run itself (``agent``); one that failed runs nothing.
+        if self.store is None or self.provider_error is not None or self.needs_upgrade:
             return
         for thread_id, text in pending.items():
             task = self.runs.get(thread_id)
@@ -297,16 +349,24 @@ class Session:
     # --- browsing -----------------------------------------------------------------------
 
     async def rows(self) -> list[ThreadRow]:
-        """Every thread in the store, most recently active first, with its state.
+        """Every thread in the store, most recently active first, with its state
+        (:meth:`listing`'s rows)."""
+        return (await self.listing()).rows
 
-        A state reads from the whole stored thread where that has been diagnosed (see
-        :mod:`tui.whole_diagnoses`); this call refines within one time budget and
-        :meth:`watch_rows` goes on refining the rest."""
+    async def listing(self) -> RowsUpdate:
+        """Every thread in the store, most recently active first, with its state, and which
+        threads changed since the last rows this session handed out (:class:`RowsUpdate`).
+
+        One read of the store (``list_threads``). A state reads from the whole stored
+        thread where that has been diagnosed (see :mod:`tui.whole_diagnoses`); this call
+        refines within one time budget and :meth:`watch_rows` goes on refining the rest.
+        Raises the store's errors."""
         store = self._store()
         summaries = await store.list_threads()
         await self.whole.refine(store, summaries)
         now = time.time()
-        return [self._row(summary, lease_status(summary.lease, summary.runs, now)) for summary in summaries]
+        views = {s.thread_id: lease_status(s.lease, s.runs, now) for s in summaries}
+        return await self._update(store, summaries, views, None)
 
     @property
     def can_watch(self) -> bool:
@@ -314,10 +374,18 @@ class Session:
         :data:`core.checkpoint.capabilities.LIVE` (leases, live events, commands, change notification)."""
         return self.store is not None and not lacking(self.store, LIVE)
 
-    async def watch_rows(self) -> AsyncIterator[list[ThreadRow]]:
+    async def watch_rows(self) -> AsyncIterator[RowsUpdate]:
         """The thread list now, then again whenever another program (or a run here) changed
-        the store or a lease expired (:func:`core.follow.watch_threads`). Raises the store's
-        errors, and ``CubepiError`` for a store without live runs (see :attr:`can_watch`)."""
+        the store or a lease's state moved (:func:`core.follow.watch_threads`), each time
+        with the threads that changed (:class:`RowsUpdate`); then, a budget at a time, the
+        rows whose state the whole stored thread corrects (:mod:`tui.whole_diagnoses`).
+
+        The list is read once per change: the first update is the first listing, shown
+        from the threads' tails before any whole thread is read. Only rows of threads
+        the snapshot names as changed (``ThreadsSnapshot.changed``; ``None``: all), whose
+        lease view moved, that run here or that were just refined are made again. Raises
+        the store's errors, and ``CubepiError`` for a store without live runs (see
+        :attr:`can_watch`)."""
         store = self._live()
         snapshots: asyncio.Queue[ThreadsSnapshot | BaseException] = asyncio.Queue()
 
@@ -329,26 +397,168 @@ class Session:
                 snapshots.put_nowait(error)
 
         listener = asyncio.create_task(listen())
+        views: dict[str, LeaseView] = {}
         try:
             while True:
                 item = await snapshots.get()
-                while not snapshots.empty():  # only the newest listing matters
+                changed = item.changed if isinstance(item, ThreadsSnapshot) else None
+                while not snapshots.empty():  # only the newest listing matters, with every change named
                     item = snapshots.get_nowait()
+                    if isinstance(item, ThreadsSnapshot):
+                        changed = None if changed is None or item.changed is None else changed | item.changed
                 if isinstance(item, BaseException):
                     raise item
-                more = await self.whole.refine(store, item.threads)
-                yield self._rows_of(item)
+                candidates = self._candidates(item, views, changed)
+                views = item.views
+                async for update in self._updates(store, item.threads, views, candidates):
+                    yield update
                 # Correct rows from whole threads, a budget at a time, until the store changes.
+                more = True
                 while more and snapshots.empty():
                     more = await self.whole.refine(store, item.threads)
-                    yield self._rows_of(item)
+                    refined = self.whole.take_refined()
+                    update = await self._refresh(store, item.threads, views, refined | set(self.agents))
+                    if update is not None:
+                        yield update
         finally:
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
 
-    def _rows_of(self, snapshot: ThreadsSnapshot) -> list[ThreadRow]:
-        return [self._row(summary, snapshot.views.get(summary.thread_id)) for summary in snapshot.threads]
+    def _candidates(
+        self, snapshot: ThreadsSnapshot, before: Mapping[str, LeaseView], changed: frozenset[str] | None
+    ) -> set[str] | None:
+        """The threads whose row may differ from the one kept: those ``changed`` names, those
+        whose lease view moved since ``before``, and those with an agent here (running
+        here is this process's knowledge, not the store's). ``None`` when ``changed`` is."""
+        if changed is None:
+            return None
+        moved = {t for t, view in snapshot.views.items() if before.get(t) != view}
+        return set(changed) | moved | set(self.agents)
+
+    async def _updates(
+        self,
+        store: Checkpointer,
+        summaries: Sequence[ThreadSummary],
+        views: Mapping[str, LeaseView],
+        candidates: set[str] | None,
+    ) -> AsyncIterator[RowsUpdate]:
+        """The rows of ``summaries``, made again only for ``candidates`` (``None``: each is
+        checked against what it showed) and the threads not seen before, with the threads
+        whose row differs from the last rows handed out (added, changed or gone). A row
+        whose tail cannot be read right alone is made after its whole thread is diagnosed
+        (``WholeDiagnoses.needs_whole``), so no row is ever shown from a misleading tail.
+
+        Yields once; a first listing that takes longer than :data:`FIRST_ROWS_BUDGET` to
+        turn into rows yields the rows made by then first (the top of the list, what the
+        screen shows first), then all of them."""
+        first = not self._handed.rows
+        deadline = time.monotonic() + FIRST_ROWS_BUDGET
+        pause = time.monotonic() + ROWS_SLICE
+        rows: list[ThreadRow] = []
+        kept = self._kept_rows
+        for summary in summaries:
+            hit = kept.get(summary.thread_id)
+            if hit is not None and candidates is not None and summary.thread_id not in candidates:
+                rows.append(hit[1])
+                continue
+            rows.append(await self._row_for(store, summary, views.get(summary.thread_id), hit))
+            if time.monotonic() >= pause:
+                if first and time.monotonic() >= deadline and len(rows) < len(summaries):
+                    first = False
+                    yield self._hand_out(list(rows), summaries)
+                await asyncio.sleep(0)  # a key press waits for one slice at most, not 10,000 rows
+                pause = time.monotonic() + ROWS_SLICE
+        yield self._hand_out(rows, summaries)
+
+    async def _update(
+        self,
+        store: Checkpointer,
+        summaries: Sequence[ThreadSummary],
+        views: Mapping[str, LeaseView],
+        candidates: set[str] | None,
+    ) -> RowsUpdate:
+        """:meth:`_updates`' last update: every row."""
+        updates = [update async for update in self._updates(store, summaries, views, candidates)]
+        return updates[-1]
+
+    async def _refresh(
+        self,
+        store: Checkpointer,
+        summaries: Sequence[ThreadSummary],
+        views: Mapping[str, LeaseView],
+        thread_ids: set[str],
+    ) -> RowsUpdate | None:
+        """The last rows handed out with those of ``thread_ids`` made again (the listing
+        ``summaries`` unchanged, its rows refined): work for those threads only, not for
+        the whole list. ``None`` when no row differs."""
+        handed = self._handed
+        if handed.summaries is not summaries or len(handed.rows) != len(summaries):
+            update = await self._update(store, summaries, views, thread_ids)
+            return update if update.changed else None
+        rows = list(handed.rows)
+        changed: set[str] = set()
+        for thread_id in thread_ids:
+            index = handed.index.get(thread_id)
+            if index is None:
+                continue
+            summary = summaries[index]
+            row = await self._row_for(store, summary, views.get(thread_id), self._kept_rows.get(thread_id))
+            if row is not rows[index]:
+                rows[index] = row
+                changed.add(thread_id)
+        if not changed:
+            return None
+        self._handed = _Handed(rows, handed.index, summaries)
+        return RowsUpdate(rows, frozenset(changed), len(summaries))
+
+    async def _row_for(
+        self,
+        store: Checkpointer,
+        summary: ThreadSummary,
+        view: LeaseView | None,
+        hit: tuple[tuple[object, ...], ThreadRow] | None,
+    ) -> ThreadRow:
+        """The thread's row: the one kept (``hit``) while what it is made of holds, else a
+        new one. A row whose tail cannot be read right alone is made after its whole thread
+        is diagnosed (``WholeDiagnoses.needs_whole``), so no row is shown from a misleading
+        tail. Raises the store's errors."""
+        key = self._row_key(summary, view)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        if self.whole.needs_whole(summary):
+            await self.whole.diagnose(store, summary)
+            key = self._row_key(summary, view)
+        row = self._row(summary, view)
+        if hit is not None and hit[1] == row:
+            row = hit[1]  # the same row (a whole thread that reads as its tail): not a change
+        self._kept_rows[summary.thread_id] = (key, row)
+        return row
+
+    def _hand_out(self, rows: list[ThreadRow], summaries: Sequence[ThreadSummary]) -> RowsUpdate:
+        """``rows`` (of ``summaries``, or their first part) as the update handed out now,
+        naming what differs from the last one handed out."""
+        before = self._handed
+        index = {row.thread_id: i for i, row in enumerate(rows)}
+        gone = before.index.keys() - index.keys()
+        if len(rows) == len(summaries):  # a first part of a listing leaves out rows still to be made, not gone
+            for thread_id in gone:
+                self._kept_rows.pop(thread_id, None)
+        old = before.rows
+        moved = {row.thread_id for row in rows if (at := before.index.get(row.thread_id)) is None or old[at] is not row}
+        self._handed = _Handed(rows, index, summaries)
+        return RowsUpdate(rows, frozenset(moved | gone), len(summaries))
+
+    def _row_key(self, summary: ThreadSummary, view: LeaseView | None) -> tuple[object, ...]:
+        """What a thread's row is made of: its stored version, first prompt, lease view,
+        whether it runs here and its whole-thread diagnosis (if made)."""
+        return (
+            thread_version(summary),
+            summary.first_prompt,
+            view,
+            self.is_running(summary.thread_id),
+            self.whole.get(summary),
+        )
 
     def _row(self, summary: ThreadSummary, view: LeaseView | None) -> ThreadRow:
         diagnosis = self.whole.get(summary) or diagnose(
@@ -466,6 +676,8 @@ class Session:
             recorded=fingerprints is not None,
             meta=meta,
         )
+        if fingerprints is not None:
+            await self.prepare_provider()
         if fingerprints is None or self.provider is None:
             return facts
         agent = self.agents.get(thread_id)
@@ -524,6 +736,7 @@ class Session:
             if not agent.state.is_running:
                 await agent.load()  # another process may have written since
             return agent
+        await self.prepare_provider()
         agent = self._new_agent(thread_id)
         await agent.load()
         self.agents[thread_id] = agent

@@ -137,14 +137,13 @@ async def send_via_dialog(pilot: Pilot[object], key: str, text: str) -> None:
 
 async def open_from_picker(pilot: Pilot[object], thread_id: str) -> None:
     """Move the picker's cursor to ``thread_id`` and press Enter; wait until the thread is read."""
-    from textual.widgets import DataTable
-
     from tui.screens.thread import ThreadScreen
     from tui.screens.threads import ThreadsScreen
+    from tui.widgets.thread_table import ThreadTable
 
     app = pilot.app
     await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen) and bool(app.screen.rows), what="rows")
-    table = app.screen.query_one(DataTable)
+    table = app.screen.query_one(ThreadTable)
     table.move_cursor(row=table.get_row_index(thread_id))
     await pilot.press("enter")
     await wait_for(

@@ -11,7 +11,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from textual.widgets import DataTable
 
 from core.checkpoint.base import Checkpointer, Lease, thread_unavailable
 from core.checkpoint.memory import MemoryCheckpointer
@@ -23,6 +22,7 @@ from tests.helpers.tui import fast_session, screen_text, squeezed_lines, wait_fo
 from tui.app import make_app
 from tui.screens.modals import ConfirmModal, ErrorScreen
 from tui.screens.threads import ThreadsScreen
+from tui.widgets.thread_table import ThreadTable
 
 Opener = Callable[[str], Awaitable[Checkpointer]]
 
@@ -181,7 +181,7 @@ async def test_the_app_cannot_prompt_resume_command_or_delete_another_owners_thr
 
 
 def _cursor_to(app, thread_id: str) -> None:  # type: ignore[no-untyped-def]
-    table = _picker(app).query_one(DataTable)
+    table = _picker(app).query_one(ThreadTable)
     table.move_cursor(row=table.get_row_index(thread_id))
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from textual.widgets import DataTable
-
 from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, ToolResultMessage
@@ -25,6 +23,7 @@ from tui.app import make_app
 from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
+from tui.widgets.thread_table import ThreadTable
 
 # The crash-point database's crash_point -> this project's diagnosis label.
 LABELS = {
@@ -162,7 +161,7 @@ async def test_a_reload_while_the_app_exits_draws_nothing_and_raises_nothing() -
     app = make_app(fast_session(MemoryCheckpointer()))
     async with app.run_test() as pilot:
         await wait_for(pilot, lambda: app.screen is app.threads_screen, what="the picker")
-        await app.threads_screen.query_one(DataTable).remove()
+        await app.threads_screen.query_one(ThreadTable).remove()
         app.threads_screen.reload()
         await wait_for(pilot, lambda: not app.threads_screen.loading_rows, what="the reload to finish")
         assert app.is_running

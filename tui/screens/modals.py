@@ -219,6 +219,7 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
         "Threads (the picker)",
         (
             ("Enter", "open the thread under the cursor"),
+            ("/", "filter the list as you type: thread id, first prompt or state (Escape clears it)"),
             ("n", "start a new thread (asks for the first prompt)"),
             ("D", "delete the thread under the cursor (asks first; refused while a run holds it)"),
             ("r", "reload the list"),

@@ -17,38 +17,31 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import DataTable, Static
-from textual.widgets.data_table import CellKey
+from textual.widgets import Input, Static
 from textual.worker import Worker
 
 from core.checkpoint.base import not_deleted_sentence
 from core.errors import CubepiError
 from core.leases import deleted_sentence
 from core.owners import UNOWNED, UNOWNED_LABEL
-from core.recovery import ThreadState
 from core.words import counted
 from tui.messages import NewThread, OpenThread, ThreadsLoaded
 from tui.screens.modals import ConfirmModal
 from tui.session import Session, ThreadRow, state_label
-from tui.text import clean, literal, one_line, relative_time
+from tui.text import clean, literal
 from tui.widgets.footer import SteadyFooter
-
-_STATE_STYLES = {
-    ThreadState.COMPLETED: "green",
-    ThreadState.ABORTED: "yellow",
-    ThreadState.FAILED: "red",
-    ThreadState.CRASHED: "bold red",
-    ThreadState.EMPTY: "dim",
-    ThreadState.WAITING: "bold yellow",
-}
+from tui.widgets.thread_table import ThreadTable
 
 
-def owner_heading(owner: str, count: int | None) -> str:
+def owner_heading(owner: str, count: int | None, shown: int | None = None) -> str:
     """The picker's words for whose threads it lists: ``"threads of alice · 12"``, or
-    ``"unowned threads · 3"`` for :data:`core.owners.UNOWNED`; without the count while the
-    list is loading (``count`` ``None``)."""
+    ``"unowned threads · 3"`` for :data:`core.owners.UNOWNED`; ``"threads of alice · 3 of
+    12"`` while a filter shows ``shown`` of the ``count``; without the count while the list
+    is loading (``count`` ``None``)."""
     words = f"{UNOWNED_LABEL} threads" if owner == UNOWNED else f"threads of {owner}"
-    return words if count is None else f"{words} · {count}"
+    if count is None:
+        return words
+    return f"{words} · {count}" if shown is None else f"{words} · {shown} of {count}"
 
 
 def unowned_hint(count: int) -> str:
@@ -58,42 +51,14 @@ def unowned_hint(count: int) -> str:
     return f"{count} threads have no owner: open them with --unowned"
 
 
-def state_text(row: ThreadRow) -> Text:
-    """The picker's state cell (:func:`tui.session.state_label`), coloured."""
-    if row.running:
-        return Text(row.state, style="bold cyan")
-    if row.elsewhere:
-        return literal(row.state, style="bold magenta")  # names the lease holder's host, untrusted
-    # A lease's host, the diagnosis' notes ("completed · 2 unreadable rows") and, waiting
-    # for an answer, the question come from another program: untrusted, so shown literally.
-    return literal(row.state, style=_STATE_STYLES.get(row.diagnosis.state, ""))
-
-
-class ThreadTable(DataTable[Text | str]):
-    """The picker's table: a DataTable that redraws its cells when a column's width changed.
-
-    DataTable (Textual 8.2.8) measures columns on idle, after ``update_cell(...,
-    update_width=True)``, and keeps cells drawn in between cached at the old width: a state
-    column stayed as wide as a "running elsewhere" label gone since, pushing the first
-    prompts off screen, until the next unrelated update.
-    """
-
-    def _update_column_widths(self, updated_cells: set[CellKey]) -> None:
-        # DataTable's private measuring step, the one place widths change after update_cell;
-        # re-check this override when upgrading Textual.
-        before = [column.content_width for column in self.columns.values()]
-        super()._update_column_widths(updated_cells)
-        if [column.content_width for column in self.columns.values()] != before:
-            self._clear_caches()
-            self.refresh()
-
-
 class ThreadsScreen(Screen[None]):
     """The list of threads, most recent first.
 
     | Key | Action |
     | :- | :- |
     | enter | open the thread |
+    | / | filter the list (thread id, first prompt or state) |
+    | escape | clear the filter |
     | n | new thread |
     | D | delete the thread (asks first) |
     | r | reload |
@@ -102,48 +67,71 @@ class ThreadsScreen(Screen[None]):
 
     BINDINGS = [
         Binding("enter", "open", "Open", id="threads.open", tooltip="Open the selected thread"),
+        Binding("slash", "filter", "Filter", id="threads.filter", tooltip="Filter by thread id, first prompt or state"),
         Binding("n", "new_thread", "New thread", id="threads.new", tooltip="Start a new thread with a prompt"),
         Binding("D", "delete", "Delete", id="threads.delete", tooltip="Delete the selected thread (asks first)"),
         Binding("r", "reload", "Reload", id="threads.reload", tooltip="Read the thread list again"),
         Binding("q", "app.quit", "Quit", id="threads.quit", tooltip="Quit cubepi-tui"),
+        Binding(
+            "escape",
+            "clear_filter",
+            "Clear filter",
+            id="threads.clear_filter",
+            tooltip="Clear the filter and show every thread",
+            show=False,
+        ),
+        # While the filter has the focus, the arrows still move the table's cursor.
+        Binding("up", "cursor('up')", id="threads.up", tooltip="Select the thread above", show=False),
+        Binding("down", "cursor('down')", id="threads.down", tooltip="Select the thread below", show=False),
+        Binding("pageup", "cursor('page_up')", id="threads.page_up", tooltip="Select a screen up", show=False),
+        Binding("pagedown", "cursor('page_down')", id="threads.page_down", tooltip="Select a screen down", show=False),
     ]
 
     loading_rows: reactive[bool] = reactive(False)
-    """Whether a reload is in flight (the table shows a loading indicator)."""
+    """Whether a listing is awaited (the table shows a loading indicator until the first)."""
 
     def __init__(self, session: Session) -> None:
         super().__init__(id="threads")
         self.session = session
         self.rows: list[ThreadRow] = []
-        """The rows on screen, in table order."""
+        """Every listed row, in table order (the filter shows some of them)."""
         self._reload_worker: Worker[None] | None = None
-        self._prompt_cut = 0  # the width the first prompts were last cut to
         self._listed = False  # whether a listing arrived (the header then counts the rows)
+        self._count = 0  # how many threads the last listing holds (some may be still to come)
         self._empty_shown = False  # whether the empty-list text is up (counted once per showing)
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="threads-title")
-        table = ThreadTable(id="threads-table", cursor_type="row", zebra_stripes=True)
-        yield table
+        # Hidden and disabled until / opens it: a hidden Input could still take the focus
+        # (Textual moved it there when the table was hidden for an empty list).
+        search = Input(placeholder="filter: thread id, first prompt or state", id="threads-filter", disabled=True)
+        search.display = False
+        yield search
+        yield ThreadTable(id="threads-table")
         yield Static("", id="threads-empty")
         yield SteadyFooter()
 
     def on_mount(self) -> None:
-        self._add_columns()
+        # Until the first listing arrives (this screen's reload or the app's watcher).
+        self.loading_rows = True
         # Relative times age while the screen is open; redraw them without reloading.
         self.set_interval(30, self._refresh_times)
         # So does a run elsewhere's heartbeat: no write comes when its host died.
         self.set_interval(1, self._age_leases)
 
     def on_screen_resume(self) -> None:
-        self.reload()
+        # A store that can be watched is kept current by the app's watcher: no second read.
+        if not self.session.can_watch:
+            self.reload()
 
     def _title(self) -> Text:
         title = Text()
         title.append("cubepi-tui", style="bold")
         # Whose threads first: at 80 columns a long location wraps, the owner stays in view.
         title.append("  ")
-        title.append(clean(owner_heading(self.session.owner, len(self.rows) if self._listed else None)), style="bold")
+        count = self._count if self._listed else None
+        shown = self._shown_count()
+        title.append(clean(owner_heading(self.session.owner, count, shown)), style="bold")
         title.append("  in ", style="dim")
         title.append(clean(self.session.location or "memory"))
         if self.session.needs_upgrade:
@@ -153,8 +141,15 @@ class ThreadsScreen(Screen[None]):
             title.append(clean(self.session.store_notice), style="bold yellow")
         return title
 
+    def _shown_count(self) -> int | None:
+        """How many rows the filter shows, ``None`` without a filter."""
+        for table in self.query(ThreadTable).results(ThreadTable):
+            if table.filter_text:
+                return table.row_count
+        return None
+
     def show_title(self) -> None:
-        """Draw the header again (the store's location, mode and connection notice)."""
+        """Draw the header again (the store's location, mode, counts and connection notice)."""
         for title in self.query("#threads-title").results(Static):
             title.update(self._title())
 
@@ -170,54 +165,62 @@ class ThreadsScreen(Screen[None]):
     @work(exclusive=True, exit_on_error=False, group="threads")
     async def _load_rows(self) -> None:
         try:
-            rows = await self.session.rows()
+            update = await self.session.listing()
         except CubepiError as error:
             self.post_message(ThreadsLoaded(error=str(error)))
             return
-        self.post_message(ThreadsLoaded(rows=rows))
+        self.post_message(ThreadsLoaded(rows=update.rows, changed=update.changed, listed=update.listed))
 
     def watch_loading_rows(self, loading: bool) -> None:
         # A run that ends while the app exits still asks for a reload, after Textual has
         # removed the table: there is nothing to show then.
-        for table in self.query(DataTable):
+        for table in self.query(ThreadTable):
             table.loading = loading and not self.rows
 
     @on(ThreadsLoaded)
     def _show_rows(self, message: ThreadsLoaded) -> None:
         self.loading_rows = False
-        if not self.query(DataTable):
+        if not self.query(ThreadTable):
             return  # the app is exiting and has removed the table (see watch_loading_rows)
         if message.error is not None:
             self.notify(clean(message.error), severity="error", timeout=8, markup=False)
             return
         first = not self._listed
         self._listed = True
-        if message.rows and message.rows == self.rows and self.query_one(DataTable).row_count == len(self.rows):
-            if first:
-                self.query_one("#threads-title", Static).update(self._title())
-            return  # a snapshot that changed nothing shown (the table keeps its cursor and scroll)
-        selected = self.selected_thread_id
-        old, self.rows = self.rows, message.rows
-        self.query_one("#threads-title", Static).update(self._title())
-        table = self.query_one(DataTable)
-        if [r.thread_id for r in old] == [r.thread_id for r in self.rows] and table.row_count == len(self.rows):
-            self._update_cells(old)  # same threads in the same order: the cursor and scroll stay put
-        else:
-            self._fill_table(selected)
+        listed = len(message.rows) if message.listed is None else message.listed
+        count_changed = listed != self._count
+        self.rows, self._count = message.rows, listed
+        table = self.query_one(ThreadTable)
+        table.set_rows(self.rows, message.changed)  # its Shown message redraws what counts it
+        if first or count_changed:
+            self.show_title()
+        self._show_empty()
+        table.display = bool(self.rows)
+        if self.rows and self.focused is None:
+            table.focus()
+
+    def _show_empty(self) -> None:
+        """The line under the table: no threads yet (and the unowned ones), or no match."""
         empty = self.query_one("#threads-empty", Static)
-        empty.display = not message.rows
-        if message.rows:
-            empty.update("")
+        table = self.query_one(ThreadTable)
+        if self.rows:
             self._empty_shown = False
-        elif not self._empty_shown:
+            empty.display = bool(table.filter_text) and not table.row_count
+            if empty.display:
+                empty.update(
+                    Text.assemble(
+                        "No thread's id, first prompt or state holds ",
+                        literal(self.query_one("#threads-filter", Input).value, style="bold"),
+                        ".",
+                    )
+                )
+            return
+        empty.display = True
+        if not self._empty_shown:
             self._empty_shown = True
             empty.update(self._empty_text(0))
             if self.session.owner != UNOWNED:
                 self._count_unowned()
-        table = self.query_one(DataTable)
-        table.display = bool(message.rows)
-        if message.rows and self.focused is None:
-            table.focus()
 
     def _empty_text(self, unowned: int) -> Text:
         text = Text("No threads yet. Press n to start one.")
@@ -237,103 +240,91 @@ class ThreadsScreen(Screen[None]):
         if count and not self.rows:
             empty.update(self._empty_text(count))
 
-    def _add_columns(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_column("thread", key="thread")
-        table.add_column("state", key="state")
-        table.add_column("msgs", key="msgs")
-        table.add_column("last activity", key="last")
-        table.add_column("first prompt", key="prompt")
-
-    def _fill_table(self, selected: str | None = None) -> None:
-        """Show ``self.rows``, keeping the cursor on ``selected`` when it is still listed."""
-        table = self.query_one(DataTable)
-        # Columns too: a cleared table keeps each column's widest cell so far, so a long
-        # label gone since (a run elsewhere) would keep its width and push the prompts off.
-        table.clear(columns=True)
-        self._add_columns()
-        prompt_width = self._prompt_cut = self._prompt_width()
-        for row in self.rows:
-            table.add_row(
-                Text(clean(row.thread_id), style="bold"),
-                state_text(row),
-                Text(str(row.message_count), justify="right"),
-                Text(relative_time(row.last_activity)),
-                Text(one_line(row.first_prompt, prompt_width)),
-                key=row.thread_id,
-            )
-        if selected is not None and selected in {r.thread_id for r in self.rows}:
-            table.move_cursor(row=table.get_row_index(selected))
-
-    def _update_cells(self, old: list[ThreadRow]) -> None:
-        """Redraw the cells of rows that changed (a heartbeat, a new message)."""
-        table = self.query_one(DataTable)
-        width = self._prompt_width()
-        for before, row in zip(old, self.rows, strict=False):
-            if before == row:
-                continue
-            key = row.thread_id
-            table.update_cell(key, "state", state_text(row), update_width=True)
-            table.update_cell(key, "msgs", Text(str(row.message_count), justify="right"))
-            table.update_cell(key, "last", Text(relative_time(row.last_activity)))
-            table.update_cell(key, "prompt", Text(one_line(row.first_prompt, width)), update_width=True)
-        self._fit_prompts()
-
-    def _fit_prompts(self) -> None:
-        """Cut every first prompt again when the width left for them changed (a long state
-        label came or went), so they use the free width without overflowing it."""
-        width = self._prompt_width()
-        if width == self._prompt_cut:
-            return
-        self._prompt_cut = width
-        table = self.query_one(DataTable)
-        for row in self.rows:
-            table.update_cell(row.thread_id, "prompt", Text(one_line(row.first_prompt, width)), update_width=True)
-
-    def _prompt_width(self) -> int:
-        """What is left of the screen's width for the first prompt (at least 16 characters)."""
-        if not self.rows:
-            return 16
-        fixed = max(len(clean(r.thread_id)) for r in self.rows) + max(len(state_text(r)) for r in self.rows)
-        fixed += len("msgs") + len("last activity")
-        return max(16, self.size.width - fixed - 2 * 5 - 2)  # cell padding, scrollbar
-
-    def on_resize(self) -> None:
-        if self.rows:
-            self._fill_table(self.selected_thread_id)
-
     def _refresh_times(self) -> None:
-        table = self.query_one(DataTable)
-        for row in self.rows:
-            table.update_cell(row.thread_id, "last", Text(relative_time(row.last_activity)))
+        self.query_one(ThreadTable).refresh_times()
 
     def _age_leases(self) -> None:
         """Redraw the heartbeat and expiry ages of each row showing its lease (a thread running
         elsewhere or crashed, see ``LeaseView.at``)."""
-        table = self.query_one(DataTable)
+        now = time.time()
+        aged: set[str] = set()
         for index, row in enumerate(self.rows):
             if row.lease is None or row.running:
                 continue
-            view = row.lease.at(time.time())
+            view = row.lease.at(now)
             state = state_label(row.diagnosis, view, running=False)
-            if state == row.state:
-                continue
-            self.rows[index] = row = replace(row, state=state, lease=view)
-            table.update_cell(row.thread_id, "state", state_text(row), update_width=True)
-        self._fit_prompts()
+            if state != row.state:
+                self.rows[index] = replace(row, state=state, lease=view)
+                aged.add(row.thread_id)
+        if aged:
+            self.query_one(ThreadTable).set_rows(self.rows, aged)
+
+    # --- filter -------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        """Show the filter and type into it."""
+        search = self.query_one("#threads-filter", Input)
+        search.disabled = False
+        search.display = True
+        search.focus()
+
+    def action_clear_filter(self) -> None:
+        """Clear and hide the filter; every row shows again."""
+        search = self.query_one("#threads-filter", Input)
+        search.value = ""
+        search.display = False
+        search.disabled = True
+        self._filter_by("")
+        self.query_one(ThreadTable).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "clear_filter":
+            # Escape is only ours while a filter is open.
+            return self.query_one("#threads-filter", Input).display
+        return True
+
+    @on(Input.Changed, "#threads-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self._filter_by(event.value)
+
+    @on(Input.Submitted, "#threads-filter")
+    def _filter_submitted(self) -> None:
+        self.action_open()
+
+    def _filter_by(self, text: str) -> None:
+        self.query_one(ThreadTable).set_filter(text)
+
+    @on(ThreadTable.Shown)
+    def _table_shown(self) -> None:
+        # The rows shown changed as a whole (new rows made, or the filter): "N of M" and
+        # "no match" follow them.
+        self.show_title()
+        if self.rows:
+            self._show_empty()
+
+    def action_cursor(self, where: str) -> None:
+        """Move the table's cursor: ``up``, ``down``, ``page_up`` or ``page_down``."""
+        table = self.query_one(ThreadTable)
+        moves = {
+            "up": table.action_cursor_up,
+            "down": table.action_cursor_down,
+            "page_up": table.action_page_up,
+            "page_down": table.action_page_down,
+        }
+        moves[where]()
+
+    # --- actions ------------------------------------------------------------------------
 
     @property
     def selected_thread_id(self) -> str | None:
         """The thread id under the cursor, if any."""
-        table = self.query_one(DataTable)
-        if not self.rows or table.cursor_row is None or table.cursor_row >= len(self.rows):
-            return None
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        return key
+        tables = self.query(ThreadTable)
+        return tables.first().selected_thread_id if tables else None
 
-    # --- actions ------------------------------------------------------------------------
+    @on(ThreadTable.Selected)
+    def _selected(self, message: ThreadTable.Selected) -> None:
+        self.post_message(OpenThread(message.thread_id))
 
-    @on(DataTable.RowSelected)
     def action_open(self) -> None:
         """Open the thread under the cursor."""
         thread_id = self.selected_thread_id
