@@ -2,7 +2,8 @@
 the memory store, which keeps messages decoded, copies them out with ``copy_message`` instead).
 
 Used by the listing tests (the rows a listing decodes must not grow with messages per
-thread) and by ``bench/bench_listing.py``, which prints the same count beside its times.
+thread), the lazy thread view's tests, and by ``bench/bench_listing.py``, which prints the
+same count beside its times.
 """
 
 from __future__ import annotations
@@ -18,31 +19,38 @@ from core.checkpoint import codec, memory
 @dataclass
 class DecodeCount:
     """Rows decoded while :func:`counting_decodes` was active: ``rows`` message rows validated
-    (one per row of ``decode`` / ``decode_value``, the batch's length for ``decode_many``)
-    or copied out of the memory store (one per ``copy_message``)."""
+    (one per row given to ``decode_rows``, one per call of ``decode`` / ``decode_value``
+    outside it) or copied out of the memory store (one per ``copy_message``)."""
 
     rows: int = 0
 
 
 @contextlib.contextmanager
 def counting_decodes() -> Iterator[DecodeCount]:
-    """Count every message row decoded through ``codec`` inside the block (the functions are
-    wrapped for its duration, then restored); yields the :class:`DecodeCount`."""
+    """Count every message row decoded through ``codec`` inside the block (its entry points
+    are wrapped for its duration, then restored); yields the :class:`DecodeCount`."""
     count = DecodeCount()
-    originals = {name: getattr(codec, name) for name in ("decode", "decode_value", "decode_many")}
+    originals = {name: getattr(codec, name) for name in ("decode", "decode_value", "decode_rows")}
+    inside = [0]  # decode_rows calls decode again for a row that fails: that row counts once
 
     def one(name: str) -> Any:
         original = originals[name]
 
         def counted(*args: Any, **kwargs: Any) -> Any:
-            count.rows += 1
+            if not inside[0]:
+                count.rows += 1
             return original(*args, **kwargs)
 
         return counted
 
-    def many(texts: Any, *args: Any, **kwargs: Any) -> Any:
-        count.rows += len(texts)
-        return originals["decode_many"](texts, *args, **kwargs)
+    def rows(pairs: Any, *args: Any, **kwargs: Any) -> Any:
+        pairs = list(pairs)
+        count.rows += len(pairs)
+        inside[0] += 1
+        try:
+            return originals["decode_rows"](pairs, *args, **kwargs)
+        finally:
+            inside[0] -= 1
 
     copy = memory.copy_message
 
@@ -53,7 +61,7 @@ def counting_decodes() -> Iterator[DecodeCount]:
     try:
         codec.decode = one("decode")  # type: ignore[method-assign]
         codec.decode_value = one("decode_value")  # type: ignore[method-assign]
-        codec.decode_many = many  # type: ignore[method-assign]
+        codec.decode_rows = rows  # type: ignore[method-assign]
         memory.copy_message = copied  # type: ignore[assignment]
         yield count
     finally:

@@ -5,6 +5,7 @@ totals are still those of the whole thread."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from core.checkpoint import codec
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AnyMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage, Usage, user_text
 from core.recovery import ThreadState, diagnose
+from tests.helpers.decodes import DecodeCount, counting_decodes
 from tests.helpers.tui import fast_session, screen_text, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
@@ -194,37 +196,22 @@ async def test_totals_grow_with_each_message_read_later(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the messages decoded whole (``codec.decode``, ``decode_many``, ``decode_value``)."""
-    counted = [0]
-    for name in ("decode", "decode_value"):
-        real = getattr(codec, name)
-
-        def one(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
-            counted[0] += 1
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(codec, name, one)
-    many = codec.decode_many
-
-    def several(texts: Any) -> Any:
-        counted[0] += len(texts)
-        return many(texts)
-
-    monkeypatch.setattr(codec, "decode_many", several)
-    return counted
+def decodes() -> Iterator[DecodeCount]:
+    """Counts the messages decoded whole (:func:`tests.helpers.decodes.counting_decodes`)."""
+    with counting_decodes() as count:
+        yield count
 
 
-async def test_messages_decoded_on_open_do_not_grow_with_the_thread(tmp_path: Path, decodes: list[int]) -> None:
+async def test_messages_decoded_on_open_do_not_grow_with_the_thread(tmp_path: Path, decodes: DecodeCount) -> None:
     counts = {}
     for size in (1000, 10_000):
         path = tmp_path / f"t{size}.sqlite"
         await _file(path, "t", _turns(size))
-        decodes[0] = 0
+        decodes.rows = 0
         app = make_app(fast_session(path=path), thread_id="t")
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda app=app: _loaded(app), timeout=120, what="loaded")
-            counts[size] = decodes[0]
+            counts[size] = decodes.rows
             assert app.screen._follower.model.count == size  # type: ignore[attr-defined]
     assert counts[1000] > 0, "the page itself is decoded"
     assert counts[10_000] <= 2 * counts[1000], counts
