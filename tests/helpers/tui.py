@@ -144,6 +144,8 @@ async def open_from_picker(pilot: Pilot[object], thread_id: str) -> None:
     app = pilot.app
     await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen) and bool(app.screen.rows), what="rows")
     table = app.screen.query_one(ThreadTable)
+    # The table makes its rows a slice at a time after the screen got them (ThreadTable.settled).
+    await wait_for(pilot, lambda: table.settled and thread_id in {r.thread_id for r in table.rows}, what="row shown")
     table.move_cursor(row=table.get_row_index(thread_id))
     await pilot.press("enter")
     await wait_for(
