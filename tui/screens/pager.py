@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import time
 from array import array
 from bisect import bisect_right
 
@@ -40,6 +41,11 @@ from tui.text import literal
 from tui.tool_output import output_chunks
 
 __all__ = ["MATCH_COUNT_LIMIT", "OutputView", "PagerScreen"]
+
+READ_LAYOUT_INTERVAL = 0.1
+"""Seconds between layouts while the output is read: a new virtual size lays out the whole
+screen (the transcript, for an expanded call), which costs more than reading a chunk, so
+the rows read meanwhile are drawn when it next comes (and when reading ends)."""
 
 MATCH_COUNT_LIMIT = 10_000
 """Matches counted for the status line; beyond it the count reads "10,000+" (counting every
@@ -158,18 +164,25 @@ class OutputView(ScrollView, can_focus=True):
         self.run_worker(self._read(), name="read output", group="read", exit_on_error=False)
 
     async def _read(self) -> None:
+        shown_at = 0.0  # when the rows read so far were last laid out
         try:
             for lines in output_chunks(self._raw):
                 number = len(self.lines)
                 self.lines.extend(lines)
                 if self._wrapped_at:
                     self._rows.add(lines, number, self._wrapped_at)
-                    self._laid_out()
+                    now = time.monotonic()
+                    if now - shown_at >= READ_LAYOUT_INTERVAL:
+                        self._laid_out()
+                        shown_at = now
                 await asyncio.sleep(0)  # let keys and frames through between chunks
         finally:
             self._raw = ""  # the caller keeps the output; this view needs only its lines
             self._done.set()
-            self.post_message(self.Moved())
+            if self._wrapped_at:
+                self._laid_out()
+            else:
+                self.post_message(self.Moved())
 
     # --- layout -------------------------------------------------------------------------------
 
