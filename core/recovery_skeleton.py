@@ -28,6 +28,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic_core import SchemaValidator
 
 from core.messages import (
+    KNOWN_BLOCK_TYPES,
     AnyMessage,
     AssistantMessage,
     ContentBlock,
@@ -157,7 +158,9 @@ _REDUCE: dict[type, Callable[[Any], Any]] = {
     ThinkingContent: lambda f: _THINKING,
     ImageContent: _image,
     ToolCall: lambda f: _instance(ToolCall, f),
-    UnknownContent: lambda f: _UNKNOWN,
+    # A known type is left whole, so the union's own check (a known tag never reads as
+    # unknown) still refuses it, as the decoder does.
+    UnknownContent: lambda f: _instance(UnknownContent, f) if f[0]["type"] in KNOWN_BLOCK_TYPES else _UNKNOWN,
     Usage: lambda f: _instance(Usage, f),
     UserMessage: lambda f: _made(_USER, content=_user_content(f[0]["content"]), run_id=f[0]["run_id"]),
     AssistantMessage: lambda f: _assistant(f[0]["content"], f[0]),
@@ -176,6 +179,8 @@ def _reducing(schema: Any) -> Any:
     of their values instead of a model instance."""
     if isinstance(schema, list):
         return [_reducing(s) for s in schema]
+    if isinstance(schema, tuple):  # a union's (choice, tag) pairs
+        return tuple(_reducing(s) for s in schema)
     if not isinstance(schema, dict):
         return schema
     if schema.get("type") != "model":
