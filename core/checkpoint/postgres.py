@@ -131,7 +131,7 @@ class PostgresCheckpointer(PostgresStore, PostgresPages, SupervisedStore, HumanR
         await self._write_owned("save", queries.save_pending_request, thread_id, request_json, run_id, now)
 
     async def list_threads(self) -> list[ThreadSummary]:
-        """See ``Checkpointer.list_threads``: this owner's threads, in five queries whatever
+        """See ``Checkpointer.list_threads``: this owner's threads, in four queries whatever
         their number (each driven from this owner's threads), each thread's counts from our
         trigger-kept stats table (browsing: one aggregate). Decodes only each thread's tail
         and unpacks its first user row (:mod:`core.checkpoint.postgres_listing`); corrupt

@@ -9,11 +9,13 @@ snapshot) and drives every query from this owner's threads (:meth:`Scope.threads
 What a summary costs: the per-thread counts, newest row, last assistant row and first user
 row come from our stats table (kept by a statement trigger on ``cubepi_messages``, whoever
 appends; a browse-only database without our tables aggregates every message instead). The
-tail rows - from the last assistant row on - are one range seek per thread and the only
-rows decoded; the first user row is unpacked (msgpack) and its text read by
-:func:`core.checkpoint.listing.prompt_text`, decoded only when that rule cannot vouch for it.
-(The earlier listing asked ``seq >= last assistant OR seq = first user`` in one join, which
-walked every row of every thread: its cost grew with messages per thread.)
+tail rows - from the last assistant row on - are one range seek of the primary key per
+thread and the only rows decoded; the first user row, one more seek, is unpacked (msgpack)
+and its text read by :func:`core.checkpoint.listing.prompt_text`, decoded only when that
+rule cannot vouch for it. (The earlier listing asked ``seq >= last assistant OR seq =
+first user`` in one join, which the planner served from cubeloop's ``(thread_id, run_id)``
+index, filtering every row of every thread: at 2,000 threads it touched 11,421 buffers at
+10 messages a thread and 22,979 at 100; this one 17,985 and 18,022.)
 
 Thread versions (:func:`thread_versions`) are read from what the writes leave: the stats
 row (count, newest seq), the thread row's ``updated_at`` and pending request, the runs
@@ -60,7 +62,7 @@ def _stats(ours: bool) -> str:
 
 async def summaries(conn: Connection, scope: Scope, ours: bool, among: list[str] | None) -> list[ThreadSummary]:
     """This owner's threads (only those in ``among``, when given), most recently active
-    first, in five queries whatever their number; see the module docstring."""
+    first, in four queries whatever their number; see the module docstring."""
     # One pause of the collector for the rows fetched and the summaries made of them (see
     # codec.gc_paused): with it on, each batch of new objects walks those made so far again.
     with codec.gc_paused():
@@ -81,27 +83,33 @@ async def _summaries(conn: Connection, scope: Scope, ours: bool, among: list[str
         f" LEFT JOIN {stats} AS s ON s.thread_id = t.thread_id" + _pending_join(ours),
         *params,
     )
-    # The tail: one range seek of the primary key per thread from its last assistant row
-    # (every row without one). Each seek is a LATERAL subquery in seq order, so the order
-    # makes the planner take the (thread_id, seq) key: as a plain join it took cubeloop's
-    # (thread_id, run_id) index and filtered on seq, reading every row of every thread.
-    tail_rows = await conn.fetch(
-        "SELECT m.* FROM " + mine + f" JOIN {stats} AS s ON s.thread_id = mine.thread_id"
-        " CROSS JOIN LATERAL (SELECT x.thread_id, x.seq, x.role, x.metadata::text, x.payload FROM cubepi_messages AS x"
-        " WHERE x.thread_id = mine.thread_id AND x.seq >= COALESCE(s.last_assistant_seq, 0) ORDER BY x.seq) AS m",
-        *params,
-    )
-    # The first user row (one primary-key seek per thread, the same way), unpacked, not decoded.
-    first_rows = await conn.fetch(
-        "SELECT m.* FROM " + mine + f" JOIN {stats} AS s ON s.thread_id = mine.thread_id"
-        " CROSS JOIN LATERAL (SELECT x.thread_id, x.seq, x.role, x.metadata::text, x.payload FROM cubepi_messages AS x"
-        " WHERE x.thread_id = mine.thread_id AND x.seq >= s.first_user_seq ORDER BY x.seq LIMIT 1) AS m",
+    # Per thread, in one query: the tail, a range seek of the primary key from its last
+    # assistant row (every row without one), and the first user row before it, one more
+    # seek. Each is a subquery in seq order, so the order makes the planner take the
+    # (thread_id, seq) key: as a plain join it took cubeloop's (thread_id, run_id) index
+    # and filtered on seq, reading every row of every thread.
+    columns = "x.thread_id, x.seq, x.role, x.metadata::text, x.payload"
+    found = await conn.fetch(
+        "SELECT m.* FROM " + mine + f" JOIN {stats} AS s ON s.thread_id = mine.thread_id CROSS JOIN LATERAL ("
+        f"(SELECT {columns} FROM cubepi_messages AS x WHERE x.thread_id = mine.thread_id"
+        " AND x.seq >= COALESCE(s.last_assistant_seq, 0) ORDER BY x.seq)"
+        f" UNION ALL (SELECT {columns} FROM cubepi_messages AS x WHERE x.thread_id = mine.thread_id"
+        " AND x.seq >= s.first_user_seq AND s.first_user_seq < COALESCE(s.last_assistant_seq, 0)"
+        " ORDER BY x.seq LIMIT 1)) AS m",
         *params,
     )
     by_thread: dict[str, list[Any]] = {}
-    for r in tail_rows:
-        by_thread.setdefault(r[0], []).append(r[1:])
-    firsts = {r[0]: r[1:] for r in first_rows}
+    firsts: dict[str, Any] = {}
+    starts = {t["thread_id"]: (t["last_assistant_seq"] or 0, t["first_user_seq"]) for t in threads}
+    for r in found:
+        tid, seq = r[0], r[1]
+        start, first = starts.get(tid, (0, None))
+        if seq == first:
+            firsts[tid] = r[1:]
+        if seq >= start:
+            by_thread.setdefault(tid, []).append(r[1:])
+    for rows_of in by_thread.values():
+        rows_of.sort(key=lambda row: row[0])
     runs: dict[str, list[RunRecord]] = {}
     for r in await conn.fetch(
         f"SELECT t.thread_id, run_id, {_EPOCH.format('claimed_at')}, {_EPOCH.format('completed_at')}, completion_seq"

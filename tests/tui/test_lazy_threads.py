@@ -215,3 +215,51 @@ async def test_messages_decoded_on_open_do_not_grow_with_the_thread(tmp_path: Pa
             assert app.screen._follower.model.count == size  # type: ignore[attr-defined]
     assert counts[1000] > 0, "the page itself is decoded"
     assert counts[10_000] <= 2 * counts[1000], counts
+
+
+async def test_a_page_that_does_not_fill_the_view_pages_more_in(tmp_path: Path) -> None:
+    path = tmp_path / "threads.sqlite"
+    await _file(path, "t", [user_text(f"short {i}") for i in range(10 * WINDOW)], runs=())
+    app = make_app(fast_session(path=path), thread_id="t")
+    async with app.run_test(size=(120, 160)) as pilot:
+        await wait_for(pilot, lambda: _loaded(app), what="loaded")
+        transcript = app.screen.query_one(Transcript)
+        await wait_for(
+            pilot,
+            lambda: transcript.virtual_size.height > transcript.scrollable_content_region.height,
+            what="the view filled",
+        )
+        assert WINDOW < transcript.shown_count < 10 * WINDOW, "more than one page, not the whole thread"
+        assert [m.text for m in transcript.held] == [
+            f"short {i}" for i in range(10 * WINDOW - len(transcript.held), 10 * WINDOW)
+        ]  # type: ignore[union-attr]
+
+
+async def test_a_store_error_while_paging_in_is_one_sentence_and_loses_nothing() -> None:
+    from core.checkpoint.memory import MemoryCheckpointer
+    from core.errors import StoreBusyError
+
+    class Flaky(MemoryCheckpointer):
+        fail = False
+
+        async def load_page(self, thread_id: str, *, before: Any = None, limit: int) -> Any:
+            if self.fail and before is not None:
+                self.fail = False
+                raise StoreBusyError("The database is busy; try again.")
+            return await super().load_page(thread_id, before=before, limit=limit)
+
+    store = Flaky()
+    await store.append("t", [user_text(f"line {i}") for i in range(3 * WINDOW)])
+    app = make_app(fast_session(store), thread_id="t")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: _loaded(app), what="loaded")
+        transcript = app.screen.query_one(Transcript)
+        store.fail = True
+        await pilot.press("e")
+        await wait_for(
+            pilot, lambda: any("The database is busy" in n.message for n in app._notifications), what="the notice"
+        )
+        assert transcript.shown_count == WINDOW and transcript.has_earlier
+        await pilot.press("e")
+        await wait_for(pilot, lambda: transcript.shown_count == 2 * WINDOW, what="the page read on the next try")
+        assert [m.text for m in transcript.held] == [f"line {i}" for i in range(WINDOW, 3 * WINDOW)]  # type: ignore[union-attr]

@@ -10,6 +10,7 @@ Live updates touch only the reply being streamed and the tool calls that changed
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +104,7 @@ class Transcript(VerticalScroll, can_focus=True):
         self._before: Any = None  # the row id the next page is read below
         self._loader: PageLoader | None = None
         self._paging = False  # a page-in is under way
+        self._earlier = asyncio.Lock()  # one "show earlier" at a time: each reads below the last
         self._placing = False  # the view is being scrolled by this widget, not by the user
         self._results: dict[str, ToolResultMessage] = {}
         self.tool_views: dict[str, ToolCallView] = {}
@@ -208,11 +210,17 @@ class Transcript(VerticalScroll, can_focus=True):
         """Mount up to :data:`WINDOW` more of the older entries above the shown ones,
         reading earlier pages first when the entries read run out. Then the screenful just
         above the old first entry is brought into view or, with ``keep_view``, what was in
-        view stays where it was (a page-in while scrolling). Raises the loader's errors."""
+        view stays where it was (a page-in while scrolling). A store error while reading is
+        shown as a notice (one sentence); what is shown stays, and the next try reads again."""
+        async with self._earlier:
+            await self._show_earlier(keep_view)
+
+    async def _show_earlier(self, keep_view: bool) -> bool:
+        """:meth:`show_earlier`'s work; whether it mounted anything."""
         await self._read_earlier()
         if self._first_shown == 0:
             self._update_earlier()
-            return
+            return False
         start = self._window_start(self._first_shown)
         views = self._views(start, self._first_shown)
         self._first_shown = start
@@ -227,6 +235,7 @@ class Transcript(VerticalScroll, can_focus=True):
                     # A view pinned to the end would stay there and nothing would seem to happen.
                     self.call_after_refresh(self._reveal_above, first)
         self._update_earlier()
+        return bool(views)
 
     async def _read_earlier(self) -> None:
         """Read earlier pages until a window's worth of entries is read above the mounted
@@ -261,9 +270,12 @@ class Transcript(VerticalScroll, can_focus=True):
 
     async def _paged_in(self) -> None:
         try:
-            await self.show_earlier(keep_view=True)
+            async with self._earlier:
+                mounted = await self._show_earlier(keep_view=True)
         finally:
             self._paging = False
+        if mounted:
+            self.call_after_refresh(self._fill)  # still short of the view's height: page on
 
     def _keep_view(self, boundary: Widget, top: int, scroll_y: float) -> None:
         """Scroll by the height mounted above ``boundary`` (whose top was at ``top`` when the
