@@ -375,11 +375,14 @@ class LiveMarkdown(Markdown):
         self._live = kept + blocks
 
     async def _finish(self, blocks: list[MarkdownBlock]) -> None:
-        """Mount finished ``blocks`` after the finished ones (before the live tail)."""
+        """Mount finished ``blocks`` after the finished ones (before the live tail). A new
+        section is opened only while no block is live (the live blocks must stay last); a
+        fragment made under a live paragraph joins the open section, full or not (fragments
+        are joined, so they stay few)."""
         run: list[MarkdownBlock] = []
         for block in blocks:
             if self._inner is None or (
-                self._finished_in_inner() + len(run) >= SECTION_BLOCKS and self._may_end(block, run)
+                not self._live and self._finished_in_inner() + len(run) >= SECTION_BLOCKS and self._may_end(block, run)
             ):
                 await self._mount_run(run)
                 run = []
@@ -401,17 +404,15 @@ class LiveMarkdown(Markdown):
     async def _mount_run(self, run: list[MarkdownBlock]) -> None:
         if run:
             assert self._inner is not None
+            if not self._inner.is_attached:  # never seen since sections open only with no live block
+                await self._open_section()
             live = [widget for widget in self._live if widget.parent is self._inner]
             await self._inner.mount_all(run, before=live[0] if live else None)
             self.blocks_mounted += len(run)
             self._last_finished = run[-1]
 
     async def _open_section(self) -> None:
-        """Start a new inner section (and a new outer one when the open one is full). Live
-        blocks in the old one are removed: the caller shows the tail again."""
-        for widget in self._live:
-            await widget.remove()
-        self._live = []
+        """Start a new inner section (and a new outer one when the open one is full)."""
         if self._outer is None or len(self._outer.children) >= SECTION_BLOCKS:
             self._outer = _Section()
             await self.mount(self._outer)
