@@ -151,10 +151,12 @@ def test_is_stale():
 
 async def test_heartbeats_extend_the_lease_past_its_ttl():
     store = MemoryCheckpointer()
-    agent = agent_on(store, FauxProvider(waiting_script()), lease_ttl=0.4, heartbeat_interval=0.05)
+    # A ttl of seconds, not tenths: on a loaded 2-core CI machine the heartbeat task was seen
+    # held off for 1.3 s, which let a 0.4 s lease lapse although every heartbeat was due.
+    agent = agent_on(store, FauxProvider(waiting_script()), lease_ttl=2.0, heartbeat_interval=0.05)
     task, _ = await running(agent)
     first = await store.get_lease("t")
-    await asyncio.sleep(0.6)  # longer than the ttl
+    await asyncio.sleep(2.5)  # longer than the ttl
     later = await store.get_lease("t")
     assert later.holder_id == first.holder_id
     assert later.heartbeat_at > first.heartbeat_at and later.expires_at > first.expires_at
