@@ -32,6 +32,7 @@ from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_schema as schema
 from core.checkpoint.base import CorruptRow, RunRecord, ThreadSummary
 from core.checkpoint.listing import in_listing_order, prompt_line, prompt_text, tail_from
+from core.checkpoint.postgres_queries import pending_join, pending_ours
 from core.checkpoint.postgres_schema import Scope
 from core.checkpoint.postgres_supervised import all_leases
 from core.errors import CorruptRecordError
@@ -40,19 +41,6 @@ from core.messages import AnyMessage, UserMessage
 Connection = Any
 
 _EPOCH = "extract(epoch FROM {0})::float8"
-
-
-def _pending_ours(ours: bool) -> str:
-    return "p.request_text AS our_text, p.created_at AS our_at" if ours else "NULL AS our_text, NULL AS our_at"
-
-
-def _pending_join(ours: bool) -> str:
-    # Our exact text counts only while the row still holds that value (cubeloop may have replaced it).
-    return (
-        f" LEFT JOIN {schema.PENDING} AS p ON p.thread_id = t.thread_id AND p.request_text::jsonb = t.pending_request"
-        if ours
-        else ""
-    )
 
 
 def _stats(ours: bool) -> str:
@@ -77,10 +65,10 @@ async def _summaries(conn: Connection, scope: Scope, ours: bool, among: list[str
     await conn.execute(schema.INDEX_PLANS)
     threads = await conn.fetch(
         f"SELECT t.thread_id, {_EPOCH.format('t.updated_at')} AS updated_at, t.pending_request::text AS pending,"
-        f" t.run_id, {_pending_ours(ours)}, COALESCE(s.n, 0) AS n, {_EPOCH.format('s.last_at')} AS last_at,"
+        f" t.run_id, {pending_ours(ours)}, COALESCE(s.n, 0) AS n, {_EPOCH.format('s.last_at')} AS last_at,"
         " s.last_assistant_seq, s.first_user_seq"
         f" FROM {mine} JOIN cubepi_threads AS t ON t.thread_id = mine.thread_id"
-        f" LEFT JOIN {stats} AS s ON s.thread_id = t.thread_id" + _pending_join(ours),
+        f" LEFT JOIN {stats} AS s ON s.thread_id = t.thread_id" + pending_join(ours),
         *params,
     )
     # Per thread, in one query: the tail, a range seek of the primary key from its last

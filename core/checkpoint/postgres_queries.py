@@ -69,8 +69,8 @@ async def thread_parts(conn: Connection, scope: Scope, thread_id: str, ours: boo
     problems of an unreadable record or extra; and whether cubeloop's thread row exists."""
     thread = await conn.fetchrow(
         f"SELECT t.extra::text AS extra, t.parent_thread_id, t.pending_request::text AS pending, t.run_id,"
-        f" {_EPOCH.format('t.updated_at')} AS updated_at, {_pending_ours(ours)}, {_record_columns(scope)}"
-        " FROM cubepi_threads AS t" + _pending_join(ours) + _record_join(scope) + " WHERE t.thread_id = $1"
+        f" {_EPOCH.format('t.updated_at')} AS updated_at, {pending_ours(ours)}, {_record_columns(scope)}"
+        " FROM cubepi_threads AS t" + pending_join(ours) + _record_join(scope) + " WHERE t.thread_id = $1"
         f" AND {scope.joined('$2')}",
         thread_id,
         scope.owner,
@@ -112,11 +112,13 @@ def _record_join(scope: Scope, of: str = "t") -> str:
     return f" LEFT JOIN {schema.RECORDS} AS r ON r.thread_id = {of}.thread_id" if scope.records else ""
 
 
-def _pending_ours(ours: bool) -> str:
+def pending_ours(ours: bool) -> str:
+    """The select-list fragment of our pending-request text and time (``NULL`` without our tables)."""
     return "p.request_text AS our_text, p.created_at AS our_at" if ours else "NULL AS our_text, NULL AS our_at"
 
 
-def _pending_join(ours: bool) -> str:
+def pending_join(ours: bool) -> str:
+    """The join of our pending-request row onto ``t`` (cubeloop's threads), or ``""`` without our tables."""
     # Our exact text counts only while the row still holds that value (cubeloop may have replaced it).
     return (
         f" LEFT JOIN {schema.PENDING} AS p ON p.thread_id = t.thread_id AND p.request_text::jsonb = t.pending_request"
