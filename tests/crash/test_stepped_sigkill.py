@@ -32,6 +32,7 @@ Redis (default 20).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -143,7 +144,10 @@ async def run_child(run: Run, request: dict[str, Any], delay: float, log: Path) 
         try:
             await asyncio.wait_for(child.wait(), delay)
         except TimeoutError:
-            child.send_signal(signal.SIGKILL)
+            # The child may end on its own between the timeout and the signal; asyncio's
+            # send_signal then raises ProcessLookupError and its return code tells what happened.
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGKILL)
         await child.wait()
         await asyncio.wait_for(reader, OPEN_TIMEOUT)
     finally:
