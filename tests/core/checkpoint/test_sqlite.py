@@ -7,6 +7,7 @@ the ``fixture_db`` copy.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -452,6 +454,20 @@ async def test_closed_store_says_so(sqlite_path: Path) -> None:
     await store.close()  # idempotent
     with pytest.raises(CheckpointError, match="closed"):
         await store.load("t")
+
+
+async def test_a_loaded_thread_is_freed_once_its_caller_drops_it(sqlite_path: Path) -> None:
+    # aiosqlite's worker keeps the value its last call returned until its next call ends;
+    # the store must not leave a loaded thread there (it would be freed inside that call).
+    sqlite_path.parent.mkdir()
+    async with await SQLiteCheckpointer.open(sqlite_path) as store:
+        await store.append("t", [user_text("kept only by its caller")])
+        data = await store.load("t")
+        assert data is not None and [m.text for m in data.messages] == ["kept only by its caller"]
+        loaded = weakref.ref(data.messages[0])
+        del data
+        gc.collect()
+        assert loaded() is None
 
 
 # --- corrupt rows ------------------------------------------------------------------------------
