@@ -98,3 +98,28 @@ async def test_a_covered_screens_footer_is_rebuilt_when_it_is_back_on_top() -> N
         await wait_for(pilot, lambda: "Yell" in _footer_line(app), what="the keys screen again")
         await wait_for(pilot, lambda: "Zap" not in _footer_line(app), what="its keys as they are now")
         assert screen.footer.rebuilds == built + 1
+
+
+async def test_its_keys_are_made_as_textuals_footer_makes_them() -> None:
+    """Same keys, same compact state and classes (so the same look) as Textual's Footer."""
+    from textual.widgets import Footer
+    from textual.widgets._footer import FooterKey
+
+    class PlainFooterScreen(KeysScreen):
+        def compose(self) -> ComposeResult:
+            yield Static("keys")
+            yield Footer()
+
+    class PlainKeys(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(PlainFooterScreen())
+
+    made = []
+    for app in (Keys(), PlainKeys()):
+        async with app.run_test(size=(60, 10)) as pilot:
+            await wait_for(pilot, lambda app=app: "Zap" in _footer_line(app), what="the keys shown")
+            await pilot.pause(0.1)
+            keys = [(k.key, k.compact, sorted(k.classes)) for k in app.screen.query(FooterKey)]
+            made.append((keys, _footer_line(app)))
+    assert made[0] == made[1]
+    assert ("ctrl+p", True, ["-command-palette", "-compact"]) in made[0][0]
