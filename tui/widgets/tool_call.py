@@ -294,7 +294,7 @@ class ToolCallView(Widget, can_focus=True):
             self.set_class(self.status == name, f"-{name}")
         for name in ("rerun", "reused"):
             self.set_class(self.settled == name, f"-{name}")
-        if self.status == "running":
+        if self.status == "running" and self.is_attached:  # a removed call mounts nothing more
             progress = self.progress
             self._progress_bar().update(total=1.0 if progress is not None else None, progress=progress or 0.0)
         self._update_status_line()
