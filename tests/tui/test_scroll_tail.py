@@ -10,6 +10,7 @@ from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMes
 from tests.helpers.tui import fast_session, screen_text, wait_for
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen
+from tui.widgets.message_view import UserMessageView
 from tui.widgets.transcript import WINDOW, Transcript
 
 
@@ -64,6 +65,27 @@ async def test_a_huge_first_prompt_opens_on_the_reply_after_it(tmp_path: Path) -
         await wait_for(pilot, lambda: "the answer at the end" in screen_text(app), what="the reply in view")
         transcript = app.screen.query_one(Transcript)
         assert transcript.scroll_y == transcript.max_scroll_y > 0
+
+
+async def test_a_thread_of_more_than_a_page_that_fits_the_view_shows_from_its_top(tmp_path: Path) -> None:
+    """Opened on its newest page, which is pinned to the end at once (the long thread's
+    case); once every earlier page is in and all of it fits, it hangs from the top as a
+    short thread does, not from the bottom."""
+    path = tmp_path / "threads.sqlite"
+    store = await SQLiteCheckpointer.open(path, create=True)
+    await store.append("short", [user_text(f"short {i}") for i in range(WINDOW + 10)])
+    await store.close()
+    app = make_app(fast_session(path=path), thread_id="short")
+    async with app.run_test(size=(120, 160)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen) and app.screen.loaded, what="loaded")
+        transcript = app.screen.query_one(Transcript)
+        await wait_for(pilot, lambda: transcript.shown_count == WINDOW + 10, what="every message mounted")
+        await pilot.pause(0.3)  # a bounded look: nothing may move it down again
+        first = transcript.query(UserMessageView).first()
+        assert transcript.virtual_size.height <= transcript.scrollable_content_region.height
+        assert transcript.scroll_y == 0 and not transcript.is_anchored
+        assert first.region.y == transcript.content_region.y + first.styles.margin.top
+        assert "short 0" in screen_text(app) and "short 29" in screen_text(app)
 
 
 async def test_new_messages_keep_the_view_at_the_end_unless_the_user_scrolled_up() -> None:

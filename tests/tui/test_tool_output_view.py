@@ -302,3 +302,34 @@ async def test_t_steps_back_through_the_tool_calls_even_from_an_expanded_box() -
         await wait_for(pilot, lambda: isinstance(app.focused, OutputView), what="the box focused")
         await pilot.press("t")
         await wait_for(pilot, lambda: app.focused is first, what="the one before the expanded call")
+
+
+async def test_a_call_gets_its_progress_bar_when_it_runs_and_a_stored_one_never() -> None:
+    """A stored call never runs, so it mounts no bar; a running one shows the fraction
+    reported, then an indeterminate bar once it reports none."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import ProgressBar
+
+    stored = ToolCallView(ToolCall(id="c1", name="read", arguments={}), status="unanswered")
+    live = ToolCallView(ToolCall(id="c2", name="fetch", arguments={"n": 1}))
+
+    class Calls(App[None]):
+        def compose(self) -> ComposeResult:
+            yield stored
+            yield live
+
+    async with Calls().run_test(size=(80, 20)) as pilot:
+        stored.finish(ToolResultMessage(tool_call_id="c1", tool_name="read", content=[TextContent(text="out")]))
+        await pilot.pause()
+        assert not stored.query(ProgressBar) and not live.query(ProgressBar)
+        live.report(0.5, "half way")
+        await wait_for(pilot, lambda: "50%" in screen_text(pilot.app), what="the bar at 50%")
+        bar = live.query_one(ProgressBar)
+        assert bar.display and bar.percentage == 0.5 and live.status == "running"
+        assert [child.id for child in live.children] == ["tool-header", "tool-progress", "tool-status", "tool-result"]
+        live.progress = None
+        await pilot.pause()
+        assert bar.total is None  # indeterminate
+        live.finish(ToolResultMessage(tool_call_id="c2", tool_name="fetch", content=[TextContent(text="done it")]))
+        await wait_for(pilot, lambda: "done it" in screen_text(pilot.app), what="the result")
+        assert not bar.display and "50%" not in screen_text(pilot.app)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
 
 
 class SteadyFooter(Footer):
@@ -17,11 +19,27 @@ class SteadyFooter(Footer):
     thread's time while ``?`` was pressed repeatedly (profiled with pyinstrument). The keys
     shown (key, label, action, enabled, tooltip, group) are compared first; only a change
     rebuilds.
+
+    The comparison is made once the screen has refreshed, for every change signalled
+    before it: Textual queues one rebuild per signal, and opening a thread signalled three
+    while its first page mounted, three rebuilds before its first frame (~60 ms of the
+    10,000-message open's ~230 ms, measured: issue 10), two of them for the same keys.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._shown: Hashable | None = None
+        self._due = False  # a comparison is queued for after the next refresh
+
+    def compose(self) -> ComposeResult:
+        # Each key bound to this footer's compact state starts in it: made compact
+        # (FooterKey's default), then bound to a footer that is not, each was styled three
+        # times instead of once (a rebuild took ~23 ms, ~8 ms so; issue 10's profile). The
+        # command palette's key is not bound (Footer.compose) and stays as made.
+        for widget in super().compose():
+            if isinstance(widget, FooterKey) and not widget.has_class("-command-palette"):
+                widget.set_reactive(FooterKey.compact, self.compact)
+            yield widget
 
     def _keys(self, screen: Screen[object]) -> Hashable:
         """What :meth:`Footer.compose` would show for ``screen`` now."""
@@ -33,9 +51,32 @@ class SteadyFooter(Footer):
         return shown, self.show_command_palette, self.compact
 
     def bindings_changed(self, screen: Screen[object]) -> None:
-        if self._bindings_ready and self.is_attached and screen is self.screen and screen.app.app_focus:
-            keys = self._keys(screen)
-            if keys == self._shown:
-                return
+        # Footer.bindings_changed, with the rebuild queued once and only when the keys differ.
+        self._bindings_ready = True
+        if not screen.app.app_focus or not self.is_attached or screen is not self.screen or self._due:
+            return
+        self._due = True
+        self.call_after_refresh(self._rebuild)
+
+    async def _rebuild(self) -> None:
+        self._due = False
+        if not self.is_attached:
+            return
+        if self._covered():
+            # Its bindings are signalled again when its screen is back on top (Textual's
+            # stack_updates), and compared then. Pushing a thread screen rebuilt the
+            # picker's footer unseen (~14 ms of the open).
+            return
+        keys = self._keys(self.screen)
+        if keys != self._shown:
             self._shown = keys
-        super().bindings_changed(screen)
+            await self.recompose()
+
+    def _covered(self) -> bool:
+        """Whether a screen above this footer's hides it (an opaque one; Textual's
+        ``Screen.is_current`` counts the screen just below the top as visible either way)."""
+        stack = self.app.screen_stack
+        screen = self.screen
+        if screen not in stack:
+            return False
+        return any(above.styles.background.a == 1 for above in stack[stack.index(screen) + 1 :])

@@ -37,7 +37,11 @@ top); also the rows a thread view reads at first and per page (:data:`PageLoader
 Measured on the 2-core machine (issue 10), opening a thread costs ~10 ms of mounting per
 entry on top of ~400 ms for the screen: 60 entries doubled the time to the first paint,
 20 (a 40-line terminal's worth of a typical agent thread, and more is paged in when they
-do not fill the view) add ~200 ms."""
+do not fill the view) add ~200 ms. Measured again later (CPU from the thread screen's push
+to the frame with the last message, in the app on the benchmark's 10,000-message thread):
+~315 ms, then ~150 ms once the first frame was the tail, stored tool calls mounted no
+progress bar and the footer was rebuilt once; 20 entries are 14 views, 59 widgets, and
+mounting only the 5 views on screen would save ~30 ms more."""
 
 PAGE_IN_LINES = 3
 """Earlier entries are paged in when the top of the view comes within this many lines of
@@ -165,6 +169,13 @@ class Transcript(VerticalScroll, can_focus=True):
         ``entries`` may be the newest rows only: ``unread`` rows are stored before them, read
         by ``loader`` (kept from an earlier call when not given) a page at a time below row
         id ``before`` (the first of ``entries``) when they are to be shown."""
+        # One frame for all of it: painted between mounts, the half-mounted view cost a
+        # whole layout and render (~20 ms of the 10,000-message open, issue 10).
+        with self.app.batch_update():
+            await self._replace(entries, unread, before, loader)
+
+    async def _replace(self, entries: list[Entry], unread: int, before: Any, loader: PageLoader | None) -> None:
+        """:meth:`show`'s work, in one batch of updates."""
         await self.remove_children([child for child in self.children if child.id != "earlier"])
         self._entries = list(entries)
         self._results = {m.tool_call_id: m for m in entries if isinstance(m, ToolResultMessage)}
@@ -184,16 +195,23 @@ class Transcript(VerticalScroll, can_focus=True):
             views = [Static("No messages yet. Press n to send the first prompt.", classes="empty")]
         await self.mount_all(views)
         self._update_earlier()
-        # Open on the newest messages. The scroll home must happen now: a deferred one
-        # (scroll_home's default) lands after the tail was pinned and leaves the view at
-        # the top. Once laid out, a tall transcript is pinned to its end.
-        self.anchor(False)
-        self._placing = True
-        try:
-            self.scroll_home(animate=False, immediate=True)
-        finally:
-            self._placing = False
-        self.call_after_refresh(self._pin_when_tall)
+        if self._unread:
+            # Rows before these are paged in until the view is full (_fill), so the view
+            # follows the tail from its first frame: pinned only once laid out, it painted
+            # the window's top first and the tail one full layout later (~80 ms of the
+            # 10,000-message open, issue 10). _fill unpins it if the thread is short after all.
+            self.anchor()
+        else:
+            # Open on the newest messages. The scroll home must happen now: a deferred one
+            # (scroll_home's default) lands after the tail was pinned and leaves the view at
+            # the top. Once laid out, a tall transcript is pinned to its end.
+            self.anchor(False)
+            self._placing = True
+            try:
+                self.scroll_home(animate=False, immediate=True)
+            finally:
+                self._placing = False
+            self.call_after_refresh(self._pin_when_tall)
         self.call_after_refresh(self._fill)
 
     @property
@@ -215,8 +233,9 @@ class Transcript(VerticalScroll, can_focus=True):
         async with self._earlier:
             await self._show_earlier(keep_view)
 
-    async def _show_earlier(self, keep_view: bool) -> bool:
-        """:meth:`show_earlier`'s work; whether it mounted anything."""
+    async def _show_earlier(self, keep_view: bool, *, at_tail: bool = False) -> bool:
+        """:meth:`show_earlier`'s work; whether it mounted anything. ``at_tail``: the view
+        is pinned to its end and stays there (scrolling would release the pin)."""
         await self._read_earlier()
         if self._first_shown == 0:
             self._update_earlier()
@@ -228,7 +247,7 @@ class Transcript(VerticalScroll, can_focus=True):
         if views:
             top = first.virtual_region.y if first is not None else 0
             await self.mount_all(views, before=first) if first else await self.mount_all(views)
-            if first is not None:
+            if first is not None and not at_tail:
                 if keep_view:
                     self.call_after_refresh(self._keep_view, first, top, self.scroll_y)
                 else:
@@ -261,17 +280,18 @@ class Transcript(VerticalScroll, can_focus=True):
             self._results.update((m.tool_call_id, m) for m in older if isinstance(m, ToolResultMessage))
             self._unread, self._before = page.earlier, page.first_id
 
-    def _page_in(self) -> None:
-        """Page earlier entries in while the user scrolls near the top (one at a time)."""
+    def _page_in(self, *, at_tail: bool = False) -> None:
+        """Page earlier entries in while the user scrolls near the top (one at a time);
+        ``at_tail``: the view is pinned to its end, which keeps it there (no scroll)."""
         if self._paging or not self.is_mounted:
             return
         self._paging = True
-        self.run_worker(self._paged_in(), group="page-in")
+        self.run_worker(self._paged_in(at_tail), group="page-in")
 
-    async def _paged_in(self) -> None:
+    async def _paged_in(self, at_tail: bool) -> None:
         try:
             async with self._earlier:
-                mounted = await self._show_earlier(keep_view=True)
+                mounted = await self._show_earlier(keep_view=True, at_tail=at_tail)
         finally:
             self._paging = False
         if mounted:
@@ -285,9 +305,15 @@ class Transcript(VerticalScroll, can_focus=True):
 
     def _fill(self) -> None:
         """Page earlier entries in while the mounted ones do not fill the view (nothing to
-        scroll means no scroll to page in on)."""
-        if self.is_mounted and self.has_earlier and self.virtual_size.height <= self.scrollable_content_region.height:
-            self._page_in()
+        scroll means no scroll to page in on); a view that stays short (the thread's start
+        is mounted) is not pinned, so it shows from the top (see :meth:`_pin_when_tall`)."""
+        if not self.is_mounted or self.virtual_size.height > self.scrollable_content_region.height:
+            return
+        if self.has_earlier:
+            self._page_in(at_tail=self.is_anchored)
+        elif self.is_anchored:
+            self.anchor(False)
+            self._place(0)
 
     def _reveal_above(self, boundary: Widget) -> None:
         """Scroll so the screenful just above ``boundary`` (the entries just mounted) is in view."""
