@@ -92,15 +92,17 @@ def summaries(c: sqlite3.Connection, layout: Layout, owner: str, among: Collecti
             leases = all_leases(c, layout, owner, named)
             pending = pending_requests(c, layout, owner, None, named)
             if layout.has("messages"):
-                threads = _read_indexed(c, layout, mine, args) if thread_index(c) else _read_bare(c, layout, mine, args)
-                for tid, count, last_at, start, rows, first_id, first in threads:
-                    messages, problems = _tail(c, layout, owner, tid, start, rows)
+                indexed = thread_index(c)
+                threads = list(_read_indexed(c, layout, mine, args) if indexed else _read_bare(c, layout, mine, args))
+                tails = _tails(c, layout, owner, threads)
+                for tid, count, last_at, _, _, first_id, first in threads:
+                    messages, problems = tails[tid]
                     thread_runs = runs.pop(tid, ())
                     out.append(
                         ThreadSummary(
                             thread_id=tid,
                             message_count=count,
-                            last_activity=_last_activity(last_at, thread_runs),
+                            last_activity=_last_activity(last_at, thread_runs) if thread_runs else last_at,
                             runs=tuple(thread_runs),
                             tail=tuple(messages),
                             problems=tuple(problems),
@@ -242,15 +244,33 @@ def _tail_rows(layout: Layout, mine: str, *, indexed: bool) -> str:
     )
 
 
-def _tail(c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str, start: int, rows: _Rows) -> _Tail:
-    """A thread's tail: its ``rows`` from ``start`` (the last stored assistant row's id, 0
-    for every row) decoded; when the row at ``start`` does not decode as a reply it is
-    reported and the one before it is looked for (:func:`_tail_before`)."""
-    messages, ids, problems = decode_rows(rows, thread_id)
-    if not start:
-        return messages, problems
-    cut = tail_from(messages, ids, problems, start)
-    return cut if cut is not None else _tail_before(c, layout, owner, thread_id, start, messages, problems)
+def _tails(c: sqlite3.Connection, layout: Layout, owner: str, threads: list[_Thread]) -> dict[str, _Tail]:
+    """Each thread's tail, by thread id: its rows from its start (the last stored assistant
+    row's id, 0 for every row) decoded; when the row at the start does not decode as a
+    reply it is reported and the one before it is looked for (:func:`_tail_before`).
+
+    Every thread's rows are decoded in one call: measured at 10,000 one-row tails, a call
+    per thread cost ~15 ms more (the collector pause and the lists of each call). A row
+    that fails is decoded again with its thread's rows, so its problem names its thread."""
+    every = [row for thread in threads for row in thread[4]]
+    messages, ids, problems = decode_rows(every, "")
+    decoded = dict(zip(ids, messages, strict=True))
+    failed = {p.row_id for p in problems}
+    out: dict[str, _Tail] = {}
+    for tid, _, _, start, rows, _, _ in threads:
+        if failed and not failed.isdisjoint(row_id for row_id, _ in rows):
+            thread_messages, thread_ids, thread_problems = decode_rows(rows, tid)
+        else:
+            thread_ids = [row_id for row_id, _ in rows]
+            thread_messages, thread_problems = [decoded[row_id] for row_id in thread_ids], []
+        if not start:
+            out[tid] = thread_messages, thread_problems
+            continue
+        cut = tail_from(thread_messages, thread_ids, thread_problems, start)
+        out[tid] = (
+            cut if cut is not None else _tail_before(c, layout, owner, tid, start, thread_messages, thread_problems)
+        )
+    return out
 
 
 def _tail_before(
