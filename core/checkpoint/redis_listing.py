@@ -9,7 +9,7 @@ names it - and returns only the entries from there on: they are the only ones de
 (The earlier listing fetched and parsed the last eight entries of every thread in Python.)
 The first prompt is the text our writes keep in ``tui:first`` (schema v2); a store without
 it (the example's layout, or ours before v2) gets the first user entry from the script,
-read by :func:`core.checkpoint.listing.prompt_text` (decoded only where that rule cannot
+read by :func:`core.checkpoint.listing.stored_prompt_text` (decoded only where that rule cannot
 vouch for it).
 
 Thread versions (``VERSIONS_CHUNK``): a digest of the index score (last activity), the
@@ -30,7 +30,7 @@ from redis.commands.core import AsyncScript
 from core.checkpoint import codec
 from core.checkpoint import redis_records as records
 from core.checkpoint.base import CorruptRow, ThreadSummary
-from core.checkpoint.listing import in_listing_order, prompt_line, prompt_text, tail_from
+from core.checkpoint.listing import in_listing_order, prompt_line, stored_prompt_text, tail_from
 from core.checkpoint.redis_keys import Keys
 from core.checkpoint.redis_read import TAIL_WINDOW, decode_rows, first_prompt_of, message_time, scan_threads
 from core.errors import CorruptRecordError
@@ -159,16 +159,13 @@ def _is_assistant(raw: bytes) -> bool:
 async def _first_prompt(r: Redis, keys: Keys, thread_id: str, head: list[bytes]) -> str:
     """The first prompt line of a thread without ``tui:first``: from the first user entry
     the script found (``head``: its list index and text, or empty), read by
-    :func:`~core.checkpoint.listing.prompt_text`; decoded where that rule cannot vouch for
+    :func:`~core.checkpoint.listing.stored_prompt_text`; decoded where that rule cannot vouch for
     it; and when it does not decode, the first user message that does, from the whole
     list (as the store has always read it)."""
     if not head:
         return ""
     raw = head[1]
-    try:
-        text = prompt_text(json.loads(raw))
-    except ValueError:
-        text = None
+    text = stored_prompt_text(raw)
     if text is None:
         try:
             message = codec.decode(raw)

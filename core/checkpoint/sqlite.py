@@ -168,7 +168,8 @@ class SQLiteCheckpointer(SQLiteFile, SQLitePages, SupervisedStore, HumanRequests
         whatever the number of threads (the owner is a predicate inside each of them).
 
         Decodes only each thread's tail (from its last assistant row) and reads the first
-        prompt in SQL (:mod:`core.checkpoint.sqlite_listing`); corrupt rows never break it.
+        prompt without decoding its row (:mod:`core.checkpoint.sqlite_listing`); corrupt
+        rows never break it.
         Each summary carries the thread's lease record (live or expired), if any.
         """
         layout, owner = self._layout, self._owner

@@ -18,7 +18,7 @@ import pytest
 from core.checkpoint import codec
 from core.checkpoint.base import Checkpointer, Fingerprints, Lease
 from core.checkpoint.capabilities import ThreadVersions, supports
-from core.checkpoint.listing import FIRST_PROMPT_CHARS, prompt_line, prompt_text
+from core.checkpoint.listing import FIRST_PROMPT_CHARS, prompt_line, prompt_text, stored_prompt_text
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import CorruptRecordError
 from core.messages import AnyMessage, AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage, user_text
@@ -215,17 +215,41 @@ def test_the_prompt_rule_answers_only_what_decoding_gives(raw: str, kind: str) -
         assert text == decoded_text(raw)
 
 
+# Rows where parsers differ (besides PROMPT_ROWS): duplicate keys (the decoder's parser keeps
+# the last), NaN, nesting deeper than the decoder's parser reads, a pair of surrogate escapes.
+PARSER_ROWS: list[tuple[str, str]] = [
+    ('{"role": "user", "content": "first", "content": "second"}', "text"),
+    ('{"role": "assistant", "role": "user", "content": "was a reply"}', "text"),
+    ('{"role": "user", "role": "assistant", "content": []}', "unsure"),
+    ('{"role": "user", "content": "t", "timestamp": NaN}', "text"),
+    ('{"role": "user", "content": "t", "metadata": {"deep": ' + "[" * 300 + "]" * 300 + "}}", "unsure"),
+    ('{"role": "user", "content": "t", "metadata": {"deep": ' + "[" * 100 + "]" * 100 + "}}", "text"),
+    ('{"role": "user", "content": [{"type": "text", "text": "a\\udcff \\ud83d\\ude00"}]}', "text"),
+    ('{"role": "user", "content": "t"', "unsure"),
+]
+
+
+@pytest.mark.parametrize(("raw", "kind"), PROMPT_ROWS + PARSER_ROWS)
+def test_the_stored_prompt_is_what_decoding_gives(raw: str, kind: str) -> None:
+    """``stored_prompt_text`` parses a row as the decoder does: it answers the rows the rule
+    vouches for, and only with the decoded text (``None`` for a row that does not decode)."""
+    text = stored_prompt_text(raw.encode("utf-8", "surrogatepass"))
+    if kind == "text":
+        assert text is not None, "the rule should read this row without decoding it"
+    if text is not None:
+        assert text == decoded_text(raw)
+
+
 def test_the_prompt_line_is_collapsed_and_cut() -> None:
     assert prompt_line("  a\n\n b\tc ") == "a b c"
     cut = prompt_line("word " * 100)
     assert len(cut) == FIRST_PROMPT_CHARS and cut.endswith("…") and cut.startswith("word word")
 
 
-async def test_sqlite_reads_the_first_prompt_in_sql_under_the_same_rule(tmp_path: Path) -> None:
+async def test_sqlite_reads_the_first_prompt_under_the_same_rule(tmp_path: Path) -> None:
     """Each row of PROMPT_ROWS as the first row of a thread, a reply after it (so the tail
     does not hold it): the listing's first prompt is what decoding gives, and the rows it
-    decodes are the tails plus exactly the rows the Python rule cannot vouch for - the SQL
-    rendering of the rule draws the same line."""
+    decodes are the tails plus exactly the rows the rule cannot vouch for."""
     path = tmp_path / "prompts.sqlite"
     await (await SQLiteCheckpointer.open(path, create=True)).close()
     reply = codec.encode(AssistantMessage(content=[TextContent(text="ok")]))
