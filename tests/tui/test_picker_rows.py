@@ -17,7 +17,7 @@ from tests.helpers.tui import fast_session, screen_text, wait_for, wait_for_text
 from tui import whole_diagnoses
 from tui.app import make_app
 from tui.screens.modals import ErrorScreen
-from tui.session import RowsUpdate
+from tui.session import FIRST_ROWS, RowsUpdate
 
 
 def _done(text: str = "ok") -> AssistantMessage:
@@ -172,3 +172,20 @@ async def test_a_key_in_the_app_tells_the_session_that_input_is_not_quiet() -> N
         assert session.input_is_quiet()
         await pilot.press("down")
         assert not session.input_is_quiet()
+
+
+async def test_a_long_first_listing_shows_its_first_rows_before_the_rest() -> None:
+    store = await _store(FIRST_ROWS + 50)
+    session = fast_session(store)
+    await session.open()
+    updates = session.watch_rows()
+    try:
+        top = await _next(updates)
+        assert len(top.rows) == FIRST_ROWS and top.listed == FIRST_ROWS + 50
+        whole = await _next(updates)
+        assert len(whole.rows) == FIRST_ROWS + 50
+        assert whole.rows[:FIRST_ROWS] == top.rows  # the top first, then every row, in order
+        assert whole.changed == {row.thread_id for row in whole.rows[FIRST_ROWS:]}
+    finally:
+        await updates.aclose()
+        await session.close()
