@@ -122,7 +122,7 @@ FIRST_PAINT_PAUSE = 0.05
 """Seconds the rest of a first listing waits once its first rows are handed out, so that the
 screen paints them first: each of the few steps from rows to frame (message, table, header,
 frame) otherwise waited for a slice of row-making, and the first rows reached the screen
-85 ms after they were handed out instead of 20-30 ms (stamped in the app, 10,000 threads)."""
+85 ms after they were handed out instead of 8-42 ms (stamped in the app, 10,000 threads)."""
 
 ROWS_SLICE = 0.01
 """Seconds of making rows between two yields to the event loop: diagnosing a tail takes
@@ -132,8 +132,8 @@ ROWS_SLICE = 0.01
 INPUT_QUIET = 0.5
 """Seconds without a key or mouse event (:meth:`Session.note_input`) before the picker's
 rows are refined from whole threads again: that refinement reads thread after thread in
-the store's thread (at 10,000 threads about 7 s of one core after the first listing, 740 µs
-a thread here), and a key handled meanwhile shares the GIL with it: the help key's p95 was
+the store's thread (at 10,000 threads 4-7 s of one core after the first listing, 365-740 µs
+a thread here by load), and a key handled meanwhile shares the GIL with it: the help key's p95 was
 53-130 ms then, 17-30 ms once it was done (issue 10). Half a second: a pause in typing."""
 
 INPUT_POLL = 0.05
