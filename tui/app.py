@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from platformdirs import user_downloads_path
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
@@ -70,6 +70,7 @@ class CubepiApp(App[None]):
         self._restore_hangup: Callable[[], None] | None = None
         self._restore_signals: Callable[[], None] | None = None
         self._provider_asked = False
+        self._help: HelpScreen | None = None  # made on the first ``?``, then kept
         self.fatal_error: str | None = None
         """The sentence of the error that kept the app from starting; quitting then exits 1."""
 
@@ -91,6 +92,11 @@ class CubepiApp(App[None]):
             self._restore_hangup = hangup.on_hangup(
                 lambda: loop.call_soon_threadsafe(self._end_on_signal, signal.SIGHUP), driver=lambda: self._driver
             )
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.InputEvent) and not event.is_forwarded:
+            self.session.note_input()  # background refinement waits while the user is at work
+        await super().on_event(event)
 
     def _end_on_signal(self, signum: int) -> None:
         """End as quitting does (runs aborted and saved), then exit with ``128 + signum``,
@@ -288,9 +294,16 @@ class CubepiApp(App[None]):
             self.push_screen(CommandPalette(id="--command-palette"))
 
     def action_help(self) -> None:
-        """Show the help screen."""
-        if not isinstance(self.top_screen, HelpScreen):
-            self.push_screen(HelpScreen())
+        """Show the help screen: one kept (installed) screen, so showing it again neither
+        composes nor lays out the help, nor the screen beneath, anew: a new HelpScreen's
+        first resize laid out the picker behind it too, half of a ``?`` / Escape pair's
+        CPU time at 10,000 threads (profiled with cProfile, issue 10)."""
+        if isinstance(self.top_screen, HelpScreen):
+            return
+        if self._help is None:
+            self._help = HelpScreen()
+            self.install_screen(self._help, "help")
+        self.push_screen(self._help)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Palette entries: the app's own actions first, then Textual's."""

@@ -113,9 +113,32 @@ FIRST_ROWS_BUDGET = 0.05
 """Seconds a first listing may spend making rows before the ones made are shown: the top of a
 10,000-thread list paints at once and the rest follow (about 0.5-0.9 s more here)."""
 
+FIRST_ROWS = 200
+"""Rows of a first listing shown as soon as they are made, before :data:`FIRST_ROWS_BUDGET`
+is spent: more than a terminal shows at once, made in about 12 ms (60 µs a row here), so
+the start does not wait the whole budget for rows nobody sees yet."""
+
+FIRST_PAINT_PAUSE = 0.05
+"""Seconds the rest of a first listing waits once its first rows are handed out, so that the
+screen paints them first: each of the few steps from rows to frame (message, table, header,
+frame) otherwise waited for a slice of row-making, and the first rows reached the screen
+85 ms after they were handed out instead of 8-42 ms (stamped in the app, 10,000 threads)."""
+
 ROWS_SLICE = 0.01
 """Seconds of making rows between two yields to the event loop: diagnosing a tail takes
 50-70 µs here (issue 10), 10,000 of them half a second, which no key press should wait for."""
+
+
+INPUT_QUIET = 0.5
+"""Seconds without a key or mouse event (:meth:`Session.note_input`) before the picker's
+rows are refined from whole threads again: that refinement reads thread after thread in
+the store's thread (at 10,000 threads 4-7 s of one core after the first listing, 365-740 µs
+a thread here by load), and a key handled meanwhile shares the GIL with it: the help key's p95 was
+53-130 ms then, 17-30 ms once it was done (issue 10). Half a second: a pause in typing."""
+
+INPUT_POLL = 0.05
+"""Seconds between two looks, while the user is at work, at whether the store changed
+(a new listing is shown at once) or input has gone quiet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +242,20 @@ class Session:
     """Each listed thread's row and what it was made of (:meth:`_row_key`): kept while that holds."""
     _handed: _Handed = field(default_factory=lambda: _Handed([], {}, ()), init=False, repr=False)
     """The last rows handed out (what ``RowsUpdate.changed`` is against)."""
+    input_quiet: float = INPUT_QUIET
+    """Seconds after the last input (:meth:`note_input`) before whole-thread refinement goes on."""
+    _input_at: float = field(default=float("-inf"), init=False, repr=False)
+    """When the user last pressed a key or used the mouse (``time.monotonic``)."""
+
+    def note_input(self) -> None:
+        """The user pressed a key or used the mouse (the app says so for each input event):
+        whole-thread refinement of the picker's rows (:meth:`watch_rows`) waits until
+        ``input_quiet`` seconds pass without input, so that keys never share the CPU with it."""
+        self._input_at = time.monotonic()
+
+    def input_is_quiet(self) -> bool:
+        """Whether ``input_quiet`` seconds passed since the last input (:meth:`note_input`)."""
+        return time.monotonic() - self._input_at >= self.input_quiet
 
     def report_busy(self, attempt: int) -> None:
         """Pass a "database is locked, retrying" notice on to ``on_busy`` (the app shows it)."""
@@ -377,8 +414,9 @@ class Session:
     async def watch_rows(self) -> AsyncIterator[RowsUpdate]:
         """The thread list now, then again whenever another program (or a run here) changed
         the store or a lease's state moved (:func:`core.follow.watch_threads`), each time
-        with the threads that changed (:class:`RowsUpdate`); then, a budget at a time, the
-        rows whose state the whole stored thread corrects (:mod:`tui.whole_diagnoses`).
+        with the threads that changed (:class:`RowsUpdate`); then, a budget at a time and
+        only while input is quiet (:meth:`note_input`), the rows whose state the whole
+        stored thread corrects (:mod:`tui.whole_diagnoses`).
 
         The list is read once per change: the first update is the first listing, shown
         from the threads' tails before any whole thread is read. Only rows of threads
@@ -412,9 +450,13 @@ class Session:
                 views = item.views
                 async for update in self._updates(store, item.threads, views, candidates):
                     yield update
-                # Correct rows from whole threads, a budget at a time, until the store changes.
+                # Correct rows from whole threads, a budget at a time, until the store changes,
+                # while the user is not at work (see INPUT_QUIET).
                 more = True
                 while more and snapshots.empty():
+                    if not self.input_is_quiet():
+                        await asyncio.sleep(INPUT_POLL)
+                        continue
                     more = await self.whole.refine(store, item.threads)
                     refined = self.whole.take_refined()
                     update = await self._refresh(store, item.threads, views, refined | set(self.agents))
@@ -449,9 +491,9 @@ class Session:
         whose tail cannot be read right alone is made after its whole thread is diagnosed
         (``WholeDiagnoses.needs_whole``), so no row is ever shown from a misleading tail.
 
-        Yields once; a first listing that takes longer than :data:`FIRST_ROWS_BUDGET` to
-        turn into rows yields the rows made by then first (the top of the list, what the
-        screen shows first), then all of them."""
+        Yields once; a first listing that takes longer than :data:`FIRST_ROWS_BUDGET`, or
+        more than :data:`FIRST_ROWS` rows, to turn into rows yields the rows made by then
+        first (the top of the list, what the screen shows first), then all of them."""
         first = not self._handed.rows
         deadline = time.monotonic() + FIRST_ROWS_BUDGET
         pause = time.monotonic() + ROWS_SLICE
@@ -463,10 +505,12 @@ class Session:
                 rows.append(hit[1])
                 continue
             rows.append(await self._row_for(store, summary, views.get(summary.thread_id), hit))
-            if time.monotonic() >= pause:
-                if first and time.monotonic() >= deadline and len(rows) < len(summaries):
-                    first = False
-                    yield self._hand_out(list(rows), summaries)
+            if first and len(rows) < len(summaries) and (len(rows) >= FIRST_ROWS or time.monotonic() >= deadline):
+                first = False
+                yield self._hand_out(list(rows), summaries)
+                await asyncio.sleep(FIRST_PAINT_PAUSE)
+                pause = time.monotonic() + ROWS_SLICE
+            elif time.monotonic() >= pause:
                 await asyncio.sleep(0)  # a key press waits for one slice at most, not 10,000 rows
                 pause = time.monotonic() + ROWS_SLICE
         yield self._hand_out(rows, summaries)

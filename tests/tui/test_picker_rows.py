@@ -5,6 +5,7 @@ whole-thread refinement looks at a listing once. Work is counted, never timed.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -16,7 +17,7 @@ from tests.helpers.tui import fast_session, screen_text, wait_for, wait_for_text
 from tui import whole_diagnoses
 from tui.app import make_app
 from tui.screens.modals import ErrorScreen
-from tui.session import RowsUpdate
+from tui.session import FIRST_ROWS, RowsUpdate
 
 
 def _done(text: str = "ok") -> AssistantMessage:
@@ -123,3 +124,68 @@ async def test_refinement_looks_at_a_listing_once_however_many_steps_it_takes(mo
     assert len(looked) == 30  # each tail looked at once, not once per step
     assert not await whole.refine(store, summaries)  # nothing left: no more work
     assert len(looked) == 30
+
+
+async def test_refinement_waits_while_the_user_is_at_work_and_changes_still_show() -> None:
+    store = await _store(5)
+    session = fast_session(store)
+    steps: list[int] = []
+    refine = session.whole.refine
+
+    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        steps.append(1)
+        return await refine(*args, **kwargs)
+
+    session.whole.refine = counted  # type: ignore[method-assign]
+    session.input_quiet = 3600.0  # input came "just now" for the whole test, until set to 0
+    session.note_input()
+    await session.open()
+    updates = session.watch_rows()
+    try:
+        first = await _next(updates)
+        assert len(first.rows) == 5
+        await store.append("t2", [user_text("and again"), _done("again")])
+        update = await _next(updates)  # a change elsewhere is shown while input is recent
+        assert update.changed == {"t2"}
+        assert steps == []  # and no thread was read whole meanwhile
+        session.input_quiet = 0.0
+        more = asyncio.ensure_future(_next(updates))
+        for _ in range(200):
+            if steps:
+                break
+            await asyncio.sleep(0.05)
+        assert steps  # quiet input: refinement went on
+        more.cancel()
+        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+            await more
+    finally:
+        await updates.aclose()
+        await session.close()
+
+
+async def test_a_key_in_the_app_tells_the_session_that_input_is_not_quiet() -> None:
+    session = fast_session(await _store(3))
+    session.input_quiet = 3600.0
+    app = make_app(session)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await wait_for(pilot, lambda: len(app.threads_screen.rows) == 3, what="three rows")
+        assert session.input_is_quiet()
+        await pilot.press("down")
+        assert not session.input_is_quiet()
+
+
+async def test_a_long_first_listing_shows_its_first_rows_before_the_rest() -> None:
+    store = await _store(FIRST_ROWS + 50)
+    session = fast_session(store)
+    await session.open()
+    updates = session.watch_rows()
+    try:
+        top = await _next(updates)
+        assert len(top.rows) == FIRST_ROWS and top.listed == FIRST_ROWS + 50
+        whole = await _next(updates)
+        assert len(whole.rows) == FIRST_ROWS + 50
+        assert whole.rows[:FIRST_ROWS] == top.rows  # the top first, then every row, in order
+        assert whole.changed == {row.thread_id for row in whole.rows[FIRST_ROWS:]}
+    finally:
+        await updates.aclose()
+        await session.close()

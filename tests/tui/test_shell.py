@@ -159,6 +159,23 @@ async def test_help_screen_and_palette_commands() -> None:
         assert titles[:4] == ["New thread", "Threads", "Reload threads", "Help"]
 
 
+async def test_help_is_one_kept_screen_that_closes_each_time_it_is_shown() -> None:
+    app = make_app(fast_session(MemoryCheckpointer()))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
+        shown: list[HelpScreen] = []
+        for key in ("escape", "q", "question_mark"):  # each of its closing keys, on a later showing
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+            await wait_for(pilot, lambda: "Crash points" in screen_text(app), what="help drawn")
+            assert isinstance(app.screen, HelpScreen)
+            shown.append(app.screen)
+            await pilot.press(key)
+            await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what=f"closed by {key}")
+        assert shown[0] is shown[1] is shown[2]
+        assert not any(isinstance(screen, HelpScreen) for screen in app.screen_stack)
+
+
 def test_bindings_have_ids_and_tooltips() -> None:
     from textual.binding import Binding
 

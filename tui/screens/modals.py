@@ -351,6 +351,10 @@ class HelpScreen(OnceModal[None]):
             yield Static(_LaidOutHelp(), classes="body")
             yield Static(Text("Escape closes this help.", style="dim"), classes="hint")
 
+    def on_screen_resume(self) -> None:
+        # The app keeps this screen and shows it again: each showing answers once.
+        self._answered = False
+
     def action_close(self) -> None:
         """Close the help."""
         self.answer_once(None)
