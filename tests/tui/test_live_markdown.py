@@ -315,3 +315,52 @@ async def test_streamed_thinking_shows_when_expanded() -> None:
         await wait_for(pilot, lambda: "step one ␛[2J then step two" in screen_text(app), what="the reasoning")
         await view.sync(thinking("step one \x1b[2J then step two and three"))
         await wait_for(pilot, lambda: "and three" in screen_text(app), what="more reasoning")
+
+
+async def test_frozen_lines_draw_as_the_joined_paragraph_down_to_the_selection_offsets() -> None:
+    """A :class:`FrozenParagraph` grown piece by piece draws every line as a paragraph of the
+    joined pieces does: text, styles, links, and the (x, y) offsets Textual puts in each
+    segment for selecting text with the mouse (the pieces' line numbers are shifted)."""
+    from markdown_it.token import Token
+    from textual.content import Content
+    from textual.geometry import Region
+    from textual.widgets._markdown import MarkdownParagraph
+
+    pieces = [
+        Content.from_markup(f"[b]piece {i}[/b] " + "word " * (7 * i + 3) + "[link='https://example.com']a link[/]")
+        for i in range(6)
+    ]
+    pieces[3] = pieces[3] + "\nafter a hard break " + "more " * 9
+
+    class _Both(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Markdown()
+
+    app = _Both()
+    async with app.run_test(size=(50, 120)) as pilot:
+        document = app.query_one(Markdown)
+        token = Token("paragraph_open", "p", 1)
+        frozen, whole = FrozenParagraph(document, token), MarkdownParagraph(document, token)
+        whole.set_content(Content("\n").join(pieces))
+        await document.mount_all([frozen, whole])
+        for piece in pieces:
+            frozen.add_lines(piece)
+            await pilot.pause()
+        assert frozen.size == whole.size and frozen.size.height >= 15
+
+        def lines(block: MarkdownParagraph) -> list[list[tuple[str, Any, Any]]]:
+            region = Region(0, 0, *block.size)
+            return [
+                [
+                    (
+                        s.text,
+                        s.style.clear_meta_and_links() if s.style else None,
+                        s.style and s.style.meta.get("offset"),
+                    )
+                    for s in strip
+                ]
+                for strip in block.render_lines(region)
+            ]
+
+        assert lines(frozen) == lines(whole)
+        assert frozen.pieces_drawn == len(pieces)  # each piece drawn once, none again
