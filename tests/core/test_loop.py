@@ -8,11 +8,22 @@ from collections.abc import Sequence
 import pytest
 
 from core.errors import ToolDefinitionError
-from core.events import AgentEnd, MessageEnd, MessageStart, MessageUpdate, StreamEnd, TextDelta, UsageUpdate
+from core.events import (
+    AgentEnd,
+    MessageEnd,
+    MessageStart,
+    MessageUpdate,
+    StreamEnd,
+    TextDelta,
+    ThinkingDelta,
+    UsageUpdate,
+)
 from core.loop import LoopConfig, run_loop
 from core.messages import (
     AnyMessage,
     AssistantMessage,
+    TextContent,
+    ThinkingContent,
     ToolCall,
     ToolResultMessage,
     Usage,
@@ -20,7 +31,7 @@ from core.messages import (
     user_text,
 )
 from core.providers.base import ModelRequest
-from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
+from core.providers.faux import FauxProvider, faux_reply, faux_thinking, faux_tool_call
 from core.recovery import ThreadState, diagnose, unanswered_calls
 from core.tools import ToolContext, tool
 from tests.helpers.transcripts import assert_every_call_answered, assert_valid_api_order, squash
@@ -138,6 +149,44 @@ async def test_streamed_deltas_update_one_partial_message_in_place():
     assert start.message.text == "abcdefghij"
     end = [e for e in run.events if isinstance(e, MessageEnd)][-1]
     assert end.message.text == "abcdefghij" and end.message is run.messages[-1]
+
+
+@pytest.mark.parametrize("listener_keeps_text", [False, True])
+async def test_the_partial_text_is_complete_at_every_update(listener_keeps_text: bool):
+    """Each delta is appended in place (no copy of the whole reply per token): at every
+    ``message_update`` the partial's text and thinking are exactly the deltas so far, also when
+    a listener keeps a reference to the previous string (which must not change under it)."""
+    pieces = [f"w{i % 97:02d} " for i in range(300)]
+    thoughts = [f"t{i} " for i in range(40)]
+    provider = FauxProvider([faux_reply(faux_thinking("".join(thoughts)), "".join(pieces))], chunk_size=4)
+    run = Run(provider)
+    seen: list[tuple[str, str, TextDelta | ThinkingDelta]] = []
+    kept: list[tuple[str, str]] = []
+
+    async def emit(event) -> None:
+        await Run.emit(run, event)
+        if isinstance(event, MessageUpdate) and isinstance(event.delta, (TextDelta, ThinkingDelta)):
+            blocks = event.message.content
+            thinking = next((b.thinking for b in blocks if isinstance(b, ThinkingContent)), "")
+            text = next((b.text for b in blocks if isinstance(b, TextContent)), "")
+            seen.append((thinking, text, event.delta))
+            if listener_keeps_text:
+                kept.append((text, str(text)))  # the string object, and a copy of its value
+
+    run.emit = emit  # type: ignore[method-assign]
+    await run("hi")
+    thinking_so_far = text_so_far = ""
+    for thinking, text, delta in seen:
+        if isinstance(delta, ThinkingDelta):
+            thinking_so_far += delta.delta
+        else:
+            text_so_far += delta.delta
+        assert (thinking, text) == (thinking_so_far, text_so_far)
+    assert (thinking_so_far, text_so_far) == ("".join(thoughts), "".join(pieces))
+    assert all(held == value for held, value in kept)  # no string a listener holds was changed
+    partial = next(e.message for e in run.events if isinstance(e, MessageStart) and e.message.role == "assistant")
+    assert partial.content[1].model_fields_set >= {"text"}  # recorded as set, as by assignment
+    assert partial.model_dump()["content"][1]["text"] == "".join(pieces)
 
 
 async def test_the_provider_gets_one_request_list_grown_in_place_not_a_copy_per_call():

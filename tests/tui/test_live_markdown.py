@@ -14,6 +14,7 @@ from textual.widgets import Markdown
 from core.messages import AssistantMessage, TextContent, Usage
 from tests.helpers.tui import screen_text, wait_for
 from tui.widgets import live_markdown
+from tui.widgets.frozen_paragraph import FrozenParagraph
 from tui.widgets.live_markdown import LiveMarkdown
 from tui.widgets.message_view import AssistantMessageView
 
@@ -140,8 +141,9 @@ async def test_a_long_paragraph_is_cut_into_fragments_that_wrap_as_the_whole() -
         await pilot.pause()
         await stream(pilot, view, text, seed=3)
         document_view = view.query_one(LiveMarkdown)
-        # Cut, not re-wrapped whole: a few joined fragments above a short open part.
-        assert len(document_view.query(".-fragment")) >= 2
+        # Cut, not re-wrapped whole: one frozen part, grown by several pieces, above a short open part.
+        frozen = document_view.query(FrozenParagraph)
+        assert len(frozen) == 1 and frozen.first().pieces >= 2
         assert document_view.open_chars < 2 * live_markdown.SPLIT_CHARS
         await view.finish(reply(text))
         await pilot.pause()
@@ -210,8 +212,8 @@ async def test_a_link_in_a_streamed_reply_is_not_opened() -> None:
 async def _work_per_flush(text: str, flush: int, at: tuple[int, int]) -> list[dict[str, float]]:
     """Stream ``text`` in flushes of ``flush`` characters, following the tail as the transcript
     does; at each length in ``at``, the work of the next 10 flushes: characters parsed, wrapped
-    again, children placed again, and widgets on the screen (Textual walks them all on each
-    layout)."""
+    again, children placed again, widgets on the screen and in the document (Textual walks them
+    all on each layout), and pieces of frozen lines drawn."""
     view = AssistantMessageView(reply(""), live=True)
     app = _Shell(view)
     figures: list[dict[str, float]] = []
@@ -226,6 +228,7 @@ async def _work_per_flush(text: str, flush: int, at: tuple[int, int]) -> list[di
                 await pilot.pause()
             document_view = view.query_one(LiveMarkdown)
             parsed_before, open_max, children_max, widgets_max = document_view.parsed_chars, 0, 0, 0
+            drawn_before, descendants_max = _pieces_drawn(document_view), 0
             for _ in range(10):
                 sent += flush
                 await view.sync(reply(text[:sent]))
@@ -233,25 +236,35 @@ async def _work_per_flush(text: str, flush: int, at: tuple[int, int]) -> list[di
                 open_max = max(open_max, document_view.open_chars)
                 children_max = max(children_max, document_view.placed_per_append)
                 widgets_max = max(widgets_max, len(app.screen._compositor.widgets))
+                descendants_max = max(descendants_max, len(list(document_view.walk_children())))
             figures.append(
                 {
                     "parsed": (document_view.parsed_chars - parsed_before) / 10,
                     "open": open_max,
                     "children": children_max,
                     "widgets": widgets_max,
+                    "descendants": descendants_max,
+                    "drawn": (_pieces_drawn(document_view) - drawn_before) / 10,
                 }
             )
     return figures
+
+
+def _pieces_drawn(document: LiveMarkdown) -> int:
+    return sum(frozen.pieces_drawn for frozen in document.query(FrozenParagraph))
 
 
 async def test_the_work_of_a_flush_does_not_grow_with_a_long_paragraph() -> None:
     """The bench's reply: 5,000 tokens/s of words without a line break, 1,000 characters a
     flush (20 flushes/s). The characters parsed and wrapped again per flush, the children
     placed again, and the widgets on the screen are the same at 30 kB into the reply as at
-    120 kB (within 2x)."""
+    120 kB (within 2x), and so are the widgets of the document (the long paragraph's frozen
+    lines are one widget) and the frozen lines drawn (each piece once, not the paragraph)."""
     text = " ".join(f"w{i % 97:02d}" for i in range(40_000))
     short, long = await _work_per_flush(text, 1_000, (30_000, 120_000))
-    for figure in ("parsed", "open", "children", "widgets"):
+    assert long["descendants"] == short["descendants"], (short, long)
+    assert 0 < long["drawn"] <= 2, (short, long)  # a cut per 1,500 characters: under one piece a flush
+    for figure in ("parsed", "open", "children", "widgets", "drawn"):
         assert long[figure] <= 2 * max(short[figure], 1), (figure, short, long)
     assert short["parsed"] < 10_000  # far below the reply's length: only the tail is parsed
 
@@ -302,3 +315,52 @@ async def test_streamed_thinking_shows_when_expanded() -> None:
         await wait_for(pilot, lambda: "step one ␛[2J then step two" in screen_text(app), what="the reasoning")
         await view.sync(thinking("step one \x1b[2J then step two and three"))
         await wait_for(pilot, lambda: "and three" in screen_text(app), what="more reasoning")
+
+
+async def test_frozen_lines_draw_as_the_joined_paragraph_down_to_the_selection_offsets() -> None:
+    """A :class:`FrozenParagraph` grown piece by piece draws every line as a paragraph of the
+    joined pieces does: text, styles, links, and the (x, y) offsets Textual puts in each
+    segment for selecting text with the mouse (the pieces' line numbers are shifted)."""
+    from markdown_it.token import Token
+    from textual.content import Content
+    from textual.geometry import Region
+    from textual.widgets._markdown import MarkdownParagraph
+
+    pieces = [
+        Content.from_markup(f"[b]piece {i}[/b] " + "word " * (7 * i + 3) + "[link='https://example.com']a link[/]")
+        for i in range(6)
+    ]
+    pieces[3] = pieces[3] + "\nafter a hard break " + "more " * 9
+
+    class _Both(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Markdown()
+
+    app = _Both()
+    async with app.run_test(size=(50, 120)) as pilot:
+        document = app.query_one(Markdown)
+        token = Token("paragraph_open", "p", 1)
+        frozen, whole = FrozenParagraph(document, token), MarkdownParagraph(document, token)
+        whole.set_content(Content("\n").join(pieces))
+        await document.mount_all([frozen, whole])
+        for piece in pieces:
+            frozen.add_lines(piece)
+            await pilot.pause()
+        assert frozen.size == whole.size and frozen.size.height >= 15
+
+        def lines(block: MarkdownParagraph) -> list[list[tuple[str, Any, Any]]]:
+            region = Region(0, 0, *block.size)
+            return [
+                [
+                    (
+                        s.text,
+                        s.style.clear_meta_and_links() if s.style else None,
+                        s.style and s.style.meta.get("offset"),
+                    )
+                    for s in strip
+                ]
+                for strip in block.render_lines(region)
+            ]
+
+        assert lines(frozen) == lines(whole)
+        assert frozen.pieces_drawn == len(pieces)  # each piece drawn once, none again

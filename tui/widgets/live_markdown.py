@@ -12,21 +12,23 @@ and lines). A tail that is one long paragraph is cut at *neutral points* (see
 :func:`neutral_piece`): spaces where every inline construct of the text before is closed,
 so the text after parses the same alone as it does after the rest. The closed text's styled
 content is kept, and once it wraps to more than one line at the widget's width, its complete
-lines are moved into a frozen *fragment* (a paragraph block without a bottom margin). Word
-wrap is greedy (``rich._wrap.divide_line``, which Textual's ``Content`` uses), so the lines of
-a fragment are exactly the first lines the whole paragraph would wrap to. The live paragraph
-then holds less than a line of closed text plus the open tail: parsing and wrapping per append
-are bounded by the cut size (:data:`SPLIT_CHARS`), whatever the reply's length.
+lines are moved into the paragraph's *frozen part*, one
+:class:`~tui.widgets.frozen_paragraph.FrozenParagraph` (a paragraph block without a bottom
+margin, that draws each added line once). Word wrap is greedy (``rich._wrap.divide_line``,
+which Textual's ``Content`` uses), so the frozen lines are exactly the first lines the whole
+paragraph would wrap to. The live paragraph then holds less than a line of closed text plus
+the open tail: parsing and wrapping per append are bounded by the cut size
+(:data:`SPLIT_CHARS`), whatever the reply's length.
 
 Layout: Textual lays out a container's children again whenever one of them changes, so the
 blocks sit in two levels of sections (:data:`SECTION_BLOCKS`) whose heights are kept per
-width; neighbouring fragments are joined (:data:`MERGE_CHARS`), since Textual's layout also
-walks every widget of the screen on each frame.
+width; a cut paragraph is two widgets (its frozen part and its live block) however long it
+grows, since Textual's layout also walks every widget of the screen on each frame.
 
 Exactness: what is shown equals ``Markdown(source)`` at the same width. When a later line
 turns the cut paragraph into something else (a setext heading or a table header), the first
 tail block is not a paragraph any more; the paragraph is then parsed again from its start,
-once. Fragments are laid out for one width: a width change rebuilds the document once.
+once. Frozen lines are cut for one width: a width change rebuilds the document once.
 
 Not bounded yet: a growing tail block other than a top-level paragraph (one long list, quote
 or code fence is re-parsed and rebuilt whole per append, as in Textual), text with no spaces
@@ -52,22 +54,20 @@ from textual.widget import Widget
 from textual.widgets import Markdown
 from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
 
+from tui.widgets.frozen_paragraph import FrozenParagraph
+
 SECTION_BLOCKS = 32
 """Finished blocks per section (and sections per outer section): the document's children are
 laid out again on every append, so finished blocks sit two levels down in sections whose
 arrangement Textual keeps cached; an append then places about ``n / SECTION_BLOCKS**2`` outer
 sections plus the open ones, not ``n`` blocks."""
 
-MERGE_CHARS = 24_000
-"""Largest fragment made by joining smaller ones: its one wrap, when made, takes a few
-milliseconds; a 500 kB paragraph is then about 25 widgets."""
-
 SPLIT_CHARS = 1_500
 """Characters of open paragraph text after which the live paragraph is cut at a neutral point.
 
 The cost of one append is proportional to this (one parse of the open text, one wrap of the
 live paragraph); 1,500 characters parse and wrap in about a millisecond here. Smaller cuts
-make more fragment widgets (each one child for the layout to place)."""
+add more, smaller pieces to the frozen part (each drawn once)."""
 
 _RISKY = re.compile(r"[`\[\]<>~\\]")
 """Characters that, left over as literal text in a piece, could still pair with text after it:
@@ -206,7 +206,7 @@ class LiveMarkdown(Markdown):
 
     DEFAULT_CSS = """
     LiveMarkdown _Section > MarkdownParagraph { margin: 0 0 1 0; }
-    LiveMarkdown _Section > MarkdownParagraph.-fragment { margin: 0; }
+    LiveMarkdown _Section > FrozenParagraph { margin: 0; }
     """
     # The first rule is Textual's ``Markdown > MarkdownParagraph`` for paragraphs in sections.
 
@@ -220,18 +220,17 @@ class LiveMarkdown(Markdown):
         """Characters parsed so far (tail re-parses and piece checks): the work counter tests
         compare at two reply lengths."""
         self.blocks_mounted = 0
-        """Block widgets mounted so far (finished blocks, fragments, live tails)."""
+        """Block widgets mounted so far (finished blocks, frozen parts, live tails)."""
 
     def _reset_state(self) -> None:
         self._tail = ""  # source from the start of the last top-level block, or from the last cut
         self._tail_line = 0  # source lines before the tail's first line
         self._live: list[MarkdownBlock] = []  # mounted blocks of the tail (last in the open section)
-        self._pending = Content()  # closed text of the cut paragraph not yet in a fragment
+        self._pending = Content()  # closed text of the cut paragraph not yet frozen
         self._cut_source: list[str] = []  # source of the cut paragraph before the tail
-        self._fragments: list[MarkdownBlock] = []  # fragments of the cut paragraph
-        self._levels: list[int] = []  # how many merges made each fragment (see _merge_fragments)
-        self._laid_out_width = 0  # the width fragments were wrapped for (0: none yet)
-        self._probe: MarkdownBlock | None = None  # a fragment, to see the width change
+        self._frozen: FrozenParagraph | None = None  # the frozen part of the cut paragraph
+        self._laid_out_width = 0  # the width frozen lines were cut for (0: none yet)
+        self._probe: MarkdownBlock | None = None  # a frozen part, to see the width change
         self._outer: _Section | None = None  # the open outer section
         self._inner: _Section | None = None  # the open inner section (in the outer one)
         self._last_finished: MarkdownBlock | None = None
@@ -377,8 +376,8 @@ class LiveMarkdown(Markdown):
     async def _finish(self, blocks: list[MarkdownBlock]) -> None:
         """Mount finished ``blocks`` after the finished ones (before the live tail). A new
         section is opened only while no block is live (the live blocks must stay last); a
-        fragment made under a live paragraph joins the open section, full or not (fragments
-        are joined, so they stay few)."""
+        frozen part made under a live paragraph joins the open section, full or not (a cut
+        paragraph has one)."""
         run: list[MarkdownBlock] = []
         for block in blocks:
             if self._inner is None or (
@@ -439,7 +438,7 @@ class LiveMarkdown(Markdown):
         return False
 
     async def _freeze_lines(self, token: Token) -> None:
-        """Move the complete wrapped lines of the closed text into a fragment above the live
+        """Move the complete wrapped lines of the closed text into the frozen part above the live
         paragraph (when the live paragraph has been laid out, so its width is known)."""
         # The size the live block was last laid out at (``region`` would make Textual place
         # every widget of the screen when the block is scrolled out of view).
@@ -452,65 +451,36 @@ class LiveMarkdown(Markdown):
         if not breaks:
             return
         split = breaks[-1]
-        fragment = self._fragment(token, self._pending[:split].rstrip())
+        lines = self._pending[:split].rstrip()
         self._pending = self._pending[split:]
         self._laid_out_width = width
-        self._fragments.append(fragment)
-        self._levels.append(0)
-        await self._finish([fragment])
-        await self._merge_fragments(token)
-
-    def _fragment(self, token: Token, content: Content) -> MarkdownBlock:
-        fragment = self.get_block_class("paragraph_open")(self, token)
-        fragment.add_class("-fragment")
-        fragment.set_content(content)
-        self._probe = fragment
-        return fragment
-
-    async def _merge_fragments(self, token: Token) -> None:
-        """Join the two newest fragments while they are of one size (a binary counter, up to
-        :data:`MERGE_CHARS`), so a long paragraph is a few widgets, not one per cut: Textual
-        walks every widget of the screen on each layout. A fragment ends at a wrapped line's
-        end and the next starts a line, so joining them with a newline wraps to the same lines.
-        """
-        fragments, levels = self._fragments, self._levels
-        while len(fragments) >= 2:
-            first, second = fragments[-2], fragments[-1]
-            if (
-                levels[-2] != levels[-1]
-                or first.parent is not second.parent
-                or first.parent is None
-                or len(first._content) + len(second._content) > MERGE_CHARS
-            ):
-                return
-            merged = self._fragment(token, first._content + "\n" + second._content)
-            await first.parent.mount(merged, before=first)
-            await first.remove()
-            await second.remove()
-            self.blocks_mounted += 1
-            fragments[-2:] = [merged]
-            levels[-2:] = [levels[-1] + 1]
-            if self._last_finished in (first, second):
-                self._last_finished = merged
+        if self._frozen is not None and self._frozen.is_attached:
+            self._frozen.add_lines(lines)
+            return
+        frozen = FrozenParagraph(self, token)
+        frozen.add_class("-fragment")
+        frozen.add_lines(lines)
+        self._frozen = self._probe = frozen
+        await self._finish([frozen])
 
     def _end_cut(self) -> None:
-        """The cut paragraph ended: its fragments and last part stay as they are."""
-        self._cut_source, self._fragments, self._levels = [], [], []
+        """The cut paragraph ended: its frozen part and last part stay as they are."""
+        self._cut_source, self._frozen = [], None
         self._pending = Content()
 
     async def _uncut(self) -> None:
         """Parse the cut paragraph again from its start (it turned out not to be a paragraph)."""
         self._tail = "".join(self._cut_source) + self._tail
         self._tail_line -= sum(piece.count("\n") for piece in self._cut_source)
-        for widget in self._fragments:
-            await widget.remove()
-        self._last_finished = None  # may have been a fragment: end no section after it
+        if self._frozen is not None:
+            await self._frozen.remove()
+        self._last_finished = None  # may have been the frozen part: end no section after it
         self._end_cut()
 
     async def on_resize(self, event: Resize) -> None:
-        # Fragments hold lines wrapped for one width: at another, show the document afresh.
+        # Frozen parts hold lines wrapped for one width: at another, show the document afresh.
         if not self._laid_out_width:
-            return  # no fragment was ever made
+            return  # no line was ever frozen
         probe = self._probe
         if probe is None or not probe.is_attached:
             probe = next(iter(self.query(".-fragment").results(MarkdownBlock)), None)
