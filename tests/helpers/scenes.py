@@ -14,8 +14,11 @@ deterministic the same way:
 * a run still going when shown (here or in the child) runs :func:`paused_demo_tools`: the
   demo's tools, same names, descriptions and arguments, each stopped at a known step
   (:data:`PAUSED_AT`) until the run is aborted, instead of a live percentage;
-* each waits for a known state (rows shown, tools at their step, a steer delivered) before
-  the screen is taken. The time zone is the caller's to pin (``TZ=UTC``).
+* the app is given its store as a path relative to its working directory (the scene's
+  own), so the picker's title reads ``threads.sqlite`` on every machine;
+* each waits for a known state (rows shown, tools at their step, a steer delivered), then
+  dismisses notifications (their lifetime is real seconds) and refreshes the footer's keys
+  before the screen is taken. The time zone is the caller's to pin (``TZ=UTC``).
 """
 
 from __future__ import annotations
@@ -131,7 +134,8 @@ class Stage:
     """Where one scene is played: a work directory, the cubeloop crash-point database to
     copy (``crashpoints``, written by ``make_crashpoint_db``), the runner children started
     (killed by :meth:`close`), and the process-wide settings held for the scene (the frozen
-    clock, :data:`APP_HOST`, :data:`NEW_THREAD_ID`), restored by :meth:`close`."""
+    clock, :data:`APP_HOST`, :data:`NEW_THREAD_ID`, ``work`` as the working directory),
+    restored by :meth:`close`. Not reentrant: one scene at a time per process."""
 
     def __init__(self, work: Path, crashpoints: Path) -> None:
         self.work = work
@@ -229,6 +233,10 @@ async def _settled(pilot: Pilot[Any]) -> None:
     whether one is still up would depend on the machine's speed), then a pause for the
     screen's refresh after the state waited for."""
     pilot.app.clear_notifications()
+    # The footer shows the keys of the widget focused when it last recomposed: the picker's
+    # table takes the focus when its rows arrive, and whether the footer had caught up by
+    # then differed between runs ("⏎ Open" shown or not). Asking now shows the keys of now.
+    pilot.app.screen.refresh_bindings()
     await pilot.pause(0.3)
 
 
