@@ -23,6 +23,7 @@ deterministic the same way:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -54,7 +55,7 @@ from core.tools import AgentTool, AgentToolResult, ToolContext, tool
 from tests.helpers.children import REPO_ROOT
 from tests.helpers.cubeloop_threads import run_cubeloop
 from tests.helpers.frozen_clock import CLOCK, frozen_clock
-from tests.helpers.tui import open_from_picker, wait_for
+from tests.helpers.tui import open_from_picker, screen_text, wait_for
 from tui.app import CubepiApp, make_app
 from tui.cli import build_session
 from tui.screens.modals import ChangesModal, ConfirmModal, TextInputModal
@@ -230,14 +231,26 @@ async def _until(pilot: Pilot[Any], predicate: Callable[[], bool], what: str) ->
 
 async def _settled(pilot: Pilot[Any]) -> None:
     """The moment shown: notifications dismissed (each lives a few seconds of real time, so
-    whether one is still up would depend on the machine's speed), then a pause for the
-    screen's refresh after the state waited for."""
+    whether one is still up would depend on the machine's speed), the footer's keys made
+    current, then the screen left to settle."""
     pilot.app.clear_notifications()
     # The footer shows the keys of the widget focused when it last recomposed: the picker's
     # table takes the focus when its rows arrive, and whether the footer had caught up by
     # then differed between runs ("⏎ Open" shown or not). Asking now shows the keys of now.
     pilot.app.screen.refresh_bindings()
-    await pilot.pause(0.3)
+    # Then until two looks 0.2 s apart see the same screen (a transcript still being laid
+    # out on a loaded machine would otherwise be taken half drawn).
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT
+    before = None
+    while True:
+        await pilot.pause(0.2)
+        now = screen_text(pilot.app)
+        if now == before:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"the screen kept changing for {TIMEOUT:.0f} s:\n{now}")
+        before = now
 
 
 def _paused_tools_shown(app: CubepiApp) -> bool:
