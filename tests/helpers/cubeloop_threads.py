@@ -31,8 +31,12 @@ CUBELOOP_VERSION = "0.15.3"
 CUBELOOP_TABLES = ("messages", "runs", "thread_extra", "thread_pending_request", "thread_hitl_answers")
 """The tables cubeloop's SQLiteCheckpointer creates."""
 
+DEFAULT_CLOCK = 1_795_954_400.0
+"""The cubeloop children's frozen wall clock unless told otherwise (unix seconds)."""
+
 __all__ = [
     "CRASHPOINT_THREADS",
+    "DEFAULT_CLOCK",
     "FILE_TEXT",
     "FINAL",
     "PIXEL_PNG",
@@ -50,7 +54,7 @@ def run_cubeloop(
     thread_id: str,
     *,
     kill_at: Sequence[str] = (),
-    clock: float = 1_795_954_400.0,
+    clock: float = DEFAULT_CLOCK,
     arg: str = "",
 ) -> list[str]:
     """Run one cubeloop child writing ``thread_id`` into ``db``; return the marks it printed.
