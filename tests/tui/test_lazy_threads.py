@@ -263,3 +263,40 @@ async def test_a_store_error_while_paging_in_is_one_sentence_and_loses_nothing()
         await pilot.press("e")
         await wait_for(pilot, lambda: transcript.shown_count == 2 * WINDOW, what="the page read on the next try")
         assert [m.text for m in transcript.held] == [f"line {i}" for i in range(WINDOW, 3 * WINDOW)]  # type: ignore[union-attr]
+
+
+def _long_outputs(count: int) -> list[AnyMessage]:
+    """:func:`_turns` with 12-line tool outputs: a screenful is a few turns, not a window."""
+    out = _turns(count)
+    for i, message in enumerate(out):
+        if isinstance(message, ToolResultMessage):
+            lines = "\n".join(f"line {n} of {message.tool_call_id}" for n in range(12))
+            out[i] = ToolResultMessage(
+                tool_call_id=message.tool_call_id, content=[TextContent(text=lines)], run_id="r1"
+            )
+    return out
+
+
+async def test_a_page_shows_its_tail_first_and_mounts_its_whole_window_after(tmp_path: Path) -> None:
+    """The views above the first screenful are mounted after the first frame: in the end
+    every entry of the page is mounted, in store order, each call at least as tall as its
+    estimate, and the tail is what is in view."""
+    path = tmp_path / "threads.sqlite"
+    messages = _long_outputs(3 * WINDOW)
+    await _file(path, "long", messages)
+    app = make_app(fast_session(path=path), thread_id="long")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: _loaded(app), what="loaded")
+        transcript = app.screen.query_one(Transcript)
+        page = list(transcript.held)
+        calls = [c.id for m in page if isinstance(m, AssistantMessage) for c in m.content if isinstance(c, ToolCall)]
+        await wait_for(
+            pilot, lambda: [v.call_id for v in transcript.query(ToolCallView)] == calls, what="the whole window mounted"
+        )
+        assert transcript.shown_count == len(page) == WINDOW
+        assert [v.call_id for v in transcript.query(ToolCallView)] == calls
+        assert len(transcript.query(UserMessageView)) == sum(m.role == "user" for m in page)  # type: ignore[union-attr]
+        for view in transcript.query(ToolCallView):
+            assert view.outer_size.height >= view.rows_at_least
+        await wait_for_text(pilot, "line 11 of c58")  # the newest call's output ends the view
+        assert "prompt 57" in screen_text(app)

@@ -193,6 +193,16 @@ class ToolCallView(Widget, can_focus=True):
         self.status = "dangling"
 
     @property
+    def rows_at_least(self) -> int:
+        """Screen rows this call takes at least, at any width, before it is mounted: its
+        header's row and, once it has a result and is collapsed, one per line of the excerpt
+        shown (wrapping only adds rows; margins and the status line are not counted)."""
+        rows = 1
+        if self._result is not None and self._body and not self.expanded:
+            rows += self._excerpt().text.plain.count("\n") + 1
+        return rows
+
+    @property
     def output(self) -> str:
         """The result's whole text, raw (untrusted; "" before the result)."""
         return self._body
@@ -326,11 +336,16 @@ class ToolCallView(Widget, can_focus=True):
             line.append_text(excerpt(self.status_text, PROGRESS).text)
         self.query_one("#tool-status", Static).update(line)
 
+    def _excerpt(self) -> Excerpt:
+        """What the collapsed result shows: made once per result (a status change redraws
+        the same excerpt)."""
+        if self._shown is None:
+            self._shown = excerpt(self._body, COLLAPSED)
+        return self._shown
+
     def _render_result(self) -> None:
         assert self._result is not None
-        shown = self._shown
-        if shown is None:  # once per result: a status change redraws the same excerpt
-            shown = self._shown = excerpt(self._body, COLLAPSED)
+        shown = self._excerpt()
         if self.expanded:
             text = Text(f"{count_lines(shown.lines)}, all below (scroll inside) · x: less · p: pager, searchable")
             text.stylize(MARK_STYLE)

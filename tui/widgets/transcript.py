@@ -40,8 +40,16 @@ entry on top of ~400 ms for the screen: 60 entries doubled the time to the first
 do not fill the view) add ~200 ms. Measured again later (CPU from the thread screen's push
 to the frame with the last message, in the app on the benchmark's 10,000-message thread):
 ~315 ms, then ~150 ms once the first frame was the tail, stored tool calls mounted no
-progress bar and the footer was rebuilt once; 20 entries are 14 views, 59 widgets, and
-mounting only the 5 views on screen would save ~30 ms more."""
+progress bar and the footer was rebuilt once; 20 entries are 14 views, 59 widgets. A page
+pinned to its end now mounts only the views that surely fill the terminal before its first
+frame (:func:`_screenful`; 6 of the 14 there) and the rest just after it: ~220 -> ~175 ms of
+CPU from Enter on the picker to that frame drawn (stamped in the app, same minute)."""
+
+FRAME_OUT = 0.03
+"""Seconds the window's views above the first screenful wait once that frame is drawn, so
+that Textual's writer thread can send it to the terminal: their mount holds the
+interpreter, and the frame reached the terminal 13-38 ms after it was drawn instead of
+~2 ms (stamped in the app, 10,000-message thread)."""
 
 PAGE_IN_LINES = 3
 """Earlier entries are paged in when the top of the view comes within this many lines of
@@ -53,6 +61,26 @@ view's ``Session.load_page``)."""
 
 Entry = AnyMessage | CorruptRow
 """One transcript row: a decoded message, or a stored row that could not be decoded."""
+
+
+def _rows_at_least(view: Widget) -> int:
+    """Screen rows an entry view takes at least, at any width: one of content; a reply its
+    "who" line and its calls' rows (:attr:`ToolCallView.rows_at_least`). Margins are not
+    counted (sibling margins collapse)."""
+    if isinstance(view, AssistantMessageView):
+        return 1 + sum(call.rows_at_least for call in view.tool_views.values())
+    return 1
+
+
+def _screenful(views: Sequence[Widget], rows: int) -> int:
+    """How many of the last ``views`` surely fill ``rows`` screen rows (all of them when
+    even all of them may not)."""
+    total = 0
+    for count, view in enumerate(reversed(views), 1):
+        total += _rows_at_least(view)
+        if total >= rows:
+            return count
+    return len(views)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +139,9 @@ class Transcript(VerticalScroll, can_focus=True):
         self._earlier = asyncio.Lock()  # one "show earlier" at a time: each reads below the last
         self._placing = False  # the view is being scrolled by this widget, not by the user
         self._results: dict[str, ToolResultMessage] = {}
+        # The window's views above the first screenful, and the view they go above: mounted
+        # once the first frame is painted (see _replace).
+        self._deferred: tuple[list[Widget], Widget] | None = None
         self.tool_views: dict[str, ToolCallView] = {}
         self.live: AssistantMessageView | None = None
 
@@ -176,6 +207,7 @@ class Transcript(VerticalScroll, can_focus=True):
 
     async def _replace(self, entries: list[Entry], unread: int, before: Any, loader: PageLoader | None) -> None:
         """:meth:`show`'s work, in one batch of updates."""
+        self._deferred = None
         await self.remove_children([child for child in self.children if child.id != "earlier"])
         self._entries = list(entries)
         self._results = {m.tool_call_id: m for m in entries if isinstance(m, ToolResultMessage)}
@@ -193,7 +225,16 @@ class Transcript(VerticalScroll, can_focus=True):
         self._first_shown = start
         if not entries:
             views = [Static("No messages yet. Press n to send the first prompt.", classes="empty")]
+        later: list[Widget] = []
+        if self._unread:
+            # Pinned to its end, the first frame shows only the last screenful: the views above
+            # it are mounted after that frame (_finish_window), out of view. Each mounted view
+            # cost the first frame ~10 ms of mounting and layout (issue 10).
+            cut = len(views) - _screenful(views, self.app.size.height)
+            later, views = views[:cut], views[cut:]
         await self.mount_all(views)
+        if later:
+            self._deferred = (later, views[0])
         self._update_earlier()
         if self._unread:
             # Rows before these are paged in until the view is full (_fill), so the view
@@ -212,7 +253,27 @@ class Transcript(VerticalScroll, can_focus=True):
             finally:
                 self._placing = False
             self.call_after_refresh(self._pin_when_tall)
+        self.call_after_refresh(self._first_frame_drawn)
+
+    def _first_frame_drawn(self) -> None:
+        if self._deferred is None:
+            self._fill()
+        else:
+            self.set_timer(FRAME_OUT, self._finish_window)
+
+    async def _finish_window(self) -> None:
+        """The first frame of a show is out: mount the window's views kept from it, then
+        page in while the view is not full (:meth:`_fill`, after their layout)."""
+        async with self._earlier:
+            await self._mount_deferred()
         self.call_after_refresh(self._fill)
+
+    async def _mount_deferred(self) -> None:
+        """Mount the views :meth:`_replace` kept from its first frame, if any, above the
+        screenful they belong above (a pinned view stays at its end meanwhile)."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None and deferred[1].parent is self:
+            await self.mount_all(deferred[0], before=deferred[1])
 
     @property
     def has_earlier(self) -> bool:
@@ -236,6 +297,7 @@ class Transcript(VerticalScroll, can_focus=True):
     async def _show_earlier(self, keep_view: bool, *, at_tail: bool = False) -> bool:
         """:meth:`show_earlier`'s work; whether it mounted anything. ``at_tail``: the view
         is pinned to its end and stays there (scrolling would release the pin)."""
+        await self._mount_deferred()  # what is mounted next goes above them
         await self._read_earlier()
         if self._first_shown == 0:
             self._update_earlier()
