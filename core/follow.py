@@ -54,7 +54,15 @@ from core.checkpoint.base import (
     RunRecord,
     ThreadSummary,
 )
-from core.checkpoint.capabilities import IncrementalReads, LiveStore, PagedReads, ThreadVersions, WatchedStore, supports
+from core.checkpoint.capabilities import (
+    IncrementalReads,
+    ListingVersions,
+    LiveStore,
+    PagedReads,
+    ThreadVersions,
+    WatchedStore,
+    supports,
+)
 from core.checkpoint.listing import changed_threads, merge_listing
 from core.live import LiveFold, LiveRetry, LiveTool, PartialDelta, answered_ids
 from core.messages import AnyMessage, AssistantMessage
@@ -673,8 +681,12 @@ class _Listing:
         self.versions: dict[str, Hashable] | None = None
 
     async def first(self) -> list[ThreadSummary]:
-        """The whole list; the versions are read first, so a write landing between the two
+        """The whole list. A store with ``ListingVersions`` gives it with its versions in one
+        read; otherwise the versions are read first, so a write landing between the two
         reads is seen again by the next :meth:`again` (its version moved since)."""
+        if supports(self.store, ListingVersions):
+            threads, self.versions = await self.store.list_threads_and_versions()
+            return threads
         if supports(self.store, ThreadVersions):
             self.versions = await self.store.thread_versions()
         return await self.store.list_threads()

@@ -92,6 +92,21 @@ class ThreadVersions(Protocol):
         ...
 
 
+class ListingVersions(ThreadVersions, Protocol):
+    """The whole listing and its versions in one read (the picker's first listing,
+    :func:`core.follow.watch_threads`): one snapshot, so no write can fall between them,
+    and one trip to the store instead of two. SQLite and Postgres declare it; Redis (a
+    script per 500 threads each, no one snapshot) and the memory store (two reads in
+    memory cost nothing) do not, and are read versions first."""
+
+    async def list_threads_and_versions(self) -> tuple[list[ThreadSummary], dict[str, Hashable]]:
+        """``(list_threads(), thread_versions())`` as both would give them at one instant:
+        every summary's thread has its version, and the versions are those of the
+        summaries given (a write after the read moves a version the next
+        ``thread_versions`` shows)."""
+        ...
+
+
 class PagedReads(Protocol):
     """Reading a thread without holding all of it: its newest rows a page at a time, and
     every row once, handed over a chunk at a time (the thread view's reads, issue 10).

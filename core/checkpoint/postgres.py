@@ -55,7 +55,7 @@ from core.checkpoint.base import (
     encode_job_result,
     encode_step_data,
 )
-from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
+from core.checkpoint.capabilities import HumanRequests, ListingVersions, SchemaUpgrade, SupervisedStore
 from core.checkpoint.postgres_pages import PostgresPages
 from core.checkpoint.postgres_store import PostgresStore
 from core.messages import AnyMessage
@@ -63,7 +63,9 @@ from core.messages import AnyMessage
 __all__ = ["PostgresCheckpointer"]
 
 
-class PostgresCheckpointer(PostgresStore, PostgresPages, SupervisedStore, HumanRequests, SchemaUpgrade):
+class PostgresCheckpointer(
+    PostgresStore, PostgresPages, SupervisedStore, ListingVersions, HumanRequests, SchemaUpgrade
+):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` in one PostgreSQL database.
 
     Build it with ``await PostgresCheckpointer.open(url, create=..., on_status=..., owner=...)``;
@@ -144,6 +146,17 @@ class PostgresCheckpointer(PostgresStore, PostgresPages, SupervisedStore, HumanR
         (:func:`core.checkpoint.postgres_listing.thread_versions`), whoever wrote the rows."""
         ours, scope = self._ours, self._scope
         return await self._read(lambda c: listing.thread_versions(c, scope, ours), "listing")
+
+    async def list_threads_and_versions(self) -> tuple[list[ThreadSummary], dict[str, Hashable]]:
+        """See ``ListingVersions.list_threads_and_versions``: :meth:`thread_versions`'s query
+        and :meth:`list_threads`'s in one repeatable-read transaction (one snapshot)."""
+        ours, scope = self._ours, self._scope
+
+        async def both(c: Any) -> tuple[list[ThreadSummary], dict[str, Hashable]]:
+            versions = await listing.thread_versions(c, scope, ours)
+            return await listing.summaries(c, scope, ours, None), versions
+
+        return await self._read(both, "listing")
 
     async def summaries(self, thread_ids: Collection[str]) -> list[ThreadSummary]:
         """See ``ThreadVersions.summaries``: :meth:`list_threads`'s queries, driven from the

@@ -68,7 +68,7 @@ from core.checkpoint.base import (
     encode_override,
     encode_step_data,
 )
-from core.checkpoint.capabilities import FileBacked, HumanRequests, SchemaUpgrade, SupervisedStore
+from core.checkpoint.capabilities import FileBacked, HumanRequests, ListingVersions, SchemaUpgrade, SupervisedStore
 from core.checkpoint.listing import FIRST_PROMPT_CHARS
 from core.checkpoint.sqlite_file import SQLiteFile
 from core.checkpoint.sqlite_pages import SQLitePages
@@ -80,7 +80,9 @@ from core.messages import AnyMessage
 __all__ = ["FIRST_PROMPT_CHARS", "MIGRATIONS", "SQLiteCheckpointer", "julianday_to_unix"]
 
 
-class SQLiteCheckpointer(SQLiteFile, SQLitePages, SupervisedStore, HumanRequests, SchemaUpgrade, FileBacked):
+class SQLiteCheckpointer(
+    SQLiteFile, SQLitePages, SupervisedStore, ListingVersions, HumanRequests, SchemaUpgrade, FileBacked
+):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` in one SQLite file.
 
     Build it with ``await SQLiteCheckpointer.open(path, create=..., owner=...)`` (see
@@ -180,6 +182,13 @@ class SQLiteCheckpointer(SQLiteFile, SQLitePages, SupervisedStore, HumanRequests
         (:func:`core.checkpoint.sqlite_listing.thread_versions`), whoever wrote the file."""
         layout, owner = self._layout, self._owner
         return await self._run(lambda c: listing.thread_versions(c, layout, owner), "listing")
+
+    async def list_threads_and_versions(self) -> tuple[list[ThreadSummary], dict[str, Hashable]]:
+        """See ``ListingVersions.list_threads_and_versions``: :meth:`thread_versions`'s query
+        and :meth:`list_threads`'s in one read transaction, one hop to the connection thread
+        (:func:`core.checkpoint.sqlite_listing.listing_and_versions`)."""
+        layout, owner = self._layout, self._owner
+        return await self._run(lambda c: listing.listing_and_versions(c, layout, owner), "listing")
 
     async def summaries(self, thread_ids: Collection[str]) -> list[ThreadSummary]:
         """See ``ThreadVersions.summaries``: :meth:`list_threads`'s queries, driven from the

@@ -17,7 +17,7 @@ import pytest
 
 from core.checkpoint import codec
 from core.checkpoint.base import Checkpointer, Fingerprints, Lease
-from core.checkpoint.capabilities import ThreadVersions, supports
+from core.checkpoint.capabilities import ListingVersions, ThreadVersions, supports
 from core.checkpoint.listing import FIRST_PROMPT_CHARS, prompt_line, prompt_text, stored_prompt_text
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import CorruptRecordError
@@ -112,6 +112,27 @@ async def test_a_deleted_thread_has_no_version(checkpointer: Checkpointer) -> No
     await checkpointer.append("kept", [user_text("stay")])
     await checkpointer.delete_thread("t")  # type: ignore[attr-defined]
     assert set(await store.thread_versions()) == {"kept"} and await store.summaries(["t"]) == []
+
+
+async def test_the_listing_with_its_versions_is_both_reads_at_once(checkpointer: Checkpointer) -> None:
+    if not supports(checkpointer, ListingVersions):
+        pytest.skip(f"{type(checkpointer).__name__} reads its listing and versions apart (core.follow reads both)")
+    store: ListingVersions = checkpointer
+    assert await store.list_threads_and_versions() == ([], {})
+    await checkpointer.append("talked", [user_text("hi"), AssistantMessage(content=[TextContent(text="yo")])])
+    await checkpointer.append("asked", [user_text("ship?")])
+    await checkpointer.save_pending_request("asked", REQUEST, run_id="r1")  # type: ignore[attr-defined]
+    await checkpointer.claim_run("claimed", "r1")
+    await checkpointer.save_extra("noted", {"title": "x"})
+    now = 1e10
+    lease = Lease("talked", "h", 1, "box", None, now, now, now + 60)
+    await checkpointer.acquire_lease(lease, is_stale=lambda _: True)  # type: ignore[attr-defined]
+    listed, versions = await store.list_threads_and_versions()
+    assert listed == await checkpointer.list_threads() and versions == await store.thread_versions()
+    assert set(versions) == {s.thread_id for s in listed} == {"talked", "asked", "claimed", "noted"}
+    await checkpointer.append("asked", [AssistantMessage(content=[TextContent(text="shipped")])])
+    after = await store.thread_versions()
+    assert after["asked"] != versions["asked"] and after["talked"] == versions["talked"]
 
 
 # --- the cost: rows decoded, not time ------------------------------------------------------------
