@@ -296,6 +296,10 @@ async def test_a_page_shows_its_tail_first_and_mounts_its_whole_window_after(tmp
         assert transcript.shown_count == len(page) == WINDOW
         assert [v.call_id for v in transcript.query(ToolCallView)] == calls
         assert len(transcript.query(UserMessageView)) == sum(m.role == "user" for m in page)  # type: ignore[union-attr]
+        # A view mounted last is measured on the next layout: wait for it, then compare.
+        await wait_for(
+            pilot, lambda: all(v.outer_size.height for v in transcript.query(ToolCallView)), what="the views laid out"
+        )
         for view in transcript.query(ToolCallView):
             assert view.outer_size.height >= view.rows_at_least
         await wait_for_text(pilot, "line 11 of c58")  # the newest call's output ends the view
