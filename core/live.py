@@ -62,7 +62,8 @@ from core.events import (
     ToolExecutionStart,
     ToolExecutionUpdate,
 )
-from core.messages import AssistantMessage, TextContent, ThinkingContent, ToolCall, ToolResultMessage
+from core.messages import AssistantMessage, ToolCall, ToolResultMessage
+from core.partial import append_piece
 
 _log = logging.getLogger(__name__)
 
@@ -338,7 +339,7 @@ class LiveFold:
                 partial = self._partial_for(i, persisted, out)
                 if partial is not None:
                     block_kind = "text" if kind == "text_delta" else "thinking"
-                    _append(partial, int(data.get("b", 0)), block_kind, str(data.get("d", "")))
+                    append_piece(partial, int(data.get("b", 0)), block_kind, str(data.get("d", "")))
                     out.deltas.append(PartialDelta(int(data.get("b", 0)), block_kind, str(data.get("d", ""))))
             elif kind == "tool_call_start":
                 partial = self._partial_for(i, persisted, out)
@@ -443,22 +444,6 @@ class LiveFold:
         if self.retry is not None:
             self.retry = None
             out.retry = True
-
-
-def _append(message: AssistantMessage, index: int, kind: str, text: str) -> None:
-    # The same rule as the loop's: the block at `index` if it has the right kind, else a new one.
-    blocks = message.content
-    block = blocks[index] if index < len(blocks) else None
-    if kind == "text":
-        if not isinstance(block, TextContent):
-            block = TextContent()
-            blocks.append(block)
-        block.text += text
-    else:
-        if not isinstance(block, ThinkingContent):
-            block = ThinkingContent()
-            blocks.append(block)
-        block.thinking += text
 
 
 def answered_ids(messages: Iterable[Any]) -> set[str]:

@@ -41,14 +41,13 @@ from core.jobs import Jobs
 from core.messages import (
     AnyMessage,
     AssistantMessage,
-    TextContent,
-    ThinkingContent,
     ToolCall,
     ToolResultMessage,
     ToolSpec,
     UserMessage,
     error_tool_result,
 )
+from core.partial import append_piece
 from core.providers.base import ABORTED_TEXT, ModelRequest, Provider, error_reply
 from core.recovery import SettleChoice, default_settlement
 from core.request import RequestBuilder, Unanswered
@@ -390,38 +389,10 @@ def _apply_delta(message: AssistantMessage, delta: StreamEvent) -> None:
     """
     blocks = message.content
     if isinstance(delta, TextDelta):
-        _append(_block_at(blocks, delta.index, TextContent), "text", delta.delta)
+        append_piece(message, delta.index, "text", delta.delta)
     elif isinstance(delta, ThinkingDelta):
-        _append(_block_at(blocks, delta.index, ThinkingContent), "thinking", delta.delta)
+        append_piece(message, delta.index, "thinking", delta.delta)
     elif isinstance(delta, ToolCallStart):
         blocks.append(ToolCall(id=delta.id, name=delta.name))
     elif isinstance(delta, UsageUpdate):
         message.usage = delta.usage.model_copy()
-
-
-def _append(block: TextContent | ThinkingContent, name: str, piece: str) -> None:
-    """Append ``piece`` to the string field ``name`` of ``block``, in amortised O(len(piece)).
-
-    ``block.text += piece`` through pydantic's ``__setattr__`` builds a new string of the
-    whole reply per token: quadratic in the reply's length (profiled in the app at 5,000
-    tok/s: half the main thread 20 s into a one-paragraph reply, 8 s of CPU for 500 kB
-    appended in 125,000 tokens). Taken out of the model's ``__dict__`` first, the string
-    is referenced only by the local, so CPython's ``str +=`` grows it in place (realloc);
-    when another reference holds it (a listener kept the text), it is copied, once, as
-    before. Either way the field is a complete ``str`` at every moment a reader can see it.
-    """
-    fields = block.__dict__
-    text = fields.pop(name)
-    try:
-        text += piece
-    finally:
-        fields[name] = text
-    block.__pydantic_fields_set__.add(name)  # as pydantic's __setattr__ records it
-
-
-def _block_at(blocks: list, index: int, kind: type):  # type: ignore[no-untyped-def]
-    block = blocks[index] if index < len(blocks) else None
-    if not isinstance(block, kind):
-        block = kind()
-        blocks.append(block)
-    return block

@@ -253,6 +253,11 @@ class Session:
         ``input_quiet`` seconds pass without input, so that keys never share the CPU with it."""
         self._input_at = time.monotonic()
 
+    def input_at(self) -> float:
+        """When the user last pressed a key or used the mouse (``time.monotonic`` seconds;
+        ``-inf`` before any input)."""
+        return self._input_at
+
     def input_is_quiet(self) -> bool:
         """Whether ``input_quiet`` seconds passed since the last input (:meth:`note_input`)."""
         return time.monotonic() - self._input_at >= self.input_quiet

@@ -59,6 +59,7 @@ from core.providers.retry import retry_label
 from core.recovery import Diagnosis
 from core.request import repair_words
 from core.supervise import LeaseState, LeaseView
+from tui.flush_gate import FlushGate
 from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, ThreadLoaded
 from tui.screens.following import Mirror
 from tui.session import Session, ThreadFacts
@@ -170,6 +171,7 @@ class ThreadView(Screen[None]):
     def __init__(self, session: Session, thread_id: str, *, prompt: str | None = None, new: bool = False) -> None:
         super().__init__()
         self.session = session
+        self._flush_gate = FlushGate(session.input_at)
         self.thread_id = thread_id
         self._first_prompt = prompt
         if prompt is not None:
@@ -652,7 +654,8 @@ class ThreadView(Screen[None]):
     def _request_flush(self) -> None:
         # Timer callbacks run in the timer's own task; drawing must happen in this
         # screen's message queue, in order with the agent events, so post a message.
-        if self._partial is not None or self._progress or (self._mirror is not None and self._mirror.dirty):
+        pending = self._partial is not None or self._progress or (self._mirror is not None and self._mirror.dirty)
+        if pending and self._flush_gate.may_draw():  # a key's own frame goes first (tui.flush_gate)
             self.post_message(_Flush())
 
     @on(_Flush)
