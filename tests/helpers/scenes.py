@@ -238,6 +238,12 @@ async def _settled(pilot: Pilot[Any]) -> None:
     # table takes the focus when its rows arrive, and whether the footer had caught up by
     # then differed between runs ("⏎ Open" shown or not). Asking now shows the keys of now.
     pilot.app.screen.refresh_bindings()
+    # Textual's progress bar rounds a value down to a half cell of its width only when it
+    # is set after the bar's first layout (``Bar._validate_percentage`` reads ``size.width``,
+    # 0 before it): 45 % of 32 cells drew 14.5 cells or 14 as the report came before or after
+    # that layout. Setting each bar's value again now rounds them all as a laid-out bar does.
+    for bar in pilot.app.screen.query("Bar"):
+        bar.percentage = bar.percentage  # type: ignore[attr-defined]
     # Then until two looks 0.2 s apart see the same screen (a transcript still being laid
     # out on a loaded machine would otherwise be taken half drawn).
     loop = asyncio.get_running_loop()
