@@ -63,6 +63,12 @@ Entry = AnyMessage | CorruptRow
 """One transcript row: a decoded message, or a stored row that could not be decoded."""
 
 
+FILL_WAITS = 20
+"""Refreshes :meth:`Transcript._fill` waits at most for the views just mounted to be laid
+out before it judges whether they fill the view (a view that stays 0 rows high would
+otherwise keep it waiting)."""
+
+
 def _rows_at_least(view: Widget) -> int:
     """Screen rows an entry view takes at least, at any width: one of content; a reply its
     "who" line and its calls' rows (:attr:`ToolCallView.rows_at_least`). Margins are not
@@ -365,11 +371,18 @@ class Transcript(VerticalScroll, can_focus=True):
         if boundary.is_attached:
             self._place(scroll_y + boundary.virtual_region.y - top)
 
-    def _fill(self) -> None:
+    def _fill(self, waits: int = 0) -> None:
         """Page earlier entries in while the mounted ones do not fill the view (nothing to
         scroll means no scroll to page in on); a view that stays short (the thread's start
         is mounted) is not pinned, so it shows from the top (see :meth:`_pin_when_tall`)."""
         if not self.is_mounted or self.virtual_size.height > self.scrollable_content_region.height:
+            return
+        if waits < FILL_WAITS and any(
+            not child.size.height for child in self.children if child.id != "earlier" and child.display
+        ):
+            # Not laid out yet (seen under load: a refresh came before the layout of the
+            # views just mounted, so a full page read as short and the next was paged in).
+            self.call_after_refresh(self._fill, waits + 1)
             return
         if self.has_earlier:
             self._page_in(at_tail=self.is_anchored)
