@@ -251,6 +251,13 @@ def load_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:
         figure.peer_samples, theirs = asyncio.run(store_figures.langgraph_load_ms(directory, n, sizes.repeat))
         figure.note = f"ours {durability}; LangGraph {theirs}; one checkpoint holding the {n:,} messages"
     yield figure
+    yield Figure(
+        "load",
+        f"floor: read the same {n:,} rows, JSON to dicts only (ms)",
+        "ms",
+        store_figures.parse_floor_ms(directory, n, sizes.repeat),
+        note="no target: what any load building Python objects pays before validation",
+    )
 
 
 def rss_figures(sizes: Sizes, directory: Path) -> Iterator[Figure]:

@@ -17,6 +17,7 @@ sizes, so the smoke test runs them small. Nothing here asserts a speed.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 from bench.bench_backends import to_cubeloop
 from bench.fill import fill_long_thread, thread_messages
 from bench.peers import Durability, our_durability, pragmas, set_durability
+from core.checkpoint.codec import gc_paused
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AnyMessage
 
@@ -79,6 +81,31 @@ async def our_load_ms(directory: Path, messages: int, repeat: int = 9) -> tuple[
                 raise RuntimeError(f"our load returned {0 if data is None else len(data.messages)} of {messages}.")
 
         return await _timed(lambda: store.load("load"), repeat, check), durability
+
+
+def parse_floor_ms(directory: Path, messages: int, repeat: int = 9) -> list[float]:
+    """Milliseconds of each of ``repeat`` reads of the rows :func:`our_load_ms` loads, each
+    row's JSON parsed into plain Python values (``pydantic_core.from_json``, the parser our
+    validator uses) and nothing more: no validation, no models, no runs or journal, with the
+    collector paused as our load pauses it. It is the floor under any ``load`` that hands
+    back Python objects for every message; a target below it cannot be met by a faster
+    decoder. Call it after :func:`our_load_ms` (it reads that file). Raises
+    ``RuntimeError`` when the file holds another number of rows."""
+    from pydantic_core import from_json
+
+    path = directory / f"load-ours-{messages}.sqlite"
+    out = []
+    with sqlite3.connect(path) as c:
+        for _ in range(repeat):
+            started = time.perf_counter()
+            with gc_paused():
+                rows = c.execute("SELECT id, CAST(message_json AS BLOB) FROM messages ORDER BY id").fetchall()
+                values = [from_json(raw) for _, raw in rows]
+            out.append((time.perf_counter() - started) * 1000)
+            if len(values) != messages:
+                raise RuntimeError(f"the floor read {len(values)} rows of {messages}.")
+            del rows, values
+    return out
 
 
 async def cubeloop_load_ms(directory: Path, messages: int, repeat: int = 9) -> tuple[list[float], Durability]:
