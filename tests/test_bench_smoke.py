@@ -177,9 +177,12 @@ def test_a_missing_peer_is_one_sentence_not_a_traceback(monkeypatch: pytest.Monk
     assert peers.missing("langgraph") == f"LangGraph is not installed; {peers.INSTALL}"
     # The load figures then carry the short words instead of a peer figure (cubeloop is in the test extra).
     sizes = bench_main.parse_sizes("messages=50,repeat=2", bench_main.QUICK)
-    figures = list(bench_main.load_figures(sizes, tmp_path))
+    *figures, floor = bench_main.load_figures(sizes, tmp_path)
     assert [f.peer_note for f in figures] == ["", "LangGraph: not installed (see above)"]
     assert figures[0].peer_samples and not figures[1].peer_samples
+    # The floor has no peer and no target, and reads the rows the load read.
+    assert floor.label.startswith("floor:") and floor.at_most is None and not floor.peer_note
+    assert len(floor.samples) == 2 and all(ms > 0 for ms in floor.samples)
 
 
 def test_the_command_refuses_unknown_groups_and_sizes_in_one_sentence(capsys: pytest.CaptureFixture[str]) -> None:
