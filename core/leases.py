@@ -50,7 +50,7 @@ def host_id() -> str:
     when set and not blank, else ``socket.gethostname()``.
 
     The one place a host is named: lease holders write it, and :func:`is_stale` and
-    ``core.supervise.lease_status`` compare a lease's host with it to decide whether its
+    ``core.lease_status.lease_status`` compare a lease's host with it to decide whether its
     pid may be checked here. Read on every call, so it follows the environment. Raises
     :class:`~core.errors.HostIdError` when the variable holds a control character or more
     than :data:`HOST_ID_MAX` characters.

@@ -13,27 +13,21 @@ import pytest
 from core.agent import Agent
 from core.checkpoint.base import Lease, RunRecord, thread_unavailable
 from core.checkpoint.memory import MemoryCheckpointer
-from core.errors import RunAlreadyClaimedError, ThreadNotFoundError
+from core.commands import ORPHANED_ABORT, RUN_ENDED, discard, refuse_orphaned_aborts, send, undelivered
+from core.errors import (
+    CommandError,
+    RunAlreadyClaimedError,
+    ThreadCrashedError,
+    ThreadNotFoundError,
+    ThreadNotRunningError,
+)
 from core.events import AgentEnd
+from core.lease_status import LeaseState, lease_status
 from core.leases import LeaseHolder, host_id, is_stale
 from core.live import LiveFold
 from core.messages import UserMessage, user_text
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_tool_call
-from core.supervise import (
-    ORPHANED_ABORT,
-    RUN_ENDED,
-    STALE_ABORT,
-    CommandError,
-    LeaseState,
-    Supervisor,
-    ThreadCrashedError,
-    ThreadNotRunningError,
-    discard,
-    lease_status,
-    refuse_orphaned_aborts,
-    send,
-    undelivered,
-)
+from core.supervisor import STALE_ABORT, Supervisor
 from core.tools import ToolContext, tool
 
 HOST = host_id()
