@@ -3,7 +3,8 @@
 :func:`lease_status` reads a thread's lease record (:mod:`core.leases`) and its run records
 into a :class:`LeaseView`: what the picker shows, what decides whether a thread may be
 resumed, and what the app-side commands (:mod:`core.commands`) check before they queue
-anything. How runs are supervised across processes is told in :mod:`core.supervisor`.
+anything. Whether a lease is stale is :func:`core.leases.is_stale`'s rule, asked here, never
+re-derived. How runs are supervised across processes is told in :mod:`core.supervisor`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from core.checkpoint.base import Lease, RunRecord
-from core.leases import host_id, pid_alive
+from core.leases import holder_gone, host_id, is_stale, pid_alive
 
 
 class LeaseState(enum.StrEnum):
@@ -113,6 +114,10 @@ def _ago(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h ago"
 
 
+def _exists(_pid: int) -> bool:
+    return True
+
+
 def lease_status(
     lease: Lease | None,
     runs: Sequence[RunRecord] = (),
@@ -129,9 +134,10 @@ def lease_status(
     (default: :func:`core.leases.host_id` and this process); ``alive(pid)`` probes a process
     on this host.
 
-    The rule is :func:`core.leases.is_stale`'s, the one that decides whether another
-    runner may take the thread over: a lease is stale once ``expires_at <= now``, or at
-    once when it was taken on this host by a process that no longer exists. A stale lease
+    Staleness is asked of :func:`core.leases.is_stale`, the rule that decides whether
+    another runner may take the thread over: a lease is stale once ``expires_at <= now``,
+    or at once when it was taken on this host by a process that no longer exists
+    (:func:`core.leases.holder_gone`, which also gives ``gone``). A stale lease
     whose run did not complete is ``CRASHED``; a lease on another host therefore shows
     as running until it expires, even if that machine died, and even when a process of
     that pid is gone here. Pure apart from ``alive`` and reading the host id; raises only
@@ -143,15 +149,11 @@ def lease_status(
     host = host_id() if host is None else host
     pid = os.getpid() if pid is None else pid
     age, left = now - lease.heartbeat_at, lease.expires_at - now
-    same_host = lease.host == host
-    if lease.expires_at > now:
-        if same_host and lease.pid == pid:
-            return LeaseView(LeaseState.RUNNING_HERE, lease, age, left)
-        if not same_host or alive(lease.pid):
-            return LeaseView(LeaseState.RUNNING_ELSEWHERE, lease, age, left)
-        gone = True
-    else:
-        gone = same_host and not alive(lease.pid)
+    here = lease.host == host and lease.pid == pid
+    # This process exists by definition, whatever `alive` says of it.
+    if not is_stale(lease, now=now, host=host, alive=_exists if here else alive):
+        return LeaseView(LeaseState.RUNNING_HERE if here else LeaseState.RUNNING_ELSEWHERE, lease, age, left)
+    gone = holder_gone(lease, host=host, alive=alive)
     run = next((r for r in runs if r.run_id == lease.run_id), None) if lease.run_id else None
     state = LeaseState.ENDED if run is not None and run.completed else LeaseState.CRASHED
     return LeaseView(state, lease, age, left, gone)

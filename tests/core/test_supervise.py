@@ -83,6 +83,8 @@ def test_on_this_host_a_gone_process_is_crashed_at_once() -> None:
 def test_this_process_runs_here() -> None:
     view = lease_status(_lease(host=HOST, pid=os.getpid()), [], NOW)
     assert view.state is LeaseState.RUNNING_HERE and view.label == "running here" and view.live
+    # This process exists by definition: a probe is never asked about it.
+    assert lease_status(_lease(host=HOST, pid=os.getpid()), [], NOW, alive=lambda pid: False).live
 
 
 @pytest.mark.parametrize(
