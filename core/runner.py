@@ -77,6 +77,7 @@ from core.checkpoint.capabilities import FileBacked, SchemaUpgrade, ThreadDeleti
 from core.checkpoint.locations import ENV_VAR, chosen_location, describe_location, open_store
 from core.checkpoint.reconnect import OnStatus, StoreStatus, reconnect_notice
 from core.errors import (
+    BadInput,
     CubepiError,
     DatabaseGoneError,
     StoreBusyError,
@@ -111,10 +112,6 @@ class AgentSpec:
     provider: Provider
     tools: Sequence[AgentTool] = field(default_factory=tuple)
     system_prompt: str = ""
-
-
-class BadInput(CubepiError):
-    """The command line or its inputs cannot be used; the message is the one sentence shown."""
 
 
 def chosen_owner(name: str | None, unowned: bool) -> str:
