@@ -3,7 +3,7 @@ and what the live-event log costs the database.
 
 Run: ``.venv/bin/python -m bench.bench_live [--seconds 5] [--fast 5000] [--slow 50]``
 
-A child process runs an :class:`~core.agent.Agent` under a :class:`~core.supervise.Supervisor`
+A child process runs an :class:`~core.agent.Agent` under a :class:`~core.supervisor.Supervisor`
 on a SQLite file; its provider streams one token (~4 characters) per delta at a fixed
 rate, and every 100th token (every 5th at the slow rate) is a timestamp taken when the
 provider yields it. This process follows the thread with a
@@ -72,7 +72,7 @@ class PacedProvider:
 async def child(db: str, thread: str, rate: float, seconds: float, every: int) -> None:
     from core.agent import Agent
     from core.checkpoint.sqlite import SQLiteCheckpointer
-    from core.supervise import Supervisor
+    from core.supervisor import Supervisor
 
     async with await SQLiteCheckpointer.open(db, create=False) as store:
         sup = Supervisor(Agent(PacedProvider(rate, seconds, every), store, thread))

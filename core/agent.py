@@ -39,6 +39,7 @@ from core.errors import (
     RunError,
     UnreadableThreadError,
     WaitingForAnswerError,
+    WriteFailed,
     error_sentence,
 )
 from core.events import (
@@ -67,7 +68,7 @@ from core.leases import LeaseHolder
 from core.loop import LoopConfig, run_loop
 from core.messages import AnyMessage, AssistantMessage, UserMessage, user_text
 from core.providers.base import Provider
-from core.recorder import RunRecorder, WriteFailed
+from core.recorder import RunRecorder
 from core.recovery import (
     CallPlan,
     Diagnosis,
@@ -637,7 +638,7 @@ class Agent:
         """Fold ``event`` into state, persist what must be persisted, then tell listeners.
 
         Listeners get a ``MessageEnd`` with ``persisted=False`` when its message was not
-        saved. Raises :class:`~core.recorder.WriteFailed` when a message could not be saved (after the
+        saved. Raises :class:`~core.errors.WriteFailed` when a message could not be saved (after the
         listeners ran) or a tool start could not be journaled (before: that tool never
         runs); a write refused because the lease is gone also records the loss.
         """

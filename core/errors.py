@@ -216,6 +216,45 @@ class WaitingForAnswerError(RunError):
     pending request): running would settle the question's call and lose the answer."""
 
 
+class WriteFailed(RunError):
+    """Raised inside a run when a write it needs failed (or its lease is gone), so the run
+    must end failed; its text is the sentence the run ends with (made by
+    ``core.recorder.RunRecorder.stopped_by``). Caught by ``core.agent.Agent``: it never
+    reaches the agent's callers."""
+
+
+# --- commands to a run elsewhere --------------------------------------------------------------
+
+
+class ThreadNotRunningError(RunError):
+    """Raised by ``core.commands.send`` when the thread has no live lease (it finished or
+    never ran; see :class:`ThreadCrashedError` for a crash); ``view`` is the
+    ``core.lease_status.LeaseView`` read."""
+
+    def __init__(self, message: str, *, view: object = None) -> None:
+        super().__init__(message)
+        self.view = view
+
+
+class ThreadCrashedError(ThreadNotRunningError):
+    """Raised by ``core.commands.send`` when the thread's runner crashed (a stale lease, run not completed)."""
+
+
+class CommandError(RunError):
+    """Raised by ``core.commands.send`` for a command that cannot be sent as given (a steer
+    without text), and by ``core.commands.discard`` while a run holds the thread (its
+    commands are in flight)."""
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+class BadInput(CubepiError):
+    """Raised by ``core.runner`` and ``tui.cli`` when the command line or its inputs cannot
+    be used; the message is the one sentence shown, and the process exits with
+    ``core.runner.BAD_INPUT``."""
+
+
 def error_sentence(exc: BaseException) -> str:
     """One line saying what went wrong: the first line of ``exc``'s text, which for our own
     errors is already the sentence for the user; other exceptions are prefixed with their

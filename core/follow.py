@@ -1,13 +1,13 @@
 """Following a thread that another process runs: its history, plus what is streaming now.
 
 :class:`ThreadFollower` keeps a :class:`ThreadModel` of one thread up to date while a
-runner (a :class:`~core.supervise.Supervisor`, in any process) writes it:
+runner (a :class:`~core.supervisor.Supervisor`, in any process) writes it:
 
 * ``messages``: the persisted messages, the record, loaded from the store;
 * ``partial`` / ``running_tools`` / ``retry``: the reply streaming now, the tools running
   now and the model call's retry wait, rebuilt from the live-event log written after the
   last persisted message;
-* ``lease_view``: running here / elsewhere / crashed (:func:`core.supervise.lease_status`);
+* ``lease_view``: running here / elsewhere / crashed (:func:`core.lease_status.lease_status`);
 * ``commands``: the thread's commands not settled yet (pending or delivered).
 
 Every message appears exactly once: the live events name the index each message will
@@ -64,11 +64,11 @@ from core.checkpoint.capabilities import (
     supports,
 )
 from core.checkpoint.listing import changed_threads, merge_listing
+from core.lease_status import LeaseState, LeaseView, lease_status
 from core.live import LiveFold, LiveRetry, LiveTool, PartialDelta, answered_ids
 from core.messages import AnyMessage, AssistantMessage
 from core.outline import ThreadOutline, read_outline
 from core.recovery import Diagnosis, diagnose
-from core.supervise import LeaseState, LeaseView, lease_status
 
 _log = logging.getLogger(__name__)
 _OPEN = ("pending", "delivered")
@@ -609,7 +609,7 @@ def _holder(lease: Lease | None) -> tuple[str, str | None] | None:
 @dataclass(frozen=True, slots=True)
 class ThreadsSnapshot:
     """The thread list at ``at`` (unix seconds): summaries, most recently active first, and
-    each thread's :class:`~core.supervise.LeaseView` by thread id.
+    each thread's :class:`~core.lease_status.LeaseView` by thread id.
 
     ``changed`` names the threads whose summary differs from the previous snapshot's
     (added, changed or gone); ``None`` on the first snapshot and whenever every row should

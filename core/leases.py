@@ -50,7 +50,7 @@ def host_id() -> str:
     when set and not blank, else ``socket.gethostname()``.
 
     The one place a host is named: lease holders write it, and :func:`is_stale` and
-    ``core.supervise.lease_status`` compare a lease's host with it to decide whether its
+    ``core.lease_status.lease_status`` compare a lease's host with it to decide whether its
     pid may be checked here. Read on every call, so it follows the environment. Raises
     :class:`~core.errors.HostIdError` when the variable holds a control character or more
     than :data:`HOST_ID_MAX` characters.
@@ -94,14 +94,25 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def is_stale(lease: Lease, *, now: float | None = None, host: str | None = None) -> bool:
+def holder_gone(lease: Lease, *, host: str | None = None, alive: Callable[[int], bool] = pid_alive) -> bool:
+    """Whether ``lease`` was taken on this ``host`` (default :func:`host_id`) by a process
+    that no longer exists (``alive(pid)`` false; default :func:`pid_alive`). Always false
+    for a lease of another host: its pid means nothing here. Raises ``HostIdError`` only
+    when ``host`` is not given (see :func:`host_id`)."""
+    return lease.host == (host or host_id()) and not alive(lease.pid)
+
+
+def is_stale(
+    lease: Lease, *, now: float | None = None, host: str | None = None, alive: Callable[[int], bool] = pid_alive
+) -> bool:
     """Whether ``lease`` may be taken over: expired (``expires_at`` before ``now``, unix
-    seconds), or held on this ``host`` (default :func:`host_id`) by a process that no longer
-    exists. A lease of another host is judged by its expiry alone: its pid means nothing here."""
+    seconds), or :func:`holder_gone` (``host`` and ``alive`` as there). A lease of another
+    host is judged by its expiry alone. The one staleness rule: a runner taking the lease
+    and ``core.lease_status.lease_status`` (what the app shows) both ask it."""
     now = time.time() if now is None else now
     if lease.expires_at <= now:
         return True
-    return lease.host == (host or host_id()) and not pid_alive(lease.pid)
+    return holder_gone(lease, host=host, alive=alive)
 
 
 def claimed_sentence(thread_id: str, lease: Lease | None) -> str:

@@ -33,7 +33,7 @@ from typing import Literal
 from core.checkpoint.base import Checkpointer, FingerprintOverride, Fingerprints, JobRecord, StepRecord, ThreadMeta
 from core.checkpoint.capabilities import Jobs as JobStore
 from core.checkpoint.capabilities import Leases, OwnerScoped, ThreadRecords, ToolJournal, ToolSteps, supports
-from core.errors import LeaseLostError, error_sentence
+from core.errors import LeaseLostError, WriteFailed, error_sentence
 from core.fingerprints import changes, first_input, input_fingerprint, mismatch_error
 from core.jobs import Jobs
 from core.leases import HeldLease, LeaseHolder
@@ -43,12 +43,6 @@ from core.recovery import JOURNALED_KEY
 from core.steps import StepLogs
 
 _log = logging.getLogger(__name__)
-
-
-class WriteFailed(Exception):
-    """A write the run needs failed (or the lease is gone), so the run must end failed; its
-    text is the sentence the run ends with. Raised to the agent's loop and caught by the
-    agent: it never leaves :class:`~core.agent.Agent`."""
 
 
 class RunRecorder:

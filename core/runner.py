@@ -29,7 +29,7 @@ app's words (:func:`core.checkpoint.base.not_deleted_sentence`).
 The run holds the thread's lease (heartbeat every ``--heartbeat`` seconds; the lease names
 this host as ``$CUBEPI_HOST_ID``, else the host name, see :func:`core.leases.host_id`), writes live
 events and obeys abort / steer / follow-up commands sent from the app (or from
-:func:`core.supervise.send`), exactly as :class:`~core.supervise.Supervisor` describes.
+:func:`core.commands.send`), exactly as :class:`~core.supervisor.Supervisor` describes.
 It prints one plain-text line per finished message to stdout (``user: ...``,
 ``assistant: ...``, ``tool NAME: ...``, ``steer: ...``), before a resume the plan it
 carries out (``plan: Resume first settles each dangling call - fetch_dataset (c1):
@@ -77,6 +77,7 @@ from core.checkpoint.capabilities import FileBacked, SchemaUpgrade, ThreadDeleti
 from core.checkpoint.locations import ENV_VAR, chosen_location, describe_location, open_store
 from core.checkpoint.reconnect import OnStatus, StoreStatus, reconnect_notice
 from core.errors import (
+    BadInput,
     CubepiError,
     DatabaseGoneError,
     StoreBusyError,
@@ -91,7 +92,7 @@ from core.owners import UNOWNED, check_owner, default_owner, resolve_owner
 from core.providers.base import Provider
 from core.providers.retry import retry_label
 from core.recovery import ResumePlan
-from core.supervise import Supervisor
+from core.supervisor import Supervisor
 from core.tools import AgentTool
 from core.untrusted import UNSAFE, escape
 
@@ -111,10 +112,6 @@ class AgentSpec:
     provider: Provider
     tools: Sequence[AgentTool] = field(default_factory=tuple)
     system_prompt: str = ""
-
-
-class BadInput(CubepiError):
-    """The command line or its inputs cannot be used; the message is the one sentence shown."""
 
 
 def chosen_owner(name: str | None, unowned: bool) -> str:

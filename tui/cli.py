@@ -17,10 +17,10 @@ from typing import Any
 from core.checkpoint import locations
 from core.checkpoint.base import Checkpointer
 from core.checkpoint.reconnect import OnStatus
-from core.errors import DatabaseOpenError
+from core.errors import BadInput, DatabaseOpenError
 from core.fingerprints import check_workflow
 from core.owners import OWNER_ENV, resolve_owner
-from core.runner import BAD_INPUT, COMMANDS, BadInput, SentenceParser, add_owner_options, chosen_owner, positive_number
+from core.runner import BAD_INPUT, COMMANDS, SentenceParser, add_owner_options, chosen_owner, positive_number
 from tui.session import ProviderFactory, Session
 
 DEFAULT_MODEL = "claude-sonnet-4-5"

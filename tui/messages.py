@@ -17,9 +17,9 @@ from core.events import AgentEvent, MessageUpdate, ToolExecutionUpdate
 if TYPE_CHECKING:
     from core.checkpoint.base import CheckpointData, Command
     from core.follow import ThreadChange
+    from core.lease_status import LeaseView
     from core.messages import Usage
     from core.recovery import Diagnosis
-    from core.supervise import LeaseView
     from tui.session import ThreadRow
 
 

@@ -42,24 +42,17 @@ from core.checkpoint.capabilities import (
 )
 from core.checkpoint.pages import MessagePage
 from core.checkpoint.reconnect import StoreStatus, reconnect_notice
+from core.commands import discard, refuse_orphaned_aborts, send, undelivered
 from core.errors import CubepiError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
+from core.lease_status import LeaseState, LeaseView, lease_status
 from core.leases import delete_thread
 from core.messages import AnyMessage
 from core.outline import ThreadOutline, read_outline
 from core.owners import UNOWNED
 from core.recovery import DanglingCall, Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose, step_words
-from core.supervise import (
-    LeaseState,
-    LeaseView,
-    Supervisor,
-    discard,
-    lease_status,
-    refuse_orphaned_aborts,
-    send,
-    undelivered,
-)
+from core.supervisor import Supervisor
 from core.tool_execution import call_job_key
 from tui.whole_diagnoses import WholeDiagnoses
 from tui.whole_diagnoses import version as thread_version
@@ -923,14 +916,14 @@ class Session:
         return await agent.resume(choices, accept_changes=accept_changes)
 
     async def refuse_orphaned_aborts(self, thread_id: str) -> list[Command]:
-        """Refuse the aborts a dead runner never took (:func:`core.supervise.refuse_orphaned_aborts`);
+        """Refuse the aborts a dead runner never took (:func:`core.commands.refuse_orphaned_aborts`);
         ``[]`` on a browse-only store, which is never written. Raises the store's errors."""
         if not self.can_watch or self.needs_upgrade:
             return []
         return await refuse_orphaned_aborts(self._live(), thread_id)
 
     async def send(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
-        """Queue a command for the run of ``thread_id`` in another process (:func:`core.supervise.send`).
+        """Queue a command for the run of ``thread_id`` in another process (:func:`core.commands.send`).
 
         Raises ``ThreadCrashedError`` / ``ThreadNotRunningError`` / ``CommandError`` (one sentence each),
         ``CubepiError`` for a store without live runs (see :attr:`can_watch`).

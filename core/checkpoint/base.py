@@ -348,7 +348,7 @@ COMMAND_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 """Current status -> the statuses ``update_command`` may move a command to.
 
-How ``core.supervise`` uses them: a runner marks a command ``delivered`` when it hands
+How supervision uses them (:mod:`core.supervisor`, :mod:`core.commands`): a runner marks a command ``delivered`` when it hands
 it to its agent (again, ``delivered`` -> ``delivered``, when a resumed run takes over
 what a crashed runner had delivered), ``applied`` once it took effect (an abort stopped
 the run; a steer's message was persisted - also found after a crash, and possible

@@ -246,7 +246,7 @@ class LiveEvents(Protocol):
 
 
 class Commands(Protocol):
-    """Abort, steer and follow-up across processes: the durable outbox (see :mod:`core.supervise`).
+    """Abort, steer and follow-up across processes: the durable outbox (see :mod:`core.supervisor`).
 
     Kinds and statuses are checked by :func:`core.checkpoint.base.check_command_kind` and
     :func:`~core.checkpoint.base.check_command_status`, moves by
@@ -501,7 +501,7 @@ class SupervisedStore(
 
 
 class CommandStore(Checkpointer, Leases, Commands, Protocol):
-    """What sending and settling commands uses (:mod:`core.supervise`): the thread, its lease, its commands."""
+    """What sending and settling commands uses (:mod:`core.commands`): the thread, its lease, its commands."""
 
 
 class WatchedStore(Checkpointer, ChangeNotification, Protocol):
@@ -510,7 +510,7 @@ class WatchedStore(Checkpointer, ChangeNotification, Protocol):
 
 class LiveStore(CommandStore, LiveEvents, ChangeNotification, Protocol):
     """What following a run in another process and commanding it use: a
-    :class:`~core.supervise.Supervisor` writes live events and takes commands, a
+    :class:`~core.supervisor.Supervisor` writes live events and takes commands, a
     :class:`~core.follow.ThreadFollower` and the app read them. The capabilities to
     check are :data:`LIVE`."""
 

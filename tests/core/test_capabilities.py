@@ -36,7 +36,7 @@ from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import user_text
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
-from core.supervise import Supervisor
+from core.supervisor import Supervisor
 from core.tools import tool
 from tests.helpers.stores import Lookalike, PlainStore, SignalledStore
 

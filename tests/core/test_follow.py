@@ -8,11 +8,13 @@ import time
 from core.agent import Agent
 from core.checkpoint.base import Lease, LiveEvent
 from core.checkpoint.memory import MemoryCheckpointer
+from core.commands import send
 from core.follow import ThreadChange, ThreadFollower, watch_threads
+from core.lease_status import LeaseState
 from core.live import LiveFold
 from core.messages import AssistantMessage, user_text
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_thinking, faux_tool_call
-from core.supervise import LeaseState, Supervisor, send
+from core.supervisor import Supervisor
 from core.tools import ToolContext, tool
 
 

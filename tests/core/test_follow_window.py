@@ -13,7 +13,7 @@ from core.messages import AnyMessage, AssistantMessage, TextContent, ToolCall, T
 from core.outline import usage_of
 from core.providers.faux import FauxProvider
 from core.recovery import diagnose
-from core.supervise import Supervisor
+from core.supervisor import Supervisor
 
 
 def _turns(count: int) -> list[AnyMessage]:

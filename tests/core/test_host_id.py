@@ -14,9 +14,9 @@ from core.agent import Agent
 from core.checkpoint.base import Lease, RunRecord
 from core.checkpoint.memory import MemoryCheckpointer
 from core.errors import HostIdError
+from core.lease_status import HOST_CHARS, LeaseState, lease_status
 from core.leases import HOST_ID_ENV, HOST_ID_MAX, LeaseHolder, host_id, is_stale, pid_alive
 from core.providers.faux import FauxProvider
-from core.supervise import HOST_CHARS, LeaseState, lease_status
 
 NOW = 1_800_000_000.0
 

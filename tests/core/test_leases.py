@@ -17,7 +17,7 @@ from core.checkpoint.base import Lease
 from core.checkpoint.memory import MemoryCheckpointer
 from core.errors import NothingToResumeError, RunAlreadyClaimedError
 from core.events import ToolExecutionUpdate
-from core.leases import HeldLease, LeaseHolder, is_stale, pid_alive
+from core.leases import HeldLease, LeaseHolder, holder_gone, is_stale, pid_alive
 from core.messages import ToolResultMessage
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import ThreadState, diagnose
@@ -147,6 +147,22 @@ def test_is_stale():
     dead = Lease("t", "h", dead_pid(), HOST, None, 0, now, now + 10)
     assert is_stale(dead, now=now, host=HOST)
     assert not is_stale(dead, now=now, host="elsewhere")  # another host's pid cannot be checked
+
+
+def test_holder_gone_probes_only_this_hosts_pids_with_the_probe_given():
+    lease = Lease("t", "h", 4242, HOST, None, 0, 1000.0, 1010.0)
+    probed: list[int] = []
+
+    def dead(pid: int) -> bool:
+        probed.append(pid)
+        return False
+
+    assert holder_gone(lease, host=HOST, alive=dead) and probed == [4242]
+    assert not holder_gone(lease, host=HOST, alive=lambda pid: True)
+    assert not holder_gone(lease, host="elsewhere", alive=dead) and probed == [4242]
+    # is_stale takes the same probe: a live lease whose holder is gone here is stale at once.
+    assert is_stale(lease, now=1000.0, host=HOST, alive=dead)
+    assert not is_stale(lease, now=1000.0, host=HOST, alive=lambda pid: True)
 
 
 async def test_heartbeats_extend_the_lease_past_its_ttl():

@@ -9,7 +9,7 @@ from core.checkpoint.memory import MemoryCheckpointer
 from core.events import ToolExecutionUpdate
 from core.follow import ThreadFollower
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
-from core.supervise import Supervisor
+from core.supervisor import Supervisor
 from core.tools import PROGRESS_TEXT_LIMIT, ToolContext, cap_progress_text, tool
 
 WAIT = 10.0  # seconds; reached only by a failing test

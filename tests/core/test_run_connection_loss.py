@@ -29,11 +29,11 @@ import pytest
 from core.checkpoint import codec
 from core.checkpoint.base import CheckpointData, Checkpointer
 from core.checkpoint.locations import describe_location, open_store
+from core.commands import send
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState, diagnose, unanswered_calls
 from core.request import build_request
 from core.runner import describe
-from core.supervise import send
 from tests.helpers.cut_proxy import CutProxy, through
 from tests.helpers.store_backends import new_location
 from tests.helpers.store_locations import split_redis_location

@@ -13,27 +13,21 @@ import pytest
 from core.agent import Agent
 from core.checkpoint.base import Lease, RunRecord, thread_unavailable
 from core.checkpoint.memory import MemoryCheckpointer
-from core.errors import RunAlreadyClaimedError, ThreadNotFoundError
+from core.commands import ORPHANED_ABORT, RUN_ENDED, discard, refuse_orphaned_aborts, send, undelivered
+from core.errors import (
+    CommandError,
+    RunAlreadyClaimedError,
+    ThreadCrashedError,
+    ThreadNotFoundError,
+    ThreadNotRunningError,
+)
 from core.events import AgentEnd
+from core.lease_status import LeaseState, lease_status
 from core.leases import LeaseHolder, host_id, is_stale
 from core.live import LiveFold
 from core.messages import UserMessage, user_text
 from core.providers.faux import FauxProvider, faux_reply, faux_text, faux_tool_call
-from core.supervise import (
-    ORPHANED_ABORT,
-    RUN_ENDED,
-    STALE_ABORT,
-    CommandError,
-    LeaseState,
-    Supervisor,
-    ThreadCrashedError,
-    ThreadNotRunningError,
-    discard,
-    lease_status,
-    refuse_orphaned_aborts,
-    send,
-    undelivered,
-)
+from core.supervisor import STALE_ABORT, Supervisor
 from core.tools import ToolContext, tool
 
 HOST = host_id()
@@ -89,6 +83,8 @@ def test_on_this_host_a_gone_process_is_crashed_at_once() -> None:
 def test_this_process_runs_here() -> None:
     view = lease_status(_lease(host=HOST, pid=os.getpid()), [], NOW)
     assert view.state is LeaseState.RUNNING_HERE and view.label == "running here" and view.live
+    # This process exists by definition: a probe is never asked about it.
+    assert lease_status(_lease(host=HOST, pid=os.getpid()), [], NOW, alive=lambda pid: False).live
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 
 from core.agent import Agent
+from core.commands import discard, send, undelivered
+from core.errors import ThreadCrashedError
 from core.follow import ThreadFollower
+from core.lease_status import LeaseState
 from core.messages import ToolResultMessage, UserMessage
 from core.recovery import ThreadState
-from core.supervise import LeaseState, Supervisor, ThreadCrashedError, discard, send, undelivered
+from core.supervisor import Supervisor
 from tests.helpers.supervise import SIGKILL, SIGSTOP, until, until_status
 
 from .child import GatedProvider, work

@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 
 from core.checkpoint.base import Checkpointer, Lease
+from core.commands import send
+from core.errors import ThreadCrashedError
+from core.lease_status import LeaseState, lease_status
 from core.leases import HOST_ID_ENV, pid_alive
 from core.messages import UserMessage
-from core.supervise import LeaseState, ThreadCrashedError, lease_status, send
 from tests.helpers.store_backends import BACKEND_PARAMS, new_location
 from tests.helpers.store_locations import open_location
 from tests.helpers.supervise import ROOT, SIGKILL, TIMEOUT, Runner, runner_argv, until_status

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from core.commands import send
+from core.errors import ThreadNotRunningError
 from core.follow import ThreadFollower
+from core.lease_status import LeaseState
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState
-from core.supervise import LeaseState, ThreadNotRunningError, send
 from tests.helpers.supervise import until, until_status
 
 from .child import pause_gate, pause_points, reply_text

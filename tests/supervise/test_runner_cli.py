@@ -11,9 +11,9 @@ import pytest
 
 from core.events import RetryWait
 from core.follow import ThreadChange, ThreadFollower
+from core.lease_status import LeaseState
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
 from core.runner import describe, describe_wait, main, plain
-from core.supervise import LeaseState
 from tests.helpers import retrying_agent
 from tests.helpers.supervise import ROOT, runner_argv, until
 

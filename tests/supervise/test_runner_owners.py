@@ -17,11 +17,11 @@ import pytest
 
 from core.checkpoint.base import Lease, not_deleted_sentence, thread_unavailable
 from core.checkpoint.locations import open_store
+from core.commands import send
 from core.errors import ThreadNotFoundError
 from core.fingerprints import first_input_error
 from core.leases import deleted_sentence
 from core.owners import OWNER_ENV, UNOWNED
-from core.supervise import send
 from tests.helpers import owner_agents
 from tests.helpers.store_backends import BACKEND_PARAMS, new_location
 from tests.helpers.supervise import ROOT, Runner

@@ -286,8 +286,8 @@ async def test_a_steer_sent_to_a_runner_that_then_crashed_is_sent_with_the_resum
 async def test_a_run_in_the_app_can_be_followed_and_aborted_from_another_connection(shared_db: Path) -> None:
     """In-app runs go through a Supervisor: another process (here: another connection, as a
     second app window would hold) sees them stream and can abort them by command."""
+    from core.commands import send
     from core.follow import ThreadFollower
-    from core.supervise import send
 
     app = make_app(fast_session(path=shared_db, speed=1.0))
     async with _app_running(app, (130, 40)) as pilot:

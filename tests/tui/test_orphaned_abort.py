@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.supervise import ORPHANED_ABORT
+from core.commands import ORPHANED_ABORT
 from tests.helpers.tui import fast_session, leased_elsewhere, open_from_picker, screen_text, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.thread import ThreadScreen

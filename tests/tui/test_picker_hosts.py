@@ -12,9 +12,9 @@ import pytest
 
 from core.checkpoint.base import Lease, RunRecord, ThreadSummary
 from core.checkpoint.memory import MemoryCheckpointer
+from core.lease_status import HOST_CHARS
 from core.leases import HOST_ID_ENV
 from core.messages import AssistantMessage, TextContent, user_text
-from core.supervise import HOST_CHARS
 from tests.helpers.tui import fast_session, screen_text, wait_for
 from tui.app import make_app
 from tui.screens.threads import ThreadsScreen

@@ -1,7 +1,7 @@
 """ResumeModal: what resuming a crashed thread will do, call by call, and the user's choices.
 
 Built from :meth:`core.agent.Agent.plan_resume` (a :class:`~core.recovery.ResumePlan`) and
-the steers and follow-ups a crashed runner never delivered (:func:`core.supervise.undelivered`).
+the steers and follow-ups a crashed runner never delivered (:func:`core.commands.undelivered`).
 Each dangling tool call shows where it stopped ("never started", "started 12:03:10, never
 finished", "may have started"; for a stepped tool also "step 4 of 8 committed at 12:03:10")
 and what resume does with it; a call of a known tool that

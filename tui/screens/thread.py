@@ -2,9 +2,9 @@
 
 What is shown (run here or followed) is :class:`~tui.screens.thread_view.ThreadView`'s
 part; this class adds the keys and the runs. A run happens in an exclusive worker of this
-screen, through the session's :class:`~core.supervise.Supervisor`, so other processes can
+screen, through the session's :class:`~core.supervisor.Supervisor`, so other processes can
 follow and command it. For a thread another process runs, ``a``/``s``/``f`` become
-commands to that process (:func:`core.supervise.send`) and ``r`` is refused until that
+commands to that process (:func:`core.commands.send`) and ``r`` is refused until that
 run ends or its lease expires. ``r`` on a crashed thread first shows the
 :class:`~tui.screens.resume.ResumeModal`: every dangling call with its planned outcome,
 and the user's choices.
@@ -21,11 +21,17 @@ from textual.worker import Worker, WorkerState
 
 from core.agent import Agent
 from core.checkpoint.base import Command
-from core.errors import CubepiError, FingerprintMismatchError, RunError, UnreadableThreadError
+from core.errors import (
+    CubepiError,
+    FingerprintMismatchError,
+    RunError,
+    ThreadCrashedError,
+    ThreadNotRunningError,
+    UnreadableThreadError,
+)
 from core.events import AgentEvent, MessageEnd, RunOutcome
 from core.messages import UserMessage
 from core.recovery import ResumeAction, ThreadState
-from core.supervise import ThreadCrashedError, ThreadNotRunningError
 from core.words import counted
 from tui.messages import CloseThread, RunFinished, RunStarted
 from tui.screens.modals import ChangesModal, ConfirmModal, TextInputModal

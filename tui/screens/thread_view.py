@@ -52,13 +52,13 @@ from core.events import (
     ToolExecutionUpdate,
 )
 from core.follow import ThreadChange, ThreadFollower
+from core.lease_status import LeaseState, LeaseView
 from core.messages import AssistantMessage, Usage
 from core.outline import usage_of
 from core.owners import owner_label
 from core.providers.retry import retry_label
 from core.recovery import Diagnosis
 from core.request import repair_words
-from core.supervise import LeaseState, LeaseView
 from tui.flush_gate import FlushGate
 from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, ThreadLoaded
 from tui.screens.following import Mirror

@@ -1,0 +1,173 @@
+"""The app side of supervision: commands for a thread that a runner in another process runs.
+
+:func:`send` queues an abort, steer or follow-up in the store's command table for the
+thread's runner (a :class:`core.supervisor.Supervisor`) and refuses in one sentence when
+no run holds a live lease (:func:`core.lease_status.lease_status`); :func:`undelivered` and
+:func:`discard` handle the steers and follow-ups a crashed runner never delivered
+(``Supervisor.resume(include_pending=True)`` sends them with the resume), and
+:func:`refuse_orphaned_aborts` settles the aborts it never took. The notes a refused
+command carries, and :func:`settle`, the one way a command is moved without racing
+whoever settles it meanwhile, are shared with the runner side. How a command travels
+(``pending`` -> ``delivered`` -> ``applied``, or ``refused``) is told in :mod:`core.supervisor`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from core.checkpoint.base import Command, CommandKind, CommandStatus, Lease, check_command_kind, thread_unavailable
+from core.checkpoint.capabilities import Commands, CommandStore, OwnerScoped, supports
+from core.errors import CommandError, CommandTransitionError, ThreadCrashedError, ThreadNotRunningError
+from core.lease_status import LeaseState, lease_status
+from core.messages import UserMessage
+from core.owners import UNOWNED
+
+_log = logging.getLogger(__name__)
+
+RUN_ENDED = "run ended; send it as a new prompt"
+"""The note on a steer or follow-up that reached a runner after (or as) its run ended."""
+
+ABORT_TOO_LATE = "run ended before the abort took effect"
+"""The note on an abort that reached a runner whose run had already ended."""
+
+ORPHANED_ABORT = "its runner stopped before taking it; nothing is running to abort"
+"""The note on an abort whose runner died (its lease is no longer live) before applying it."""
+
+
+async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str = "") -> Command:
+    """Queue ``kind`` (``"abort"``, ``"steer"`` or ``"follow_up"``) for the run of ``thread_id``
+    and return the ``pending`` command; its runner's :class:`~core.supervisor.Supervisor` takes it from there.
+
+    Raises :class:`~core.errors.ThreadCrashedError` when the thread's runner crashed ("resume it
+    first"), :class:`~core.errors.ThreadNotRunningError` when no run holds a live lease (for a steer
+    or follow-up the sentence says to send it as a new prompt), ``ThreadNotFoundError``
+    (:func:`~core.checkpoint.base.thread_unavailable`) when the thread is missing or
+    another owner's (the store sees neither, so both read the same), :class:`~core.errors.CommandError`
+    for a steer or follow-up without text, ``ValueError`` for another ``kind``, and the
+    store's errors. A run that ends between the check and the insert is caught by a
+    second look at the lease: the command is then marked ``refused`` and the same error
+    raised. For an agent running in this process without a Supervisor, call its methods.
+    """
+    check_command_kind(kind)
+    if kind != "abort" and not text.strip():
+        raise CommandError(f"A {_kind_words(kind)} needs some text.")
+    lease = await store.get_lease(thread_id)
+    view = lease_status(lease, (), time.time())
+    if lease is None and await store.load(thread_id) is None:
+        # Not this owner's thread, or none at all: the store's reads cannot tell which.
+        raise thread_unavailable(thread_id, store.owner if supports(store, OwnerScoped) else UNOWNED)
+    if not view.live:
+        raise await _refusal(store, thread_id, kind, lease)
+    command = await store.send_command(thread_id, kind, text)
+    lease = await store.get_lease(thread_id)
+    if not lease_status(lease, (), time.time()).live:
+        error = await _refusal(store, thread_id, kind, lease)
+        # Only if the runner did not take it meanwhile (a runner never delivers after its run ended).
+        if any(c.seq == command.seq for c in await store.list_commands(thread_id, ["pending"])):
+            await settle(store, command.seq, "refused", RUN_ENDED if kind != "abort" else ABORT_TOO_LATE)
+        raise error
+    return command
+
+
+async def _refusal(store: CommandStore, thread_id: str, kind: str, lease: Lease | None) -> ThreadNotRunningError:
+    data = await store.load(thread_id) if lease is not None else None
+    view = lease_status(lease, data.runs if data else (), time.time())
+    if view.state is LeaseState.CRASHED:
+        where = f"process {lease.pid} on {lease.host}" if lease else "its runner"
+        return ThreadCrashedError(
+            f"Thread {thread_id!r} is not running: {where} stopped without finishing the run; "
+            f"resume the thread first{'' if kind == 'abort' else ', then send the ' + _kind_words(kind)}.",
+            view=view,
+        )
+    if kind == "abort":
+        return ThreadNotRunningError(f"Thread {thread_id!r} is not running, so there is nothing to abort.", view=view)
+    return ThreadNotRunningError(
+        f"Thread {thread_id!r} is not running (its last run ended); send the {_kind_words(kind)} as a new prompt.",
+        view=view,
+    )
+
+
+def _kind_words(kind: str) -> str:
+    return "follow-up" if kind == "follow_up" else kind
+
+
+async def refuse_orphaned_aborts(store: CommandStore, thread_id: str) -> list[Command]:
+    """Mark ``refused`` the aborts of ``thread_id`` still pending or delivered although no run
+    holds its live lease (their runner died first), and return them, updated; ``[]`` while a
+    run holds the lease. An abort has nothing left to stop, unlike a steer or follow-up,
+    which :func:`undelivered` keeps for the resume. One settled meanwhile (the runner applied
+    it, a resume refused it) is left as it is. Raises the store's errors (a browse-only store
+    raises ``ReadOnlyStoreError``)."""
+    if lease_status(await store.get_lease(thread_id), (), time.time()).live:
+        return []
+    out = []
+    for c in await store.list_commands(thread_id, ["pending", "delivered"]):
+        if c.kind == "abort":
+            try:
+                out.append(await store.update_command(c.seq, "refused", ORPHANED_ABORT))
+            except CommandTransitionError:
+                pass
+    return out
+
+
+async def undelivered(store: CommandStore, thread_id: str) -> list[Command]:
+    """Steers and follow-ups that never reached the thread's conversation, in send order.
+
+    That is: ``pending`` ones, and ``delivered`` ones whose runner stopped before their
+    message was persisted. One whose message *was* persisted (the runner died before
+    saying so) is marked ``applied`` here and not listed. While a run holds a live lease
+    its commands are in flight: nothing is listed. Raises the store's errors.
+    """
+    lease = await store.get_lease(thread_id)
+    if lease_status(lease, (), time.time()).live:
+        return []
+    commands = [c for c in await store.list_commands(thread_id, ["pending", "delivered"]) if c.kind != "abort"]
+    if not commands:
+        return []
+    data = await store.load(thread_id)
+    persisted = {
+        m.metadata.get("command_seq")
+        for m in (data.messages if data else ())
+        if isinstance(m, UserMessage) and m.metadata and "command_seq" in m.metadata
+    }
+    out = []
+    for c in commands:
+        if c.seq in persisted:
+            await settle(store, c.seq, "applied", "found in the conversation after its runner stopped")
+        else:
+            out.append(c)
+    return out
+
+
+async def discard(store: CommandStore, thread_id: str, seqs: Sequence[int] | None = None) -> list[Command]:
+    """Mark undelivered steers and follow-ups (all, or those in ``seqs``) ``discarded`` and
+    return those this call discarded, updated (one settled meanwhile by someone else -
+    delivered with a resume, discarded from another window - is left out). Raises
+    :class:`~core.errors.CommandError` while a run holds the thread's live lease (its commands are in
+    flight), ``KeyError`` for a seq that is not an undelivered steer or follow-up of the
+    thread (nothing is discarded then), and the store's errors."""
+    lease = await store.get_lease(thread_id)
+    if lease_status(lease, (), time.time()).live:
+        raise CommandError(
+            f"Thread {thread_id!r} is running; its steers and follow-ups are on their way and cannot be discarded."
+        )
+    pending = {c.seq: c for c in await undelivered(store, thread_id)}
+    wanted = list(pending) if seqs is None else list(seqs)
+    for seq in wanted:
+        if seq not in pending:
+            raise KeyError(f"Command {seq} is not an undelivered steer or follow-up of thread {thread_id!r}.")
+    done = [await settle(store, seq, "discarded", "discarded by the user") for seq in wanted]
+    return [c for c in done if c is not None]
+
+
+async def settle(store: Commands, seq: int, status: CommandStatus, note: str) -> Command | None:
+    """Move command ``seq`` to ``status`` with ``note`` and return it, updated; ``None`` when
+    it was settled meanwhile (the store refused the move with ``CommandTransitionError``,
+    nothing changed). The store's other errors propagate. Both sides settle through here."""
+    try:
+        return await store.update_command(seq, status, note)
+    except CommandTransitionError as exc:
+        _log.info("command %s was not marked %s: %s", seq, status, exc)
+        return None
