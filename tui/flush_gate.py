@@ -8,6 +8,13 @@ then for its own frame. The gate lets a key's screen change go first: for
 in the live model (nothing is lost: the next flush shows them all at once). So that a user
 who keeps typing still sees the reply move, no hold outlasts :data:`LONGEST_HOLD` seconds
 since the last drawn flush.
+
+While an opaque screen covers the thread (the help), ticks draw nothing at all and count as
+drawn (:meth:`FlushGate.covered`): nothing stale is on screen then. Drawing there was the
+largest waste while keys were pressed during a stream (profiled, 5,000 tok/s in the app, 30 s:
+the covered thread screen was laid out 128 times under the help, 4.6 s of CPU, and each
+layout repainted the help above it), and when the help closes the thread is only repainted,
+not laid out again, with the key's frame still going first.
 """
 
 from __future__ import annotations
@@ -27,6 +34,17 @@ The gate is asked on the flush timer's ticks (``FLUSH_INTERVAL``, 50 ms), so hel
 within ``LONGEST_HOLD`` plus one tick: 200 ms at most, the bound set for it (issue 10's round 2)."""
 
 
+FRAME_SHARE = 1 / 3
+"""The largest share of the main thread's CPU the stream's frames may take. After a drawn
+flush whose frame (the flush, then Textual's layout and paint of it) cost ``c`` seconds of
+CPU, the next flush waits until ``c / FRAME_SHARE`` seconds after it, at most ``longest``.
+A frame of a long reply cost 25-33 ms on a quiet machine and ~55 ms under load (profiled,
+5,000 tok/s in the app); at one per 50 ms tick the main thread was then busy 50-100 % of
+the time, so nearly every key waited behind one. A third keeps most keys clear of a frame
+while the text still moves several times a second; held text still shows within
+``longest`` plus one tick."""
+
+
 class FlushGate:
     """Decides, at each flush tick, whether streamed text is drawn now or held.
 
@@ -41,21 +59,41 @@ class FlushGate:
         clock: Callable[[], float] = time.monotonic,
         hold: float = INPUT_HOLD,
         longest: float = LONGEST_HOLD,
+        share: float = FRAME_SHARE,
     ) -> None:
         self._input_at = input_at
         self._clock = clock
         self.hold = hold
         self.longest = longest
+        self.share = share
+        self._spacing = 0.0  # seconds the next draw keeps from the last one (frame_cost)
         self._drawn_at = float("-inf")
         self.held = 0
         """Ticks held so far (a work counter for tests)."""
 
     def may_draw(self) -> bool:
-        """Whether this tick may draw: input is older than ``hold`` seconds, or the last drawn
-        flush is ``longest`` seconds old or more. A ``True`` answer counts as a draw."""
+        """Whether this tick may draw: the last drawn flush is at least the spacing its
+        frame's cost asks for old (:meth:`frame_cost`), and input is older than ``hold``
+        seconds or that flush is ``longest`` seconds old or more. A ``True`` answer counts
+        as a draw."""
         now = self._clock()
-        if now - self._input_at() < self.hold and now - self._drawn_at < self.longest:
+        since = now - self._drawn_at
+        if since < self._spacing or (now - self._input_at() < self.hold and since < self.longest):
             self.held += 1
             return False
         self._drawn_at = now
         return True
+
+    def frame_cost(self, seconds: float) -> None:
+        """Report the CPU ``seconds`` the last drawn flush's frame cost: the next draw keeps
+        ``seconds / share`` seconds from it, never more than ``longest`` (see
+        :data:`FRAME_SHARE`)."""
+        self._spacing = min(self.longest, max(0.0, seconds) / self.share)
+
+    def covered(self) -> None:
+        """A tick while an opaque screen hides the view: nothing is drawn, and nothing shown
+        is stale, so it counts as a draw for ``longest``. Once the view is uncovered by a key
+        (Escape on the help), the key's frame thus goes first and held text shows within
+        ``hold`` of that key (or ``longest`` of the last covered tick)."""
+        self._drawn_at = self._clock()
+        self.held += 1

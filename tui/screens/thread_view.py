@@ -59,6 +59,7 @@ from core.owners import owner_label
 from core.providers.retry import retry_label
 from core.recovery import Diagnosis
 from core.request import repair_words
+from tui.covering import covered
 from tui.flush_gate import FlushGate
 from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, ThreadLoaded
 from tui.screens.following import Mirror
@@ -651,12 +652,35 @@ class ThreadView(Screen[None]):
         wait, until = self._retry
         self.status_bar.retry = retry_label(wait.reason, until - time.monotonic(), wait.attempt, wait.max_attempts)
 
+    def _on_timer_update(self) -> None:
+        # Textual's screen update (layout, then paint) also runs for the screen just below
+        # the top one, opaque or not (``Screen.is_current``): under the help, a change made
+        # just before ``?`` laid this hidden screen out and repainted the help above it
+        # (profiled, 5,000 tok/s: one 10-35 ms layout per showing of the help, in front of
+        # its Escape). Hidden, the pending update keeps its flags and runs when the screen
+        # is back on top (its resume refreshes it); after-refresh callbacks still run now,
+        # as Textual runs them for screens it does not draw.
+        if covered(self):
+            self._update_timer.pause()
+            if self._callbacks:
+                self.call_next(self._invoke_and_clear_callbacks)
+            return
+        super()._on_timer_update()
+
     def _request_flush(self) -> None:
         # Timer callbacks run in the timer's own task; drawing must happen in this
         # screen's message queue, in order with the agent events, so post a message.
         pending = self._partial is not None or self._progress or (self._mirror is not None and self._mirror.dirty)
-        if pending and self._flush_gate.may_draw():  # a key's own frame goes first (tui.flush_gate)
+        if not pending:
+            return
+        if covered(self):
+            # Unseen: drawing would lay this screen out under the help (tui.flush_gate).
+            self._flush_gate.covered()
+        elif self._flush_gate.may_draw():  # a key's own frame goes first (tui.flush_gate)
             self.post_message(_Flush())
+
+    def _frame_drawn(self, started: float) -> None:
+        self._flush_gate.frame_cost(time.thread_time() - started)
 
     @on(_Flush)
     @while_attached
@@ -664,6 +688,9 @@ class ThreadView(Screen[None]):
         """Draw what the stream and the tools reported since the last flush."""
         if not self.is_mounted:
             return
+        # The frame's cost spaces the next flush (tui.flush_gate.FRAME_SHARE): this
+        # thread's CPU from here until Textual has laid out and painted what it changed.
+        self.call_after_refresh(self._frame_drawn, time.thread_time())
         if self._partial is not None:
             await self.transcript.sync_reply(self._partial)
         if self._progress:

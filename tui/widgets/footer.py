@@ -9,6 +9,8 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
+from tui.covering import covered
+
 
 class SteadyFooter(Footer):
     """A :class:`~textual.widgets.Footer` that skips rebuilding when its keys are unchanged.
@@ -62,7 +64,7 @@ class SteadyFooter(Footer):
         self._due = False
         if not self.is_attached:
             return
-        if self._covered():
+        if covered(self.screen):
             # Its bindings are signalled again when its screen is back on top (Textual's
             # stack_updates), and compared then. Pushing a thread screen rebuilt the
             # picker's footer unseen (~14 ms of the open).
@@ -71,12 +73,3 @@ class SteadyFooter(Footer):
         if keys != self._shown:
             self._shown = keys
             await self.recompose()
-
-    def _covered(self) -> bool:
-        """Whether a screen above this footer's hides it (an opaque one; Textual's
-        ``Screen.is_current`` counts the screen just below the top as visible either way)."""
-        stack = self.app.screen_stack
-        screen = self.screen
-        if screen not in stack:
-            return False
-        return any(above.styles.background.a == 1 for above in stack[stack.index(screen) + 1 :])
