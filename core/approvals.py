@@ -136,7 +136,9 @@ def check_approvals(approvals: Approvals, parameters: Mapping[str, type[BaseMode
         model = parameters.get(name)
         if model is None:
             known = ", ".join(sorted(parameters)) or "none"
-            raise ToolDefinitionError(f"approvals names tool {name!r}, which this agent does not have (tools: {known}).")
+            raise ToolDefinitionError(
+                f"approvals names tool {name!r}, which this agent does not have (tools: {known})."
+            )
         if isinstance(rule, AskFor):
             for argument, _ in rule.patterns:
                 if argument not in model.model_fields:
@@ -194,4 +196,6 @@ def approval_parts(approvals: Approvals) -> dict[str, str]:
     """``"approval:NAME"`` -> :func:`describe` of each rule that asks at all. :data:`NEVER`
     adds no part: it means what leaving the tool out means, so writing it down is no change
     of the definition."""
-    return {APPROVAL_PART + name: describe(rule) for name, rule in sorted(approvals.items()) if not isinstance(rule, Never)}
+    return {
+        APPROVAL_PART + name: describe(rule) for name, rule in sorted(approvals.items()) if not isinstance(rule, Never)
+    }
