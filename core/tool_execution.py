@@ -130,6 +130,7 @@ class _Finished:
     result: AgentToolResult
     metadata: dict[str, Any] | None = None
     asked: str | None = None
+    quiet: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +291,7 @@ class _Batch:
         call, tool, params, key = prepared.call, prepared.tool, prepared.params, prepared.key
         if prepared.failure is not None or tool is None or params is None:
             failure = prepared.failure or AgentToolResult("Not runnable.", is_error=True)
-            self.queue.put_nowait(_Finished(call, failure, asked=prepared.asked))
+            self.queue.put_nowait(_Finished(call, failure, asked=prepared.asked, quiet=prepared.quiet))
             return
         steps = self.steps.log(key, params.model_dump(mode="json"), call.id) if key and self.steps else None
         human = self._human(call)
@@ -382,7 +383,8 @@ class _Batch:
             metadata=done.metadata or {},
         )
         self.unfinished.pop(done.call.id, None)
-        await self.emit(ToolExecutionEnd(done.call.id, done.call.name, message, message.is_error))
+        if not done.quiet:  # a call that never started has no end either
+            await self.emit(ToolExecutionEnd(done.call.id, done.call.name, message, message.is_error))
         await publish(message, self.emit)
         if done.asked is not None:
             await self.settle(done.asked)
