@@ -185,11 +185,12 @@ class HumanDesk:
             await store.save_pending_request(self.thread_id, text, run_id=run_id, **self.fence())
             deadline = request.created_at + timeout if timeout is not None else None
             question = PendingRequest(text, run_id, request.created_at).question
-            await announce(
-                HumanRequestStarted(tool_call_id, question_id, question, text, run_id, request.created_at, deadline)
-            )
+            # Waiting from here on: a listener told of the request may detach at once.
             self.waiting = request
             try:
+                await announce(
+                    HumanRequestStarted(tool_call_id, question_id, question, text, run_id, request.created_at, deadline)
+                )
                 return await self._wait(request, run_id, deadline, default_json)
             finally:
                 self.waiting = None
