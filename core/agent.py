@@ -104,6 +104,20 @@ _STANDING: dict[ThreadState, RunOutcome] = {
 """What :meth:`Agent.start` returns for a thread it finds already done, by its state."""
 
 
+def _past_deadline(pending: PendingRequest | None) -> bool:
+    """Whether ``pending`` has a timeout whose deadline (``created_at + timeout_seconds``,
+    as stored, so it holds across a crash) is past: a resume may then go on, the asking
+    call taking its default or ending the run waiting again."""
+    if pending is None:
+        return False
+    try:
+        request = json.loads(pending.request_json)
+        timeout = request.get("timeout_seconds")
+        return timeout is not None and float(request["created_at"]) + float(timeout) <= time.time()
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
 def check_user_text(text: str, what: str = "prompt") -> None:
     """Refuse a user message that could not be sent: raises
     :class:`~core.errors.EmptyMessageError` when ``text`` is empty or only whitespace
@@ -291,6 +305,7 @@ class Agent:
             problems=state.problems,
             pending=state.pending_request,
             answer_stored=state.pending_answer is not None,
+            deadline_passed=_past_deadline(state.pending_request),
         )
 
     async def load(self) -> None:
@@ -379,7 +394,8 @@ class Agent:
         messages records ``text`` as its first input)."""
         await self._admit(text if not self._state.messages else None, accept_changes)
         # A stored answer is applied before the prompt is answered, as a resume applies it.
-        settle = (await self._plan()).settlement({}) if self._state.pending_answer is not None else None
+        plan = await self._plan() if self._state.pending_request is not None else None
+        settle = plan.settlement({}) if plan is not None and plan.action is ResumeAction.APPLY_ANSWER else None
         await self._claim(run_id)
         return await self._run(run_id, [user_text(text, kind="prompt", run_id=run_id)], settle)
 
@@ -591,7 +607,8 @@ class Agent:
         if problems:
             raise UnreadableThreadError.of(self.thread_id, len(problems), problems[0].row_id)
         pending = self._state.pending_request
-        if pending is not None and self._state.pending_answer is None:
+        if pending is not None and self._state.pending_answer is None and not _past_deadline(pending):
+            # Without its answer (and before its deadline) the question's call must not be settled.
             raise WaitingForAnswerError(
                 f"Thread {self.thread_id!r} is waiting for an answer to {pending.question!r}; answer it (in the app, "
                 "with cubepi-tui answer, or in the program that asked), then resume the thread to apply it."

@@ -154,7 +154,7 @@ class Diagnosis:
     parallel batch). ``notes`` are short phrases about the rest of the history
     ("2 unreadable rows", "1 orphan result"); ``repairs`` what the request builder does
     in what is sent (worded by :func:`core.request.repair_words`); ``pending`` the human
-    request the thread waits on.
+    request the thread waits on, and ``answer_stored`` whether its answer is stored.
     """
 
     state: ThreadState
@@ -166,6 +166,7 @@ class Diagnosis:
     notes: tuple[str, ...] = ()
     repairs: tuple[Repair, ...] = field(default=(), compare=False)  # indices are of the messages given
     pending: PendingRequest | None = None
+    answer_stored: bool = False
 
     @property
     def label(self) -> str:
@@ -179,7 +180,7 @@ class Diagnosis:
             question = " ".join(self.pending.question.split())
             if len(question) > QUESTION_CHARS:
                 question = question[: QUESTION_CHARS - 1] + "…"
-            state = ANSWERED_WORDS if self.action is ResumeAction.APPLY_ANSWER else self.state.value
+            state = ANSWERED_WORDS if self.answer_stored else self.state.value
             base = f"{state}: {question}"
         else:
             base = self.state.value
@@ -206,7 +207,8 @@ class Diagnosis:
         if self.action is ResumeAction.SETTLE_THEN_WAIT:
             return _settle_words(self.dangling) + _WAIT_WORDS
         if self.action is ResumeAction.APPLY_ANSWER:
-            return f"{_ANSWER_WORDS}, settles any other dangling call ({SETTLE_RULE}), then it {_CALL_WORDS}"
+            first = _ANSWER_WORDS if self.answer_stored else _DUE_WORDS
+            return f"{first}, settles any other dangling call ({SETTLE_RULE}), then it {_CALL_WORDS}"
         if self.state is ThreadState.WAITING:
             return (
                 "Nothing to resume until its question is answered (in the app, with cubepi-tui answer, or in the "
@@ -231,6 +233,10 @@ _RETRY_ONLY_WORDS = (
 )
 _WAIT_WORDS = "waits for your next message (the last reply is final, so the model is not called)."
 _ANSWER_WORDS = "Answered: resuming applies the stored answer to the call that asked"
+_DUE_WORDS = (
+    "The question's deadline passed: resuming lets the call that asked take its default (or end the run "
+    "waiting again without one)"
+)
 ANSWERED_WORDS = "answered"
 """What :attr:`Diagnosis.label` says of a waiting thread whose answer is stored."""
 
@@ -257,6 +263,7 @@ def diagnose(
     problems: Sequence[CorruptRow] = (),
     pending: PendingRequest | None = None,
     answer_stored: bool = False,
+    deadline_passed: bool = False,
     tail_only: bool = False,
 ) -> Diagnosis:
     """Classify a thread from its persisted ``messages`` (append order) and ``runs``.
@@ -269,7 +276,9 @@ def diagnose(
     believed only for an assistant message whose metadata carries :data:`JOURNALED_KEY`
     (its writer journaled its calls). ``problems`` are the thread's unreadable rows and
     ``pending`` its pending human request, ``answer_stored`` whether its answer is in the
-    store (``HumanAnswers.load_answer``). Returns a :class:`Diagnosis`; never raises.
+    store (``HumanAnswers.load_answer``), ``deadline_passed`` whether its
+    ``created_at + timeout_seconds`` is past (the asker then takes its default, or ends
+    waiting again). Returns a :class:`Diagnosis`; never raises.
     The same as :func:`diagnosis_of` a :class:`~core.recovery_fold.HistoryFold` fed
     ``messages`` (a history read in pieces is diagnosed that way).
 
@@ -287,7 +296,15 @@ def diagnose(
     """
     fold = HistoryFold(tail=tail_only)
     fold.add(messages)
-    return diagnosis_of(fold, runs, journal, problems=problems, pending=pending, answer_stored=answer_stored)
+    return diagnosis_of(
+        fold,
+        runs,
+        journal,
+        problems=problems,
+        pending=pending,
+        answer_stored=answer_stored,
+        deadline_passed=deadline_passed,
+    )
 
 
 def diagnosis_of(
@@ -298,6 +315,7 @@ def diagnosis_of(
     problems: Sequence[CorruptRow] = (),
     pending: PendingRequest | None = None,
     answer_stored: bool = False,
+    deadline_passed: bool = False,
 ) -> Diagnosis:
     """:func:`diagnose` of the history ``fold`` was fed (whole, or its tail when the fold
     was made with ``tail=True``); the other arguments are :func:`diagnose`'s. Cost grows
@@ -312,17 +330,23 @@ def diagnosis_of(
         r for r in built.repairs if r.kind != "unanswered_call" and not (tail_only and r.kind == "orphan_result")
     )
     info = {"notes": notes, "repairs": repairs}
-    if pending is not None and not answer_stored:
+    if pending is not None and not (answer_stored or deadline_passed):
         return Diagnosis(ThreadState.WAITING, pending=pending, detail=f"The run asked: {pending.question}", **info)
     dangling, answered = _dangling_of(built.unanswered, journal)
     if pending is not None:
+        then = (
+            "the answer is stored, and resuming applies it"
+            if answer_stored
+            else "its deadline passed: resuming records the asker's default, or ends the run waiting again without one"
+        )
         return Diagnosis(
             ThreadState.WAITING,
             dangling=dangling,
             answered=answered,
             action=ResumeAction.APPLY_ANSWER,
-            detail=f"The run asked: {pending.question}; the answer is stored, and resuming applies it.",
+            detail=f"The run asked: {pending.question}; {then}.",
             pending=pending,
+            answer_stored=answer_stored,
             **info,  # type: ignore[arg-type]
         )
     if fold.last_known < 0:
@@ -561,7 +585,7 @@ asked (``"answered"``: it runs again and the answer applies) or a call of that r
 never started because the run waited first (``"not_started"``: it runs now)."""
 
 _WAIT_ROLE_WORDS: dict[str, str] = {
-    "answered": "it asked the question now answered, so it runs and the stored answer applies",
+    "answered": "it asked the question, so it runs again and takes the stored answer (or, past the deadline, the default)",
     "not_started": "the run waited for an answer before it started, so it runs now",
 }
 
@@ -667,6 +691,9 @@ class ResumePlan:
         then = _THEN.get(self.action)
         if not self.calls or then is None:
             return self.diagnosis.resume_plan
+        if self.action is ResumeAction.APPLY_ANSWER:
+            first = _ANSWER_WORDS if self.diagnosis.answer_stored else _DUE_WORDS
+            return f"{first} - " + " ".join(c.words for c in self.calls) + " " + then
         return "Resume first settles each dangling call - " + " ".join(c.words for c in self.calls) + " " + then
 
 

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -258,4 +259,44 @@ async def test_an_abort_sent_while_the_runner_waits_ends_the_call_aborted(sqlite
     data = await thread_data(sqlite_location)
     result = result_of(data)
     assert result.is_error and result.details["hitl"]["decision"] == "aborted"
+    assert data.pending_request is None
+
+
+async def test_a_call_killed_after_its_approval_started_is_an_ordinary_dangling_call_never_run_twice(
+    sqlite_location: str, tmp_path: Path
+) -> None:
+    effects = tmp_path / "effects"
+    runner = await Child.start(sqlite_location, "run", effects, "slow")
+    await runner.until("waiting")
+    await answer_here(sqlite_location, ApprovalAnswer(decision="approve"))
+    await runner.until("tool_started")
+    await runner.kill()
+    data = await thread_data(sqlite_location)
+    assert data.journal[CALL_ID].started_at is not None
+    assert data.pending_request is not None, "settled only once the result is saved"
+
+    assert "outcome:completed" in await (await Child.start(sqlite_location, "resume", effects, "slow")).finish()
+    assert len(body_runs(effects)) == 1, "the journal said it started: it is not run again"
+    data = await thread_data(sqlite_location)
+    result = result_of(data)
+    assert result.is_error and result.metadata.get("settled") == "interrupted"
+    assert data.pending_request is None
+    assert all(r.completed for r in data.runs)
+
+
+async def test_a_deadline_counts_from_the_stored_request_so_a_default_applies_after_a_crash(
+    sqlite_location: str, tmp_path: Path
+) -> None:
+    effects = tmp_path / "effects"
+    runner = await Child.start(sqlite_location, "run", effects, "default")
+    await runner.until("waiting")
+    await runner.kill()
+    data = await thread_data(sqlite_location)
+    request = json.loads(data.pending_request.request_json)
+    assert request["timeout_seconds"] == 1.0
+    await asyncio.sleep(max(0.0, request["created_at"] + 1.0 - time.time()) + 0.1)
+    assert "outcome:completed" in await (await Child.start(sqlite_location, "resume", effects, "default")).finish()
+    assert body_runs(effects) == []
+    data = await thread_data(sqlite_location)
+    assert last_reply(data) == "saw: no answer in 1 s; the default was used: deny"
     assert data.pending_request is None

@@ -270,7 +270,8 @@ async def test_detach_ends_the_run_waiting_and_resume_applies_the_answer_once():
     assert plan.action is ResumeAction.APPLY_ANSWER
     assert plan.diagnosis.label.startswith("answered: approve delete_file")
     assert [(c.call.id, c.action, c.waited) for c in plan.calls] == [("call_del_1", "rerun", "answered")]
-    assert "stored answer applies" in plan.sentence
+    assert plan.sentence.startswith("Answered: resuming applies the stored answer to the call that asked - ")
+    assert "takes the stored answer" in plan.sentence
     assert await asyncio.wait_for(agent.resume(), WAIT) == "completed"
     assert effects.done == [("delete_file", "/etc/passwd")]
     data = await store.load("t1")
@@ -436,3 +437,84 @@ def test_approvals_are_checked_against_the_tools_and_fingerprinted_in_words():
     assert asking["approval:delete_file"] == "always"
     found = changes(fingerprints_of(asking, None, None), fingerprints_of(plain, None, None))
     assert found == ("approval delete_file: always -> none",)
+
+
+async def test_a_prompt_to_a_thread_whose_answer_is_stored_applies_the_answer_first():
+    store, effects = answer_store(), Effects()
+    agent = agent_for(
+        delete_script(faux_reply("Done."), faux_reply("Next.")), store, effects, approvals={"delete_file": ALWAYS}
+    )
+    run = asyncio.create_task(agent.prompt("Clean up"))
+    pending = await pending_of(store)
+    agent.detach()
+    assert await asyncio.wait_for(run, WAIT) == "waiting"
+    with pytest.raises(WaitingForAnswerError):
+        await agent.prompt("And then?")
+    await store.answer("t1", pending.run_id, "call_del_1", dump_answer(ApprovalAnswer(decision="approve")))
+    assert await asyncio.wait_for(agent.prompt("And then?"), WAIT) == "completed"
+    assert effects.done == [("delete_file", "/etc/passwd")]
+    data = await store.load("t1")
+    roles = [m.role for m in data.messages]
+    assert roles == ["user", "assistant", "tool_result", "user", "assistant"], roles
+    assert data.pending_request is None
+
+
+def _pending(qid: str, run: str, kind: str = "approve"):
+    from core.checkpoint.base import PendingRequest
+    from core.hitl import ApproveRequest, AskRequest, HumanRequest, Question
+
+    payload = (
+        ApproveRequest(tool_name="t", tool_call_id=qid, args={})
+        if kind == "approve"
+        else AskRequest(questions=[Question(key="k", prompt="p")])
+    )
+    return PendingRequest(
+        HumanRequest(question_id=qid, thread_id="t1", payload=payload, created_at=1.0).model_dump_json(), run
+    )
+
+
+def test_waiting_roles_follow_the_journal_and_never_guess():
+    from core.messages import ToolCall
+    from core.recovery import DanglingCall, waiting_roles
+
+    def dangling(call_id: str, started: bool) -> DanglingCall:
+        return DanglingCall(ToolCall(id=call_id, name="t"), journaled=True, started_at=5.0 if started else None)
+
+    issuers = {"a": "R", "b": "R", "c": "R", "x": "other"}
+    # An approval: the asking call and the rest of its batch never started; all run now.
+    roles = waiting_roles(
+        _pending("a", "R"), [dangling("a", False), dangling("b", False), dangling("x", False)], issuers
+    )
+    assert roles == {"a": "answered", "b": "not_started"}, "a call of another run is not this answer's"
+    # An approved call the journal shows started ran already: an ordinary dangling call.
+    assert waiting_roles(_pending("a", "R"), [dangling("a", True)], issuers) == {}
+    # A body's question: the one started call of the run asked it...
+    body = _pending("h.0", "R", "ask")
+    assert waiting_roles(body, [dangling("a", True), dangling("b", False)], issuers) == {
+        "a": "answered",
+        "b": "not_started",
+    }
+    # ...but with two started calls nobody can tell which: none is chosen.
+    assert waiting_roles(body, [dangling("a", True), dangling("c", True)], issuers) == {}
+
+
+def test_an_answered_thread_is_diagnosed_as_such_and_its_plan_says_what_resume_does():
+    from core.messages import AssistantMessage, ToolCall, user_text
+    from core.recovery import diagnose
+
+    messages = [
+        user_text("go", run_id="R"),
+        AssistantMessage(
+            content=[ToolCall(id="a", name="delete_file", arguments={})], stop_reason="tool_use", run_id="R"
+        ),
+    ]
+    waiting = diagnose(messages, pending=_pending("a", "R"))
+    assert waiting.state is ThreadState.WAITING and waiting.action is ResumeAction.NONE and waiting.dangling == ()
+    assert waiting.label.startswith("waiting for an answer: approve t (a)?")
+    answered = diagnose(messages, pending=_pending("a", "R"), answer_stored=True)
+    assert answered.action is ResumeAction.APPLY_ANSWER and [d.call.id for d in answered.dangling] == ["a"]
+    assert answered.label.startswith("answered: approve t (a)?")
+    assert answered.resume_plan.startswith("Answered: resuming applies the stored answer")
+    due = diagnose(messages, pending=_pending("a", "R"), deadline_passed=True)
+    assert due.action is ResumeAction.APPLY_ANSWER and due.label.startswith("waiting for an answer")
+    assert "deadline passed" in due.detail

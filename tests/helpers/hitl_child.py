@@ -14,8 +14,9 @@ processes. Marks (``MARK <name>``, flushed) tell the parent where the child is:
   (``approvals={"delete_file": ALWAYS}``), then answers with the text of the result it
   was sent (``saw: ...``), so the parent sees what the model saw. ``MARK waiting`` once the
   request is persisted; ``MARK outcome:<outcome>`` and ``MARK done`` at the end. ``ARG``
-  ``timeout`` gives the rule a 0.5 s timeout without default; ``detach`` detaches as soon
-  as it waits.
+  ``timeout`` gives the rule a 0.5 s timeout without default, ``default`` a 1 s timeout
+  with the default ``deny``; ``detach`` detaches as soon as it waits; ``slow`` makes the
+  tool print ``MARK tool_started`` after its effect and sleep (to be killed there).
 * ``supervised`` - ``run`` under a :class:`core.supervise.Supervisor`, so the parent can
   abort it through the store's commands (``core.supervise.send``).
 * ``resume`` - resume the thread (same agent definition); ``MARK outcome:...``, ``MARK done``.
@@ -60,6 +61,9 @@ def agent_for(store, thread_id: str, effects: str, arg: str, *, resuming: bool =
         """Delete a file."""
         with open(effects, "a", encoding="utf-8") as f:
             f.write(f"delete_file {path} pid={os.getpid()}\n")
+        if arg == "slow":
+            mark("tool_started")
+            await asyncio.sleep(3600)
         return f"deleted {path}"
 
     def seen(request: ModelRequest):
@@ -74,7 +78,8 @@ def agent_for(store, thread_id: str, effects: str, arg: str, *, resuming: bool =
         else [faux_reply("Deleting.", faux_tool_call("delete_file", {"path": "/etc/passwd"}, id=CALL_ID))]
     )
     provider = FauxProvider([*first, seen])
-    rule = always(timeout=0.5) if arg == "timeout" else ALWAYS
+    rules = {"timeout": always(timeout=0.5), "default": always(timeout=1.0, default="deny")}
+    rule = rules.get(arg, ALWAYS)
     return Agent(provider, store, thread_id, tools=[delete_file], approvals={"delete_file": rule})
 
 
