@@ -606,7 +606,11 @@ def waiting_roles(
       follows the ordinary rule (:func:`default_settlement`): a call is never run twice
       on a guess;
     * an approved call the journal shows started ran after its approval: it is an
-      ordinary dangling call (its tool never runs twice).
+      ordinary dangling call (its tool never runs twice);
+    * a writer without a journal (cubeloop): the one dangling call of the asking run
+      runs again to take the answer, as cubeloop's own ``respond()`` does (a pending row
+      there means its call still waits: cubeloop clears the row before it runs an
+      answered call live).
 
     Calls missing here follow the ordinary rule. Never raises."""
     try:
@@ -620,7 +624,11 @@ def waiting_roles(
         if d.journaled and d.started_at is None:
             roles[d.call.id] = "answered" if d.call.id == request.question_id else "not_started"
     started = [d for d in mine if d.call.id not in roles]
-    if request.payload.kind != "approve" and len(started) == 1 and started[0].journaled:
+    if len(started) == 1 and not started[0].journaled:
+        # A writer without a journal (cubeloop): its own respond() re-executes the unanswered
+        # call of the asking run (cubeloop/agent/loop.py:264-300), and so does this resume.
+        roles[started[0].call.id] = "answered"
+    elif request.payload.kind != "approve" and len(started) == 1:
         roles[started[0].call.id] = "answered"
     return roles
 

@@ -496,6 +496,10 @@ def test_waiting_roles_follow_the_journal_and_never_guess():
     }
     # ...but with two started calls nobody can tell which: none is chosen.
     assert waiting_roles(body, [dangling("a", True), dangling("c", True)], issuers) == {}
+    # A writer without a journal (cubeloop): its one dangling call of that run, as its respond() does.
+    unjournaled = DanglingCall(ToolCall(id="a", name="t"))
+    assert waiting_roles(_pending("a", "R"), [unjournaled], issuers) == {"a": "answered"}
+    assert waiting_roles(body, [unjournaled, DanglingCall(ToolCall(id="b", name="t"))], issuers) == {}
 
 
 def test_an_answered_thread_is_diagnosed_as_such_and_its_plan_says_what_resume_does():
