@@ -651,6 +651,7 @@ class Agent:
                 fence=self._recorder.fence,
                 signal=self._signal,
                 known=self._state.pending_request,
+                on_write_error=self._recorder.stopped_by,
             )
             config = dataclasses.replace(config, human=desk)
         self._desk = desk

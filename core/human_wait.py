@@ -58,6 +58,11 @@ Announce = Callable[[HumanRequestStarted], Awaitable[None]]
 Fence = Callable[[], Mapping[str, str]]
 """The keyword arguments that fence a write by the run's lease (``{"holder_id": ...}`` or none)."""
 
+OnWriteError = Callable[[str, Exception], Exception]
+"""What a failed write of the request becomes: ``(what failed, the store's error) -> the
+exception to raise`` (the agent's ``RunRecorder.stopped_by``, which also records a lost
+lease, so the run ends failed saying why)."""
+
 ANSWER_POLL = 1.0
 """Seconds between two checks of the store while waiting, when no change signal came:
 the fallback of :class:`~core.changes.StoreWatch` (a signal normally wakes the wait within
@@ -114,7 +119,9 @@ class HumanDesk:
     and nothing may be asked); ``fence()`` gives the lease fence of the run's writes;
     ``signal`` is the run's abort signal; ``known`` the pending request the thread had
     when the run loaded it (a question asked again by a resume keeps its ``created_at``,
-    hence its deadline); ``poll`` as :data:`ANSWER_POLL`.
+    hence its deadline); ``poll`` as :data:`ANSWER_POLL`; ``on_write_error`` turns a
+    failed write of the request or its settlement into the error raised
+    (:data:`OnWriteError`; default: the store's error as is).
     """
 
     def __init__(
@@ -126,6 +133,7 @@ class HumanDesk:
         signal: asyncio.Event,
         known: PendingRequest | None = None,
         poll: float = ANSWER_POLL,
+        on_write_error: OnWriteError | None = None,
     ) -> None:
         self.store = store
         self.thread_id = thread_id
@@ -133,6 +141,7 @@ class HumanDesk:
         self.signal = signal
         self.poll = poll
         self.known = known
+        self.on_write_error = on_write_error
         self.waiting: HumanRequest | None = None
         self._detached = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -165,7 +174,8 @@ class HumanDesk:
         asking call ``tool_call_id``) and return the answer to apply (see the module
         docstring). Raises :class:`EndedWaiting` (detached, or the deadline passed without
         ``default_json``), :class:`AbortedWhileWaiting`, and the store's errors
-        (``LeaseLostError`` when the run lost its lease: nothing was persisted)."""
+        (through ``on_write_error``; ``LeaseLostError`` when the run lost its lease:
+        nothing was persisted)."""
         if not self.available:
             raise ToolError("No person can be asked: this store keeps no answers to human requests.")
         store: Any = self.store
@@ -182,7 +192,10 @@ class HumanDesk:
             if stored is not None:
                 return Answered(request, stored)
             text = request.model_dump_json()
-            await store.save_pending_request(self.thread_id, text, run_id=run_id, **self.fence())
+            try:
+                await store.save_pending_request(self.thread_id, text, run_id=run_id, **self.fence())
+            except Exception as exc:
+                raise self._failed("Could not save the question, so nobody was asked and the run stopped", exc) from exc
             deadline = request.created_at + timeout if timeout is not None else None
             question = PendingRequest(text, run_id, request.created_at).question
             # Waiting from here on: a listener told of the request may detach at once.
@@ -202,7 +215,13 @@ class HumanDesk:
         if not self.available:
             return False
         store: Any = self.store
-        return await store.settle_request(self.thread_id, run_id, question_id, **self.fence())
+        try:
+            return await store.settle_request(self.thread_id, run_id, question_id, **self.fence())
+        except Exception as exc:
+            raise self._failed("Could not settle the answered question", exc) from exc
+
+    def _failed(self, what: str, exc: Exception) -> Exception:
+        return self.on_write_error(what, exc) if self.on_write_error is not None else exc
 
     def _created_at(self, run_id: str | None, question_id: str) -> float | None:
         known = self.known
