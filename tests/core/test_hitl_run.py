@@ -522,3 +522,34 @@ def test_an_answered_thread_is_diagnosed_as_such_and_its_plan_says_what_resume_d
     due = diagnose(messages, pending=_pending("a", "R"), deadline_passed=True)
     assert due.action is ResumeAction.APPLY_ANSWER and due.label.startswith("waiting for an answer")
     assert "deadline passed" in due.detail
+
+
+async def test_a_body_question_with_a_timeout_takes_its_default_and_the_result_says_so():
+    store, effects = answer_store(), Effects()
+
+    @tool
+    async def branch(ctx: ToolContext) -> str:
+        """Pick a branch."""
+        return "using " + await ctx.human.ask_text("Which branch?", timeout=0.2, default="main")
+
+    provider = FauxProvider([faux_reply("Asking.", faux_tool_call("branch", {}, id="call_b")), faux_reply("Done.")])
+    agent = agent_for(provider, store, effects, tools=[branch])
+    assert await asyncio.wait_for(agent.prompt("Go"), WAIT) == "completed"
+    (result,) = results(await store.load("t1"), "call_b")
+    assert text_of(result) == 'using main(no answer in 0.2 s; the default was used: {"answer":"main"})'
+    assert (await store.load("t1")).pending_request is None
+
+
+async def test_a_run_waiting_longer_than_its_lease_keeps_the_lease_by_heartbeat():
+    store, effects = answer_store(), Effects()
+    agent = agent_for(
+        delete_script(), store, effects, approvals={"delete_file": ALWAYS}, lease_ttl=0.4, heartbeat_interval=0.1
+    )
+    run = asyncio.create_task(agent.prompt("Clean up"))
+    pending = await pending_of(store)
+    await asyncio.sleep(1.0)  # more than twice the lease's time to live
+    lease = await store.get_lease("t1")
+    assert lease is not None and lease.holder_id == agent.holder.holder_id
+    await store.answer("t1", pending.run_id, "call_del_1", dump_answer(ApprovalAnswer(decision="approve")))
+    assert await asyncio.wait_for(run, WAIT) == "completed", agent.state.error
+    assert effects.done == [("delete_file", "/etc/passwd")]
