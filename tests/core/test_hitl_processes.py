@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from core.agent import Agent
+from core.answers import answer
 from core.checkpoint.locations import open_store
-from core.hitl import ApprovalAnswer, dump_answer
+from core.hitl import ApprovalAnswer, ApproveReply, DenyReply
 from core.messages import AssistantMessage, ToolResultMessage
 from core.providers.faux import FauxProvider
 from core.recovery import ResumeAction
@@ -116,13 +117,11 @@ async def thread_data(location: str):
 
 
 async def answer_here(location: str, value: ApprovalAnswer) -> None:
-    """Answer the pending request from this process, as ``cubepi-tui answer`` does."""
+    """Answer the pending request from this process with the app's call (core.answers.answer)."""
+    reply = ApproveReply() if value.decision == "approve" else DenyReply(value.reason)
     store = await open_store(location, create=False)
     try:
-        data = await store.load(THREAD)
-        pending = data.pending_request
-        assert pending is not None
-        await store.answer(THREAD, pending.run_id, json.loads(pending.request_json)["question_id"], dump_answer(value))
+        await answer(store, THREAD, reply)
     finally:
         await store.close()
 
@@ -300,3 +299,31 @@ async def test_a_deadline_counts_from_the_stored_request_so_a_default_applies_af
     data = await thread_data(sqlite_location)
     assert last_reply(data) == "saw: no answer in 1 s; the default was used: deny"
     assert data.pending_request is None
+
+
+async def test_an_approval_given_with_cubepi_tui_answer_reaches_the_waiting_runner(
+    sqlite_location: str, tmp_path: Path
+) -> None:
+    effects = tmp_path / "effects"
+    runner = await Child.start(sqlite_location, "run", effects)
+    await runner.until("waiting")
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tui.cli",
+        "answer",
+        "--db",
+        sqlite_location,
+        "--thread",
+        THREAD,
+        "--approve",
+        cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(cli.communicate(), CHILD_TIMEOUT)
+    assert cli.returncode == 0, err.decode()
+    assert f"delete_file ({CALL_ID})" in out.decode() and "approved" in out.decode()
+    assert "outcome:completed" in await runner.finish()
+    assert len(body_runs(effects)) == 1
+    assert last_reply(await thread_data(sqlite_location)) == "saw: deleted /etc/passwd"
