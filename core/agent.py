@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
-import json
 import logging
 import time
 import uuid
@@ -67,7 +66,8 @@ from core.fingerprints import (
     first_input_error,
     input_fingerprint,
 )
-from core.human_wait import EndedWaiting, HumanDesk
+from core.hitl import question_id_of
+from core.human_wait import EndedWaiting, HumanDesk, deadline_of
 from core.leases import LeaseHolder
 from core.loop import LoopConfig, run_loop
 from core.messages import AnyMessage, AssistantMessage, ToolResultMessage, UserMessage, user_text
@@ -105,17 +105,11 @@ _STANDING: dict[ThreadState, RunOutcome] = {
 
 
 def _past_deadline(pending: PendingRequest | None) -> bool:
-    """Whether ``pending`` has a timeout whose deadline (``created_at + timeout_seconds``,
+    """Whether ``pending`` has a timeout whose deadline (:func:`core.human_wait.deadline_of`,
     as stored, so it holds across a crash) is past: a resume may then go on, the asking
     call taking its default or ending the run waiting again."""
-    if pending is None:
-        return False
-    try:
-        request = json.loads(pending.request_json)
-        timeout = request.get("timeout_seconds")
-        return timeout is not None and float(request["created_at"]) + float(timeout) <= time.time()
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return False
+    due = deadline_of(pending.request_json) if pending is not None else None
+    return due is not None and due <= time.time()
 
 
 def check_user_text(text: str, what: str = "prompt") -> None:
@@ -568,13 +562,10 @@ class Agent:
     async def _stored_answer(self, pending: PendingRequest | None) -> str | None:
         """The answer JSON stored for ``pending``, ``None`` when none is (or the store keeps none)."""
         store = self.checkpointer
-        if pending is None or not supports(store, HumanAnswers):
+        question_id = question_id_of(pending.request_json) if pending is not None else None
+        if pending is None or question_id is None or not supports(store, HumanAnswers):
             return None
-        try:
-            question_id = json.loads(pending.request_json)["question_id"]
-        except (ValueError, KeyError, TypeError):
-            return None
-        return await store.load_answer(self.thread_id, pending.run_id, str(question_id))
+        return await store.load_answer(self.thread_id, pending.run_id, question_id)
 
     async def _plan(self) -> ResumePlan:
         diagnosis = self.diagnosis()
@@ -661,7 +652,11 @@ class Agent:
             await run_loop(self._state.messages, config, self._on_event, self._signal, prompts)
         except EndedWaiting as ended:
             # The run stays open with its request pending: resuming once answered goes on.
-            await self._publish(AgentEnd(run_id, "waiting", self._recorder.lost or ended.sentence))
+            # A run that lost its lease meanwhile ended failed, whatever it waited for.
+            lost = self._recorder.lost
+            await self._publish(
+                AgentEnd(run_id, "failed", lost) if lost else AgentEnd(run_id, "waiting", ended.sentence)
+            )
         except WriteFailed as exc:
             await self._publish(AgentEnd(run_id, "failed", str(exc)))
         except asyncio.CancelledError:
@@ -715,7 +710,7 @@ class Agent:
         store = self.checkpointer
         if pending is None or (pending.run_id or None) != run_id or not supports(store, HumanAnswers):
             return
-        question_id = str(json.loads(pending.request_json).get("question_id", ""))
+        question_id = question_id_of(pending.request_json) or ""
         await store.settle_request(self.thread_id, pending.run_id, question_id, **self._recorder.fence())
         self._state.pending_request = self._state.pending_answer = None
 

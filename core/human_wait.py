@@ -49,6 +49,7 @@ from core.hitl import (
     RequestPayload,
     check_answer,
     dump_answer,
+    is_pending,
 )
 from core.tools import HumanChannel
 
@@ -67,6 +68,22 @@ ANSWER_POLL = 1.0
 """Seconds between two checks of the store while waiting, when no change signal came:
 the fallback of :class:`~core.changes.StoreWatch` (a signal normally wakes the wait within
 its quiet period, ~80 ms on SQLite)."""
+
+
+def deadline(created_at: float, timeout_seconds: float | None) -> float | None:
+    """When a request times out, unix seconds: ``created_at + timeout_seconds`` as stored
+    (so a crash does not restart the clock), ``None`` without a timeout."""
+    return None if timeout_seconds is None else created_at + timeout_seconds
+
+
+def deadline_of(request_json: str) -> float | None:
+    """:func:`deadline` of a stored request's text; ``None`` when it has no timeout or
+    cannot be read."""
+    try:
+        request = HumanRequest.model_validate_json(request_json)
+    except ValueError:
+        return None
+    return deadline(request.created_at, request.timeout_seconds)
 
 
 class WaitEnded(BaseException):
@@ -196,15 +213,15 @@ class HumanDesk:
                 await store.save_pending_request(self.thread_id, text, run_id=run_id, **self.fence())
             except Exception as exc:
                 raise self._failed("Could not save the question, so nobody was asked and the run stopped", exc) from exc
-            deadline = request.created_at + timeout if timeout is not None else None
+            due = deadline(request.created_at, timeout)
             question = PendingRequest(text, run_id, request.created_at).question
             # Waiting from here on: a listener told of the request may detach at once.
             self.waiting = request
             try:
                 await announce(
-                    HumanRequestStarted(tool_call_id, question_id, question, text, run_id, request.created_at, deadline)
+                    HumanRequestStarted(tool_call_id, question_id, question, text, run_id, request.created_at, due)
                 )
-                return await self._wait(request, run_id, deadline, default_json)
+                return await self._wait(request, run_id, due, default_json)
             finally:
                 self.waiting = None
 
@@ -225,16 +242,15 @@ class HumanDesk:
 
     def _created_at(self, run_id: str | None, question_id: str) -> float | None:
         known = self.known
-        if known is None or (known.run_id or None) != (run_id or None):
+        if known is None or not is_pending(known.request_json, known.run_id, run_id, question_id):
             return None
         try:
-            stored = HumanRequest.model_validate_json(known.request_json)
+            return HumanRequest.model_validate_json(known.request_json).created_at
         except ValueError:
             return None
-        return stored.created_at if stored.question_id == question_id else None
 
     async def _wait(
-        self, request: HumanRequest, run_id: str | None, deadline: float | None, default_json: str | None
+        self, request: HumanRequest, run_id: str | None, due: float | None, default_json: str | None
     ) -> Answered:
         store: Any = self.store
         qid = request.question_id
@@ -249,7 +265,7 @@ class HumanDesk:
                 if self._detached.is_set():
                     raise EndedWaiting("The run was detached while it waited for an answer; it ends waiting for one.")
                 now = time.time()
-                if deadline is not None and now >= deadline:
+                if due is not None and now >= due:
                     if default_json is None:
                         raise EndedWaiting(
                             f"No answer in {request.timeout_seconds:g} s and no default: the run ends waiting for one."
@@ -259,7 +275,7 @@ class HumanDesk:
                     except AlreadyAnsweredError:
                         continue  # a person was first: theirs applies
                     return Answered(request, await store.load_answer(self.thread_id, run_id, qid) or default_json, True)
-                step = self.poll if deadline is None else max(0.0, min(self.poll, deadline - now))
+                step = self.poll if due is None else max(0.0, min(self.poll, due - now))
                 await _first_of(
                     watch.wait(step) if watch is not None else asyncio.sleep(step),
                     self.signal.wait(),
