@@ -120,12 +120,19 @@ class Answered:
     answer_json: str
     defaulted: bool = False
 
-    def note(self) -> str | None:
+    def note(self, shown: str | None = None) -> str | None:
         """What the call's result says of a default ("no answer in 60 s; the default was
-        used: true"), ``None`` when a person answered."""
+        used: main"; ``shown`` is the default in words, else its answer JSON), ``None``
+        when a person answered."""
         if not self.defaulted:
             return None
-        return f"no answer in {self.request.timeout_seconds:g} s; the default was used: {self.answer_json}"
+        return default_note(self.request.timeout_seconds or 0, shown if shown is not None else self.answer_json)
+
+
+def default_note(timeout: float, shown: str) -> str:
+    """The one sentence of a default used at a deadline: "no answer in 60 s; the default
+    was used: deny" (the approval's default denial reads it as its reason)."""
+    return f"no answer in {timeout:g} s; the default was used: {shown}"
 
 
 class HumanDesk:
@@ -317,7 +324,8 @@ class CallHuman(HumanChannel):
 
     async def confirm(self, prompt: str, *, timeout: float | None = None, default: bool | None = None) -> bool:
         """Ask yes or no (a ``confirm`` request); returns the answer."""
-        value = await self._ask(ConfirmRequest(prompt=prompt), timeout, default)
+        shown = None if default is None else ("yes" if default else "no")
+        value = await self._ask(ConfirmRequest(prompt=prompt), timeout, default, shown)
         assert isinstance(value, bool)
         return value
 
@@ -325,9 +333,8 @@ class CallHuman(HumanChannel):
         """Ask one free-text question (an ``ask`` request of one question keyed
         :data:`ANSWER_KEY`); returns the text."""
         question = Question(key=ANSWER_KEY, prompt=prompt)
-        answers = await self.ask(
-            [question], timeout=timeout, default=None if default is None else {ANSWER_KEY: default}
-        )
+        shaped = None if default is None else {ANSWER_KEY: default}
+        answers = await self._ask(AskRequest(questions=[question]), timeout, shaped, default)
         value = answers.get(ANSWER_KEY, "")
         return value if isinstance(value, str) else ", ".join(value)
 
@@ -348,7 +355,8 @@ class CallHuman(HumanChannel):
             shaped: dict[str, str | list[str]] | None = None
         else:
             shaped = {ANSWER_KEY: ([default] if isinstance(default, str) else list(default)) if multi else default}  # type: ignore[dict-item]
-        answers = await self.ask([question], timeout=timeout, default=shaped)
+        shown = None if default is None else (default if isinstance(default, str) else ", ".join(default))
+        answers = await self._ask(AskRequest(questions=[question]), timeout, shaped, shown)
         return answers[ANSWER_KEY]
 
     async def ask(
@@ -366,7 +374,11 @@ class CallHuman(HumanChannel):
         return value
 
     async def _ask(
-        self, payload: ConfirmRequest | AskRequest, timeout: float | None, default: bool | dict[str, Any] | None
+        self,
+        payload: ConfirmRequest | AskRequest,
+        timeout: float | None,
+        default: bool | dict[str, Any] | None,
+        shown: str | None = None,
     ) -> Any:
         qid = self._ids.next(payload)
         answered = await self.desk.wait_for(
@@ -379,7 +391,7 @@ class CallHuman(HumanChannel):
             default_json=None if default is None else dump_answer(default),
         )
         await self.desk.settle(self.run_id, qid)
-        note = answered.note()
+        note = answered.note(shown)
         if note is not None:
             self.notes.append(note)
         try:

@@ -42,7 +42,7 @@ from core.hitl import (
     policy_denial_result,
     with_hitl,
 )
-from core.human_wait import AbortedWhileWaiting, CallHuman, EndedWaiting, HumanDesk
+from core.human_wait import AbortedWhileWaiting, CallHuman, EndedWaiting, HumanDesk, default_note
 from core.jobs import Jobs, key_for
 from core.messages import ContentBlock, TextContent, ToolCall, ToolResultMessage, error_tool_result
 from core.steps import StepLogs
@@ -222,7 +222,7 @@ class _Batch:
         default_json = None
         if default is not None and timeout is not None:
             # A default denial's reason is the sentence the model reads, so it says what happened.
-            reason = f"no answer in {timeout:g} s; the default was used: {default}" if default == "deny" else None
+            reason = default_note(timeout, default) if default == "deny" else None
             default_json = dump_answer(ApprovalAnswer(decision=default, reason=reason))
         try:
             answered = await self.desk.wait_for(
@@ -263,7 +263,8 @@ class _Batch:
             except Exception as exc:
                 failure = AgentToolResult(f"Could not build the job key: {exc}", is_error=True)
                 return _Prepared(call, failure=failure, quiet=True, asked=call.id)
-        return _Prepared(call, tool, params, key, hitl=outcome.hitl, args=args, asked=call.id, note=answered.note())
+        note = answered.note(answer.decision)
+        return _Prepared(call, tool, params, key, hitl=outcome.hitl, args=args, asked=call.id, note=note)
 
     async def announce(self, prepared: _Prepared) -> None:
         call = prepared.call
