@@ -553,3 +553,42 @@ async def test_a_run_waiting_longer_than_its_lease_keeps_the_lease_by_heartbeat(
     await store.answer("t1", pending.run_id, "call_del_1", dump_answer(ApprovalAnswer(decision="approve")))
     assert await asyncio.wait_for(run, WAIT) == "completed", agent.state.error
     assert effects.done == [("delete_file", "/etc/passwd")]
+
+
+async def test_a_parallel_batch_detached_mid_approvals_resumes_with_every_stored_answer_and_no_second_question():
+    store, effects = answer_store(), Effects()
+    provider = FauxProvider(
+        [
+            faux_reply(
+                "Both.",
+                faux_tool_call("delete_file", {"path": "a"}, id="call_a"),
+                faux_tool_call("read_file", {"path": "r"}, id="call_r"),
+                faux_tool_call("delete_file", {"path": "b"}, id="call_b"),
+            ),
+            faux_reply("Done."),
+        ]
+    )
+    agent = agent_for(provider, store, effects, approvals={"delete_file": ALWAYS})
+    asked: list[str] = []
+    agent.subscribe(lambda e: asked.append(e.question_id) if isinstance(e, HumanRequestStarted) else None)
+    run = asyncio.create_task(agent.prompt("Go"))
+    await answer_pending(store, ApprovalAnswer(decision="approve"))  # call_a
+    async with asyncio.timeout(WAIT):
+        while json.loads((await pending_of(store)).request_json)["question_id"] != "call_b":
+            await asyncio.sleep(0.01)
+    assert agent.detach()
+    assert await asyncio.wait_for(run, WAIT) == "waiting"
+    assert effects.done == [] and results(await store.load("t1")) == []
+    await answer_pending(store, ApprovalAnswer(decision="deny", reason="keep b"))
+    plan = await agent.plan_resume()
+    assert [(c.call.id, c.waited) for c in plan.calls] == [
+        ("call_a", "not_started"),
+        ("call_r", "not_started"),
+        ("call_b", "answered"),
+    ]
+    assert await asyncio.wait_for(agent.resume(), WAIT) == "completed"
+    assert asked == ["call_a", "call_b"], "call_a's stored approval applied without asking again"
+    assert sorted(effects.done) == [("delete_file", "a"), ("read_file", "r")]
+    data = await store.load("t1")
+    assert text_of(results(data, "call_b")[0]) == "keep b"
+    assert data.pending_request is None and all(r.completed for r in data.runs)
