@@ -592,3 +592,41 @@ async def test_a_parallel_batch_detached_mid_approvals_resumes_with_every_stored
     data = await store.load("t1")
     assert text_of(results(data, "call_b")[0]) == "keep b"
     assert data.pending_request is None and all(r.completed for r in data.runs)
+
+
+async def test_detaching_a_body_question_interrupts_the_running_siblings_so_the_resume_knows_the_asker():
+    store, effects = answer_store(), Effects()
+    release = asyncio.Event()
+
+    @tool
+    async def build(ctx: ToolContext) -> str:
+        """A long build."""
+        effects.done.append(("build", "started"))
+        await release.wait()
+        return "built"
+
+    provider = FauxProvider(
+        [
+            faux_reply(
+                "Both.",
+                faux_tool_call("deploy", {"target": "prod"}, id="call_dep"),
+                faux_tool_call("build", {}, id="call_build"),
+            ),
+            faux_reply("Done."),
+        ]
+    )
+    agent = agent_for(provider, store, effects, tools=[*file_tools(effects), build])
+    run = asyncio.create_task(agent.prompt("Ship it"))
+    pending = await pending_of(store)
+    assert agent.detach()
+    assert await asyncio.wait_for(run, WAIT) == "waiting"
+    data = await store.load("t1")
+    (interrupted,) = results(data)
+    assert interrupted.tool_call_id == "call_build" and interrupted.metadata.get("settled") == "interrupted"
+    assert "ended waiting for an answer" in text_of(interrupted)
+    await store.answer("t1", pending.run_id, json.loads(pending.request_json)["question_id"], "false")
+    plan = await agent.plan_resume()
+    assert [(c.call.id, c.waited) for c in plan.calls] == [("call_dep", "answered")]
+    assert await asyncio.wait_for(agent.resume(), WAIT) == "completed"
+    assert effects.done == [("build", "started")], "the build ran once, the deploy was declined"
+    assert text_of(results(await store.load("t1"), "call_dep")[0]) == "not deployed"
