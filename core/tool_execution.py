@@ -8,6 +8,11 @@ agent persists a result before slower siblings end.
 An idempotent tool (:attr:`AgentTool.idempotent`) runs through the thread's job store
 when one is given (:class:`core.jobs.Jobs`): a job already done under the call's key
 returns its stored result and the tool does not run.
+
+A call the approval policy asks about (:mod:`core.approvals`) waits for its answer
+between its validation and its ``tool_execution_start`` (:meth:`_Batch.approve`, through
+:class:`core.human_wait.HumanDesk`), so the journal never says "started" for a call that
+waits; a tool body asks through ``ToolContext.human`` (:class:`core.human_wait.CallHuman`).
 """
 
 from __future__ import annotations
