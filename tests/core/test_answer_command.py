@@ -170,6 +170,8 @@ async def test_a_thread_not_waiting_or_another_owners(tmp_path: Path) -> None:
     assert _refused(_answer("--db", db, "--owner", "alice", "--thread", "t9", "--approve")) == (
         "Thread 't9' is not waiting for an answer."
     )
+    stale = _refused(_answer("--db", db, "--owner", "alice", "--thread", "t1", "--question", "call_0", "--approve"))
+    assert stale.startswith("Thread 't1' has no pending question 'call_0'; ")
     edit = _refused(_answer("--db", db, "--owner", "alice", "--thread", "t1", "--edit", "[1]"))
     assert edit.startswith("cubepi-tui answer: --edit takes the tool's arguments as a JSON object")
 
