@@ -31,7 +31,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from core.approvals import Approvals, check_approvals
 from core.checkpoint.base import Checkpointer, CorruptRow, JournalEntry, PendingRequest, RunRecord, ThreadMeta
+from core.checkpoint.capabilities import HumanAnswers, supports
 from core.errors import (
     AgentBusyError,
     EmptyMessageError,
@@ -46,6 +48,7 @@ from core.events import (
     AgentEnd,
     AgentEvent,
     AgentStart,
+    HumanRequestStarted,
     Listener,
     MessageEnd,
     MessageStart,
@@ -64,9 +67,11 @@ from core.fingerprints import (
     first_input_error,
     input_fingerprint,
 )
+from core.hitl import question_id_of
+from core.human_wait import EndedWaiting, HumanDesk, deadline_of
 from core.leases import LeaseHolder
 from core.loop import LoopConfig, run_loop
-from core.messages import AnyMessage, AssistantMessage, UserMessage, user_text
+from core.messages import AnyMessage, AssistantMessage, ToolResultMessage, UserMessage, user_text
 from core.providers.base import Provider
 from core.recorder import RunRecorder
 from core.recovery import (
@@ -76,8 +81,11 @@ from core.recovery import (
     ResumePlan,
     SettleChoice,
     ThreadState,
+    WaitRole,
     diagnose,
     plan_call,
+    plan_waiting,
+    waiting_roles,
 )
 from core.request import blank, build_request
 from core.tool_execution import call_job_key
@@ -95,6 +103,14 @@ _STANDING: dict[ThreadState, RunOutcome] = {
     ThreadState.FAILED: "failed",
 }
 """What :meth:`Agent.start` returns for a thread it finds already done, by its state."""
+
+
+def _past_deadline(pending: PendingRequest | None) -> bool:
+    """Whether ``pending`` has a timeout whose deadline (:func:`core.human_wait.deadline_of`,
+    as stored, so it holds across a crash) is past: a resume may then go on, the asking
+    call taking its default or ending the run waiting again."""
+    due = deadline_of(pending.request_json) if pending is not None else None
+    return due is not None and due <= time.time()
 
 
 def check_user_text(text: str, what: str = "prompt") -> None:
@@ -127,7 +143,9 @@ class AgentState:
     ``messages``: the thread's finished messages in order (persisted at ``message_end``).
     ``runs``: the thread's run records; ``problems``: rows that could not be decoded.
     ``journal``: the tool journal by tool call id (``None`` when the store keeps none).
-    ``pending_request``: the human request the thread waits on (cubeloop's HITL), if any.
+    ``pending_request``: the human request the thread waits on (cubeloop's HITL), if any
+    (set as loaded, and when a call of the run asks); ``pending_answer``: its answer JSON
+    when one is stored (loaded with it: resuming applies it).
     ``streaming_message``: the partial assistant reply while it streams, else ``None``.
     ``running_tools``: tool call id -> :class:`RunningTool` for calls in flight.
     ``run_id``: the current (or last) run. ``last_outcome``/``error``: how the last run
@@ -143,6 +161,7 @@ class AgentState:
     problems: list[CorruptRow] = field(default_factory=list)
     journal: dict[str, JournalEntry] | None = None
     pending_request: PendingRequest | None = None
+    pending_answer: str | None = None
     streaming_message: AssistantMessage | None = None
     running_tools: dict[str, RunningTool] = field(default_factory=dict)
     is_running: bool = False
@@ -182,7 +201,19 @@ class Agent:
     thread that recorded none (cubeloop's, or older) records them at its next run. The
     first input is never overridden: :meth:`start` with another one is refused.
 
-    Raises ``ToolDefinitionError`` if two tools share a name, ``ValueError`` unless
+    Human requests (:mod:`core.human_wait`): ``approvals`` maps a tool name to its
+    approval rule (:mod:`core.approvals`: ``ALWAYS``, ``NEVER``, ``ask_for(arg=[globs])``;
+    unlisted tools never ask), fingerprinted with the definition. A call that asks waits
+    between its validation and its journaled start; a tool body asks through
+    ``ToolContext.human``; the built-in :func:`core.ask_user.ask_user_tool` lets the model
+    ask. The request is persisted before the run waits; the run waits (its lease kept by
+    the heartbeat) until answered, aborted, detached (:meth:`detach`) or past its
+    deadline, and then ends ``"waiting"`` when it has no answer to apply. Resuming a
+    thread whose answer is stored applies it (:meth:`resume`). A store that keeps no
+    answers (cubeloop's) cannot be asked: a call that needs approval is denied there.
+
+    Raises ``ToolDefinitionError`` if two tools share a name or ``approvals`` names a tool
+    or an argument the agent does not have, ``ValueError`` unless
     ``0 < heartbeat_interval < lease_ttl``, and ``ValueError`` (one sentence,
     :func:`core.fingerprints.check_workflow`) for a ``workflow`` that is empty, too long or
     holds a control character.
@@ -202,6 +233,7 @@ class Agent:
         lease_ttl: float = 15.0,
         heartbeat_interval: float = 2.0,
         workflow: str | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
         if not 0 < heartbeat_interval < lease_ttl:
             raise ValueError(
@@ -220,6 +252,9 @@ class Agent:
             checkpointer, thread_id, self.holder, lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval
         )
         self._settling: set[str] = set()  # crashed runs whose calls this run settles
+        self._desk: HumanDesk | None = None  # the current run's human requests
+        self._asking: str | None = None  # the tool call whose request state.pending_request is
+        rules = check_approvals(approvals or {}, {t.name: t.parameters for t in tools})
         self._config = LoopConfig(
             provider,
             tuple(tools),
@@ -230,8 +265,9 @@ class Agent:
             get_follow_ups=self._take_follow_ups,
             jobs=self._recorder.jobs,
             steps=self._recorder.steps,
+            approvals=rules,
         )
-        self._parts = definition_parts(system_prompt, self._config.tool_specs, provider.model)
+        self._parts = definition_parts(system_prompt, self._config.tool_specs, provider.model, rules)
         self._state = AgentState()
         self._listeners: tuple[Listener, ...] = ()
         self._signal = asyncio.Event()
@@ -258,7 +294,13 @@ class Agent:
         """Where the loaded thread stands (see :func:`core.recovery.diagnose`)."""
         state = self._state
         return diagnose(
-            state.messages, state.runs, state.journal, problems=state.problems, pending=state.pending_request
+            state.messages,
+            state.runs,
+            state.journal,
+            problems=state.problems,
+            pending=state.pending_request,
+            answer_stored=state.pending_answer is not None,
+            deadline_passed=_past_deadline(state.pending_request),
         )
 
     async def load(self) -> None:
@@ -346,8 +388,11 @@ class Agent:
         """The body of :meth:`prompt` under the lease, the thread reloaded (a thread without
         messages records ``text`` as its first input)."""
         await self._admit(text if not self._state.messages else None, accept_changes)
+        # A stored answer is applied before the prompt is answered, as a resume applies it.
+        plan = await self._plan() if self._state.pending_request is not None else None
+        settle = plan.settlement({}) if plan is not None and plan.action is ResumeAction.APPLY_ANSWER else None
         await self._claim(run_id)
-        return await self._run(run_id, [user_text(text, kind="prompt", run_id=run_id)])
+        return await self._run(run_id, [user_text(text, kind="prompt", run_id=run_id)], settle)
 
     async def _admit(self, offered: str | None, accept_changes: bool) -> None:
         """Compare the thread's fingerprints with this agent's before anything runs (see
@@ -452,6 +497,14 @@ class Agent:
         if self._state.is_running:
             self._signal.set()
 
+    def detach(self) -> bool:
+        """End the current run as **waiting for an answer** if a call of it waits for one
+        now: the run ends ``"waiting"`` (left open, its request pending, its lease
+        released, results already saved kept; calls still running are recorded as
+        interrupted), to be continued by :meth:`resume` once answered, in this process or
+        another. Returns whether it did; ``False`` (nothing changes) when no call waits."""
+        return self._desk.detach() if self._desk is not None else False
+
     def steer(self, text: str) -> None:
         """Queue ``text`` for delivery at the next turn boundary (after the running tools,
         before the next model call). Raises ``RunError`` when no run is in progress.
@@ -502,29 +555,42 @@ class Agent:
         state.problems = data.problems if data else []
         state.journal = data.journal if data else ({} if self._recorder.journaled else None)
         state.pending_request = data.pending_request if data else None
+        state.pending_answer = await self._stored_answer(state.pending_request)
         # A thread with nothing else stored may still have its record: fingerprints saved
         # by a run that died before its first message was (what _admit compares and sets).
         state.meta = data.meta if data else await self._recorder.load_meta()
 
+    async def _stored_answer(self, pending: PendingRequest | None) -> str | None:
+        """The answer JSON stored for ``pending``, ``None`` when none is (or the store keeps none)."""
+        store = self.checkpointer
+        question_id = question_id_of(pending.request_json) if pending is not None else None
+        if pending is None or question_id is None or not supports(store, HumanAnswers):
+            return None
+        return await store.load_answer(self.thread_id, pending.run_id, question_id)
+
     async def _plan(self) -> ResumePlan:
         diagnosis = self.diagnosis()
         tools = self._config.tools_by_name
+        roles: dict[str, WaitRole] = {}
+        if diagnosis.action is ResumeAction.APPLY_ANSWER and diagnosis.pending is not None:
+            issuers = {u.call.id: u.message.run_id for u in build_request(self._state.messages).unanswered}
+            roles = waiting_roles(diagnosis.pending, diagnosis.dangling, issuers)
         calls: list[CallPlan] = []
         for dangling in diagnosis.dangling:
             tool = tools.get(dangling.call.name)
             key = call_job_key(tool, dangling.call) if tool is not None else None
             job = await self._recorder.job(key) if key is not None else None
             step = await self._recorder.step(key) if key is not None else None
-            calls.append(
-                plan_call(
-                    dangling,
-                    known=tool is not None,
-                    idempotent=tool is not None and tool.idempotent,
-                    job_key=key,
-                    job_status=job.status if job is not None else None,
-                    step=step,
-                )
+            planned = plan_call(
+                dangling,
+                known=tool is not None,
+                idempotent=tool is not None and tool.idempotent,
+                job_key=key,
+                job_status=job.status if job is not None else None,
+                step=step,
             )
+            role = roles.get(dangling.call.id)
+            calls.append(plan_waiting(planned, role) if role is not None and tool is not None else planned)
         return ResumePlan(diagnosis, tuple(calls))
 
     async def _load_runnable(self) -> None:
@@ -533,10 +599,11 @@ class Agent:
         if problems:
             raise UnreadableThreadError.of(self.thread_id, len(problems), problems[0].row_id)
         pending = self._state.pending_request
-        if pending is not None:
+        if pending is not None and self._state.pending_answer is None and not _past_deadline(pending):
+            # Without its answer (and before its deadline) the question's call must not be settled.
             raise WaitingForAnswerError(
-                f"Thread {self.thread_id!r} is waiting for an answer to {pending.question!r}; answer it in the "
-                "program that asked (cubeloop's respond()), then continue the thread."
+                f"Thread {self.thread_id!r} is waiting for an answer to {pending.question!r}; answer it (in the app, "
+                "with cubepi-tui answer, or in the program that asked), then resume the thread to apply it."
             )
 
     async def _claim(self, run_id: str) -> None:
@@ -568,10 +635,29 @@ class Agent:
         config = dataclasses.replace(
             self._config, run_id=run_id, settle_choices=dict(settle or {}), completed_runs=completed
         )
+        desk = None
+        if supports(self.checkpointer, HumanAnswers):
+            desk = HumanDesk(
+                self.checkpointer,
+                self.thread_id,
+                fence=self._recorder.fence,
+                signal=self._signal,
+                known=self._state.pending_request,
+                on_write_error=self._recorder.stopped_by,
+            )
+            config = dataclasses.replace(config, human=desk)
+        self._desk = desk
         self._settling = self._crashed_runs(completed)
         self._state.error = None
         try:
             await run_loop(self._state.messages, config, self._on_event, self._signal, prompts)
+        except EndedWaiting as ended:
+            # The run stays open with its request pending: resuming once answered goes on.
+            # A run that lost its lease meanwhile ended failed, whatever it waited for.
+            lost = self._recorder.lost
+            await self._publish(
+                AgentEnd(run_id, "failed", lost) if lost else AgentEnd(run_id, "waiting", ended.sentence)
+            )
         except WriteFailed as exc:
             await self._publish(AgentEnd(run_id, "failed", str(exc)))
         except asyncio.CancelledError:
@@ -580,6 +666,8 @@ class Agent:
         except Exception as exc:
             _log.exception("run %s of thread %s failed", run_id, self.thread_id)
             await self._publish(AgentEnd(run_id, "failed", f"Internal error: {error_sentence(exc)}"))
+        finally:
+            self._desk = None
         await self._close_settled()  # when the run ended before its agent_end (a failed save)
         if self._recorder.fenced:
             # Show what the store holds, not the messages this run could no longer save.
@@ -610,9 +698,22 @@ class Agent:
         still = {u.message.run_id for u in build_request(self._state.messages).unanswered}
         for run_id in sorted(crashed - still):
             try:
+                await self._settle_left_request(run_id)
                 await self._mark_complete(run_id)
             except Exception as exc:
                 _log.warning("could not close settled run %s of thread %s: %s", run_id, self.thread_id, exc)
+
+    async def _settle_left_request(self, run_id: str) -> None:
+        """Settle the thread's pending request if run ``run_id`` asked it: every call of
+        that run has its result now (e.g. the asking call was settled as an ordinary
+        dangling call), so nothing will apply its answer any more."""
+        pending = self._state.pending_request
+        store = self.checkpointer
+        if pending is None or (pending.run_id or None) != run_id or not supports(store, HumanAnswers):
+            return
+        question_id = question_id_of(pending.request_json) or ""
+        await store.settle_request(self.thread_id, pending.run_id, question_id, **self._recorder.fence())
+        self._state.pending_request = self._state.pending_answer = None
 
     def _require_run(self) -> None:
         if not self._state.is_running:
@@ -646,9 +747,17 @@ class Agent:
         state = self._state
         if isinstance(event, MessageUpdate):
             pass
+        elif isinstance(event, HumanRequestStarted):
+            state.pending_request = PendingRequest(event.request_json, event.run_id, event.created_at)
+            state.pending_answer = None
+            self._asking = event.tool_call_id
         elif isinstance(event, MessageEnd):
             if isinstance(event.message, AssistantMessage):
                 state.streaming_message = None
+            elif isinstance(event.message, ToolResultMessage) and event.message.tool_call_id == self._asking:
+                # The asking call has its result: its request was answered (or aborted) and settled.
+                state.pending_request = state.pending_answer = None
+                self._asking = None
             saved, failure = await self._recorder.append(event.message)
             if not saved:
                 event = dataclasses.replace(event, persisted=False)

@@ -255,6 +255,79 @@ class BadInput(CubepiError):
     ``core.runner.BAD_INPUT``."""
 
 
+# --- human requests and answers (issue 11; core/hitl.py, HumanAnswers in capabilities.py) --
+
+
+class HumanAnswerError(CubepiError):
+    """Base of the errors about answering a thread's pending human request."""
+
+
+class NotWaitingError(HumanAnswerError):
+    """Raised by :func:`core.answers.answer` when the thread has no pending request (or is
+    unavailable to this owner: the same sentence, so nothing tells them apart)."""
+
+    @classmethod
+    def of(cls, thread_id: str) -> NotWaitingError:
+        """The error for ``thread_id``."""
+        return cls(f"Thread {thread_id!r} is not waiting for an answer.")
+
+
+class StaleAnswerError(HumanAnswerError):
+    """Raised by ``HumanAnswers.answer`` when the thread's pending request is not the
+    question answered (answered and settled meanwhile, or another question asked since);
+    nothing was written. ``thread_id`` and ``question_id`` name what was answered."""
+
+    def __init__(self, message: str, *, thread_id: str, question_id: str) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.question_id = question_id
+
+    @classmethod
+    def of(cls, thread_id: str, question_id: str) -> StaleAnswerError:
+        """The error for ``question_id`` of ``thread_id``."""
+        return cls(
+            f"Thread {thread_id!r} has no pending question {question_id!r}; it was settled already or "
+            "another question is pending now: read the thread again.",
+            thread_id=thread_id,
+            question_id=question_id,
+        )
+
+
+class AlreadyAnsweredError(HumanAnswerError):
+    """Raised by ``HumanAnswers.answer`` when the question already has an answer (only the
+    first one counts, whoever sent the second); nothing was written. ``stored`` is the
+    answer JSON kept."""
+
+    def __init__(self, message: str, *, thread_id: str, question_id: str, stored: str) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.question_id = question_id
+        self.stored = stored
+
+    @classmethod
+    def of(cls, thread_id: str, question_id: str, stored: str) -> AlreadyAnsweredError:
+        """The error for ``question_id`` of ``thread_id``, whose kept answer is ``stored``
+        (shown cut to 200 characters)."""
+        shown = stored if len(stored) <= 200 else stored[:199] + "…"
+        return cls(
+            f"Question {question_id!r} of thread {thread_id!r} was already answered ({shown}); only the first answer counts.",
+            thread_id=thread_id,
+            question_id=question_id,
+            stored=stored,
+        )
+
+
+class AnswerMismatchError(HumanAnswerError, ValueError):
+    """Raised by :mod:`core.hitl` when a reply or an answer JSON does not fit the request
+    (text to a yes/no question, an unknown option or question key, a required question
+    left out, ...); the sentence says what fits."""
+
+
+class UnreadableRequestError(HumanAnswerError, ValueError):
+    """Raised by :func:`core.hitl.parse_request` when a pending request's text is not JSON
+    or not a request of a kind this version knows."""
+
+
 def error_sentence(exc: BaseException) -> str:
     """One line saying what went wrong: the first line of ``exc``'s text, which for our own
     errors is already the sentence for the user; other exceptions are prefixed with their

@@ -105,9 +105,13 @@ StreamEvent = TextDelta | ThinkingDelta | ToolCallStart | ToolCallDelta | UsageU
 
 # --- agent lifecycle events -------------------------------------------------------------
 
-RunOutcome = Literal["completed", "aborted", "failed", "interrupted"]
+RunOutcome = Literal["completed", "aborted", "failed", "interrupted", "waiting"]
 """How a run ended: finished normally, aborted by the user, ended by a provider error,
-or stopped with work left (e.g. a dangling call the user chose not to settle)."""
+stopped with work left (e.g. a dangling call the user chose not to settle), or
+**waiting for an answer**: a tool call asked a person and the run stopped before the
+answer came (``Agent.detach()``, or a deadline without default). A waiting run stays
+open with its pending request; resuming once it is answered applies the answer
+(:mod:`core.human_wait`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +215,28 @@ class ToolExecutionEnd:
     type: Literal["tool_execution_end"] = "tool_execution_end"
 
 
+@dataclass(frozen=True, slots=True)
+class HumanRequestStarted:
+    """A tool call now waits for a person: the request was persisted as the thread's
+    pending request before this event (so a bell rung on it never points at nothing).
+
+    ``request_json`` is the stored text (:class:`core.hitl.HumanRequest`), ``question_id``
+    its id, ``tool_call_id`` the asking call, ``question`` the question for people
+    (``PendingRequest.question``), ``run_id`` the run the request is stored under (the
+    run that issued the call), ``created_at`` and ``deadline`` unix seconds (``deadline``
+    ``None`` without a timeout).
+    """
+
+    tool_call_id: str
+    question_id: str
+    question: str
+    request_json: str
+    run_id: str | None = None
+    created_at: float = 0.0
+    deadline: float | None = None
+    type: Literal["human_request_started"] = "human_request_started"
+
+
 AgentEvent = (
     AgentStart
     | AgentEnd
@@ -222,8 +248,9 @@ AgentEvent = (
     | ToolExecutionStart
     | ToolExecutionUpdate
     | ToolExecutionEnd
+    | HumanRequestStarted
 )
-"""One of the ten lifecycle events a subscriber receives."""
+"""One of the eleven lifecycle events a subscriber receives."""
 
 Listener = Callable[[AgentEvent], Awaitable[None] | None]
 """A subscriber: called with each event, in order; may be sync or async."""

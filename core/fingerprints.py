@@ -26,6 +26,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core.approvals import APPROVAL_PART, Approvals, approval_parts
 from core.checkpoint.base import Fingerprints
 from core.errors import FingerprintMismatchError, FirstInputChangedError
 from core.messages import AnyMessage, TextContent, ToolSpec, UserMessage
@@ -86,14 +87,21 @@ def first_input(messages: Sequence[AnyMessage]) -> UserMessage | None:
     return next((m for m in messages if isinstance(m, UserMessage)), None)
 
 
-def definition_parts(system_prompt: str, tools: Sequence[ToolSpec], model_id: str) -> dict[str, str]:
+def definition_parts(
+    system_prompt: str, tools: Sequence[ToolSpec], model_id: str, approvals: Approvals | None = None
+) -> dict[str, str]:
     """The agent's definition by part: ``"model"`` -> ``model_id`` as is, ``"system_prompt"``
     -> its sha256 hex, ``"tool:NAME"`` -> the sha256 hex of the canonical JSON of that
     tool's parameter schema (its description does not count: it does not change what a
-    stored call means). ``tools`` are what providers are told (``AgentTool.spec``)."""
+    stored call means). ``tools`` are what providers are told (``AgentTool.spec``).
+    ``approvals`` adds ``"approval:NAME"`` -> the rule in words for each tool that asks
+    (:func:`core.approvals.approval_parts`; printable, so a change reads "approval
+    delete_file: always -> none"); an agent without approvals has no such part, so the
+    fingerprints of threads written before approvals existed are unchanged."""
     parts = {MODEL_PART: model_id, SYSTEM_PROMPT_PART: text_sha256(system_prompt)}
     for spec in tools:
         parts[TOOL_PART + spec.name] = canonical_sha256(spec.parameters)
+    parts.update(approval_parts(approvals or {}))
     return parts
 
 
@@ -132,6 +140,10 @@ def changes(stored: Fingerprints, current: Fingerprints) -> tuple[str, ...]:
     for part in others:
         before, after = old.get(part), new.get(part)
         if before == after:
+            continue
+        if part.startswith(APPROVAL_PART):
+            # Approval parts are words, not hashes: say what the rule was and is.
+            found.append(f"approval {part[len(APPROVAL_PART) :]}: {_shown(before)} -> {_shown(after)}")
             continue
         what = f"tool {part[len(TOOL_PART) :]}" if part.startswith(TOOL_PART) else part
         if before is None:

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from core.approvals import ApprovalRule
 from core.errors import ToolDefinitionError
 from core.events import (
     AgentEnd,
@@ -37,6 +38,7 @@ from core.events import (
     TurnStart,
     UsageUpdate,
 )
+from core.human_wait import HumanDesk
 from core.jobs import Jobs
 from core.messages import (
     AnyMessage,
@@ -100,7 +102,11 @@ class LoopConfig:
     unless that run is in ``completed_runs``: a store refuses messages naming a completed
     run, so such a result carries this run's id (its call and result then sit in
     different runs, which cubeloop's per-run check reports; nothing better can be
-    stored). Raises :class:`~core.errors.ToolDefinitionError` when two tools share a name.
+    stored). ``approvals`` (tool name -> rule, :mod:`core.approvals`) says which calls
+    wait for a person's approval before they start, and ``human`` is the run's
+    :class:`~core.human_wait.HumanDesk` through which they and tool bodies ask (``None``:
+    nobody can be asked; a call that needs approval is then denied). Raises
+    :class:`~core.errors.ToolDefinitionError` when two tools share a name.
     """
 
     provider: Provider
@@ -115,6 +121,8 @@ class LoopConfig:
     jobs: Jobs | None = None
     steps: StepLogs | None = None
     completed_runs: frozenset[str] = frozenset()
+    approvals: Mapping[str, ApprovalRule] = field(default_factory=dict)
+    human: HumanDesk | None = None
     tools_by_name: Mapping[str, AgentTool] = field(init=False, repr=False, compare=False)
     tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False, compare=False)
 
@@ -159,7 +167,9 @@ async def run_loop(
     run ends ``"completed"``, waiting for the user.
     Emits ``agent_start`` ... ``agent_end``. Setting ``signal`` aborts: the run then ends
     with an assistant message whose ``stop_reason`` is ``"aborted"``. Exceptions raised
-    by ``emit`` propagate (running tools are cancelled first).
+    by ``emit`` propagate (running tools are cancelled first), and so does
+    :class:`~core.human_wait.EndedWaiting` when a call's question ends the run waiting
+    for its answer (no ``agent_end`` is emitted then: the agent ends the run ``"waiting"``).
     """
     keep_unstamped: set[str] = set()
     emit = _recording(messages, emit, config.run_id, keep_unstamped)
@@ -297,6 +307,8 @@ async def _execute(
         jobs=config.jobs,
         settling=settling,
         steps=config.steps,
+        approvals=config.approvals,
+        desk=config.human,
     )
 
 

@@ -15,7 +15,9 @@ Only finished messages are persisted, so the persisted messages tell the story:
 
 Not crashes: completed, aborted, **failed** (the last reply ended in a provider error;
 resume retries the model call without re-running tools), **waiting for an answer** (a
-pending human request, cubeloop's HITL: never settled, its row left as it is) and empty.
+pending human request, cubeloop's HITL: never settled, its row left as it is, until it is
+answered; once its answer is stored, resuming applies it: ``APPLY_ANSWER``, see
+:mod:`core.human_wait`) and empty.
 Whatever the state, what the request builder (:mod:`core.request`) has to leave out or
 place, unreadable rows and writes another run interleaved are said in
 :attr:`Diagnosis.notes`.
@@ -34,6 +36,7 @@ applies the user's choices (:meth:`ResumePlan.settlement`).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +45,7 @@ from typing import Literal
 
 from core.checkpoint.base import CorruptRow, JobStatus, JournalEntry, PendingRequest, RunRecord, StepRecord
 from core.errors import ResumeChoiceError
+from core.hitl import parse_request
 from core.messages import AnyMessage, AssistantMessage, ToolCall, ToolResultMessage
 from core.recovery_fold import HistoryFold
 from core.request import BuiltRequest, Repair, Unanswered, build_request
@@ -97,6 +101,10 @@ class ResumeAction(enum.StrEnum):
     RETRY_MODEL_CALL = "retry_model_call"
     """The last model call failed: call the model again with the saved history (the
     failed reply is not sent, no tool runs again)."""
+    APPLY_ANSWER = "apply_answer"
+    """The thread waits for an answer that is stored now: continue the waiting run, the
+    asking call given the answer (an approval's decision, or its body run again to take
+    it), settle any other dangling call, then call the model."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +154,7 @@ class Diagnosis:
     parallel batch). ``notes`` are short phrases about the rest of the history
     ("2 unreadable rows", "1 orphan result"); ``repairs`` what the request builder does
     in what is sent (worded by :func:`core.request.repair_words`); ``pending`` the human
-    request the thread waits on.
+    request the thread waits on, and ``answer_stored`` whether its answer is stored.
     """
 
     state: ThreadState
@@ -158,19 +166,22 @@ class Diagnosis:
     notes: tuple[str, ...] = ()
     repairs: tuple[Repair, ...] = field(default=(), compare=False)  # indices are of the messages given
     pending: PendingRequest | None = None
+    answer_stored: bool = False
 
     @property
     def label(self) -> str:
         """Short state for a list: "completed", "crashed at point 3 (mid-tool)", "waiting
-        for an answer: Deploy to which environment?" (the question on one line, cut at
-        :data:`QUESTION_CHARS`), each followed by its notes ("completed · 2 unreadable rows")."""
+        for an answer: Deploy to which environment?" ("answered: ..." once its answer is
+        stored; the question on one line, cut at :data:`QUESTION_CHARS`), each followed by
+        its notes ("completed · 2 unreadable rows")."""
         if self.crash_point is not None:
             base = f"crashed at point {int(self.crash_point)} ({self.crash_point.words})"
         elif self.pending is not None:
             question = " ".join(self.pending.question.split())
             if len(question) > QUESTION_CHARS:
                 question = question[: QUESTION_CHARS - 1] + "…"
-            base = f"{self.state.value}: {question}"
+            state = ANSWERED_WORDS if self.answer_stored else self.state.value
+            base = f"{state}: {question}"
         else:
             base = self.state.value
         return " · ".join((base, *self.notes))
@@ -195,8 +206,14 @@ class Diagnosis:
             return _settle_words(self.dangling) + _CALL_WORDS
         if self.action is ResumeAction.SETTLE_THEN_WAIT:
             return _settle_words(self.dangling) + _WAIT_WORDS
+        if self.action is ResumeAction.APPLY_ANSWER:
+            first = _ANSWER_WORDS if self.answer_stored else _DUE_WORDS
+            return f"{first}, settles any other dangling call ({SETTLE_RULE}), then it {_CALL_WORDS}"
         if self.state is ThreadState.WAITING:
-            return "Nothing to resume: the thread waits for an answer to its question, in the program that asked it."
+            return (
+                "Nothing to resume until its question is answered (in the app, with cubepi-tui answer, or in the "
+                "program that asked it); resuming then applies the answer."
+            )
         return "Nothing to resume; send a new message to continue."
 
 
@@ -215,6 +232,13 @@ _RETRY_ONLY_WORDS = (
     "retries the failed model call with the saved conversation; the failed reply is not sent and no tool runs again."
 )
 _WAIT_WORDS = "waits for your next message (the last reply is final, so the model is not called)."
+_ANSWER_WORDS = "Answered: resuming applies the stored answer to the call that asked"
+_DUE_WORDS = (
+    "The question's deadline passed: resuming lets the call that asked take its default (or end the run "
+    "waiting again without one)"
+)
+ANSWERED_WORDS = "answered"
+"""What :attr:`Diagnosis.label` says of a waiting thread whose answer is stored."""
 
 
 def _settle_words(dangling: Sequence[DanglingCall]) -> str:
@@ -238,6 +262,8 @@ def diagnose(
     *,
     problems: Sequence[CorruptRow] = (),
     pending: PendingRequest | None = None,
+    answer_stored: bool = False,
+    deadline_passed: bool = False,
     tail_only: bool = False,
 ) -> Diagnosis:
     """Classify a thread from its persisted ``messages`` (append order) and ``runs``.
@@ -249,12 +275,16 @@ def diagnose(
     a journal (cubeloop's), so dangling calls "may have started". The journal is
     believed only for an assistant message whose metadata carries :data:`JOURNALED_KEY`
     (its writer journaled its calls). ``problems`` are the thread's unreadable rows and
-    ``pending`` its pending human request. Returns a :class:`Diagnosis`; never raises.
+    ``pending`` its pending human request, ``answer_stored`` whether its answer is in the
+    store (``HumanAnswers.load_answer``), ``deadline_passed`` whether its
+    ``created_at + timeout_seconds`` is past (the asker then takes its default, or ends
+    waiting again). Returns a :class:`Diagnosis`; never raises.
     The same as :func:`diagnosis_of` a :class:`~core.recovery_fold.HistoryFold` fed
     ``messages`` (a history read in pieces is diagnosed that way).
 
     In this order: a pending human request makes the thread **waiting for an answer**
-    (its call is the question, and is never settled here); a last reply that ended in
+    (its call is the question, and is never settled here) - with its answer stored, the
+    action is ``APPLY_ANSWER`` and the dangling calls are listed; a last reply that ended in
     a provider error makes it **failed** (retry the model call; any call without a
     result is settled first); calls without results anywhere make it mid-tool (point
     3), even when user messages or later replies follow them, e.g. ``[user,
@@ -266,7 +296,15 @@ def diagnose(
     """
     fold = HistoryFold(tail=tail_only)
     fold.add(messages)
-    return diagnosis_of(fold, runs, journal, problems=problems, pending=pending)
+    return diagnosis_of(
+        fold,
+        runs,
+        journal,
+        problems=problems,
+        pending=pending,
+        answer_stored=answer_stored,
+        deadline_passed=deadline_passed,
+    )
 
 
 def diagnosis_of(
@@ -276,6 +314,8 @@ def diagnosis_of(
     *,
     problems: Sequence[CorruptRow] = (),
     pending: PendingRequest | None = None,
+    answer_stored: bool = False,
+    deadline_passed: bool = False,
 ) -> Diagnosis:
     """:func:`diagnose` of the history ``fold`` was fed (whole, or its tail when the fold
     was made with ``tail=True``); the other arguments are :func:`diagnose`'s. Cost grows
@@ -290,12 +330,28 @@ def diagnosis_of(
         r for r in built.repairs if r.kind != "unanswered_call" and not (tail_only and r.kind == "orphan_result")
     )
     info = {"notes": notes, "repairs": repairs}
-    if pending is not None:
+    if pending is not None and not (answer_stored or deadline_passed):
         return Diagnosis(ThreadState.WAITING, pending=pending, detail=f"The run asked: {pending.question}", **info)
+    dangling, answered = _dangling_of(built.unanswered, journal)
+    if pending is not None:
+        then = (
+            "the answer is stored, and resuming applies it"
+            if answer_stored
+            else "its deadline passed: resuming records the asker's default, or ends the run waiting again without one"
+        )
+        return Diagnosis(
+            ThreadState.WAITING,
+            dangling=dangling,
+            answered=answered,
+            action=ResumeAction.APPLY_ANSWER,
+            detail=f"The run asked: {pending.question}; {then}.",
+            pending=pending,
+            answer_stored=answer_stored,
+            **info,  # type: ignore[arg-type]
+        )
     if fold.last_known < 0:
         return Diagnosis(ThreadState.EMPTY, detail="The thread has no messages yet.", **info)
     at, last = fold.last_assistant or (-1, None)
-    dangling, answered = _dangling_of(built.unanswered, journal)
     if isinstance(last, AssistantMessage) and last.stop_reason == "error" and at == fold.last_known:
         return _failed(last, built, dangling, answered, info)
     if dangling:
@@ -482,7 +538,8 @@ class CallPlan:
     else ``()``. ``status_words`` come from the tool journal ("never started",
     "started 12:03:10, never finished", "may have started"). ``step`` is the call's step
     record when the tool committed steps (:mod:`core.steps`; idempotent tools only): a
-    re-run continues after its last committed step.
+    re-run continues after its last committed step. ``waited`` is the call's part in a
+    run that waited for an answer now stored (:func:`waiting_roles`), ``None`` otherwise.
     """
 
     call: ToolCall
@@ -495,6 +552,7 @@ class CallPlan:
     status_words: str
     started_at: float | None = None
     step: StepRecord | None = None
+    waited: WaitRole | None = None
 
     @property
     def step_words(self) -> str:
@@ -515,8 +573,70 @@ class CallPlan:
         }[self.action]
         if not self.known:
             what = "this agent does not have that tool, so it is recorded as interrupted"
+        elif self.waited is not None:
+            what = _WAIT_ROLE_WORDS[self.waited]
         where = f"{self.status_words}; {self.step_words}" if self.step_words else self.status_words
         return f"{self.call.name} ({self.call.id}): {where}; {what}."
+
+
+WaitRole = Literal["answered", "not_started"]
+"""A dangling call's part in a run that waited for an answer now stored: the call that
+asked (``"answered"``: it runs again and the answer applies) or a call of that run that
+never started because the run waited first (``"not_started"``: it runs now)."""
+
+_WAIT_ROLE_WORDS: dict[str, str] = {
+    "answered": "it asked the question, so it runs again and takes the stored answer (or, past the deadline, the default)",
+    "not_started": "the run waited for an answer before it started, so it runs now",
+}
+
+
+def waiting_roles(
+    pending: PendingRequest, dangling: Sequence[DanglingCall], issuers: Mapping[str, str | None]
+) -> dict[str, WaitRole]:
+    """Tool call id -> :data:`WaitRole` for the dangling calls a stored answer to
+    ``pending`` continues (pure; ``issuers`` maps a call id to the run id of its
+    assistant message). Only calls of the run that asked take part, and only on the
+    tool journal's word:
+
+    * a call that never started (journaled, no start) runs now: the approval it waited
+      for (``question_id`` = its id) or one stored earlier applies, or it asks anew;
+    * for a question asked from a tool body (confirm / ask), the one call of that run
+      that started and has no result asked it, and runs again to take its answer; when
+      several did (a parallel batch killed while others ran), none is chosen and each
+      follows the ordinary rule (:func:`default_settlement`): a call is never run twice
+      on a guess;
+    * an approved call the journal shows started ran after its approval: it is an
+      ordinary dangling call (its tool never runs twice);
+    * a writer without a journal (cubeloop): the one dangling call of the asking run
+      runs again to take the answer, as cubeloop's own ``respond()`` does (a pending row
+      there means its call still waits: cubeloop clears the row before it runs an
+      answered call live).
+
+    Calls missing here follow the ordinary rule. Never raises."""
+    try:
+        request = parse_request(pending.request_json)
+    except ValueError:
+        return {}
+    run = pending.run_id or None
+    mine = [d for d in dangling if (issuers.get(d.call.id) or None) == run]
+    roles: dict[str, WaitRole] = {}
+    for d in mine:
+        if d.journaled and d.started_at is None:
+            roles[d.call.id] = "answered" if d.call.id == request.question_id else "not_started"
+    started = [d for d in mine if d.call.id not in roles]
+    if len(started) == 1 and not started[0].journaled:
+        # A writer without a journal (cubeloop): its own respond() re-executes the unanswered
+        # call of the asking run (cubeloop/agent/loop.py:264-300), and so does this resume.
+        roles[started[0].call.id] = "answered"
+    elif request.payload.kind != "approve" and len(started) == 1:
+        roles[started[0].call.id] = "answered"
+    return roles
+
+
+def plan_waiting(plan: CallPlan, role: WaitRole) -> CallPlan:
+    """``plan`` for a call with ``role`` in a run continued with its answer: it runs
+    (``"rerun"``, no choice)."""
+    return dataclasses.replace(plan, action="rerun", choices=(), waited=role)
 
 
 def step_words(step: StepRecord) -> str:
@@ -579,10 +699,14 @@ class ResumePlan:
         then = _THEN.get(self.action)
         if not self.calls or then is None:
             return self.diagnosis.resume_plan
+        if self.action is ResumeAction.APPLY_ANSWER:
+            first = _ANSWER_WORDS if self.diagnosis.answer_stored else _DUE_WORDS
+            return f"{first} - " + " ".join(c.words for c in self.calls) + " " + then
         return "Resume first settles each dangling call - " + " ".join(c.words for c in self.calls) + " " + then
 
 
 _THEN = {
+    ResumeAction.APPLY_ANSWER: "Then it " + _CALL_WORDS,
     ResumeAction.RETRY_MODEL_CALL: "Then it " + _RETRY_WORDS,
     ResumeAction.SETTLE_THEN_CALL_MODEL: "Then it " + _CALL_WORDS,
     ResumeAction.SETTLE_THEN_WAIT: "Then it " + _WAIT_WORDS,

@@ -8,12 +8,18 @@ agent persists a result before slower siblings end.
 An idempotent tool (:attr:`AgentTool.idempotent`) runs through the thread's job store
 when one is given (:class:`core.jobs.Jobs`): a job already done under the call's key
 returns its stored result and the tool does not run.
+
+A call the approval policy asks about (:mod:`core.approvals`) waits for its answer
+between its validation and its ``tool_execution_start`` (:meth:`_Batch.approve`, through
+:class:`core.human_wait.HumanDesk`), so the journal never says "started" for a call that
+waits; a tool body asks through ``ToolContext.human`` (:class:`core.human_wait.CallHuman`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,14 +27,36 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from core.events import MessageEnd, MessageStart, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
+from core.approvals import Always, ApprovalRule, AskFor, needs_approval
+from core.events import (
+    HumanRequestStarted,
+    MessageEnd,
+    MessageStart,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+)
+from core.hitl import (
+    ApprovalAnswer,
+    ApproveRequest,
+    HumanOutcome,
+    aborted_result,
+    approval_result,
+    check_answer,
+    dump_answer,
+    policy_denial_result,
+    with_hitl,
+)
+from core.human_wait import AbortedWhileWaiting, CallHuman, EndedWaiting, HumanDesk, default_note
 from core.jobs import Jobs, key_for
-from core.messages import ContentBlock, ToolCall, ToolResultMessage, error_tool_result
+from core.messages import ContentBlock, TextContent, ToolCall, ToolResultMessage, error_tool_result
 from core.steps import StepLogs
 from core.tools import (
+    NOBODY,
     AgentTool,
     AgentToolResult,
     Emit,
+    HumanChannel,
     OnUpdate,
     ToolContext,
     ToolExecutionMode,
@@ -36,6 +64,13 @@ from core.tools import (
 )
 
 _BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
+
+_log = logging.getLogger(__name__)
+
+NO_APPROVAL_STORE = (
+    "This call needs a person's approval, and this store keeps no answers to human requests, so it was not run."
+)
+"""The policy denial of a call that needs approval where no answer can be recorded."""
 
 
 def call_job_key(tool: AgentTool, call: ToolCall) -> str | None:
@@ -74,13 +109,24 @@ def result_from_json(value: Any) -> AgentToolResult:
 
 @dataclass(frozen=True, slots=True)
 class _Prepared:
-    """A call looked up and validated: ready to run, or already answered by ``failure``."""
+    """A call looked up and validated: ready to run, or already answered by ``failure``.
+
+    After an approval: ``asked`` is the request to settle once the result is appended,
+    ``hitl`` what goes into the result's ``details["hitl"]``, ``args`` the arguments it
+    runs with (an edit's), ``note`` what the result says of a default used; ``quiet``
+    marks a call that never starts (denied, or aborted while it waited), so its start is
+    neither announced nor journaled."""
 
     call: ToolCall
     tool: AgentTool | None = None
     params: BaseModel | None = None
     key: str | None = None
     failure: AgentToolResult | None = None
+    asked: str | None = None
+    hitl: dict[str, Any] | None = None
+    args: dict[str, Any] | None = None
+    note: str | None = None
+    quiet: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +134,20 @@ class _Finished:
     call: ToolCall
     result: AgentToolResult
     metadata: dict[str, Any] | None = None
+    asked: str | None = None
+    quiet: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Suspended:
+    """A tool body's question ended the run as waiting (:class:`~core.human_wait.EndedWaiting`)."""
+
+    call: ToolCall
+    ended: EndedWaiting
+
+
+def _blocked(outcome: HumanOutcome) -> AgentToolResult:
+    return AgentToolResult(outcome.text or "", details={"hitl": outcome.hitl}, is_error=outcome.is_error)
 
 
 class _Batch:
@@ -108,6 +168,8 @@ class _Batch:
         jobs: Jobs | None,
         settling: bool,
         steps: StepLogs | None = None,
+        approvals: Mapping[str, ApprovalRule] | None = None,
+        desk: HumanDesk | None = None,
     ) -> None:
         self.tools = tools
         self.emit = emit
@@ -117,8 +179,11 @@ class _Batch:
         self.jobs = jobs
         self.settling = settling
         self.steps = steps
-        self.queue: asyncio.Queue[ToolExecutionUpdate | _Finished] = asyncio.Queue()
+        self.approvals = approvals or {}
+        self.desk = desk
+        self.queue: asyncio.Queue[ToolExecutionUpdate | HumanRequestStarted | _Finished | _Suspended] = asyncio.Queue()
         self.running: set[asyncio.Task[None]] = set()
+        self.unfinished: dict[str, ToolCall] = {}  # started, result not yet emitted
         self.grace_over = False
 
     def prepare(self, call: ToolCall) -> _Prepared:
@@ -142,23 +207,101 @@ class _Batch:
                 return _Prepared(call, failure=AgentToolResult(f"Could not build the job key: {exc}", is_error=True))
         return _Prepared(call, tool, params, key)
 
+    async def approve(self, prepared: _Prepared) -> _Prepared:
+        """Ask for the approval the policy wants of ``prepared`` (if any) and wait for its
+        answer, before the call is announced: the journal never says "started" for a call
+        that waits. Returns the call to run (with an edit's arguments) or a quiet failure
+        (denied, or aborted while waiting). Raises
+        :class:`~core.human_wait.EndedWaiting` when the run ends waiting for the answer."""
+        call, tool, params = prepared.call, prepared.tool, prepared.params
+        if prepared.failure is not None or tool is None or params is None:
+            return prepared
+        rule = self.approvals.get(tool.name)
+        if not needs_approval(rule, params):
+            return prepared
+        assert isinstance(rule, Always | AskFor)  # needs_approval is false for no rule and NEVER
+        if self.desk is None or not self.desk.available:
+            return _Prepared(call, failure=_blocked(policy_denial_result(NO_APPROVAL_STORE)), quiet=True)
+        args = params.model_dump(mode="json")
+        timeout, default = rule.timeout, rule.default
+        default_json = None
+        if default is not None and timeout is not None:
+            # A default denial's reason is the sentence the model reads, so it says what happened.
+            reason = default_note(timeout, default) if default == "deny" else None
+            default_json = dump_answer(ApprovalAnswer(decision=default, reason=reason))
+        try:
+            answered = await self.desk.wait_for(
+                ApproveRequest(tool_name=tool.name, tool_call_id=call.id, args=args),
+                run_id=self.run_id,
+                question_id=call.id,
+                tool_call_id=call.id,
+                announce=self.emit,
+                timeout=timeout,
+                default_json=default_json,
+            )
+        except AbortedWhileWaiting as exc:
+            return _Prepared(call, failure=_blocked(aborted_result(exc.sentence)), quiet=True, asked=call.id)
+        try:
+            answer = check_answer(answered.request, answered.answer_json)
+        except ValueError as exc:
+            text = f"The stored answer to this approval cannot be applied ({exc}); the call was not run."
+            return _Prepared(call, failure=AgentToolResult(text, is_error=True), quiet=True, asked=call.id)
+        assert isinstance(answer, ApprovalAnswer)
+        outcome = approval_result(answer, args)
+        if not outcome.runs_tool:
+            return _Prepared(call, failure=_blocked(outcome), quiet=True, asked=call.id)
+        if answer.decision == "edit":
+            try:
+                params = tool.parameters.model_validate(answer.edited_args or {})
+            except ValidationError as exc:
+                failure = AgentToolResult(
+                    _invalid_arguments(call.name, exc) + " (the edited arguments; the call was not run)",
+                    details={"hitl": outcome.hitl},
+                    is_error=True,
+                )
+                return _Prepared(call, failure=failure, quiet=True, asked=call.id)
+            args = params.model_dump(mode="json")
+        key = prepared.key
+        if tool.idempotent and answer.decision == "edit":
+            try:
+                key = key_for(tool.name, args, tool.job_key_from)
+            except Exception as exc:
+                failure = AgentToolResult(f"Could not build the job key: {exc}", is_error=True)
+                return _Prepared(call, failure=failure, quiet=True, asked=call.id)
+        note = answered.note(answer.decision)
+        return _Prepared(call, tool, params, key, hitl=outcome.hitl, args=args, asked=call.id, note=note)
+
     async def announce(self, prepared: _Prepared) -> None:
         call = prepared.call
-        await self.emit(ToolExecutionStart(call.id, call.name, dict(call.arguments), job_key=prepared.key))
+        args = prepared.args if prepared.args is not None else dict(call.arguments)
+        await self.emit(ToolExecutionStart(call.id, call.name, args, job_key=prepared.key))
 
     def start(self, prepared: _Prepared) -> None:
         call = prepared.call
+        self.unfinished[call.id] = call
         task = asyncio.create_task(self._run(prepared), name=f"tool {call.name} {call.id}")
         self.running.add(task)
         task.add_done_callback(self.running.discard)
 
+    def _human(self, call: ToolCall) -> HumanChannel:
+        if self.desk is None or not self.desk.available:
+            return NOBODY
+
+        async def announce(event: HumanRequestStarted) -> None:
+            # Tool tasks never emit: the batch's coroutine does, in order (see the class docstring).
+            self.queue.put_nowait(event)
+
+        return CallHuman(self.desk, self.run_id, call.id, announce)
+
     async def _run(self, prepared: _Prepared) -> None:
         call, tool, params, key = prepared.call, prepared.tool, prepared.params, prepared.key
         if prepared.failure is not None or tool is None or params is None:
-            self.queue.put_nowait(_Finished(call, prepared.failure or AgentToolResult("Not runnable.", is_error=True)))
+            failure = prepared.failure or AgentToolResult("Not runnable.", is_error=True)
+            self.queue.put_nowait(_Finished(call, failure, asked=prepared.asked, quiet=prepared.quiet))
             return
         steps = self.steps.log(key, params.model_dump(mode="json"), call.id) if key and self.steps else None
-        ctx = ToolContext(call.id, self.signal, self._updater(call), key, self.grace, steps)
+        human = self._human(call)
+        ctx = ToolContext(call.id, self.signal, self._updater(call), key, self.grace, steps, human)
         reused = False
         metadata: dict[str, Any] | None = None
         try:
@@ -166,6 +309,12 @@ class _Batch:
                 result, reused = await self._run_job(tool, ctx, params, key)
             else:
                 result = await tool.invoke(ctx, params)
+        except EndedWaiting as ended:
+            self.queue.put_nowait(_Suspended(call, ended))
+            return
+        except AbortedWhileWaiting as exc:
+            result = _blocked(aborted_result(exc.sentence))
+            metadata = {"settled": "aborted"}
         except asyncio.CancelledError:
             if not self.grace_over:
                 raise
@@ -184,7 +333,9 @@ class _Batch:
                 metadata = {"settled": "reused" if reused else "rerun"}
             elif reused:
                 metadata = {"job": "reused"}
-        self.queue.put_nowait(_Finished(call, result, metadata))
+        notes = [prepared.note] if prepared.note else []
+        notes += human.notes if isinstance(human, CallHuman) else []
+        self.queue.put_nowait(_Finished(call, _told(result, prepared.hitl, notes), metadata, prepared.asked))
 
     async def _run_job(
         self, tool: AgentTool, ctx: ToolContext, params: BaseModel, key: str
@@ -219,8 +370,10 @@ class _Batch:
         results: list[ToolResultMessage] = []
         while len(results) < count:
             item = await self.queue.get()
-            if isinstance(item, ToolExecutionUpdate):
+            if isinstance(item, ToolExecutionUpdate | HumanRequestStarted):
                 await self.emit(item)
+            elif isinstance(item, _Suspended):
+                await self.suspend(item)
             else:
                 results.append(await self.finish(item))
         return results
@@ -235,9 +388,43 @@ class _Batch:
             run_id=self.run_id,
             metadata=done.metadata or {},
         )
-        await self.emit(ToolExecutionEnd(done.call.id, done.call.name, message, message.is_error))
+        self.unfinished.pop(done.call.id, None)
+        if not done.quiet:  # a call that never started has no end either
+            await self.emit(ToolExecutionEnd(done.call.id, done.call.name, message, message.is_error))
         await publish(message, self.emit)
+        if done.asked is not None:
+            await self.settle(done.asked)
         return message
+
+    async def settle(self, question_id: str) -> None:
+        """Settle the approval ``question_id`` once its call's result is appended (cubeloop's
+        order: a crash before leaves the request and its answer for the resume). A failure
+        is logged: the agent settles what is left when the run's calls all have results."""
+        if self.desk is None:
+            return
+        try:
+            await self.desk.settle(self.run_id, question_id)
+        except Exception:
+            _log.warning("could not settle the human request %s", question_id, exc_info=True)
+
+    async def suspend(self, item: _Suspended) -> None:
+        """End the batch as waiting for the answer ``item``'s call asked for: the calls
+        still running are cancelled and recorded as interrupted (so the asking call is the
+        one the resume gives the answer to), then :class:`~core.human_wait.EndedWaiting`
+        is raised; calls not started stay without result (the resume runs them)."""
+        self.unfinished.pop(item.call.id, None)
+        await self.stop()
+        for call in list(self.unfinished.values()):
+            interrupted = error_tool_result(
+                call,
+                f"Tool call {call.name} ({call.id}) was stopped because the run ended waiting for an answer to "
+                "another call; it was not run again, and its effects must be checked.",
+                run_id=self.run_id,
+                settled="interrupted",
+            )
+            self.unfinished.pop(call.id, None)
+            await publish(interrupted, self.emit)
+        raise item.ended
 
     async def cancel_after_grace(self) -> None:
         await self.signal.wait()
@@ -279,6 +466,8 @@ async def execute_tool_calls(
     jobs: Jobs | None = None,
     settling: bool = False,
     steps: StepLogs | None = None,
+    approvals: Mapping[str, ApprovalRule] | None = None,
+    desk: HumanDesk | None = None,
 ) -> list[ToolResultMessage]:
     """Run the tool ``calls`` of one assistant message and return one result per call.
 
@@ -305,32 +494,71 @@ async def execute_tool_calls(
     get a "Not run" error result (only its message is emitted, no ``tool_execution_*``),
     so every call has a result. Exceptions raised by ``emit`` propagate after the
     running tools are cancelled.
+
+    Human requests (:mod:`core.human_wait`, through ``desk``; ``None``: nobody can be
+    asked). A call whose tool's rule in ``approvals`` asks (:mod:`core.approvals`) waits
+    for its approval after it is validated and before its start is announced, one call
+    at a time (in parallel mode every approval is asked before any call starts); a denial
+    becomes its error result (the reason, ``details["hitl"]``) without a start, an edit
+    runs with the edited arguments, an approval merges ``details["hitl"]`` into the tool's
+    own result; the request is settled once the result is emitted. A tool body asks
+    through ``ToolContext.human``. Where no answer can be stored, a call that needs
+    approval is denied by the policy, never run unasked. When the run ends waiting for an
+    answer, :class:`~core.human_wait.EndedWaiting` propagates: results already emitted
+    stay, calls still running are cancelled and recorded as interrupted, calls not
+    started stay without result.
     """
-    batch = _Batch(tools, emit, signal, abort_grace, run_id, jobs, settling, steps)
+    batch = _Batch(tools, emit, signal, abort_grace, run_id, jobs, settling, steps, approvals, desk)
     watcher = asyncio.create_task(batch.cancel_after_grace())
     results: list[ToolResultMessage] = []
+
+    async def skip(call: ToolCall) -> None:
+        skipped = not_run_result(call, run_id)
+        await publish(skipped, emit)
+        results.append(skipped)
+
     try:
         if mode == "parallel" and not signal.is_set():
-            prepared = [batch.prepare(call) for call in calls]
-            for p in prepared:
-                await batch.announce(p)
-            for p in prepared:
+            approved: list[_Prepared] = []
+            for p in [batch.prepare(call) for call in calls]:
+                approved.append(p if signal.is_set() else await batch.approve(p))
+            started: list[_Prepared] = []
+            for p in approved:
+                if signal.is_set() and not p.quiet:
+                    await skip(p.call)  # aborted while an earlier call waited: never started
+                    continue
+                if not p.quiet:
+                    await batch.announce(p)
+                started.append(p)
+            for p in started:
                 batch.start(p)
-            return await batch.drain(len(calls))
+            return results + await batch.drain(len(started))
         for call in calls:
             if signal.is_set():
-                skipped = not_run_result(call, run_id)
-                await publish(skipped, emit)
-                results.append(skipped)
+                await skip(call)
                 continue
-            p = batch.prepare(call)
-            await batch.announce(p)
+            p = await batch.approve(batch.prepare(call))
+            if signal.is_set() and not p.quiet:
+                await skip(call)
+                continue
+            if not p.quiet:
+                await batch.announce(p)
             batch.start(p)
             results += await batch.drain(1)
         return results
     finally:
         watcher.cancel()
         await batch.stop()
+
+
+def _told(result: AgentToolResult, hitl: dict[str, Any] | None, notes: list[str]) -> AgentToolResult:
+    """``result`` with an approval's ``details["hitl"]`` merged in and each note (a default
+    used) added as a last text block, so the model reads it."""
+    if hitl is None and not notes:
+        return result
+    details = with_hitl(result.details, hitl) if hitl is not None else result.details
+    blocks = result.blocks() + [TextContent(text=f"({note})") for note in notes]
+    return AgentToolResult(blocks, details=details, is_error=result.is_error)
 
 
 def unreadable_arguments_text(call: ToolCall) -> str:

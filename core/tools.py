@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-from core.errors import ToolDefinitionError
+from core.errors import ToolDefinitionError, ToolError
 from core.events import AgentEvent
 from core.messages import ContentBlock, TextContent, ToolSpec
 
 if TYPE_CHECKING:
+    from core.hitl import Option, Question
     from core.steps import StepLog
 
 Emit = Callable[[AgentEvent], Awaitable[None]]
@@ -137,6 +138,79 @@ class AgentTool:
         return cached
 
 
+class HumanChannel:
+    """How a running tool asks a person (``ToolContext.human``); cubeloop's HITL channel.
+
+    Each call persists the question as the thread's pending request (cubeloop's wire
+    format, :mod:`core.hitl`), waits for the one answer recorded in the store (from the
+    app, ``cubepi-tui answer`` or another process), and returns it:
+
+    * ``await ctx.human.confirm("Delete 3 files?")`` -> ``bool``;
+    * ``await ctx.human.ask_text("Which branch?")`` -> ``str``;
+    * ``await ctx.human.ask_choice("Where?", ["staging", "prod"], multi=False)`` -> the
+      chosen value (a ``list[str]`` with ``multi=True``);
+    * ``await ctx.human.ask([Question(...), ...])`` -> ``{key: str | list[str]}``.
+
+    ``timeout`` is seconds counted from when the question was persisted (so a crash does
+    not restart it); at the deadline ``default`` is recorded as the answer (a person who
+    answered first wins) and the tool's result says so ("no answer in 60 s; the default
+    was used: ..."); without a default, or without a timeout when the run is detached
+    (``Agent.detach()``), the run ends **waiting for an answer**. An abort while waiting
+    ends the call with an error result starting "aborted:".
+
+    **A resume re-runs the tool body from the top**: ask before any side effect. The run
+    that ended waiting is continued by resuming once the question is answered; the body
+    is entered again and the same question, asked again in the same order, gets the
+    stored answer at once. Once a body has its answer the question is settled, so a
+    crash after that point leaves an ordinary interrupted call, never a second run of
+    what followed the question.
+
+    This base class is what a tool gets where no person can be asked (a store that
+    keeps no answers, a tool called outside a run): every method raises
+    :class:`~core.errors.ToolError` saying so, which becomes the call's error result.
+    """
+
+    async def confirm(self, prompt: str, *, timeout: float | None = None, default: bool | None = None) -> bool:
+        """Ask yes or no; see the class docstring."""
+        raise ToolError(NO_HUMAN)
+
+    async def ask_text(self, prompt: str, *, timeout: float | None = None, default: str | None = None) -> str:
+        """Ask for free text; see the class docstring."""
+        raise ToolError(NO_HUMAN)
+
+    async def ask_choice(
+        self,
+        prompt: str,
+        options: typing.Sequence[str | Option],
+        *,
+        multi: bool = False,
+        timeout: float | None = None,
+        default: str | typing.Sequence[str] | None = None,
+    ) -> str | list[str]:
+        """Ask for one of ``options`` (or several with ``multi``); see the class docstring."""
+        raise ToolError(NO_HUMAN)
+
+    async def ask(
+        self,
+        questions: typing.Sequence[Question],
+        *,
+        timeout: float | None = None,
+        default: Mapping[str, str | list[str]] | None = None,
+    ) -> dict[str, str | list[str]]:
+        """Ask several questions at once (cubeloop's ``ask``); see the class docstring."""
+        raise ToolError(NO_HUMAN)
+
+
+NO_HUMAN = (
+    "No person can be asked here: this store keeps no answers to human requests "
+    "(open a database of this project's, not a cubeloop file), or the tool runs outside an agent's run."
+)
+"""The error text of :class:`HumanChannel`'s methods where nobody can be asked."""
+
+NOBODY = HumanChannel()
+"""The channel of a tool where no person can be asked."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """Injected into a ``@tool`` function that declares a parameter of this type.
@@ -151,6 +225,8 @@ class ToolContext:
     ``steps`` is the call's step log (:mod:`core.steps`): a long idempotent tool commits
     its progress there, so a re-run after a crash continues from its last committed step;
     ``None`` when the store keeps no steps or the call has no job key (not idempotent).
+    ``human`` asks a person and waits for the answer (:class:`HumanChannel`: read its
+    note on resume, which re-runs the body from the top).
     """
 
     tool_call_id: str
@@ -159,6 +235,7 @@ class ToolContext:
     job_key: str | None = None
     abort_grace: float = 5.0
     steps: StepLog | None = None
+    human: HumanChannel = NOBODY
 
     def report(self, progress: float | None = None, text: str | None = None) -> None:
         """Report progress: ``progress`` a fraction 0..1 (clamped), ``text`` a short status line."""

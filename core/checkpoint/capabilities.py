@@ -298,15 +298,66 @@ class ChangeNotification(Protocol):
 class HumanRequests(Protocol):
     """The pending human request of a thread (cubeloop's ``save_pending_request``).
 
-    ``load`` and ``list_threads`` report it in ``pending_request``; this project only
-    ever reads it (the program that asked clears it when answered), but a store that
-    keeps it can be given one, as cubeloop gives it.
+    ``load`` and ``list_threads`` report it in ``pending_request``. cubeloop's programs
+    write it when they ask; a run of ours writes it through this call before it waits,
+    fenced by its lease (``holder_id=``), and clears it through
+    :meth:`HumanAnswers.settle_request` once the answer is applied.
     """
 
     async def save_pending_request(
-        self, thread_id: str, request_json: str | None, *, run_id: str | None = None
+        self, thread_id: str, request_json: str | None, *, run_id: str | None = None, holder_id: str | None = None
     ) -> None:
-        """Set (or with ``None`` clear) the thread's pending request, in one transaction."""
+        """Set (or with ``None`` clear) the thread's pending request, in one transaction.
+        ``request_json`` is ``core.hitl.HumanRequest.model_dump_json()``, stored as given.
+        With ``holder_id`` the write is fenced like a run's other writes (``LeaseLostError``,
+        nothing written, when that holder does not hold a live lease): a runner that lost
+        its thread can then never replace the request the new holder waits on. Unfenced
+        (cubeloop's call) without it. ``ThreadNotFoundError`` as :class:`OwnerScoped` says."""
+        ...
+
+
+class HumanAnswers(Protocol):
+    """The one answer to a thread's pending request (cubeloop's ``thread_hitl_answers``:
+    SQLite ``thread_hitl_answers``, Postgres ``cubepi_hitl_answers``, Redis a hash of ours,
+    memory a dict), recorded exactly once.
+
+    Anyone may answer (a person in the app, ``cubepi-tui answer``, another process): the
+    answer is not fenced by the lease. Only the lease holder applies it, and settles the
+    request after the tool's result is appended. A ``run_id`` of ``None`` names the pending
+    request of no run and is stored as ``''``, as cubeloop stores it. Answers are JSON text
+    as :mod:`core.hitl` builds them (checking them against the request is the caller's
+    job: :func:`core.hitl.check_answer`). Every write here changes :meth:`ChangeNotification.change_token`
+    and wakes ``change_signals``, so a runner waiting in another process sees the answer.
+    """
+
+    async def answer(self, thread_id: str, run_id: str | None, question_id: str, answer_json: str) -> None:
+        """Record ``answer_json`` as the answer to ``question_id`` of run ``run_id``, in one
+        transaction (one Lua script on Redis): the thread's pending request must be that
+        question of that run, then a plain insert that fails on the key (thread, run,
+        question). Never an upsert: cubeloop's ``save_hitl_answer`` overwrites (the
+        last writer wins), which is the double application this prevents. Raises
+        ``StaleAnswerError`` when the pending request is another question, another run's
+        or none; ``AlreadyAnsweredError`` (with the stored answer) when the question has an
+        answer already, even an identical one; ``ThreadNotFoundError`` as
+        :class:`OwnerScoped` says for a thread unavailable to this owner; ``ReadOnlyStoreError``
+        on a browse-only store. Nothing is written then."""
+        ...
+
+    async def load_answer(self, thread_id: str, run_id: str | None, question_id: str) -> str | None:
+        """The answer JSON recorded for ``question_id`` of run ``run_id``, as stored; ``None``
+        when there is none or the thread is unavailable to this owner."""
+        ...
+
+    async def settle_request(
+        self, thread_id: str, run_id: str | None, question_id: str, *, holder_id: str | None = None
+    ) -> bool:
+        """Once the answer is applied (the asking call's result appended): in one
+        transaction, clear the pending request if it still is ``question_id`` of run
+        ``run_id`` and then delete that run's answers (what cubeloop's resume does,
+        loop.py:350-358). ``True`` when it cleared the request, ``False`` (nothing
+        changed) when it was not that question any more, so a second settle is a no-op.
+        ``holder_id`` fences it as for :meth:`HumanRequests.save_pending_request`
+        (``LeaseLostError``); ``ThreadNotFoundError`` as :class:`OwnerScoped` says."""
         ...
 
 
