@@ -156,6 +156,36 @@ class QuestionIds:
         return f"{digest}.{seq}"
 
 
+# --- how stores key and match answers ----------------------------------------------------------
+
+
+def run_key(run_id: str | None) -> str:
+    """The run id an answer row is stored under: ``''`` for a request of no run, as
+    cubeloop stores it (``_run_key``, cubeloop/checkpointer/sqlite.py:35-36)."""
+    return run_id or ""
+
+
+def question_id_of(request_json: str) -> str | None:
+    """The ``question_id`` of a stored request's text, without validating the rest;
+    ``None`` when the text is not a JSON object with a string ``question_id``."""
+    try:
+        value = json.loads(request_json)
+    except ValueError:
+        return None
+    qid = value.get("question_id") if isinstance(value, dict) else None
+    return qid if isinstance(qid, str) else None
+
+
+def is_pending(request_json: str | None, pending_run_id: str | None, run_id: str | None, question_id: str) -> bool:
+    """Whether a thread's pending request (``request_json`` and its ``pending_run_id``;
+    ``None``: none) is ``question_id`` of run ``run_id`` (``None`` and ``''`` are one run)."""
+    return (
+        request_json is not None
+        and run_key(pending_run_id) == run_key(run_id)
+        and question_id_of(request_json) == question_id
+    )
+
+
 # --- reading a request, checking an answer ----------------------------------------------------
 
 

@@ -57,8 +57,11 @@ Headless runs (no terminal UI; the app, in any process, watches and commands the
   cubepi-tui run --db URL|PATH --thread ID --resume     resume a crashed thread
   cubepi-tui run --db URL|PATH --thread ID --demo "..." with the demo agent
   cubepi-tui delete --db URL|PATH ID                    delete one thread of this owner
+  cubepi-tui answer --db URL|PATH --thread ID --approve answer the question a thread waits on
+                    (or --deny REASON, --edit JSON, --yes, --no, --text T, --choice V,
+                     --answer KEY=VALUE ...)
 --db defaults to {env}, then the default database, as for the app.
-See `cubepi-tui run --help` and `cubepi-tui delete --help` for their options.
+See `cubepi-tui run --help`, `cubepi-tui delete --help` and `cubepi-tui answer --help` for their options.
 """
 
 
@@ -125,6 +128,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             raise BadInput(str(error)) from None
     return args
 
+
+ANSWER_COMMAND = "answer"
+"""The first argument that makes the command line ``cubepi-tui answer`` (:mod:`core.answer_command`)."""
 
 NO_TERMINAL = 1
 """Exit status when the app has no terminal: an error that kept it from starting (as for a
@@ -264,10 +270,15 @@ def main(argv: Sequence[str] | None = None, *, make_provider: ProviderFactory | 
     the headless ``run`` and ``delete`` commands ignore it.
 
     ``cubepi-tui run ...`` is the headless runner and ``cubepi-tui delete ...`` deletes a
-    thread (:func:`core.runner.main`, both); they never import Textual, so they start fast
-    and run where no terminal UI could.
+    thread (:func:`core.runner.main`, both); ``cubepi-tui answer ...`` answers a waiting
+    thread (:func:`core.answer_command.main`). They never import Textual, so they start
+    fast and run where no terminal UI could.
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == [ANSWER_COMMAND]:
+        from core.answer_command import main as answer_main
+
+        sys.exit(answer_main(arguments[1:]))
     if arguments[:1] and arguments[0] in COMMANDS:
         from core.runner import main as run_main
 

@@ -56,10 +56,12 @@ from core.checkpoint.base import (
     step_refusal,
     thread_unavailable,
 )
-from core.checkpoint.capabilities import HumanRequests, SupervisedStore
+from core.checkpoint.capabilities import HumanAnswers, HumanRequests, SupervisedStore
 from core.checkpoint.codec import copy_message
 from core.checkpoint.listing import in_listing_order, prompt_line
 from core.checkpoint.memory_pages import MemoryPages
+from core.errors import AlreadyAnsweredError, StaleAnswerError
+from core.hitl import is_pending, run_key
 from core.messages import AnyMessage, AssistantMessage, UserMessage
 from core.owners import UNOWNED, resolve_owner
 
@@ -104,9 +106,11 @@ class _Data:
         self.commands: dict[int, Command] = {}
         self.command_seq = 0
         self.steps: dict[tuple[str, str], StepRecord] = {}
+        self.answers: dict[tuple[str, str, str], str] = {}
+        """Answer JSON by (thread id, run key, question id) (:func:`core.hitl.run_key`)."""
 
 
-class MemoryCheckpointer(MemoryPages, SupervisedStore, HumanRequests):
+class MemoryCheckpointer(MemoryPages, SupervisedStore, HumanRequests, HumanAnswers):
     """A dict of threads guarded by one asyncio lock; copies in and out; opened for one owner.
 
     ``owner``: the owner every read and write is scoped by (``None``: the default owner,
@@ -291,16 +295,66 @@ class MemoryCheckpointer(MemoryPages, SupervisedStore, HumanRequests):
         )
 
     async def save_pending_request(
-        self, thread_id: str, request_json: str | None, *, run_id: str | None = None
+        self, thread_id: str, request_json: str | None, *, run_id: str | None = None, holder_id: str | None = None
     ) -> None:
-        """See ``HumanRequests.save_pending_request``; ``ThreadNotFoundError`` for another owner's thread."""
+        """See ``HumanRequests.save_pending_request`` (fenced by ``holder_id`` under the lock);
+        ``ThreadNotFoundError`` for another owner's thread."""
         async with self._d.lock:
             self._writable(thread_id)
+            self._fence(thread_id, holder_id)
             self._adopt(thread_id)
             t = self._d.threads.setdefault(thread_id, _Thread())
             t.pending = None if request_json is None else PendingRequest(request_json, run_id, time.time())
             t.touched = time.time()
             self._bump()
+
+    # --- human answers --------------------------------------------------------------------------
+
+    def _pending_is(self, thread_id: str, run_id: str | None, question_id: str) -> bool:
+        """Whether the visible thread's pending request is ``question_id`` of ``run_id`` (lock held)."""
+        t = self._d.threads.get(thread_id)
+        pending = t.pending if t is not None else None
+        return pending is not None and is_pending(pending.request_json, pending.run_id, run_id, question_id)
+
+    async def answer(self, thread_id: str, run_id: str | None, question_id: str, answer_json: str) -> None:
+        """See ``HumanAnswers.answer``: checked and inserted under the one lock."""
+        async with self._d.lock:
+            if not self._visible(thread_id):
+                raise thread_unavailable(thread_id, self._owner)
+            if not self._pending_is(thread_id, run_id, question_id):
+                raise StaleAnswerError.of(thread_id, question_id)
+            key = (thread_id, run_key(run_id), question_id)
+            stored = self._d.answers.get(key)
+            if stored is not None:
+                raise AlreadyAnsweredError.of(thread_id, question_id, stored)
+            self._d.answers[key] = answer_json
+            self._bump()
+
+    async def load_answer(self, thread_id: str, run_id: str | None, question_id: str) -> str | None:
+        """See ``HumanAnswers.load_answer``."""
+        async with self._d.lock:
+            if not self._visible(thread_id):
+                return None
+            return self._d.answers.get((thread_id, run_key(run_id), question_id))
+
+    async def settle_request(
+        self, thread_id: str, run_id: str | None, question_id: str, *, holder_id: str | None = None
+    ) -> bool:
+        """See ``HumanAnswers.settle_request``: compared and cleared under the one lock."""
+        async with self._d.lock:
+            if not self._visible(thread_id):
+                raise thread_unavailable(thread_id, self._owner)
+            self._fence(thread_id, holder_id)
+            if not self._pending_is(thread_id, run_id, question_id):
+                return False
+            t = self._d.threads[thread_id]
+            t.pending = None
+            t.touched = time.time()
+            run = run_key(run_id)
+            for key in [k for k in self._d.answers if k[0] == thread_id and k[1] == run]:
+                del self._d.answers[key]
+            self._bump()
+            return True
 
     async def claim_run(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.claim_run``; the run's revision is 1. ``ThreadNotFoundError`` for
@@ -392,7 +446,7 @@ class MemoryCheckpointer(MemoryPages, SupervisedStore, HumanRequests):
             d = self._d
             for table in (d.threads, d.records, d.journal, d.leases, d.events):
                 table.pop(thread_id, None)  # type: ignore[attr-defined]
-            for keyed in (d.jobs, d.steps):
+            for keyed in (d.jobs, d.steps, d.answers):
                 for key in [k for k in keyed if k[0] == thread_id]:
                     del keyed[key]  # type: ignore[attr-defined]
             for seq in [s for s, c in d.commands.items() if c.thread_id == thread_id]:

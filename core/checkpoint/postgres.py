@@ -31,6 +31,7 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any, Literal
 
 from core.checkpoint import codec
+from core.checkpoint import postgres_answers as answers
 from core.checkpoint import postgres_listing as listing
 from core.checkpoint import postgres_queries as queries
 from core.checkpoint import postgres_rows as rows
@@ -55,7 +56,7 @@ from core.checkpoint.base import (
     encode_job_result,
     encode_step_data,
 )
-from core.checkpoint.capabilities import HumanRequests, ListingVersions, SchemaUpgrade, SupervisedStore
+from core.checkpoint.capabilities import HumanAnswers, HumanRequests, ListingVersions, SchemaUpgrade, SupervisedStore
 from core.checkpoint.postgres_pages import PostgresPages
 from core.checkpoint.postgres_store import PostgresStore
 from core.messages import AnyMessage
@@ -64,7 +65,7 @@ __all__ = ["PostgresCheckpointer"]
 
 
 class PostgresCheckpointer(
-    PostgresStore, PostgresPages, SupervisedStore, ListingVersions, HumanRequests, SchemaUpgrade
+    PostgresStore, PostgresPages, SupervisedStore, ListingVersions, HumanRequests, HumanAnswers, SchemaUpgrade
 ):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` in one PostgreSQL database.
 
@@ -125,12 +126,28 @@ class PostgresCheckpointer(
         await self._write_owned("completion", queries.mark_run_complete, thread_id, run_id, holder_id)
 
     async def save_pending_request(
-        self, thread_id: str, request_json: str | None, *, run_id: str | None = None
+        self, thread_id: str, request_json: str | None, *, run_id: str | None = None, holder_id: str | None = None
     ) -> None:
         """See ``HumanRequests.save_pending_request``: cubeloop's statements on its row, and the
-        exact text in ours (JSONB keeps the value, not the text)."""
+        exact text in ours (JSONB keeps the value, not the text); fenced by ``holder_id``."""
         now = time.time()
-        await self._write_owned("save", queries.save_pending_request, thread_id, request_json, run_id, now)
+        await self._write_owned("save", queries.save_pending_request, thread_id, request_json, run_id, now, holder_id)
+
+    async def answer(self, thread_id: str, run_id: str | None, question_id: str, answer_json: str) -> None:
+        """See ``HumanAnswers.answer``: one transaction (:mod:`core.checkpoint.postgres_answers`)."""
+        await self._write_owned("answer", answers.answer, thread_id, run_id, question_id, answer_json)
+
+    async def load_answer(self, thread_id: str, run_id: str | None, question_id: str) -> str | None:
+        """See ``HumanAnswers.load_answer``: JSONB's text of the stored answer (the same value
+        cubeloop stored; its keys may read in another order)."""
+        scope = self._scope
+        return await self._read(lambda c: answers.load_answer(c, scope, thread_id, run_id, question_id), "answer read")
+
+    async def settle_request(
+        self, thread_id: str, run_id: str | None, question_id: str, *, holder_id: str | None = None
+    ) -> bool:
+        """See ``HumanAnswers.settle_request``: one transaction (:mod:`core.checkpoint.postgres_answers`)."""
+        return await self._write_owned("settle", answers.settle_request, thread_id, run_id, question_id, holder_id)
 
     async def list_threads(self) -> list[ThreadSummary]:
         """See ``Checkpointer.list_threads``: this owner's threads, in four queries whatever

@@ -188,11 +188,18 @@ async def save_extra(
 
 
 async def save_pending_request(
-    conn: Connection, owner: str, thread_id: str, request_json: str | None, run_id: str | None, now: float
+    conn: Connection,
+    owner: str,
+    thread_id: str,
+    request_json: str | None,
+    run_id: str | None,
+    now: float,
+    holder_id: str | None = None,
 ) -> None:
-    """The owner admission, cubeloop's two statements (lazy thread row, one UPDATE of pending
-    and run id), plus our exact text beside it."""
+    """The owner admission and the lease fence, cubeloop's two statements (lazy thread row,
+    one UPDATE of pending and run id), plus our exact text beside it."""
     await admit(conn, owner, thread_id)
+    await fence(conn, thread_id, holder_id)
     await conn.execute(_ENSURE_THREAD, thread_id)
     if request_json is None:
         await conn.execute(

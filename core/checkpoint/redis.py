@@ -68,11 +68,14 @@ from core.checkpoint.base import (
     run_never_claimed,
     run_taken,
 )
-from core.checkpoint.capabilities import HumanRequests, SchemaUpgrade, SupervisedStore
+from core.checkpoint.capabilities import HumanAnswers, HumanRequests, SchemaUpgrade, SupervisedStore
+from core.checkpoint.redis_keys import answer_field, answer_prefix
 from core.checkpoint.redis_pages import RedisPages
 from core.checkpoint.redis_records import encode_pending
 from core.checkpoint.redis_store import CONNECT_TIMEOUT, KEEP, now_arg, write_id
 from core.checkpoint.redis_threads import RedisThreads
+from core.errors import AlreadyAnsweredError, StaleAnswerError
+from core.hitl import run_key
 from core.messages import AnyMessage, UserMessage
 
 __all__ = ["BLOCK_MAX", "FOREIGN_POLL", "RedisCheckpointer"]
@@ -85,7 +88,7 @@ FOREIGN_POLL = 1.0
 """Seconds between two looks at a browse-only store of the example's layout (it has no feed)."""
 
 
-class RedisCheckpointer(RedisThreads, RedisPages, SupervisedStore, HumanRequests, SchemaUpgrade):
+class RedisCheckpointer(RedisThreads, RedisPages, SupervisedStore, HumanRequests, HumanAnswers, SchemaUpgrade):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` on Redis.
 
     Build it with ``await RedisCheckpointer.open(url, create=..., on_status=..., prefix=..., owner=...)``;
@@ -258,17 +261,67 @@ class RedisCheckpointer(RedisThreads, RedisPages, SupervisedStore, HumanRequests
         await self._call("completion", attempt)
 
     async def save_pending_request(
-        self, thread_id: str, request_json: str | None, *, run_id: str | None = None
+        self, thread_id: str, request_json: str | None, *, run_id: str | None = None, holder_id: str | None = None
     ) -> None:
-        """See ``HumanRequests.save_pending_request`` (one compare-and-set of ``tui:pending``);
-        ``ThreadNotFoundError`` for another owner's thread."""
+        """See ``HumanRequests.save_pending_request`` (one compare-and-set of ``tui:pending``,
+        fenced by ``holder_id`` in the script); ``ThreadNotFoundError`` for another owner's thread."""
         self._check_writable()
         new = None if request_json is None else encode_pending(request_json, run_id, time.time())
 
         def decide(current: bytes | None) -> str | object | None:
             return KEEP if new is None and current is None else new
 
-        await self._cas("save", self._keys.pending, thread_id, decide, thread_id=thread_id, touch=True)
+        await self._cas(
+            "save", self._keys.pending, thread_id, decide, thread_id=thread_id, holder_id=holder_id, touch=True
+        )
+
+    # --- human answers ---------------------------------------------------------------------
+
+    async def answer(self, thread_id: str, run_id: str | None, question_id: str, answer_json: str) -> None:
+        """See ``HumanAnswers.answer``: one script (``ANSWER``: write id, owner, the pending
+        request compared, ``HSETNX``, the change feed), so a retry after a lost reply is not
+        taken for a second answer."""
+        self._check_writable()
+        marker, ttl = self._write_args(write_id())
+        k, owner, run = self._keys, self._owner, run_key(run_id)
+        keys = [*k.scope(thread_id), k.answers(thread_id), k.changes, marker]
+        args = [thread_id, owner, run, question_id, answer_field(run, question_id), answer_json, ttl]
+        reply = await self._call("answer", lambda: self._script("ANSWER", keys, args))
+        kind = reply[0]
+        if kind == b"unavailable":
+            self._unavailable(thread_id)
+        if kind == b"stale":
+            raise StaleAnswerError.of(thread_id, question_id)
+        if kind == b"answered":
+            raise AlreadyAnsweredError.of(thread_id, question_id, (reply[1] or b"").decode())
+
+    async def load_answer(self, thread_id: str, run_id: str | None, question_id: str) -> str | None:
+        """See ``HumanAnswers.load_answer``: one ``HGET`` made by the owner-checking ``READ`` script."""
+        field = answer_field(run_key(run_id), question_id)
+        raw = await self._read("answer read", thread_id, self._keys.answers(thread_id), "HGET", field)
+        return None if raw is None else raw.decode()
+
+    async def settle_request(
+        self, thread_id: str, run_id: str | None, question_id: str, *, holder_id: str | None = None
+    ) -> bool:
+        """See ``HumanAnswers.settle_request``: one script (``SETTLE``: write id, owner, fence,
+        the pending request compared and cleared, the run's answer fields deleted, the feed)."""
+        self._check_writable()
+        marker, ttl = self._write_args(write_id())
+        k, owner, run = self._keys, self._owner, run_key(run_id)
+        keys = [*k.scope(thread_id), k.answers(thread_id), k.leases(owner), k.changes, marker]
+
+        async def attempt() -> bool:
+            now = now_arg()
+            args = [thread_id, owner, run, question_id, answer_prefix(run), holder_id or "", now, ttl]
+            reply = await self._script("SETTLE", keys, args)
+            if reply[0] == b"unavailable":
+                self._unavailable(thread_id)
+            if reply[0] == b"lease":
+                self._lease_lost(thread_id, holder_id or "", reply[1], now)
+            return reply[1] == b"1"
+
+        return await self._call("settle", attempt)
 
     # --- change notification ---------------------------------------------------------------
 

@@ -19,6 +19,8 @@ or when a new store is created):
 * ``tui:first`` - hash: thread id -> the text of its first user message (schema v2);
 * ``tui:runs:{thread_id}`` - hash: run id -> run record JSON;
 * ``tui:pending`` - hash: thread id -> pending human request JSON;
+* ``tui:answers:{thread_id}`` - hash: one field per answered question (:func:`answer_field`:
+  the run's id, length-prefixed, then the question id) -> the answer JSON, written once;
 * ``tui:journal:{thread_id}`` / ``tui:jobs:{thread_id}`` - hashes: tool call id / job key -> JSON;
 * ``tui:steps:{thread_id}`` - hash: the thread's step records (schema v3), one field per
   column and job key (``w:{key}`` the workflow, ``r:{key}`` the revision, ...; see
@@ -141,6 +143,10 @@ class Keys:
         """Thread id -> pending human request (hash)."""
         return self._tui("pending")
 
+    def answers(self, thread_id: str) -> str:
+        """The thread's human answers (hash, fields by :func:`answer_field`)."""
+        return self._tui(f"answers:{thread_id}")
+
     def journal(self, thread_id: str) -> str:
         """Tool call id -> journal entry (hash)."""
         return self._tui(f"journal:{thread_id}")
@@ -198,6 +204,17 @@ class Keys:
         """The thread id in a ``msgs``/``extra`` key found by :meth:`pattern`."""
         text = key.decode() if isinstance(key, bytes) else key
         return text[len(self.prefix) + len(kind) + 1 :]
+
+
+def answer_prefix(run_key: str) -> str:
+    """The start of every answer field of run ``run_key`` (``''`` for none): its length,
+    ``:``, the id, so no run's prefix is another's and any text can follow."""
+    return f"{len(run_key)}:{run_key}"
+
+
+def answer_field(run_key: str, question_id: str) -> str:
+    """The ``tui:answers`` field of ``question_id`` of run ``run_key``."""
+    return answer_prefix(run_key) + question_id
 
 
 def split_url(url: str, prefix: str | None) -> tuple[str, str, str]:

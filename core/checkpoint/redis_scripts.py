@@ -310,7 +310,7 @@ DELETE = (
     _PROLOGUE
     + """
 -- Everything stored for one thread, unless a live lease holds it.
--- KEYS: scope (11), commands, leases, index, first, changes, write
+-- KEYS: scope (11), commands, leases, index, first, changes, write, answers
 -- ARGV: thread_id, owner, now, ttl
 local tid, now = ARGV[1], ARGV[3]
 if redis.call('GET', KEYS[17]) then return {'ok'} end
@@ -321,7 +321,7 @@ local seqs = redis.call('ZRANGE', KEYS[10], 0, -1)
 for first = 1, #seqs, 1000 do
   redis.call('HDEL', KEYS[12], unpack(seqs, first, math.min(first + 999, #seqs)))
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[18])
 redis.call('HDEL', KEYS[5], tid)
 redis.call('HDEL', KEYS[13], tid)
 redis.call('HDEL', KEYS[15], tid)
@@ -361,6 +361,68 @@ if touch == '1' then redis.call('ZADD', KEYS[16], now, tid) end
 changed(KEYS[14], tid)
 redis.call('SET', KEYS[15], op == 'set' and new or '', 'EX', ttl)
 return {'ok'}
+"""
+)
+
+_PENDING_IS = """
+-- Whether the thread's pending request (its tui:pending field, JSON built in Python whose
+-- request_json is cubeloop's text) is question `qid` of run `run` ('' for none); only
+-- reads: a field that is not such JSON is no question.
+local function pending_is(pending, thread_id, run, qid)
+  local raw = redis.call('HGET', pending, thread_id)
+  if not raw then return false end
+  local ok, record = pcall(cjson.decode, raw)
+  if not ok or type(record) ~= 'table' or type(record['request_json']) ~= 'string' then return false end
+  local asked = record['run_id']
+  if type(asked) ~= 'string' then asked = '' end
+  if asked ~= run then return false end
+  local ok2, request = pcall(cjson.decode, record['request_json'])
+  return ok2 and type(request) == 'table' and request['question_id'] == qid
+end
+"""
+
+ANSWER = (
+    _PROLOGUE
+    + _PENDING_IS
+    + """
+-- Record one human answer: never replaced (HSETNX), only while the request is pending.
+-- KEYS: scope (11), answers, changes, write
+-- ARGV: thread_id, owner, run key, question id, field, answer JSON, ttl
+local tid, run, qid, field = ARGV[1], ARGV[3], ARGV[4], ARGV[5]
+local state, refused = begin(KEYS[14])
+if refused then return refused end
+if state ~= 'ok' then return {'unavailable'} end
+if not pending_is(KEYS[5], tid, run, qid) then return {'stale'} end
+if redis.call('HSETNX', KEYS[12], field, ARGV[6]) == 0 then return {'answered', redis.call('HGET', KEYS[12], field)} end
+changed(KEYS[13], tid)
+redis.call('SET', KEYS[14], 'ok', 'EX', ARGV[7])
+return {'ok'}
+"""
+)
+
+SETTLE = (
+    _PROLOGUE
+    + _PENDING_IS
+    + """
+-- Compare-and-clear the pending request, then delete the run's answers (their fields
+-- start with the run's prefix). Replies {'ok', '1'} when cleared, {'ok', '0'} when the
+-- request was another one (nothing written).
+-- KEYS: scope (11), answers, leases, changes, write
+-- ARGV: thread_id, owner, run key, question id, field prefix, holder, now, ttl
+local tid, run, qid, prefix, holder, now = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local state, refused = begin(KEYS[15])
+if refused then return refused end
+if state ~= 'ok' then return {'unavailable'} end
+local lost = fence(KEYS[13], tid, holder, now)
+if lost then return lost end
+if not pending_is(KEYS[5], tid, run, qid) then return {'ok', '0'} end
+redis.call('HDEL', KEYS[5], tid)
+for _, field in ipairs(redis.call('HKEYS', KEYS[12])) do
+  if string.sub(field, 1, #prefix) == prefix then redis.call('HDEL', KEYS[12], field) end
+end
+changed(KEYS[14], tid)
+redis.call('SET', KEYS[15], '1', 'EX', ARGV[8])
+return {'ok', '1'}
 """
 )
 
@@ -614,6 +676,8 @@ NAMES = (
     "STEP_COMMIT",
     "DELETE",
     "CAS",
+    "ANSWER",
+    "SETTLE",
     "SEND_COMMAND",
     "LIVE_APPEND",
     "PRUNE_LIVE",

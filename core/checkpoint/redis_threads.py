@@ -204,7 +204,16 @@ class RedisThreads(RedisSupervised):
         self._check_writable()
         marker, ttl = self._write_args(write_id())
         k, owner = self._keys, self._owner
-        keys = [*k.scope(thread_id), k.commands(owner), k.leases(owner), k.index(owner), k.first, k.changes, marker]
+        keys = [
+            *k.scope(thread_id),
+            k.commands(owner),
+            k.leases(owner),
+            k.index(owner),
+            k.first,
+            k.changes,
+            marker,
+            k.answers(thread_id),
+        ]
         reply = await self._call("delete", lambda: self._script("DELETE", keys, [thread_id, owner, now_arg(), ttl]))
         if reply[0] == b"unavailable":
             self._unavailable(thread_id)

@@ -41,6 +41,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Hashable, Seque
 from typing import Any, Literal
 
 from core.checkpoint import codec
+from core.checkpoint import sqlite_answers as answers
 from core.checkpoint import sqlite_listing as listing
 from core.checkpoint import sqlite_owners as owners
 from core.checkpoint import sqlite_queries as queries
@@ -68,7 +69,14 @@ from core.checkpoint.base import (
     encode_override,
     encode_step_data,
 )
-from core.checkpoint.capabilities import FileBacked, HumanRequests, ListingVersions, SchemaUpgrade, SupervisedStore
+from core.checkpoint.capabilities import (
+    FileBacked,
+    HumanAnswers,
+    HumanRequests,
+    ListingVersions,
+    SchemaUpgrade,
+    SupervisedStore,
+)
 from core.checkpoint.listing import FIRST_PROMPT_CHARS
 from core.checkpoint.sqlite_file import SQLiteFile
 from core.checkpoint.sqlite_pages import SQLitePages
@@ -81,7 +89,7 @@ __all__ = ["FIRST_PROMPT_CHARS", "MIGRATIONS", "SQLiteCheckpointer", "julianday_
 
 
 class SQLiteCheckpointer(
-    SQLiteFile, SQLitePages, SupervisedStore, ListingVersions, HumanRequests, SchemaUpgrade, FileBacked
+    SQLiteFile, SQLitePages, SupervisedStore, ListingVersions, HumanRequests, HumanAnswers, SchemaUpgrade, FileBacked
 ):
     """A :class:`~core.checkpoint.base.Checkpointer` and ``SupervisedStore`` in one SQLite file.
 
@@ -158,12 +166,46 @@ class SQLiteCheckpointer(
         )
 
     async def save_pending_request(
-        self, thread_id: str, request_json: str | None, *, run_id: str | None = None
+        self, thread_id: str, request_json: str | None, *, run_id: str | None = None, holder_id: str | None = None
     ) -> None:
-        """See ``HumanRequests.save_pending_request``: cubeloop's own statement on its table."""
+        """See ``HumanRequests.save_pending_request``: cubeloop's own statement on its table,
+        fenced by ``holder_id`` in the same transaction."""
         self._check_writable()
         owner = self._owner
-        await self._run(lambda c: queries.save_pending_request(c, owner, thread_id, request_json, run_id), "save")
+        await self._run(
+            lambda c: queries.save_pending_request(
+                c, owner, thread_id, request_json, run_id, holder_id, self.locked_since
+            ),
+            "save",
+        )
+
+    async def answer(self, thread_id: str, run_id: str | None, question_id: str, answer_json: str) -> None:
+        """See ``HumanAnswers.answer``: one ``BEGIN IMMEDIATE`` (:mod:`core.checkpoint.sqlite_answers`)."""
+        self._check_writable()
+        layout, owner = self._layout, self._owner
+        await self._run(
+            lambda c: answers.answer(c, layout, owner, thread_id, run_id, question_id, answer_json), "answer"
+        )
+
+    async def load_answer(self, thread_id: str, run_id: str | None, question_id: str) -> str | None:
+        """See ``HumanAnswers.load_answer``: cubeloop's row as it stored it."""
+        layout, owner = self._layout, self._owner
+        return await self._run(
+            lambda c: answers.load_answer(c, layout, owner, thread_id, run_id, question_id), "answer read"
+        )
+
+    async def settle_request(
+        self, thread_id: str, run_id: str | None, question_id: str, *, holder_id: str | None = None
+    ) -> bool:
+        """See ``HumanAnswers.settle_request``: one ``BEGIN IMMEDIATE`` (:mod:`core.checkpoint.sqlite_answers`)."""
+        self._check_writable()
+        layout, owner = self._layout, self._owner
+        return await self._run(
+            lambda c: answers.settle_request(
+                c, layout, owner, thread_id, run_id, question_id, holder_id, self.locked_since
+            ),
+            "settle",
+        )
 
     async def list_threads(self) -> list[ThreadSummary]:
         """See ``Checkpointer.list_threads``: this owner's threads, in a handful of queries

@@ -197,12 +197,20 @@ def pending_requests(
 
 
 def save_pending_request(
-    c: sqlite3.Connection, owner: str, thread_id: str, request_json: str | None, run_id: str | None
+    c: sqlite3.Connection,
+    owner: str,
+    thread_id: str,
+    request_json: str | None,
+    run_id: str | None,
+    holder_id: str | None = None,
+    locked_since: float | None = None,
 ) -> None:
     """Set or clear the thread's pending request in one transaction, as cubeloop's
-    ``save_pending_request`` does (``INSERT OR REPLACE`` / ``DELETE``), after the owner's admission."""
+    ``save_pending_request`` does (``INSERT OR REPLACE`` / ``DELETE``: one request per
+    thread, replaced by the next one asked), after the owner's admission and the lease fence."""
     with write_txn(c):
         admit(c, thread_id, owner)
+        fence(c, thread_id, holder_id, locked_since)
         if request_json is None:
             c.execute("DELETE FROM thread_pending_request WHERE thread_id = ?", (thread_id,))
         else:

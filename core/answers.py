@@ -1,0 +1,103 @@
+"""Answering a thread's pending human request, from anywhere (the app, the CLI, a script).
+
+    await answer(store, "t1", ApproveReply())
+    await answer(store, "t1", DenyReply("not on prod"))
+    await answer(store, "t1", KeyedReply({"target": "src/cli.py", "env": "prod"}))
+
+The reply is made into cubeloop's answer JSON for the request's kind (:mod:`core.hitl`)
+and recorded once (``HumanAnswers.answer``). Recording is all this does: the run that asked
+(in this process, another one, or cubeloop's own ``Agent``) applies it - it wakes on the
+store's change signal, or takes it when resumed. Works on cubeloop's threads too (their
+owner is :data:`core.owners.UNOWNED`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.checkpoint.base import Checkpointer, PendingRequest, ThreadSummary
+from core.checkpoint.capabilities import HumanAnswers, ThreadVersions, supports
+from core.errors import NotWaitingError, StaleAnswerError
+from core.hitl import (
+    ApprovalAnswer,
+    ApproveRequest,
+    AskRequest,
+    HumanRequest,
+    Reply,
+    answer_json_for,
+    check_answer,
+    parse_request,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """An answer recorded: the thread, the request answered (its ``question_id``,
+    ``run_id`` as the pending row names it) and the answer JSON stored."""
+
+    thread_id: str
+    run_id: str | None
+    request: HumanRequest
+    answer_json: str
+
+    @property
+    def sentence(self) -> str:
+        """One line for people: what was asked and the answer (the answer's text may be
+        tool or model text: show it with :func:`core.untrusted.escape` or a plain renderer)."""
+        payload = self.request.payload
+        value = check_answer(self.request, self.answer_json)
+        if isinstance(payload, ApproveRequest):
+            assert isinstance(value, ApprovalAnswer)
+            what = f"the call {payload.tool_name} ({payload.tool_call_id})"
+            said = {"approve": "approved", "deny": "denied", "edit": "approved with edited arguments"}[value.decision]
+            if value.decision == "deny" and value.reason:
+                said += f": {value.reason}"
+        elif isinstance(payload, AskRequest):
+            what = "the question" if len(payload.questions) == 1 else f"{len(payload.questions)} questions"
+            said = f"answered {self.answer_json}"
+        else:
+            what = "the question"
+            said = "answered yes" if value is True else "answered no"
+        return f"Thread {self.thread_id!r}: {what} {said}; the run that asked goes on with it."
+
+
+async def pending_request(store: Checkpointer, thread_id: str) -> PendingRequest | None:
+    """The thread's pending request as stored, ``None`` when it has none (or is unavailable
+    to the store's owner); from the thread's summary where the store gives one (no message
+    decoded but its tail), else from a whole ``load``."""
+    if supports(store, ThreadVersions):
+        summaries: list[ThreadSummary] = await store.summaries([thread_id])
+        return summaries[0].pending_request if summaries else None
+    data = await store.load(thread_id)
+    return None if data is None else data.pending_request
+
+
+async def answer(store: Checkpointer, thread_id: str, reply: Reply, *, question_id: str | None = None) -> Answered:
+    """Answer the pending request of ``thread_id`` with ``reply`` and return what was recorded.
+
+    ``reply`` is one of :data:`core.hitl.Reply`: ``ApproveReply()``, ``DenyReply(reason)``,
+    ``EditReply(args)`` for an approval; ``YesNoReply(yes)`` for a confirm; ``TextReply(text)``,
+    ``ChoiceReply(values)`` (option values or labels) for an ask of one question;
+    ``KeyedReply({key: text | [texts]})`` for any ask. ``question_id``, when given, must be
+    the pending request's (so an answer meant for one question never lands on the next).
+
+    Raises (each one sentence): ``NotWaitingError`` when the thread has no pending request
+    or is unavailable to the store's owner; ``StaleAnswerError`` when ``question_id`` is
+    not the pending one, or the request was settled or replaced between the read and the
+    write; ``UnreadableRequestError`` for a request this version cannot read;
+    ``AnswerMismatchError`` when the reply does not fit the request; ``AlreadyAnsweredError``
+    (naming the answer kept) when someone answered first; what the store's writes raise
+    (``ReadOnlyStoreError`` on a browse-only store, ``StoreConnectionError``, ...).
+    ``TypeError`` for a store that does not keep answers (not one of ours).
+    """
+    if not supports(store, HumanAnswers):
+        raise TypeError(f"{type(store).__name__} does not record human answers (HumanAnswers).")
+    pending = await pending_request(store, thread_id)
+    if pending is None:
+        raise NotWaitingError.of(thread_id)
+    request = parse_request(pending.request_json)
+    if question_id is not None and question_id != request.question_id:
+        raise StaleAnswerError.of(thread_id, question_id)
+    answer_json = answer_json_for(request, reply)
+    await store.answer(thread_id, pending.run_id, request.question_id, answer_json)
+    return Answered(thread_id, pending.run_id, request, answer_json)
