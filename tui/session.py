@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.agent import Agent
+from core.answers import Answered, answer
 from core.checkpoint.base import (
     CheckpointData,
     Checkpointer,
@@ -937,16 +938,18 @@ class Session:
 
     # --- answering a pending human request -------------------------------------------------
 
-    async def answer(self, thread_id: str, reply: Reply, *, question_id: str) -> None:
+    async def answer(self, thread_id: str, reply: Reply, *, question_id: str) -> Answered:
         """Record ``reply`` as the one answer to ``question_id``, the pending request of
-        ``thread_id`` (:func:`core.answers.answer`); the run that asked applies it, in any
-        process. Raises ``StaleAnswerError`` (the request was settled or changed),
-        ``AlreadyAnsweredError`` (someone answered first; the sentence shows that answer),
-        ``NotWaitingError``, ``AnswerMismatchError``, ``ReadOnlyStoreError`` on a
-        browse-only store and the store's errors, one sentence each; nothing is written then."""
-        from core.answers import answer
-
-        await answer(self._store(), thread_id, reply, question_id=question_id)
+        ``thread_id`` (:func:`core.answers.answer`), and return what was recorded; the run
+        that asked applies it, in any process. Raises ``StaleAnswerError`` (the request was
+        settled or changed), ``AlreadyAnsweredError`` (someone answered first; the sentence
+        shows that answer), ``NotWaitingError``, ``AnswerMismatchError``,
+        ``ReadOnlyStoreError`` on a browse-only store, ``CubepiError`` for a store that keeps
+        no answers, and the store's errors, one sentence each; nothing is written then."""
+        store = self._store()
+        if not supports(store, HumanAnswers):
+            raise CubepiError(f"{self.location or 'This database'} keeps no answers to human requests.")
+        return await answer(store, thread_id, reply, question_id=question_id)
 
     async def stored_answer(self, thread_id: str, pending: PendingRequest) -> str | None:
         """The answer JSON stored for ``pending`` (recorded, not yet applied by its run),

@@ -342,13 +342,9 @@ async def answer_pending(view: ThreadView) -> None:
                 view.notify("Not answered: the database was left unchanged; it stays browse-only.", markup=False)
                 return
             await session.upgrade()
-        await session.answer(view.thread_id, reply, question_id=request.question_id)
+        answered = await session.answer(view.thread_id, reply, question_id=request.question_id)
     except CubepiError as error:
         view.notify(clean(error), severity="warning", timeout=12, markup=False)
     else:
-        view.notify(
-            "Answer recorded; the run that asked applies it (if nobody runs the thread now, r resumes it).",
-            timeout=8,
-            markup=False,
-        )
+        view.notify(clean(answered.sentence), timeout=8, markup=False)
     view.reload_pending()

@@ -270,7 +270,7 @@ class ThreadScreen(ThreadView):
         if state is ThreadState.WAITING and diagnosis is not None and diagnosis.pending is not None:
             return (
                 f"Nothing to resume: the thread is waiting for an answer to {clean(diagnosis.pending.question)!r}; "
-                "answer it in the program that asked it (cubeloop's respond())."
+                "press y to answer it."
             )
         if diagnosis is None:
             return "Nothing to resume: no run crashed here; press n to send a new prompt."
