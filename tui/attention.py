@@ -7,7 +7,7 @@ One place for the rules the picker, its needs-attention toggle and the bell shar
   :data:`WAITING_WORDS` instead of the diagnosis' "waiting for an answer";
 * **needs attention** (the picker's ``!``): waiting for you, or crashed, failed or aborted
   and run by nobody now (:func:`needs_attention`);
-* **alerts**: when a thread starts waiting for you or crashes, :class:`AttentionWatch`
+* **alerts**: when a thread starts waiting for you or its runner dies, :class:`AttentionWatch`
   says so once per request (once per crashed run), never for what was already so when
   the app first listed the store; the app rings the bell and shows the notice as
   :class:`Alerts` allows (``--no-bell``, ``--no-notices``).
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from core.recovery import Diagnosis, ThreadState
+from core.supervise import LeaseState
 from tui.text import clean, one_line
 
 if TYPE_CHECKING:
@@ -74,16 +75,19 @@ def waiting_first(rows: Sequence[ThreadRow]) -> list[ThreadRow]:
 
 def alert_key(row: ThreadRow) -> str | None:
     """What an alert about ``row`` is about, ``None`` when nothing is: the pending request's
-    stored text for a thread waiting for you (one alert per request), the crashed run for
-    a crashed thread nobody runs (its lease's run id, else its message count)."""
+    stored text for a thread waiting for you (one alert per request); for a crash, the run
+    whose lease went stale (expired, or its process gone: ``LeaseState.CRASHED``), named by
+    the lease's holder and run. Only a stale lease says a runner died: a thread written by
+    a program that takes no lease (cubeloop) reads "crashed" at every tool call in flight,
+    which must not ring."""
     diagnosis = row.diagnosis
     if waiting_for_you(diagnosis) and diagnosis.pending is not None:
         pending = diagnosis.pending
         return f"waiting\n{pending.run_id}\n{pending.request_json}"
-    if diagnosis.state is ThreadState.CRASHED and not row.running and not row.elsewhere:
-        lease = row.lease.lease if row.lease is not None else None
-        run = lease.run_id if lease is not None and lease.run_id else f"#{row.message_count}"
-        return f"crashed\n{run}"
+    view = row.lease
+    if diagnosis.state is ThreadState.CRASHED and view is not None and view.state is LeaseState.CRASHED:
+        lease = view.lease
+        return f"crashed\n{lease.holder_id}\n{lease.run_id}" if lease is not None else "crashed"
     return None
 
 
