@@ -85,7 +85,8 @@ def describe_request(
         return text
     headline = "Answered, not applied yet" if answer_json is not None else _headline(request)
     text.append(headline, style="bold")
-    text.append(f"  · asked {waited_words(now - request.created_at)} ago", style="dim")
+    waited = waited_words(now - request.created_at)
+    text.append(f"  · asked {waited}" if waited == "just now" else f"  · asked {waited} ago", style="dim")
     if request.timeout_seconds is not None and answer_json is None:
         left = request.created_at + request.timeout_seconds - now
         text.append(f" · gives up in {waited_words(left)}" if left > 0 else " · its time limit has passed", style="dim")
