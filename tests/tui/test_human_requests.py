@@ -251,8 +251,7 @@ async def test_a_second_answer_is_refused_with_the_sentence_and_the_first_one_is
         await pilot.press("a")
         await pilot.press("ctrl+s")
         expected = (
-            f"Question {qid!r} of thread 't1' was already answered ({first.answer_json}); "
-            "only the first answer counts."
+            f"Question {qid!r} of thread 't1' was already answered ({first.answer_json}); only the first answer counts."
         )
         await wait_for(pilot, lambda: expected in _notices(app), what="the refusal")
         await wait_for_text(pilot, "Answered, not applied yet")
