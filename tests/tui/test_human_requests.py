@@ -372,3 +372,27 @@ def test_the_bell_and_the_notices_can_be_switched_off_on_the_command_line() -> N
     assert (parse_args([]).bell, parse_args([]).notices) == (True, True)
     args = parse_args(["--no-bell", "--no-notices"])
     assert (args.bell, args.notices) == (False, False)
+
+
+async def test_a_run_elsewhere_that_asks_while_followed_shows_its_request_and_takes_the_answer() -> None:
+    store = await leased_elsewhere("busy", host="far-box")
+    call = AssistantMessage(
+        content=[ToolCall(id="call_del_1", name="delete_file", arguments={})], stop_reason="tool_use"
+    )
+    await store.append("busy", [call])
+    app = make_app(fast_session(store))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_from_picker(pilot, "busy")
+        await wait_for_text(pilot, "running on far-box")
+        assert "y" not in _footer_keys(app)
+        # The runner (holding its lease, waiting in its process) stores its request: the
+        # follower sees it although no message, run or lease changed with it.
+        request = HumanRequest(question_id="call_del_1", thread_id="busy", payload=APPROVAL, created_at=time.time())
+        await store.save_pending_request("busy", request.model_dump_json(), run_id="r1")
+        await wait_for_text(pilot, "Waiting for you: approve a tool call?", timeout=15)
+        assert "running on far-box" in screen_text(app)  # still run there: it waits in its process
+        await _answer_dialog(pilot)
+        await pilot.press("a")
+        await pilot.press("ctrl+s")
+        await wait_for_text(pilot, "Answered, not applied yet")
+    assert json.loads(await store.load_answer("busy", "r1", "call_del_1") or "null")["decision"] == "approve"
