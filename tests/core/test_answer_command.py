@@ -3,6 +3,7 @@ chosen by ``--db`` on every backend, one line on success, one sentence and exit 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from core.changes import StoreWatch
 from core.checkpoint.locations import open_store
 from core.hitl import ApproveRequest, AskRequest, HumanRequest, Option, Question, RequestPayload, question_id_for
 from core.messages import user_text
@@ -95,6 +97,45 @@ async def test_an_approval_answered_from_the_shell_on_every_backend(location: st
     assert await _stored(location, "t1", qid) == {"decision": "deny", "edited_args": None, "reason": "not on prod"}
 
 
+POLL = 60.0
+"""The waiter's fallback poll (seconds): far longer than the child takes, so a wake soon after
+the answer is the change signal's doing."""
+WAKE_WITHIN = 10.0
+"""Seconds after the answering child ended by which the waiter must have seen the answer."""
+
+
+async def test_an_answer_from_another_process_wakes_a_waiter_through_the_change_signal(location: str) -> None:
+    """How a runner waiting for a person in one process learns of the answer given in another."""
+    qid = await _waiting(location, APPROVAL)
+    store = await open_store(location, create=False, owner="alice")
+    loop = asyncio.get_running_loop()
+    ended: list[float] = []
+
+    def answer_in_a_child() -> subprocess.CompletedProcess[str]:
+        try:
+            return _answer("--db", location, "--owner", "alice", "--thread", "t1", "--approve")
+        finally:
+            ended.append(loop.time())
+
+    try:
+        async with StoreWatch(store, poll=POLL) as watch:
+            child = asyncio.create_task(asyncio.to_thread(answer_in_a_child))
+            seen = None
+            async with asyncio.timeout(POLL + TIMEOUT):
+                while seen is None:
+                    await watch.wait()
+                    seen = await store.load_answer("t1", "run-1", qid)
+            woke = loop.time()
+            result = await child
+    finally:
+        await store.close()
+    assert result.returncode == 0, result.stderr
+    assert json.loads(seen)["decision"] == "approve"
+    assert woke < ended[0] + WAKE_WITHIN, (
+        f"woken {woke - ended[0]:.1f} s after the child ended: by the poll, not a signal"
+    )
+
+
 async def test_questions_answered_by_key(tmp_path: Path) -> None:
     db = str(tmp_path / "a.sqlite")
     qid = await _waiting(db, ASK)
@@ -129,6 +170,8 @@ async def test_a_thread_not_waiting_or_another_owners(tmp_path: Path) -> None:
     assert _refused(_answer("--db", db, "--owner", "alice", "--thread", "t9", "--approve")) == (
         "Thread 't9' is not waiting for an answer."
     )
+    stale = _refused(_answer("--db", db, "--owner", "alice", "--thread", "t1", "--question", "call_0", "--approve"))
+    assert stale.startswith("Thread 't1' has no pending question 'call_0'; ")
     edit = _refused(_answer("--db", db, "--owner", "alice", "--thread", "t1", "--edit", "[1]"))
     assert edit.startswith("cubepi-tui answer: --edit takes the tool's arguments as a JSON object")
 

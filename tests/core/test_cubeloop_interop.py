@@ -10,7 +10,10 @@ mid-tool, partial batches, abort) are resumed in ``test_fixture_resume.py``.
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,9 +21,11 @@ from typing import Any
 import pytest
 
 from core.agent import Agent
+from core.answers import answer
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.errors import RunError
+from core.errors import AlreadyAnsweredError, RunError
 from core.events import ToolExecutionStart
+from core.hitl import ApprovalAnswer, ApproveReply, DenyReply, TextReply, approval_result, ask_answered_result
 from core.messages import ToolResultMessage, UserMessage
 from core.owners import UNOWNED
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
@@ -183,6 +188,127 @@ async def test_a_pending_human_question_waits_for_its_answer_and_cubeloop_takes_
     async with await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED) as store:
         data = await store.load("q")
     assert data is not None and diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+
+
+def answer_cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cubepi-tui answer --db DB --unowned --upgrade ARGS`` as a child process (cubeloop's
+    threads record no owner; its file is browse-only until upgraded)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CUBEPI_OWNER", "CUBEPI_DB")}
+    return subprocess.run(
+        [sys.executable, "-m", "tui.cli", "answer", "--db", str(db), "--unowned", "--upgrade", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def hitl_rows(db: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """cubeloop's pending rows and answer rows, read with plain sqlite3."""
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        pending = c.execute("SELECT thread_id, request_json, run_id FROM thread_pending_request").fetchall()
+        answers = c.execute("SELECT thread_id, run_id, question_id, answer_json FROM thread_hitl_answers").fetchall()
+    finally:
+        c.close()
+    return pending, answers
+
+
+def final_text(rows: list[dict[str, Any]]) -> str:
+    """The text of the thread's last assistant row."""
+    (last,) = [r for r in rows[-1:] if r["role"] == "assistant"]
+    return " ".join(b["text"] for b in last["content"] if b["type"] == "text")
+
+
+@pytest.mark.parametrize("by", ["call", "cli"])
+async def test_a_cubeloop_question_answered_here_is_taken_by_cubeloops_agent(tmp_path: Path, by: str) -> None:
+    db = tmp_path / "cubeloop.sqlite"
+    run_cubeloop(db, "ask_and_detach", "q", arg="run-ask-1")
+    (pending,), _ = hitl_rows(db)
+    qid = json.loads(pending[1])["question_id"]
+    if by == "call":
+        store = await upgraded(db)
+        try:
+            done = await answer(store, "q", TextReply("src/cli.py"))
+            assert done.run_id == "run-ask-1" and done.request.question_id == qid
+            with pytest.raises(AlreadyAnsweredError):
+                await answer(store, "q", TextReply("README.md"))
+        finally:
+            await store.close()
+    else:
+        result = answer_cli(db, "--thread", "q", "--text", "src/cli.py")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("Thread 'q': the question answered {")
+        assert answer_cli(db, "--thread", "q", "--text", "README.md").returncode == 2
+    assert hitl_rows(db)[1] == [("q", "run-ask-1", qid, '{"target":"src/cli.py"}')]
+
+    run_cubeloop(db, "respond_stored", "q")
+    rows = read_rows(db, "q")
+    assert [r["role"] for r in rows] == ["user", "assistant", "tool_result", "assistant"]
+    ours = ask_answered_result({"target": "src/cli.py"})  # what our runtime writes for the same answer
+    assert rows[2]["details"]["hitl"] == ours.hitl and not rows[2]["is_error"]
+    assert rows[2]["content"][0]["text"] == ours.text
+    assert final_text(rows) == 'The tool said: User answers:\n{\n  "target": "src/cli.py"\n}', "what the model saw"
+    assert hitl_rows(db) == ([], []), "cubeloop's resume settles the request and its answers"
+    async with await SQLiteCheckpointer.open(db, create=False, owner=UNOWNED) as store:
+        data = await store.load("q")
+    assert data is not None and diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+
+
+@pytest.mark.parametrize("by", ["call", "cli"])
+async def test_a_cubeloop_approval_approved_here_runs_the_tool_once_in_cubeloop(tmp_path: Path, by: str) -> None:
+    db = tmp_path / "cubeloop.sqlite"
+    asked = run_cubeloop(db, "approve_and_detach", "k", arg="run-k-1")
+    assert "asked" in asked and not any(m.startswith("tool_done:delete_file") for m in asked)
+    if by == "call":
+        store = await upgraded(db)
+        try:
+            await answer(store, "k", ApproveReply())
+        finally:
+            await store.close()
+    else:
+        result = answer_cli(db, "--thread", "k", "--approve")
+        assert result.returncode == 0, result.stderr
+        assert (
+            result.stdout
+            == "Thread 'k': the call delete_file (call_del_1) approved; the run that asked goes on with it.\n"
+        )
+
+    marks = run_cubeloop(db, "respond_stored", "k")
+    assert marks.count("tool_done:delete_file:/etc/k") == 1
+    rows = read_rows(db, "k")
+    assert [r["role"] for r in rows] == ["user", "assistant", "tool_result", "assistant"]
+    assert rows[2]["content"][0]["text"] == "deleted /etc/k" and not rows[2]["is_error"]
+    ours = approval_result(ApprovalAnswer(decision="approve"), {"path": "/etc/k"})
+    assert rows[2]["details"] == {"hitl": ours.hitl} == {"hitl": {"decision": "human_approve"}}
+    assert final_text(rows) == "The tool said: deleted /etc/k"
+    assert hitl_rows(db) == ([], [])
+
+
+@pytest.mark.parametrize("by", ["call", "cli"])
+async def test_a_cubeloop_approval_denied_here_reaches_cubeloops_model_as_the_result(tmp_path: Path, by: str) -> None:
+    db = tmp_path / "cubeloop.sqlite"
+    run_cubeloop(db, "approve_and_detach", "k", arg="run-k-1")
+    if by == "call":
+        store = await upgraded(db)
+        try:
+            await answer(store, "k", DenyReply("not on prod"))
+        finally:
+            await store.close()
+    else:
+        result = answer_cli(db, "--thread", "k", "--deny", "not on prod")
+        assert result.returncode == 0, result.stderr
+
+    marks = run_cubeloop(db, "respond_stored", "k")
+    assert not any(m.startswith("tool_done:delete_file") for m in marks), "a denied call never runs"
+    rows = read_rows(db, "k")
+    assert [r["role"] for r in rows] == ["user", "assistant", "tool_result", "assistant"]
+    ours = approval_result(ApprovalAnswer(decision="deny", reason="not on prod"), {"path": "/etc/k"})
+    assert rows[2]["is_error"] is ours.is_error is True and rows[2]["content"][0]["text"] == ours.text == "not on prod"
+    assert rows[2]["details"]["hitl"] == ours.hitl == {"decision": "human_deny", "reason": "not on prod"}
+    assert final_text(rows) == "The tool said: not on prod"
+    assert hitl_rows(db) == ([], [])
 
 
 async def test_a_cubeloop_fork_of_a_thread_we_resumed_keeps_each_result_with_its_call(tmp_path: Path) -> None:

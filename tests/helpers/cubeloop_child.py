@@ -15,14 +15,19 @@ times and the faux provider's token counts (which count the serialised messages)
 on every run. Rows' ``created_at`` still come from SQLite's own clock.
 
 ``ARG`` is a scenario's extra input: ``"SOURCE RUN_ID"`` for ``fork``, the run id for
-``ask_and_detach``, the human's answer for ``respond``, the prompt for ``continue``.
+``ask_and_detach`` and ``approve_and_detach``, the human's answer for ``respond``, the
+prompt for ``continue``.
 
 Scenarios: ``crash_after_user``, ``crash_after_tool_result``, ``crash_mid_tool``,
 ``completed``, ``aborted``, ``batch_sequential``, ``batch_parallel``,
 ``batch_parallel_listener_blocked`` (the crash-point threads, see
 ``tests/helpers/cubeloop_threads.py``); ``two_runs`` (two completed runs with tool turns
 and a thinking block), ``fork``, ``steer``, ``images``, ``ask_and_detach`` (cubeloop's
-HITL: the question stays pending), ``respond`` and ``continue``.
+HITL: the question stays pending), ``approve_and_detach`` (an ``ApprovalPolicyMiddleware``
+asks before ``delete_file`` runs, and stays pending), ``respond`` (given the answer),
+``respond_stored`` (the answer someone else stored: ``load_pending`` + ``load_hitl_answer`` +
+``respond``; its model replies with the last tool result's text, so the parent sees what the
+model saw) and ``continue``.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import Any
 from cubeloop import Agent, tool
 from cubeloop.agent.types import AgentToolResult
 from cubeloop.checkpointer import SQLiteCheckpointer
-from cubeloop.hitl import CheckpointedChannel, ask_user_tool
+from cubeloop.hitl import ApprovalPolicyMiddleware, Approve, AskUser, CheckpointedChannel, ask_user_tool
 from cubeloop.providers import FauxProvider
 from cubeloop.providers.base import ImageContent, TextContent, ThinkingContent, UserMessage
 from cubeloop.providers.faux import faux_assistant_message, faux_tool_call
@@ -98,6 +103,27 @@ async def wait_for_abort(label: str, signal: asyncio.Event | None = None) -> str
     assert signal is not None
     await signal.wait()
     return "interrupted: abort signal received"
+
+
+@tool
+async def delete_file(path: str) -> str:
+    """Delete a file (a side effect that needs a person's approval)."""
+    mark(f"tool_done:delete_file:{path}")
+    return f"deleted {path}"
+
+
+def approval_policy(ctx: Any) -> Any:
+    """Ask a person before every ``delete_file`` call; approve the rest."""
+    if ctx.tool_call.name == "delete_file":
+        return AskUser(details={"why": "deletes a file"})
+    return Approve()
+
+
+def echo_last_result(messages: Any, _model: Any) -> Any:
+    """A model reply quoting the last tool result's text: what the model was given."""
+    result = [m for m in messages if m.role == "tool_result"][-1]
+    seen = " ".join(b.text for b in result.content if getattr(b, "type", "") == "text")
+    return reply(text(f"The tool said: {seen}"))
 
 
 @tool
@@ -276,6 +302,44 @@ async def scenario(name: str, store: SQLiteCheckpointer, thread_id: str, arg: st
             channel=channel,
         )
         await a.respond(answer={"target": arg})
+    elif name in ("approve_and_detach", "respond_stored"):
+        # cubeloop's HITL end to end with its own channel: the first asks (an approval before
+        # delete_file runs) and detaches; the second continues with the stored answer.
+        if name == "approve_and_detach":
+            run_id: str | None = arg
+            pending = None
+        else:
+            loaded = await store.load_pending(thread_id)
+            if loaded is None:
+                raise SystemExit("respond_stored: no pending request")
+            pending, run_id = loaded
+        channel = CheckpointedChannel(checkpointer=store, thread_id=thread_id, run_id=run_id)
+        a = Agent(
+            model=model,
+            system_prompt=SYSTEM,
+            tools=[*tools, delete_file, ask_user_tool(channel)],
+            middleware=[ApprovalPolicyMiddleware(channel, approval_policy)],
+            checkpointer=store,
+            thread_id=thread_id,
+            channel=channel,
+        )
+        if pending is None:
+            delete = faux_tool_call("delete_file", {"path": "/etc/k"}, id="call_del_1")
+            provider.set_responses([reply(text("Deleting it."), delete)])
+
+            async def on_event(event: Any, signal: Any = None) -> None:
+                if event.type == "hitl_request":
+                    mark("asked")
+                    await a.detach()
+
+            a.subscribe(on_event)
+            await a.prompt(prompt_text(thread_id), run_id=run_id)
+        else:
+            stored = await store.load_hitl_answer(thread_id, pending.question_id, run_id=run_id)
+            if stored is None:
+                raise SystemExit(f"respond_stored: no answer stored for {pending.question_id!r}")
+            provider.set_responses([echo_last_result])
+            await a.respond(question_id=pending.question_id, answer=stored)
     elif name == "continue":
         # Continue a thread someone else wrote with one more prompt (ARG: the prompt).
         provider.set_responses([reply(text("Continued by cubeloop."))])
