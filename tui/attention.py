@@ -64,13 +64,14 @@ def needs_attention(row: ThreadRow) -> bool:
     return not row.running and not row.elsewhere and diagnosis.state in ATTENTION_STATES
 
 
-def waiting_first(rows: Sequence[ThreadRow]) -> list[ThreadRow]:
-    """``rows`` with the threads waiting for you first; each part keeps its order (most
-    recently active first, as listed). One pass: 10,000 rows cost about a millisecond."""
-    waiting = [row for row in rows if waiting_for_you(row.diagnosis)]
-    if not waiting:
-        return list(rows)
-    return waiting + [row for row in rows if not waiting_for_you(row.diagnosis)]
+def waiting_first(rows: Sequence[ThreadRow]) -> tuple[list[ThreadRow], int]:
+    """``rows`` with the threads waiting for you first, each part in its order (most
+    recently active first, as listed), and how many wait. One pass over the rows."""
+    waiting: list[ThreadRow] = []
+    rest: list[ThreadRow] = []
+    for row in rows:
+        (waiting if waiting_for_you(row.diagnosis) else rest).append(row)
+    return (waiting + rest if waiting else rest), len(waiting)
 
 
 def alert_key(row: ThreadRow) -> str | None:

@@ -51,7 +51,9 @@ def test_a_waiting_thread_reads_waiting_for_you_until_its_answer_is_stored() -> 
 
 def test_waiting_first_keeps_the_order_within_each_part() -> None:
     rows = [_row("a", DONE), _row("w1", WAITING), _row("b", CRASHED), _row("w2", WAITING)]
-    assert [r.thread_id for r in waiting_first(rows)] == ["w1", "w2", "a", "b"]
+    ordered, waiting = waiting_first(rows)
+    assert ([r.thread_id for r in ordered], waiting) == (["w1", "w2", "a", "b"], 2)
+    assert waiting_first(rows[:1]) == ([rows[0]], 0)
 
 
 def test_needs_attention_leaves_out_what_runs_and_what_is_fine() -> None:

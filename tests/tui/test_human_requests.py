@@ -396,3 +396,25 @@ async def test_a_run_elsewhere_that_asks_while_followed_shows_its_request_and_ta
         await pilot.press("ctrl+s")
         await wait_for_text(pilot, "Answered, not applied yet")
     assert json.loads(await store.load_answer("busy", "r1", "call_del_1") or "null")["decision"] == "approve"
+
+
+async def test_an_answer_to_a_request_replaced_meanwhile_is_refused_and_the_view_shows_the_new_one() -> None:
+    store = MemoryCheckpointer()
+    qid = await _waiting(store, "t1", APPROVAL)
+    app = make_app(fast_session(store))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_from_picker(pilot, "t1")
+        await _answer_dialog(pilot)
+        # Meanwhile the run settled that request and asked another question.
+        newer = HumanRequest(question_id="q-new", thread_id="t1", payload=TWO_QUESTIONS, created_at=time.time())
+        await store.save_pending_request("t1", newer.model_dump_json(), run_id="run-1")
+        await pilot.press("a")
+        await pilot.press("ctrl+s")
+        expected = (
+            f"Thread 't1' has no pending question {qid!r}; it was settled already or another question is "
+            "pending now: read the thread again."
+        )
+        await wait_for(pilot, lambda: expected in _notices(app), what="the refusal")
+        await wait_for_text(pilot, "Waiting for you: 2 questions")
+    assert await store.load_answer("t1", "run-1", qid) is None
+    assert await store.load_answer("t1", "run-1", "q-new") is None

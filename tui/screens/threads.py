@@ -25,7 +25,7 @@ from core.errors import CubepiError
 from core.leases import deleted_sentence
 from core.owners import UNOWNED, UNOWNED_LABEL
 from core.words import counted
-from tui.attention import WAITING_WORDS, alert_sentence, waiting_first, waiting_for_you
+from tui.attention import WAITING_WORDS, alert_sentence, waiting_first
 from tui.messages import NeedsAttention, NewThread, OpenThread, ThreadsLoaded
 from tui.screens.modals import ConfirmModal
 from tui.session import Session, ThreadRow, state_label
@@ -211,9 +211,8 @@ class ThreadsScreen(Screen[None]):
         self._listed = True
         listed = len(message.rows) if message.listed is None else message.listed
         count_changed = listed != self._count
-        self.rows, self._count = waiting_first(message.rows), listed
+        (self.rows, waiting), self._count = waiting_first(message.rows), listed
         self._alert(first, message.changed, listed)
-        waiting = sum(1 for row in self.rows if waiting_for_you(row.diagnosis))
         count_changed = count_changed or waiting != self._waiting
         self._waiting = waiting
         table = self.query_one(ThreadTable)

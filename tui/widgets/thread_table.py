@@ -94,9 +94,9 @@ class _Cells:
     identity: the line cache's key."""
 
     __slots__ = (
+        "_attention",
         "_haystack",
         "_prompt",
-        "attention",
         "msgs",
         "row",
         "state",
@@ -113,7 +113,7 @@ class _Cells:
         self.style = state_style(row)
         self.msgs = str(row.message_count)
         self.thread_width = cell_len(self.thread)
-        self.attention = needs_attention(row)
+        self._attention: bool | None = None
         self.state_width = cell_len(self.state)
         self._prompt: str | None = None
         self._haystack: str | None = None
@@ -124,6 +124,14 @@ class _Cells:
         if self._prompt is None:
             self._prompt = one_line(self.row.first_prompt[:PROMPT_CHARS], PROMPT_CHARS)
         return self._prompt
+
+    @property
+    def attention(self) -> bool:
+        """Whether the row needs attention (:func:`tui.attention.needs_attention`): asked for
+        only while the needs-attention toggle is on."""
+        if self._attention is None:
+            self._attention = needs_attention(self.row)
+        return self._attention
 
     @property
     def haystack(self) -> str:
