@@ -4,6 +4,11 @@ The header names whose threads these are and how many ("threads of alice · 12")
 is opened for one owner (:mod:`core.owners`) and lists only that owner's threads. When
 the owner has none but the store holds threads that record no owner, the empty list says
 how many and that ``--unowned`` opens them; other named owners' threads are never counted.
+
+Threads waiting for an answer come first and read "waiting for you" (:mod:`tui.attention`),
+and the header counts them; ``!`` shows only the threads needing attention. Each listing
+is also where the app learns that a thread started waiting or its runner died: the
+picker tells the app (``NeedsAttention``), which rings the bell.
 """
 
 from __future__ import annotations

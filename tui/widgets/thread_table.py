@@ -13,7 +13,10 @@ stays on top while the rows scroll. Everything shown comes from the store and is
 it goes through :func:`tui.text.clean` / :func:`tui.text.literal` and is never parsed as markup.
 
 A filter (:meth:`ThreadTable.set_filter`) keeps the rows whose id, first prompt or state
-holds the text (case-insensitive); the cursor is an index into the rows shown.
+holds the text (case-insensitive), and the needs-attention toggle
+(:meth:`ThreadTable.set_attention_only`) only the rows :func:`tui.attention.needs_attention`
+keeps; both apply together. The cursor is an index into the rows shown. The order is the
+one given (the picker puts the threads waiting for you first: :func:`tui.attention.waiting_first`).
 """
 
 from __future__ import annotations
