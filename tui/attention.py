@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from core.recovery import Diagnosis, ThreadState
 from core.supervise import LeaseState
-from tui.text import clean, one_line
 
 if TYPE_CHECKING:
     from tui.session import ThreadRow
@@ -96,6 +95,10 @@ def alert_sentence(row: ThreadRow) -> str:
     """The notice for ``row`` (whose :func:`alert_key` is set): "Thread 't1' is waiting for
     you: Which file?" or "Thread 't1' crashed at point 3 (mid-tool) on box (lease expired
     40 s ago); open it to see what resuming does." (store text, cleaned, on one line)."""
+    # tui.text imports Rich, and the headless `cubepi-tui run` reaches this module through
+    # tui.session without any UI (tests/tui/test_shell.py): imported when a notice is made.
+    from tui.text import clean, one_line
+
     thread = one_line(row.thread_id, 40)
     diagnosis = row.diagnosis
     if waiting_for_you(diagnosis) and diagnosis.pending is not None:
