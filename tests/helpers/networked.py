@@ -60,6 +60,9 @@ _CALLS = (
     "step_get",
     "list_steps",
     "delete_thread",
+    "answer",
+    "load_answer",
+    "settle_request",
 )
 """The memory store's coroutine methods, each made a call over the fake connection."""
 
@@ -81,6 +84,8 @@ _WRITES = frozenset(
         "step_begin",
         "step_commit",
         "delete_thread",
+        "answer",
+        "settle_request",
     }
 )
 
