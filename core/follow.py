@@ -182,6 +182,8 @@ class ThreadChange:
     records changed. ``ended``: an ``agent_end`` was seen (``run_id``, ``outcome``, ``error``).
     ``outlined``: a windowed follower read the whole thread's outline (``model.outline``;
     :meth:`ThreadModel.diagnosis` and the totals are the whole thread's from now on).
+    ``pending``: ``model.pending_request`` changed (a run asked a person, or its request
+    was settled), which no message, run or lease change may come with.
     """
 
     model: ThreadModel
@@ -196,6 +198,7 @@ class ThreadChange:
     runs: bool = False
     ended: dict[str, Any] | None = None
     outlined: bool = False
+    pending: bool = False
 
     @property
     def empty(self) -> bool:
@@ -212,6 +215,7 @@ class ThreadChange:
             or self.commands
             or self.runs
             or self.ended
+            or self.pending
         )
 
 
@@ -381,7 +385,7 @@ class ThreadFollower:
         lease = await store.get_lease(tid)
         # One read, one snapshot: the open commands we know and every newer one, whatever
         # its status (one sent and settled between two looks is never pending when we look).
-        old_lease, old_commands = model.lease, model.commands
+        old_lease, old_commands, old_pending = model.lease, model.commands, model.pending_request
         rows = await store.list_commands(tid, after=min([c.seq - 1 for c in old_commands] + [self._command_top]))
         commands = [c for c in rows if c.status in _OPEN]
         changed_commands = self._command_changes(rows, old_commands, first=not self._loaded)
@@ -441,6 +445,7 @@ class ThreadFollower:
             runs=runs_changed,
             ended=fold.ended,
             outlined=outlined,
+            pending=model.pending_request != old_pending,
         )
         if change.empty:
             return None

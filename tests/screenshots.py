@@ -9,6 +9,8 @@ the zone pinned to UTC. It saves ``screenshots/NAME.svg`` for:
 
 * ``crash``: the crash banner of a cubeloop thread that crashed mid-tool;
 * ``waiting``: a cubeloop thread whose run asked a human question (HITL);
+* ``answer``: the answer dialog of a cubeloop approval (``delete_file`` stopped by its
+  approval policy), deny chosen and a reason typed;
 * ``thread``: a new demo thread on cubeloop's file (upgraded first), its tools reporting
   progress;
 * ``picker``: the thread list, one thread "running here", one run by a headless runner

@@ -25,7 +25,16 @@ from textual.screen import Screen
 from core.errors import CubepiError, StoreConnectionError, error_sentence
 from core.words import counted
 from tui import hangup
-from tui.messages import CloseThread, NewThread, OpenThread, RunFinished, RunStarted, StoreOpened, ThreadsLoaded
+from tui.messages import (
+    CloseThread,
+    NeedsAttention,
+    NewThread,
+    OpenThread,
+    RunFinished,
+    RunStarted,
+    StoreOpened,
+    ThreadsLoaded,
+)
 from tui.palette import CommandPalette
 from tui.screens.modals import ConfirmModal, ErrorScreen, HelpScreen, TextInputModal
 from tui.screens.threads import ThreadsScreen
@@ -247,6 +256,16 @@ class CubepiApp(App[None]):
     def _run_finished(self, message: RunFinished) -> None:
         self._forget_if_idle(message.thread_id)
         self.threads_screen.reload()
+
+    @on(NeedsAttention)
+    def _needs_attention(self, message: NeedsAttention) -> None:
+        """A watched thread started waiting for an answer or crashed: ring the bell and
+        show the notice, as the session's ``alerts`` allow."""
+        alerts = self.session.alerts
+        if alerts.bell:
+            self.bell()
+        if alerts.notices:
+            self.notify(message.sentence, severity="warning", timeout=10, markup=False)
 
     def _forget_if_idle(self, thread_id: str) -> None:
         """Drop a thread's screen once it is neither shown nor running."""

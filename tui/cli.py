@@ -21,6 +21,7 @@ from core.errors import BadInput, DatabaseOpenError
 from core.fingerprints import check_workflow
 from core.owners import OWNER_ENV, resolve_owner
 from core.runner import BAD_INPUT, COMMANDS, SentenceParser, add_owner_options, chosen_owner, positive_number
+from tui.attention import Alerts
 from tui.session import ProviderFactory, Session
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
@@ -99,6 +100,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=1.0,
         metavar="X",
         help="demo pace multiplier: 2 runs the demo twice as fast (default 1)",
+    )
+    parser.add_argument(
+        "--no-bell",
+        dest="bell",
+        action="store_false",
+        help="do not ring the bell when a thread waits for you or crashes",
+    )
+    parser.add_argument(
+        "--no-notices",
+        dest="notices",
+        action="store_false",
+        help="do not show a notice when a thread waits for you or crashes",
     )
     parser.add_argument(
         "--no-create",
@@ -187,6 +200,7 @@ def build_session(
     owner: str | None = None,
     workflow: str | None = None,
     make_provider: ProviderFactory | None = None,
+    alerts: Alerts | None = None,
 ) -> Session:
     """The session the app drives: which store, which provider, which tools.
 
@@ -197,7 +211,8 @@ def build_session(
     ``ValueError``, one sentence, for a name that cannot be an owner). Runs started here
     record ``workflow`` as the agent's workflow version (``None``: none). With ``demo`` or without ``ANTHROPIC_API_KEY`` (and no ``model``) the demo agent is used.
     ``make_provider`` replaces that choice of provider (benchmarks pass a paced one); the
-    session's tools and system prompt stay the demo agent's.
+    session's tools and system prompt stay the demo agent's. ``alerts`` says whether the
+    bell rings and a notice shows when a thread waits for an answer or crashes (default: both).
     """
     from core import demo as demo_agent
 
@@ -223,6 +238,7 @@ def build_session(
         tools=demo_agent.demo_tools(speed=demo_speed),
         system_prompt=demo_agent.SYSTEM_PROMPT,
         agent_options={"workflow": workflow},
+        alerts=alerts or Alerts(),
     )
     if store is not None:
         ready = store
@@ -297,6 +313,7 @@ def main(argv: Sequence[str] | None = None, *, make_provider: ProviderFactory | 
         owner=args.owner,
         workflow=args.workflow,
         make_provider=make_provider,
+        alerts=Alerts(bell=args.bell, notices=args.notices),
     )
     app = make_app(session, thread_id=args.thread)
     app.run()

@@ -162,3 +162,13 @@ class CloseThread(Message):
 
     thread_id: str
     error: str | None = None
+
+
+@dataclass
+class NeedsAttention(Message):
+    """``thread_id`` started waiting for an answer or crashed (``sentence`` says which, for
+    the notice); the app rings the bell and shows it as the session's ``Alerts`` allow.
+    Posted once per request or crashed run (:class:`tui.attention.AttentionWatch`)."""
+
+    thread_id: str
+    sentence: str

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.agent import Agent
+from core.answers import Answered, answer
 from core.checkpoint.base import (
     CheckpointData,
     Checkpointer,
     Command,
     CommandKind,
     CorruptRow,
+    PendingRequest,
     ThreadMeta,
     ThreadSummary,
     not_deleted_sentence,
@@ -30,6 +32,7 @@ from core.checkpoint.base import (
 )
 from core.checkpoint.capabilities import (
     LIVE,
+    HumanAnswers,
     LiveStore,
     OwnerScoped,
     PagedReads,
@@ -43,9 +46,10 @@ from core.checkpoint.capabilities import (
 from core.checkpoint.pages import MessagePage
 from core.checkpoint.reconnect import StoreStatus, reconnect_notice
 from core.commands import discard, refuse_orphaned_aborts, send, undelivered
-from core.errors import CubepiError
+from core.errors import CubepiError, UnreadableRequestError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
+from core.hitl import Reply, parse_request
 from core.lease_status import LeaseState, LeaseView, lease_status
 from core.leases import delete_thread
 from core.messages import AnyMessage
@@ -54,6 +58,7 @@ from core.owners import UNOWNED
 from core.recovery import DanglingCall, Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose, step_words
 from core.supervisor import Supervisor
 from core.tool_execution import call_job_key
+from tui.attention import Alerts, AttentionWatch, waiting_for_you, waiting_label
 from tui.whole_diagnoses import WholeDiagnoses
 from tui.whole_diagnoses import version as thread_version
 
@@ -71,7 +76,11 @@ def state_label(diagnosis: Diagnosis, view: LeaseView | None, *, running: bool) 
     """A picker row's state: "running here"; a run elsewhere's lease label naming its host
     ("running on box (pid 42, beat 1 s ago)"); a crash's point, then the host it died on
     when its lease says so ("crashed at point 3 (mid-tool) on box (lease expired 40 s ago)");
-    else the diagnosis label. Host and notes come from the store: show the text literally."""
+    else the diagnosis label. A thread waiting for an answer reads "waiting for you: QUESTION"
+    whoever holds its run (it waits on the person: :mod:`tui.attention`). Host, notes and
+    question come from the store: show the text literally."""
+    if waiting_for_you(diagnosis):
+        return waiting_label(diagnosis)
     if running:
         return "running here"
     if view is not None and view.state is LeaseState.RUNNING_ELSEWHERE:
@@ -226,6 +235,11 @@ class Session:
     """Set by :meth:`stop_runs`: the app is ending, so no new run starts."""
     whole: WholeDiagnoses = field(default_factory=WholeDiagnoses)
     """Each listed thread's diagnosis from its whole stored history, per version (the picker's rows)."""
+    alerts: Alerts = field(default_factory=Alerts)
+    """Whether the bell rings and a notice shows when a thread starts waiting for an answer
+    or crashes (``--no-bell``, ``--no-notices``)."""
+    attention: AttentionWatch = field(default_factory=AttentionWatch)
+    """Which threads were alerted about already (one alert per request or crashed run)."""
     opens_for: str | None = None
     """The owner ``open_store`` opens the store for, so the screens can name it before the
     store is open (``None``: not known until then); :attr:`owner` is the store's own word."""
@@ -914,6 +928,34 @@ class Session:
         if sup is not None:
             return await sup.resume(choices, include_pending=send_pending, accept_changes=accept_changes)
         return await agent.resume(choices, accept_changes=accept_changes)
+
+    # --- answering a pending human request -------------------------------------------------
+
+    async def answer(self, thread_id: str, reply: Reply, *, question_id: str) -> Answered:
+        """Record ``reply`` as the one answer to ``question_id``, the pending request of
+        ``thread_id`` (:func:`core.answers.answer`), and return what was recorded; the run
+        that asked applies it, in any process. Raises ``StaleAnswerError`` (the request was
+        settled or changed), ``AlreadyAnsweredError`` (someone answered first; the sentence
+        shows that answer), ``NotWaitingError``, ``AnswerMismatchError``,
+        ``ReadOnlyStoreError`` on a browse-only store, ``CubepiError`` for a store that keeps
+        no answers, and the store's errors, one sentence each; nothing is written then."""
+        store = self._store()
+        if not supports(store, HumanAnswers):
+            raise CubepiError(f"{self.location or 'This database'} keeps no answers to human requests.")
+        return await answer(store, thread_id, reply, question_id=question_id)
+
+    async def stored_answer(self, thread_id: str, pending: PendingRequest) -> str | None:
+        """The answer JSON stored for ``pending`` (recorded, not yet applied by its run),
+        ``None`` when there is none, the store keeps no answers or the request cannot be
+        read. Raises the store's errors."""
+        store = self._store()
+        if not supports(store, HumanAnswers):
+            return None
+        try:
+            request = parse_request(pending.request_json)
+        except UnreadableRequestError:
+            return None
+        return await store.load_answer(thread_id, pending.run_id, request.question_id)
 
     async def refuse_orphaned_aborts(self, thread_id: str) -> list[Command]:
         """Refuse the aborts a dead runner never took (:func:`core.commands.refuse_orphaned_aborts`);

@@ -58,6 +58,7 @@ from tests.helpers.frozen_clock import CLOCK, frozen_clock
 from tests.helpers.tui import open_from_picker, screen_text, wait_for
 from tui.app import CubepiApp, make_app
 from tui.cli import build_session
+from tui.screens.answer import AnswerModal
 from tui.screens.modals import ChangesModal, ConfirmModal, TextInputModal
 from tui.screens.resume import ResumeModal
 from tui.screens.thread import ThreadScreen
@@ -285,6 +286,25 @@ async def _waiting(pilot: Pilot[Any], stage: Stage) -> None:
     await _settled(pilot)
 
 
+async def _cubeloop_approval(stage: Stage) -> Session:
+    """The cubeloop file plus ``drop-config``: cubeloop's approval policy stopped a
+    ``delete_file`` call for a person's approval, then its host detached."""
+    run_cubeloop(stage.cubeloop_db(), "approve_and_detach", "drop-config", arg="run-del-1")
+    return unowned_session(stage)
+
+
+async def _answer(pilot: Pilot[Any], stage: Stage) -> None:
+    """The answer dialog of ``drop-config``'s approval: d chose deny, a reason typed."""
+    app = pilot.app
+    await open_from_picker(pilot, "drop-config")
+    await pilot.press("y")
+    await _until(pilot, lambda: isinstance(app.screen, AnswerModal), "the answer dialog")
+    await pilot.press("d")
+    await _until(pilot, lambda: app.screen.query_one("#reason").display, "the reason field")  # type: ignore[attr-defined]
+    app.screen.query_one("#reason").value = "Not on a production host"  # type: ignore[attr-defined]
+    await _settled(pilot)
+
+
 async def _thread(pilot: Pilot[Any], stage: Stage) -> None:
     """A new thread on cubeloop's file: the first write asks to upgrade it (y), then the
     demo run streams its reply and its two tools stop at their paused step."""
@@ -492,6 +512,7 @@ SCENES: dict[str, Scene] = {
     for s in (
         Scene("crash", SIZE, _cubeloop, _crash),
         Scene("waiting", SIZE, _cubeloop, _waiting),
+        Scene("answer", SIZE, _cubeloop_approval, _answer),
         Scene("thread", SIZE, _cubeloop, _thread),
         Scene("picker", SIZE, _cubeloop, _picker),
         Scene("elsewhere", SIZE, _cubeloop, _elsewhere),

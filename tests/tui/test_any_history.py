@@ -36,6 +36,10 @@ EXPECTED = {
     "failed": "failed",
     "waiting": "waiting for an answer: Ship it to production?",
 }
+"""Each thread's diagnosis label (the status bar's)."""
+
+PICKER = {**EXPECTED, "waiting": "waiting for you: Ship it to production?"}
+"""Each thread's state in the picker: a question still to answer reads "waiting for you"."""
 
 
 async def _threads(path: Path) -> None:
@@ -79,6 +83,7 @@ async def _threads(path: Path) -> None:
             "question_id": "q",
             "thread_id": "waiting",
             "payload": {"kind": "confirm", "prompt": "Ship it to production?"},
+            "created_at": 1_795_954_400.0,
         }
         await store.save_pending_request("waiting", json.dumps(request), run_id="h")
     finally:
@@ -97,8 +102,9 @@ async def test_each_kind_of_history_reads_as_such_in_the_picker_and_the_status_b
     app = make_app(fast_session(path=path))
     async with app.run_test(size=(160, 40)) as pilot:
         await wait_for(pilot, lambda: len(app.threads_screen.rows) == len(EXPECTED), what="all rows")
-        assert {r.thread_id: r.state for r in app.threads_screen.rows} == EXPECTED
-        await wait_for_text(pilot, "waiting for an answer: Ship it to production?")
+        assert {r.thread_id: r.state for r in app.threads_screen.rows} == PICKER
+        assert app.threads_screen.rows[0].thread_id == "waiting"  # waiting for you sorts first
+        await wait_for_text(pilot, "waiting for you: Ship it to production?")
         for thread_id, label in EXPECTED.items():
             await open_from_picker(pilot, thread_id)
             status = screen_text(app).splitlines()[-2]
@@ -119,14 +125,15 @@ async def test_the_thread_view_says_what_is_sent_and_shows_the_question_and_the_
         )
         await pilot.press("q")
         await open_from_picker(pilot, "waiting")
-        await wait_for_text(pilot, "Waiting for an answer  The run asked: Ship it to production?")
+        await wait_for_text(pilot, "Waiting for you: yes or no?")
+        await wait_for_text(pilot, "Ship it to production?")
         assert "Crashed" not in screen_text(app)
         await pilot.press("r")
         await wait_for(
             pilot,
             lambda: any(
                 n.message == "Nothing to resume: the thread is waiting for an answer to 'Ship it to production?'; "
-                "answer it in the program that asked it (cubeloop's respond())."
+                "press y to answer it."
                 for n in app._notifications
             ),
             what="the refusal",

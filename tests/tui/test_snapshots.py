@@ -57,6 +57,10 @@ def test_a_cubeloop_thread_waiting_for_an_answer(snap_compare: Any, stage: Stage
     assert _compare(snap_compare, stage, "waiting")
 
 
+def test_the_answer_dialog_of_a_cubeloop_approval(snap_compare: Any, stage: Stage) -> None:
+    assert _compare(snap_compare, stage, "answer")
+
+
 def test_a_new_thread_running_its_tools(snap_compare: Any, stage: Stage) -> None:
     assert _compare(snap_compare, stage, "thread")
 

@@ -52,6 +52,7 @@ class ThreadScreen(ThreadView):
     | s | steer the run |
     | f | queue a follow-up |
     | r | resume a crashed thread (shows the plan and the choices) |
+    | y | answer the request the thread waits on (shown only then) |
     | n | new prompt |
     | e | show earlier messages |
     | t | focus the last tool call (again: the one before); then x shows all its output, p a pager |
@@ -71,6 +72,7 @@ class ThreadScreen(ThreadView):
             "f", "follow_up", "Follow-up", id="thread.follow_up", tooltip="Queue a message for after the current work"
         ),
         Binding("r", "resume", "Resume", id="thread.resume", tooltip="Resume the crashed run (shows the plan first)"),
+        Binding("y", "answer", "Answer", id="thread.answer", tooltip="Answer the request the thread waits on"),
         Binding("n", "new_prompt", "Prompt", id="thread.prompt", tooltip="Send a new prompt in this thread"),
         Binding("e", "earlier", "Earlier", id="thread.earlier", tooltip="Show earlier messages", show=False),
         Binding("t", "tool_call", "Tool", id="thread.tool", tooltip="Focus the last tool call (again: the one before)"),
@@ -249,6 +251,8 @@ class ThreadScreen(ThreadView):
         """Why ``action`` does nothing now, in one sentence (``None``: it does something)."""
         if not self.loaded:
             return "The thread is still loading."
+        if action == "answer" and self.pending is None:
+            return "Nothing to answer: the thread is not waiting for an answer."
         if action == "abort" and not (self.running or self.elsewhere is not None):
             return "Nothing to abort: the agent is not running on this thread."
         if action == "new_prompt" and self.running:
@@ -272,7 +276,7 @@ class ThreadScreen(ThreadView):
         if state is ThreadState.WAITING and diagnosis is not None and diagnosis.pending is not None:
             return (
                 f"Nothing to resume: the thread is waiting for an answer to {clean(diagnosis.pending.question)!r}; "
-                "answer it in the program that asked it (cubeloop's respond())."
+                "press y to answer it."
             )
         if diagnosis is None:
             return "Nothing to resume: no run crashed here; press n to send a new prompt."
@@ -285,6 +289,8 @@ class ThreadScreen(ThreadView):
         """
         if action in ("abort", "steer", "follow_up", "resume", "new_prompt") and not self.loaded:
             return None
+        if action == "answer":
+            return self.loaded and self.pending is not None  # hidden from the footer unless a request waits
         if action == "abort":
             return True if self.running or self.elsewhere is not None else None
         if action == "resume":
@@ -353,6 +359,14 @@ class ThreadScreen(ThreadView):
         if not self._problems:
             return None
         return UnreadableThreadError.of(self.thread_id, len(self._problems), self._problems[0].row_id)
+
+    def action_answer(self) -> None:
+        """Answer the pending request in a dialog (:func:`tui.screens.answer.answer_pending`)."""
+        # Imported on first use: its TextArea and SelectionList cost ~0.1 s of CPU to import
+        # (python -X importtime, loaded machine), which opening a thread need not pay.
+        from tui.screens.answer import answer_pending
+
+        self.run_worker(answer_pending(self), exclusive=True, group="input", exit_on_error=False)
 
     def action_earlier(self) -> None:
         """Show earlier messages, or say that every message is shown already."""

@@ -36,7 +36,7 @@ from textual.widget import MountError, Widget
 from textual.widgets import Static
 
 from core.agent import Agent
-from core.checkpoint.base import CheckpointData, Command, CorruptRow
+from core.checkpoint.base import CheckpointData, Command, CorruptRow, PendingRequest
 from core.checkpoint.pages import MessagePage
 from core.errors import CubepiError
 from core.events import (
@@ -68,6 +68,7 @@ from tui.text import clean, clock, literal
 from tui.widgets.commands import CommandsBar
 from tui.widgets.crash_banner import CrashBanner, repairs_line
 from tui.widgets.footer import SteadyFooter
+from tui.widgets.pending_request import PendingRequestPanel
 from tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:
@@ -169,6 +170,10 @@ class ThreadView(Screen[None]):
     loaded: reactive[bool] = reactive(False, bindings=True)
     """Whether the thread was read; no key acts before."""
 
+    pending: reactive[PendingRequest | None] = reactive(None, bindings=True)
+    """The human request the thread waits on (from the diagnosis, or from the follower while
+    another process runs it); drives the request panel and the answer key."""
+
     def __init__(self, session: Session, thread_id: str, *, prompt: str | None = None, new: bool = False) -> None:
         super().__init__()
         self.session = session
@@ -196,6 +201,7 @@ class ThreadView(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield CrashBanner(id="banner")
+        yield PendingRequestPanel(id="pending-request")
         yield Static("", id="thread-problems")
         yield Static("", id="thread-repairs")
         yield Static("", id="thread-facts")
@@ -414,6 +420,8 @@ class ThreadView(Screen[None]):
         self.running = self.session.is_running(self.thread_id)
         if not self.running:
             self._show_lease(lease, diagnosis)
+        if self._follower is not None:
+            self.pending = self._follower.model.pending_request  # also while another process runs it
         self.loaded = True
         self.show_facts()
         if self._first_prompt is not None:
@@ -465,6 +473,10 @@ class ThreadView(Screen[None]):
     def watch_diagnosis(self, diagnosis: Diagnosis | None) -> None:
         if not self.is_attached:
             return  # the app is ending (see while_attached): its widgets may be gone
+        if diagnosis is not None:
+            self.pending = diagnosis.pending
+        elif self._follower is None:
+            self.pending = None  # a run here: it has not asked (yet)
         self.query_one(CrashBanner).diagnosis = diagnosis
         repairs = self.query_one("#thread-repairs", Static)
         words = repair_words(diagnosis.repairs) if diagnosis is not None else []
@@ -476,6 +488,34 @@ class ThreadView(Screen[None]):
         self.query_one(CrashBanner).steps = {}
         if diagnosis is not None and diagnosis.dangling:
             self._load_steps(diagnosis)
+
+    def watch_pending(self, pending: PendingRequest | None) -> None:
+        if not self.is_attached:
+            return
+        for panel in self.query(PendingRequestPanel).results(PendingRequestPanel):
+            panel.pending = pending
+            panel.answer_json = None
+        if pending is not None:
+            self._load_answer(pending)
+
+    def reload_pending(self) -> None:
+        """Read the pending request and its stored answer again (after an answer was sent
+        or refused): the follower keeps the request current while following."""
+        if self.pending is not None:
+            self._load_answer(self.pending)
+        if self._follower is None and not self.running:
+            self._refresh_diagnosis()
+
+    @work(exclusive=True, exit_on_error=False, group="answer-state")
+    async def _load_answer(self, pending: PendingRequest) -> None:
+        """Show whether ``pending`` has an answer stored already (not yet applied)."""
+        try:
+            answer_json = await self.session.stored_answer(self.thread_id, pending)
+        except CubepiError:
+            return  # the panel still shows the request; answering says what is wrong
+        if self.is_attached and self.pending == pending:
+            for panel in self.query(PendingRequestPanel).results(PendingRequestPanel):
+                panel.answer_json = answer_json
 
     @work(exclusive=True, exit_on_error=False, group="steps")
     async def _load_steps(self, diagnosis: Diagnosis) -> None:
@@ -523,7 +563,10 @@ class ThreadView(Screen[None]):
             self._show_followed_retry()
         for command in change.commands:
             self._command_seen(command)
-        if model.ready and (change.reset or change.lease or change.added or change.runs or change.ended):
+        self.pending = model.pending_request
+        if model.ready and (
+            change.reset or change.lease or change.added or change.runs or change.ended or change.pending
+        ):
             live = model.lease_view.live
             self._show_lease(model.lease_view, None if live else model.diagnosis())
         if change.ended or change.runs:

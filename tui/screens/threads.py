@@ -4,6 +4,11 @@ The header names whose threads these are and how many ("threads of alice · 12")
 is opened for one owner (:mod:`core.owners`) and lists only that owner's threads. When
 the owner has none but the store holds threads that record no owner, the empty list says
 how many and that ``--unowned`` opens them; other named owners' threads are never counted.
+
+Threads waiting for an answer come first and read "waiting for you" (:mod:`tui.attention`),
+and the header counts them; ``!`` shows only the threads needing attention. Each listing
+is also where the app learns that a thread started waiting or its runner died: the
+picker tells the app (``NeedsAttention``), which rings the bell.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from core.errors import CubepiError
 from core.leases import deleted_sentence
 from core.owners import UNOWNED, UNOWNED_LABEL
 from core.words import counted
-from tui.messages import NewThread, OpenThread, ThreadsLoaded
+from tui.attention import WAITING_WORDS, alert_sentence, waiting_first
+from tui.messages import NeedsAttention, NewThread, OpenThread, ThreadsLoaded
 from tui.screens.modals import ConfirmModal
 from tui.session import Session, ThreadRow, state_label
 from tui.text import clean, literal
@@ -33,15 +39,22 @@ from tui.widgets.footer import SteadyFooter
 from tui.widgets.thread_table import ThreadTable
 
 
-def owner_heading(owner: str, count: int | None, shown: int | None = None) -> str:
+def owner_heading(
+    owner: str, count: int | None, shown: int | None = None, *, attention: bool = False, waiting: int = 0
+) -> str:
     """The picker's words for whose threads it lists: ``"threads of alice · 12"``, or
     ``"unowned threads · 3"`` for :data:`core.owners.UNOWNED`; ``"threads of alice · 3 of
-    12"`` while a filter shows ``shown`` of the ``count``; without the count while the list
-    is loading (``count`` ``None``)."""
+    12"`` while a filter shows ``shown`` of the ``count``; ``"threads of alice needing
+    attention · 3 of 12"`` with the needs-attention toggle on (``attention``); then
+    ``" · 2 waiting for you"`` when ``waiting`` threads wait for an answer; without the
+    count while the list is loading (``count`` ``None``)."""
     words = f"{UNOWNED_LABEL} threads" if owner == UNOWNED else f"threads of {owner}"
+    if attention:
+        words += " needing attention"
     if count is None:
         return words
-    return f"{words} · {count}" if shown is None else f"{words} · {shown} of {count}"
+    words = f"{words} · {count}" if shown is None else f"{words} · {shown} of {count}"
+    return f"{words} · {waiting} {WAITING_WORDS}" if waiting else words
 
 
 def unowned_hint(count: int) -> str:
@@ -58,6 +71,7 @@ class ThreadsScreen(Screen[None]):
     | :- | :- |
     | enter | open the thread |
     | / | filter the list (thread id, first prompt or state) |
+    | ! | show only the threads needing attention (waiting for you, crashed, failed, aborted) |
     | escape | clear the filter |
     | n | new thread |
     | D | delete the thread (asks first) |
@@ -68,6 +82,13 @@ class ThreadsScreen(Screen[None]):
     BINDINGS = [
         Binding("enter", "open", "Open", id="threads.open", tooltip="Open the selected thread"),
         Binding("slash", "filter", "Filter", id="threads.filter", tooltip="Filter by thread id, first prompt or state"),
+        Binding(
+            "exclamation_mark",
+            "attention",
+            "Attention",
+            id="threads.attention",
+            tooltip="Show only the threads waiting for you, crashed, failed or aborted (again: all)",
+        ),
         Binding("n", "new_thread", "New thread", id="threads.new", tooltip="Start a new thread with a prompt"),
         Binding("D", "delete", "Delete", id="threads.delete", tooltip="Delete the selected thread (asks first)"),
         Binding("r", "reload", "Reload", id="threads.reload", tooltip="Read the thread list again"),
@@ -99,6 +120,7 @@ class ThreadsScreen(Screen[None]):
         self._listed = False  # whether a listing arrived (the header then counts the rows)
         self._count = 0  # how many threads the last listing holds (some may be still to come)
         self._empty_shown = False  # whether the empty-list text is up (counted once per showing)
+        self._waiting = 0  # how many listed threads wait for an answer
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="threads-title")
@@ -131,7 +153,9 @@ class ThreadsScreen(Screen[None]):
         title.append("  ")
         count = self._count if self._listed else None
         shown = self._shown_count()
-        title.append(clean(owner_heading(self.session.owner, count, shown)), style="bold")
+        attention = self._attention_only()
+        heading = owner_heading(self.session.owner, count, shown, attention=attention, waiting=self._waiting)
+        title.append(clean(heading), style="bold")
         title.append("  in ", style="dim")
         title.append(clean(self.session.location or "memory"))
         if self.session.needs_upgrade:
@@ -142,11 +166,14 @@ class ThreadsScreen(Screen[None]):
         return title
 
     def _shown_count(self) -> int | None:
-        """How many rows the filter shows, ``None`` without a filter."""
+        """How many rows the filter (or the needs-attention toggle) shows, ``None`` without one."""
         for table in self.query(ThreadTable).results(ThreadTable):
-            if table.filter_text:
+            if table.narrowed:
                 return table.row_count
         return None
+
+    def _attention_only(self) -> bool:
+        return any(table.attention_only for table in self.query(ThreadTable).results(ThreadTable))
 
     def show_title(self) -> None:
         """Draw the header again (the store's location, mode, counts and connection notice)."""
@@ -189,7 +216,10 @@ class ThreadsScreen(Screen[None]):
         self._listed = True
         listed = len(message.rows) if message.listed is None else message.listed
         count_changed = listed != self._count
-        self.rows, self._count = message.rows, listed
+        (self.rows, waiting), self._count = waiting_first(message.rows), listed
+        self._alert(first, message.changed, listed)
+        count_changed = count_changed or waiting != self._waiting
+        self._waiting = waiting
         table = self.query_one(ThreadTable)
         table.set_rows(self.rows, message.changed)  # its Shown message redraws what counts it
         if first or count_changed:
@@ -199,14 +229,25 @@ class ThreadsScreen(Screen[None]):
         if self.rows and self.focused is None:
             table.focus()
 
+    def _alert(self, first: bool, changed: frozenset[str] | None, listed: int) -> None:
+        """Tell the app about each listed thread that started waiting for an answer or
+        crashed since the last listing (:class:`~tui.attention.AttentionWatch`)."""
+        rows = self.rows if first or changed is None else [row for row in self.rows if row.thread_id in changed]
+        for row in self.session.attention.rows_seen(rows, complete=len(self.rows) >= listed):
+            self.app.post_message(NeedsAttention(row.thread_id, alert_sentence(row)))
+
     def _show_empty(self) -> None:
         """The line under the table: no threads yet (and the unowned ones), or no match."""
         empty = self.query_one("#threads-empty", Static)
         table = self.query_one(ThreadTable)
         if self.rows:
             self._empty_shown = False
-            empty.display = bool(table.filter_text) and not table.row_count
-            if empty.display:
+            empty.display = table.narrowed and not table.row_count
+            if empty.display and not table.filter_text:
+                empty.update(
+                    "No thread needs attention (waiting for you, crashed, failed or aborted); ! shows them all."
+                )
+            elif empty.display:
                 empty.update(
                     Text.assemble(
                         "No thread's id, first prompt or state holds ",
@@ -267,6 +308,12 @@ class ThreadsScreen(Screen[None]):
         search.disabled = False
         search.display = True
         search.focus()
+
+    def action_attention(self) -> None:
+        """Show only the threads needing attention, or every thread again (the filter text
+        still applies); the title counts the rows shown."""
+        table = self.query_one(ThreadTable)
+        table.set_attention_only(not table.attention_only)
 
     def action_clear_filter(self) -> None:
         """Clear and hide the filter; every row shows again."""

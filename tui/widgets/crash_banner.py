@@ -9,6 +9,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from core.recovery import CrashPoint, Diagnosis, ResumeAction, ThreadState
+from tui.attention import waiting_for_you
 from tui.text import clean, literal, short_json
 
 _HEADLINES = {
@@ -76,9 +77,16 @@ def repairs_line(words: list[str]) -> str:
     return "Sent to the model: " + "; ".join(words) + " (the stored messages are unchanged)."
 
 
+def _banner_shown(diagnosis: Diagnosis | None) -> bool:
+    """Whether the banner shows: a crash, a failure, or a request answered and to be
+    applied by resume; a request still to be answered is the request panel's
+    (:mod:`tui.widgets.pending_request`), with the key that answers it."""
+    return diagnosis is not None and diagnosis.state in _SHOWN and not waiting_for_you(diagnosis)
+
+
 class CrashBanner(Static):
     """Shown above the transcript while the thread's diagnosis is CRASHED, FAILED (with the
-    provider's error) or WAITING (with the question); hidden otherwise."""
+    provider's error) or WAITING with its answer stored (resume applies it); hidden otherwise."""
 
     DEFAULT_CSS = """
     CrashBanner {
@@ -102,8 +110,7 @@ class CrashBanner(Static):
     diagnosis; empty until then)."""
 
     def watch_diagnosis(self, diagnosis: Diagnosis | None) -> None:
-        crashed = diagnosis is not None and diagnosis.state in _SHOWN
-        self.set_class(crashed, "-crashed")
+        self.set_class(_banner_shown(diagnosis), "-crashed")
         self.set_class(diagnosis is not None and diagnosis.state is ThreadState.WAITING, "-waiting")
         self._draw()
 
@@ -112,5 +119,4 @@ class CrashBanner(Static):
 
     def _draw(self) -> None:
         diagnosis = self.diagnosis
-        crashed = diagnosis is not None and diagnosis.state in _SHOWN
-        self.update(describe(diagnosis, self.steps) if crashed and diagnosis is not None else "")
+        self.update(describe(diagnosis, self.steps) if _banner_shown(diagnosis) and diagnosis is not None else "")

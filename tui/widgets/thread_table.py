@@ -13,7 +13,10 @@ stays on top while the rows scroll. Everything shown comes from the store and is
 it goes through :func:`tui.text.clean` / :func:`tui.text.literal` and is never parsed as markup.
 
 A filter (:meth:`ThreadTable.set_filter`) keeps the rows whose id, first prompt or state
-holds the text (case-insensitive); the cursor is an index into the rows shown.
+holds the text (case-insensitive), and the needs-attention toggle
+(:meth:`ThreadTable.set_attention_only`) only the rows :func:`tui.attention.needs_attention`
+keeps; both apply together. The cursor is an index into the rows shown. The order is the
+one given (the picker puts the threads waiting for you first: :func:`tui.attention.waiting_first`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from core.recovery import ThreadState
+from tui.attention import needs_attention, waiting_for_you
 from tui.session import ThreadRow
 from tui.text import clean, one_line, relative_time
 
@@ -73,7 +77,10 @@ def state_style(row: ThreadRow) -> str:
     """The colour of the row's state cell (:func:`tui.session.state_label`): bold cyan for a
     run here, bold magenta for a run elsewhere, else by the diagnosis (:data:`STATE_STYLES`).
     The text itself (a lease's host, the diagnosis' notes, a question asked) comes from
-    another program: it is drawn cleaned, as a plain Text."""
+    another program: it is drawn cleaned, as a plain Text. A thread waiting for you is
+    coloured as waiting whoever holds its run (:func:`tui.attention.waiting_for_you`)."""
+    if waiting_for_you(row.diagnosis):
+        return STATE_STYLES[ThreadState.WAITING]
     if row.running:
         return "bold cyan"
     if row.elsewhere:
@@ -89,7 +96,18 @@ class _Cells:
     dataclass of everything cost 13 µs a row, 157 ms for the list. Compared and hashed by
     identity: the line cache's key."""
 
-    __slots__ = ("_haystack", "_prompt", "msgs", "row", "state", "state_width", "style", "thread", "thread_width")
+    __slots__ = (
+        "_attention",
+        "_haystack",
+        "_prompt",
+        "msgs",
+        "row",
+        "state",
+        "state_width",
+        "style",
+        "thread",
+        "thread_width",
+    )
 
     def __init__(self, row: ThreadRow) -> None:
         self.row = row
@@ -98,6 +116,7 @@ class _Cells:
         self.style = state_style(row)
         self.msgs = str(row.message_count)
         self.thread_width = cell_len(self.thread)
+        self._attention: bool | None = None
         self.state_width = cell_len(self.state)
         self._prompt: str | None = None
         self._haystack: str | None = None
@@ -108,6 +127,14 @@ class _Cells:
         if self._prompt is None:
             self._prompt = one_line(self.row.first_prompt[:PROMPT_CHARS], PROMPT_CHARS)
         return self._prompt
+
+    @property
+    def attention(self) -> bool:
+        """Whether the row needs attention (:func:`tui.attention.needs_attention`): asked for
+        only while the needs-attention toggle is on."""
+        if self._attention is None:
+            self._attention = needs_attention(self.row)
+        return self._attention
 
     @property
     def haystack(self) -> str:
@@ -290,6 +317,7 @@ class ThreadTable(ScrollView, can_focus=True):
         self._shown: list[_Cells] = []  # the rows the filter keeps, in order
         self._index: dict[str, int] = {}  # thread id -> index in _shown
         self._filter = ""
+        self._attention_only = False
         self._widths = (len(HEADINGS[0]), len(HEADINGS[1]), len(HEADINGS[2]), len(HEADINGS[3]))
         self._lines: LRUCache[tuple[object, ...], Strip] = LRUCache(256)
         self._tick = 0  # moves when relative times are redrawn
@@ -394,7 +422,7 @@ class ThreadTable(ScrollView, can_focus=True):
             cells = self._build(row)
             self._all[index] = self._by_id[row.thread_id] = cells
             self._counts.replace(before, cells)
-            if self._filter and self._keeps(before) != self._keeps(cells):
+            if self.narrowed and self._keeps(before) != self._keeps(cells):
                 refilter = True
             elif row.thread_id in self._index:
                 self._shown[self._index[row.thread_id]] = cells
@@ -412,7 +440,9 @@ class ThreadTable(ScrollView, can_focus=True):
         return _Cells(row)
 
     def _keeps(self, cells: _Cells) -> bool:
-        return self._filter in cells.haystack
+        if self._attention_only and not cells.attention:
+            return False
+        return not self._filter or self._filter in cells.haystack
 
     # --- filter -------------------------------------------------------------------------
 
@@ -420,6 +450,26 @@ class ThreadTable(ScrollView, can_focus=True):
     def filter_text(self) -> str:
         """The text rows must hold (in their id, first prompt or state) to be shown; ``""``: all."""
         return self._filter
+
+    @property
+    def attention_only(self) -> bool:
+        """Whether only the rows that need attention are shown (:func:`tui.attention.needs_attention`)."""
+        return self._attention_only
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether some rows may be left out: a filter text, or the needs-attention toggle."""
+        return bool(self._filter) or self._attention_only
+
+    def set_attention_only(self, only: bool) -> None:
+        """Show only the rows that need attention (waiting for you, crashed, failed,
+        aborted: :func:`tui.attention.needs_attention`), or every row again; the filter text
+        applies as well. The cursor stays on its thread when it is still shown."""
+        if only == self._attention_only:
+            return
+        selected = self.selected_thread_id
+        self._attention_only = only
+        self._apply(selected)
 
     def set_filter(self, text: str) -> None:
         """Show only the rows whose id, first prompt or state holds ``text`` (ignoring case);
@@ -435,11 +485,11 @@ class ThreadTable(ScrollView, can_focus=True):
     def _apply(self, selected: str | None) -> None:
         """Recompute the rows shown and redraw everything."""
         self._position = {c.row.thread_id: i for i, c in enumerate(self._all)}
-        self._shown = [c for c in self._all if self._keeps(c)] if self._filter else list(self._all)
+        self._shown = [c for c in self._all if self._keeps(c)] if self.narrowed else list(self._all)
         self._index = {c.row.thread_id: i for i, c in enumerate(self._shown)}
         if selected is not None and selected in self._index:
             self.cursor_row = self._index[selected]
-        elif selected is not None and self._filter:
+        elif selected is not None and self.narrowed:
             self.cursor_row = 0  # its thread filtered out: the best match, at the top
         self.cursor_row = max(0, min(self.cursor_row, len(self._shown) - 1))
         self._lines.clear()
