@@ -21,8 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from core.lease_status import LeaseState
 from core.recovery import Diagnosis, ThreadState
-from core.supervise import LeaseState
 
 if TYPE_CHECKING:
     from tui.session import ThreadRow

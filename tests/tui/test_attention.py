@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from core.checkpoint.base import Lease, PendingRequest
 from core.hitl import ConfirmRequest, HumanRequest
+from core.lease_status import LeaseState, LeaseView
 from core.recovery import Diagnosis, ResumeAction, ThreadState
-from core.supervise import LeaseState, LeaseView
 from tui.attention import AttentionWatch, alert_key, needs_attention, waiting_first, waiting_label
 from tui.session import ThreadRow
 from tui.widgets.pending_request import describe_request, waited_words
