@@ -43,6 +43,7 @@ from core.events import (
     AgentEnd,
     AgentEvent,
     AgentStart,
+    HumanRequestStarted,
     MessageEnd,
     MessageStart,
     MessageUpdate,
@@ -193,6 +194,7 @@ class ThreadView(Screen[None]):
         self._mirror: Mirror | None = None
         self._sent: set[int] = set()  # seqs of the commands sent from this view
         self._retry: tuple[RetryWait, float] | None = None  # the wait shown, and its end (monotonic s)
+        self._asking_call: str | None = None  # the call of this run whose request the panel shows
         self._retry_timer: Timer | None = None
         self.run_worker_ref: Worker[None] | None = None
         """The worker of the current run (compared by identity in state changes)."""
@@ -646,11 +648,17 @@ class ThreadView(Screen[None]):
                 self.status_bar.add_usage(event.message.usage)
             else:
                 await transcript.append_message(event.message)
+        elif isinstance(event, HumanRequestStarted):
+            # The request is stored before this event: the panel shows what the store holds.
+            self._asking_call = event.tool_call_id
+            self.pending = PendingRequest(event.request_json, event.run_id, event.created_at)
         elif isinstance(event, ToolExecutionStart):
             await self._flush()
+            self._answered(event.tool_call_id)
             transcript.tool_started(event.tool_call_id)
         elif isinstance(event, ToolExecutionEnd):
             self._progress.pop(event.tool_call_id, None)
+            self._answered(event.tool_call_id)
             transcript.tool_finished(event.result)
         elif isinstance(event, AgentStart):
             self.running = True
@@ -664,6 +672,13 @@ class ThreadView(Screen[None]):
             self.status_bar.run_state = event.outcome
             if event.error:
                 self.notify(clean(event.error), severity="error", timeout=10, markup=False)
+
+    def _answered(self, tool_call_id: str) -> None:
+        # An approved call starts, a denied one ends, a question asked by a running tool
+        # ends with its call: the request that call asked is then settled.
+        if self._follower is None and tool_call_id == self._asking_call:
+            self._asking_call = None
+            self.pending = None
 
     def _show_retry(self, wait: RetryWait | None, left: float | None = None) -> None:
         """Show ``wait`` in the status bar, counting down each second from ``left`` seconds
