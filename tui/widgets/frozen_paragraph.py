@@ -30,6 +30,8 @@ from textual.widget import _RenderCache
 from textual.widgets import Markdown
 from textual.widgets._markdown import MarkdownParagraph
 
+from tui.widgets.lean_frames import SettledSize
+
 
 class _ShiftedContent(Content):
     """``content`` whose hard lines are numbered from ``first_line`` (as in a longer content
@@ -46,11 +48,12 @@ class _ShiftedContent(Content):
         return lines
 
 
-class FrozenParagraph(MarkdownParagraph):
+class FrozenParagraph(SettledSize, MarkdownParagraph):
     """A paragraph block built by :meth:`add_lines`, drawn as ``MarkdownParagraph`` draws the
     pieces joined with newlines (see the module docstring).
 
-    Its CSS type is ``FrozenParagraph`` and it matches every ``MarkdownParagraph`` rule."""
+    Its CSS type is ``FrozenParagraph`` and it matches every ``MarkdownParagraph`` rule. It
+    grows on every cut without a second layout (:class:`~tui.widgets.lean_frames.SettledSize`)."""
 
     def __init__(self, markdown: Markdown, token: Token) -> None:
         self._pieces: list[Content] = []

@@ -55,6 +55,7 @@ from textual.widgets import Markdown
 from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
 
 from tui.widgets.frozen_paragraph import FrozenParagraph
+from tui.widgets.lean_frames import BlankLines, CoarseIndex, SettledSize
 
 SECTION_BLOCKS = 32
 """Finished blocks per section (and sections per outer section): the document's children are
@@ -164,9 +165,10 @@ def _wrap_breaks(plain: str, width: int) -> list[int]:
     return breaks
 
 
-class _Section(Widget):
+class _Section(SettledSize, BlankLines, CoarseIndex, Widget):
     """Finished blocks (or inner sections) of a :class:`LiveMarkdown`, laid out as the document
-    lays out its own children."""
+    lays out its own children (one layout per frame, nothing drawn of its own:
+    :mod:`tui.widgets.lean_frames`)."""
 
     DEFAULT_CSS = """
     _Section { width: 1fr; height: auto; layout: vertical; }
@@ -193,9 +195,10 @@ class _Section(Widget):
         return height
 
 
-class LiveMarkdown(Markdown):
+class LiveMarkdown(SettledSize, BlankLines, CoarseIndex, Markdown):
     """A :class:`~textual.widgets.Markdown` fed by :meth:`write`, costing per append what the
-    open tail costs, not the document; see the module docstring.
+    open tail costs, not the document; see the module docstring. Its frames cost one layout
+    and nothing drawn of its own (:mod:`tui.widgets.lean_frames`).
 
     Renders exactly as ``Markdown(source)`` does (same blocks, styles, CSS and link events).
     Blocks live in sections (:data:`SECTION_BLOCKS`); Textual's vertical layout

@@ -27,6 +27,7 @@ from core.messages import (
     UserMessage,
 )
 from tui.text import clean, clock, content_text, literal, short_json
+from tui.widgets.lean_frames import BlankLines, CoarseIndex, SettledSize
 from tui.widgets.live_markdown import LiveMarkdown
 from tui.widgets.tool_call import ToolCallView
 
@@ -94,12 +95,13 @@ class ThinkingView(Collapsible):
             self._thinking.update(literal(self._raw))
 
 
-class AssistantMessageView(Vertical):
+class AssistantMessageView(SettledSize, BlankLines, CoarseIndex, Vertical):
     """An assistant reply: thinking, Markdown text and tool calls, in content order.
 
     Built finished (``AssistantMessageView(message)``) or live: call :meth:`sync` with the
     growing partial message as often as the screen flushes, then :meth:`finish` with the
-    persisted message. Work per sync is proportional to what arrived, not to the reply.
+    persisted message. Work per sync is proportional to what arrived, not to the reply;
+    a frame lays it out once and draws nothing of its own (:mod:`tui.widgets.lean_frames`).
     """
 
     DEFAULT_CSS = """

@@ -18,6 +18,7 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.geometry import Size
 from textual.widget import Widget
 from textual.widgets import Button, Static
 
@@ -28,6 +29,7 @@ from core.messages import AnyMessage, AssistantMessage, ToolResultMessage
 from core.recovery import Diagnosis
 from core.words import counted
 from tui.text import clean
+from tui.widgets.lean_frames import BlankLines, CoarseIndex
 from tui.widgets.message_view import AssistantMessageView, RawView, view_for_message
 from tui.widgets.tool_call import ToolCallView
 
@@ -121,8 +123,12 @@ def merge_rows(messages: Sequence[AnyMessage], ids: Sequence[Any], problems: Ite
         return [*messages, *problems]
 
 
-class Transcript(VerticalScroll, can_focus=True):
-    """The scrolling list of message views; stays pinned to the bottom while it grows."""
+class Transcript(BlankLines, CoarseIndex, VerticalScroll, can_focus=True):
+    """The scrolling list of message views; stays pinned to the bottom while it grows.
+
+    Its own lines are blank (its views and Textual's scrollbar widgets draw over them), so it
+    draws none (:class:`~tui.widgets.lean_frames.BlankLines`), and its content growing asks for no second
+    layout (:meth:`_size_updated`)."""
 
     DEFAULT_CSS = """
     Transcript {
@@ -159,6 +165,17 @@ class Transcript(VerticalScroll, can_focus=True):
 
     def watch_virtual_size(self) -> None:
         self._pin_when_tall()
+
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
+        # Only the content grew (a streamed reply, every frame): the layout that found it has
+        # already arranged the content and scrolled an anchored view to its end, so the
+        # second layout Textual's ``virtual_size`` asks for would only repeat it
+        # (tui.widgets.lean_frames); its watcher is run here instead.
+        grew = size == self._size and container_size == self._container_size and virtual_size != self.virtual_size
+        changed = super()._size_updated(size, virtual_size, container_size, layout=layout and not grew)
+        if grew:
+            self._pin_when_tall()
+        return changed
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
