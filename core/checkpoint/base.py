@@ -413,6 +413,20 @@ def check_command_move(current: Command, status: str) -> None:
         )
 
 
+EDITABLE_STATUS = "pending"
+"""The one status in which a command's text may still be changed (``edit_command``): once its
+runner marked it ``delivered`` the agent may have read it, so the text is what was sent."""
+
+
+def check_command_edit(current: Command) -> None:
+    """Raise ``CommandTransitionError`` (``command=current``) unless ``current`` is still
+    :data:`EDITABLE_STATUS`; each backend calls it in ``edit_command``'s transaction."""
+    if current.status != EDITABLE_STATUS:
+        raise CommandTransitionError(
+            f"Command {current.seq} is already {current.status}, so its text was not changed.", command=current
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Command:
     """A command to a thread's runner, kept durably: the outbox of steers and follow-ups.
@@ -431,7 +445,7 @@ class Command:
     updated_at: float
     note: str = ""
     revision: int = 1
-    """1 when sent, one more per ``update_command``."""
+    """1 when sent, one more per ``update_command`` or ``edit_command``."""
 
 
 @dataclass(frozen=True, slots=True)
