@@ -16,9 +16,10 @@ heartbeats it, see :mod:`core.leases`):
   ``command_poll`` seconds) and applies abort, steer and follow-up commands, moving each
   ``pending`` -> ``delivered`` (read and handed to the agent) -> ``applied`` (abort: the
   run stopped; steer/follow-up: its user message was persisted), or ``refused`` with a
-  note (a steer that arrives after the run ended: "run ended; send it as a new prompt").
-  A steer or follow-up whose message could not be saved stays ``delivered``: after the
-  run :func:`core.commands.undelivered` lists it again. A command settled meanwhile by
+  note (an abort that came too late). A steer or follow-up the run ended before
+  delivering (an abort, a provider error, the last turn over) is never refused: it stays
+  ``pending``, or ``delivered`` when the agent had it but its message was never saved, and
+  after the run :func:`core.commands.undelivered` offers it again (send or discard). A command settled meanwhile by
   someone else (discarded from another window, say) is left as it is and never handed over.
 
 The app side is :mod:`core.commands`: :func:`~core.commands.send` queues a command for a
@@ -44,7 +45,7 @@ from core.agent import Agent, OnPlan
 from core.changes import StoreWatch
 from core.checkpoint.base import Command, CommandStatus
 from core.checkpoint.capabilities import LIVE, LiveStore, lacking
-from core.commands import ABORT_TOO_LATE, RUN_ENDED, discard, settle, undelivered
+from core.commands import ABORT_TOO_LATE, discard, settle, undelivered
 from core.errors import AgentBusyError, EmptyMessageError, RunError
 from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome
 from core.lease_status import lease_status
@@ -228,11 +229,12 @@ class Supervisor:
                 return
             async with self._lock:
                 self._ending = True
-                # The lease is released by now, so `send` refuses anything newer; what
-                # slipped in before is answered here rather than left pending.
+                # The lease is released by now, so `send` refuses anything newer. An abort
+                # that slipped in before is answered here; a steer or follow-up stays
+                # pending for the user to send or discard (`undelivered`).
                 for c in await self.store.list_commands(self.thread_id, ["pending"]):
-                    if c.seq > self._baseline and c.seq not in self._seen:
-                        await self._update(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
+                    if c.seq > self._baseline and c.seq not in self._seen and c.kind == "abort":
+                        await self._update(c.seq, "refused", ABORT_TOO_LATE)
             await self.store.prune_live_events(self.thread_id)
         except Exception:
             _log.warning("could not tidy up after the run of thread %s", self.thread_id, exc_info=True)
@@ -291,11 +293,11 @@ class Supervisor:
                     await self._update(seq, "refused", f"{ABORT_TOO_LATE} (it {outcome})")
             self._aborts = []
             state = self.agent.state
-            for seq, message in list(self._inflight.items()):
-                # Never delivered: take it back so it cannot wake a later run unasked.
+            for message in self._inflight.values():
+                # Never delivered: take it back so it cannot wake a later run unasked. It stays
+                # `delivered` with no message saved, so `undelivered` offers it again.
                 state.pending_steers[:] = [m for m in state.pending_steers if m is not message]
                 state.pending_follow_ups[:] = [m for m in state.pending_follow_ups if m is not message]
-                await self._update(seq, "refused", RUN_ENDED)
             self._inflight.clear()
 
     # --- commands --------------------------------------------------------------------------
@@ -330,13 +332,15 @@ class Supervisor:
         sees it, so "applied" (written when its message is saved) always comes later; a
         command settled meanwhile (discarded from another window) is not handed over."""
         if self._ending or not self.agent.state.is_running:
-            await self._update(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
-            return
+            if c.kind == "abort":
+                await self._update(c.seq, "refused", ABORT_TOO_LATE)
+            return  # a steer or follow-up stays pending for the user (`undelivered`)
         if not await self._update(c.seq, "delivered"):
             return
         if self._ending:  # the run ended while the update was written
-            await self._update(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
-            return
+            if c.kind == "abort":
+                await self._update(c.seq, "refused", ABORT_TOO_LATE)
+            return  # delivered with no message saved: `undelivered` offers it again
         agent = self.agent
         if c.kind == "abort":
             self._aborts.append(c.seq)
@@ -353,8 +357,7 @@ class Supervisor:
             await self._update(c.seq, "refused", str(exc))
             return
         except RunError:
-            await self._update(c.seq, "refused", RUN_ENDED)
-            return
+            return  # the run ended first: delivered with no message saved, offered again
         message.metadata["command_seq"] = c.seq
         self._inflight[c.seq] = message
 
