@@ -12,7 +12,9 @@ and the user's choices.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 
 from rich.text import Text
 from textual import events, on, work
@@ -22,6 +24,7 @@ from textual.worker import Worker, WorkerState
 from core.agent import Agent
 from core.checkpoint.base import Command
 from core.errors import (
+    CommandRaced,
     CubepiError,
     FingerprintMismatchError,
     RunError,
@@ -51,6 +54,9 @@ class ThreadScreen(ThreadView):
     | a | abort the run (here, or by command in another process) |
     | s | steer the run |
     | f | queue a follow-up |
+    | c | select the next queued steer or follow-up (listed above the input) |
+    | E | edit the selected one (until its runner delivered it) |
+    | D | cancel the selected one (the same) |
     | r | resume a crashed thread (shows the plan and the choices) |
     | n | new prompt |
     | e | show earlier messages |
@@ -70,6 +76,20 @@ class ThreadScreen(ThreadView):
         Binding(
             "f", "follow_up", "Follow-up", id="thread.follow_up", tooltip="Queue a message for after the current work"
         ),
+        Binding(
+            "c", "queued", "Queued", id="thread.queued", tooltip="Select the next queued steer or follow-up (E, D)"
+        ),
+        Binding(
+            "E", "edit_queued", "Edit", id="thread.edit_queued", tooltip="Edit the selected queued message", show=False
+        ),
+        Binding(
+            "D",
+            "cancel_queued",
+            "Cancel",
+            id="thread.cancel_queued",
+            tooltip="Cancel the selected queued message",
+            show=False,
+        ),
         Binding("r", "resume", "Resume", id="thread.resume", tooltip="Resume the crashed run (shows the plan first)"),
         Binding("n", "new_prompt", "Prompt", id="thread.prompt", tooltip="Send a new prompt in this thread"),
         Binding("e", "earlier", "Earlier", id="thread.earlier", tooltip="Show earlier messages", show=False),
@@ -80,7 +100,9 @@ class ThreadScreen(ThreadView):
     # --- running here ---------------------------------------------------------------------
 
     def start_run(self, kind: str, text: str | None = None) -> None:
-        """Start a ``prompt`` (with ``text``) or a ``resume`` unless one is already running."""
+        """Start a ``prompt`` (with ``text``), a ``resume``, or ``undelivered`` (the steers and
+        follow-ups a run ended without delivering, ``text`` the first one's, offered again
+        should it not be saved) unless a run is already going."""
         if self.running or (self.run_worker_ref is not None and self.run_worker_ref.is_running):
             self.notify("The agent is already running on this thread.", severity="warning")
             return
@@ -145,12 +167,12 @@ class ThreadScreen(ThreadView):
             if self.session.ending:
                 return  # the app is ending: the session saves the prompt itself (pending_prompts)
             self.post_message(RunFinished(self.thread_id, error=str(error)))
-            if kind == "prompt" and text:
+            if kind in ("prompt", "undelivered") and text:
                 self._offer_again(text, str(error))
             return
         saved.stop()
         self.post_message(RunFinished(self.thread_id, outcome=str(outcome)))
-        if kind == "prompt" and text and not saved.saved and not self.session.ending:
+        if kind in ("prompt", "undelivered") and text and not saved.saved and not self.session.ending:
             agent = self.session.agents.get(self.thread_id)
             self._offer_again(text, (agent.state.error if agent is not None else None) or f"The run {outcome}.")
 
@@ -158,6 +180,10 @@ class ThreadScreen(ThreadView):
         self, kind: str, text: str | None, decision: ResumeDecision, saved: _PromptSaved, accept: bool
     ) -> RunOutcome:
         """One try of the run ``kind`` (``accept``: go on past a changed definition, recorded)."""
+        if kind == "undelivered":
+            return await self.session.send_undelivered(
+                self.thread_id, on_start=lambda agent: self._run_begins(saved.watch(agent)), accept_changes=accept
+            )
         if kind == "resume":
             return await self.session.resume(
                 self.thread_id,
@@ -205,6 +231,9 @@ class ThreadScreen(ThreadView):
         self.running = True
         self.elsewhere = None
         self.diagnosis = None
+        self.commands_bar.set_idle(False)
+        if self.session.keeps_commands:
+            self._watch_queue()
 
     @on(RunFinished)
     @while_attached
@@ -214,6 +243,8 @@ class ThreadScreen(ThreadView):
         if message.error is not None:
             self.notify(clean(message.error), severity="error", timeout=10, markup=False)
         self.show_facts()  # a run records the definition it ran with, and any override
+        if not self.running and self.session.keeps_commands:
+            self._offer_undelivered()
         if not self.running:
             if self.session.can_watch and self in self.app.screen_stack:
                 self._follow_again()
@@ -421,12 +452,15 @@ class ThreadScreen(ThreadView):
             hint += f" It goes to process {lease.pid} on {clean(lease.host)}, which runs the thread."
         elif not self.running:
             hint = "The agent is idle: you will be asked to send this as a new prompt."
+        elif not self.session.keeps_commands:
+            hint += " This database keeps no commands: it waits in this app's memory (quitting drops it)."
         if why:
             hint = f"Not sent: {why} Press Enter to try again, or Escape to drop it. {hint}"
         text = await self.app.push_screen_wait(TextInputModal(words, hint, value=value))
         if not text:
             return
-        if self.elsewhere is not None and not self.running:
+        if self.session.keeps_commands and (self.running or self.elsewhere is not None):
+            # Here or elsewhere alike, through the command table: kept across a quit or a crash.
             try:
                 command = await self.session.send(self.thread_id, kind, text)  # type: ignore[arg-type]
             except ThreadCrashedError as error:
@@ -439,7 +473,7 @@ class ThreadScreen(ThreadView):
                 return
             else:
                 self._track_sent(command)
-                self.notify(f"{words} #{command.seq} sent.", markup=False)
+                self.notify(f"{words} #{command.seq} queued (c selects it, E edits, D cancels).", markup=False)
                 return
         else:
             agent = self.session.agents.get(self.thread_id)
@@ -450,12 +484,128 @@ class ThreadScreen(ThreadView):
             except RunError:
                 pass
             else:
-                self.notify(f"{words} queued.")
+                self.notify(f"{words} queued in this app only: this database keeps no commands, so quitting drops it.")
                 return
         question = Text("The agent is not running. Send this as a new prompt?\n\n")
         question.append_text(literal(text))
         if await self.app.push_screen_wait(ConfirmModal(f"{words}: agent idle", question, yes="Send")):
             self.start_run("prompt", text)
+
+    # --- the queue of steers and follow-ups ---------------------------------------------
+
+    @work(exclusive=True, exit_on_error=False, group="queue")
+    async def _watch_queue(self) -> None:
+        """While a run goes on here, list its commands' progress as the store has it (a run
+        elsewhere is followed, and its commands with it); once more after it ended."""
+        while True:
+            running = self.session.is_running(self.thread_id) or self.session.runs.get(self.thread_id) is not None
+            try:
+                for command in await self.session.commands(self.thread_id):
+                    self._command_seen(command)
+            except CubepiError:
+                pass  # a locked or lost database: the next look tries again
+            if not running:
+                return
+            await asyncio.sleep(QUEUE_POLL)
+
+    @work(exclusive=True, exit_on_error=False, group="input")
+    async def _offer_undelivered(self) -> None:
+        """The run here ended with steers or follow-ups it never delivered: list them and
+        offer to send them now (as a new run) or keep them for later; never dropped unasked."""
+        try:
+            found = await self.session.undelivered(self.thread_id)
+        except CubepiError:
+            return
+        self.commands_bar.set_idle(True)
+        for command in found:
+            self._command_seen(command)
+        if not found or self.session.ending:
+            return
+        diagnosis = self.diagnosis
+        if diagnosis is not None and diagnosis.resumable:
+            return  # r offers them with the resume (send or discard each)
+        question = Text(
+            f"The run ended before {counted(len(found), 'steer or follow-up', 'steers and follow-ups')} "
+            "reached the agent:\n\n"
+        )
+        for command in found:
+            question.append(f"{KIND_WORDS[command.kind]} #{command.seq}: ")
+            question.append_text(literal(command.text))
+            question.append("\n")
+        question.append("\nSend them now as a new run? (Or keep them: c selects one, E edits, D cancels.)")
+        if await self.app.push_screen_wait(ConfirmModal("Not delivered", question, yes="Send", no="Keep")):
+            self.start_run("undelivered", found[0].text)
+
+    def action_queued(self) -> None:
+        """Select the next queued steer or follow-up (round to the first)."""
+        chosen = self.commands_bar.select_next()
+        if chosen is None:
+            self.notify("No steer or follow-up is waiting to be delivered.", timeout=4, markup=False)
+
+    def action_edit_queued(self) -> None:
+        """Edit the selected queued steer or follow-up (c selects one)."""
+        chosen = self.commands_bar.chosen() or self.commands_bar.select_next()
+        if chosen is None:
+            self.notify("No steer or follow-up is waiting to be delivered.", timeout=4, markup=False)
+            return
+        self._edit_queued(chosen)
+
+    def action_cancel_queued(self) -> None:
+        """Cancel the selected queued steer or follow-up (c selects one)."""
+        chosen = self.commands_bar.chosen() or self.commands_bar.select_next()
+        if chosen is None:
+            self.notify("No steer or follow-up is waiting to be delivered.", timeout=4, markup=False)
+            return
+        self._cancel_queued(chosen)
+
+    @work(exclusive=True, exit_on_error=False, group="input")
+    async def _edit_queued(self, command: Command, value: str | None = None) -> None:
+        words = KIND_WORDS[command.kind]
+        hint = f"Edit {words.lower()} #{command.seq}; it is sent as edited unless its runner delivered it first."
+        text = await self.app.push_screen_wait(
+            TextInputModal(f"{words} #{command.seq}", hint, value=command.text if value is None else value)
+        )
+        if not text or text == command.text:
+            return
+        try:
+            edited = await self.session.edit_command(command, text)
+        except CommandRaced as raced:
+            self._command_seen(raced.command)  # type: ignore[arg-type]
+            # Nothing lost: the edit is offered again, as a new message of the same kind.
+            self._send_queued(command.kind, raced.text, str(raced))
+            return
+        except CubepiError as error:
+            self.notify(clean(error), severity="error", timeout=10, markup=False)
+            return
+        self._track_sent(edited)
+        if edited.seq != command.seq:  # replaced (its run had ended): the old one is discarded
+            self._command_seen(replace(command, status="discarded", note=f"replaced by #{edited.seq}"))
+        self.commands_bar.selected = edited.seq
+        self.notify(f"{words} #{edited.seq} edited.", markup=False)
+        if not self.running and self.elsewhere is None:
+            self._offer_undelivered()
+
+    @work(exclusive=True, exit_on_error=False, group="input")
+    async def _cancel_queued(self, command: Command) -> None:
+        try:
+            cancelled = await self.session.cancel_command(command)
+        except CommandRaced as raced:
+            self._command_seen(raced.command)  # type: ignore[arg-type]
+            self.notify(clean(raced), severity="warning", timeout=8, markup=False)
+            return
+        except CubepiError as error:
+            self.notify(clean(error), severity="error", timeout=10, markup=False)
+            return
+        self._command_seen(cancelled)
+        self.notify(f"{KIND_WORDS[command.kind]} #{command.seq} cancelled.", markup=False)
+        if not self.running and self.elsewhere is None:
+            self._offer_undelivered()
+
+
+QUEUE_POLL = 0.3
+"""Seconds between two looks at the command table while a run goes on here: a queued steer
+shows "delivered" about this long after its runner took it (the runner itself is woken by
+the store's change signals)."""
 
 
 class _PromptSaved:
