@@ -449,6 +449,8 @@ class ThreadView(Screen[None]):
         else:
             self.elsewhere = None
             self.diagnosis = diagnosis
+        # Nobody runs it: its undelivered steers and follow-ups are the user's to send or discard.
+        self.commands_bar.set_idle(self.elsewhere is None and not self.running)
 
     def _age_lease(self) -> None:
         """Redraw the heartbeat age of the run elsewhere while the status bar shows it."""
