@@ -17,7 +17,15 @@ import logging
 import time
 from collections.abc import Sequence
 
-from core.checkpoint.base import Command, CommandKind, CommandStatus, Lease, check_command_kind, thread_unavailable
+from core.checkpoint.base import (
+    TEXTLESS_KINDS,
+    Command,
+    CommandKind,
+    CommandStatus,
+    Lease,
+    check_command_kind,
+    thread_unavailable,
+)
 from core.checkpoint.capabilities import Commands, CommandStore, OwnerScoped, supports
 from core.errors import (
     CommandError,
@@ -47,7 +55,8 @@ ORPHANED_ABORT = "its runner stopped before taking it; nothing is running to abo
 
 
 async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str = "") -> Command:
-    """Queue ``kind`` (``"abort"``, ``"steer"`` or ``"follow_up"``) for the run of ``thread_id``
+    """Queue ``kind`` (a :data:`~core.checkpoint.base.CommandKind`: abort, steer, follow-up, stop
+    after this turn, interrupt and steer, note) for the run of ``thread_id``
     and return the ``pending`` command; its runner's :class:`~core.supervisor.Supervisor` takes it from there.
 
     Raises :class:`~core.errors.ThreadCrashedError` when the thread's runner crashed ("resume it
@@ -61,7 +70,7 @@ async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str
     raised. For an agent running in this process without a Supervisor, call its methods.
     """
     check_command_kind(kind)
-    if kind != "abort" and not text.strip():
+    if kind not in TEXTLESS_KINDS and not text.strip():
         raise CommandError(f"A {_kind_words(kind)} needs some text.")
     lease = await store.get_lease(thread_id)
     view = lease_status(lease, (), time.time())
@@ -76,7 +85,7 @@ async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str
         error = await _refusal(store, thread_id, kind, lease)
         # Only if the runner did not take it meanwhile (a runner never delivers after its run ended).
         if any(c.seq == command.seq for c in await store.list_commands(thread_id, ["pending"])):
-            await settle(store, command.seq, "refused", RUN_ENDED if kind != "abort" else ABORT_TOO_LATE)
+            await settle(store, command.seq, "refused", ABORT_TOO_LATE if kind in TEXTLESS_KINDS else RUN_ENDED)
         raise error
     return command
 
@@ -88,11 +97,14 @@ async def _refusal(store: CommandStore, thread_id: str, kind: str, lease: Lease 
         where = f"process {lease.pid} on {lease.host}" if lease else "its runner"
         return ThreadCrashedError(
             f"Thread {thread_id!r} is not running: {where} stopped without finishing the run; "
-            f"resume the thread first{'' if kind == 'abort' else ', then send the ' + _kind_words(kind)}.",
+            f"resume the thread first{'' if kind in TEXTLESS_KINDS else ', then send the ' + _kind_words(kind)}.",
             view=view,
         )
-    if kind == "abort":
-        return ThreadNotRunningError(f"Thread {thread_id!r} is not running, so there is nothing to abort.", view=view)
+    if kind in TEXTLESS_KINDS:
+        return ThreadNotRunningError(
+            f"Thread {thread_id!r} is not running, so there is nothing to {'abort' if kind == 'abort' else 'stop'}.",
+            view=view,
+        )
     return ThreadNotRunningError(
         f"Thread {thread_id!r} is not running (its last run ended); send the {_kind_words(kind)} as a new prompt.",
         view=view,
@@ -100,7 +112,7 @@ async def _refusal(store: CommandStore, thread_id: str, kind: str, lease: Lease 
 
 
 def _kind_words(kind: str) -> str:
-    return "follow-up" if kind == "follow_up" else kind
+    return {"follow_up": "follow-up", "stop": "stop after this turn", "interrupt": "interrupting steer"}.get(kind, kind)
 
 
 async def refuse_orphaned_aborts(store: CommandStore, thread_id: str) -> list[Command]:
@@ -114,7 +126,7 @@ async def refuse_orphaned_aborts(store: CommandStore, thread_id: str) -> list[Co
         return []
     out = []
     for c in await store.list_commands(thread_id, ["pending", "delivered"]):
-        if c.kind == "abort":
+        if c.kind in TEXTLESS_KINDS:
             try:
                 out.append(await store.update_command(c.seq, "refused", ORPHANED_ABORT))
             except CommandTransitionError:
@@ -133,7 +145,9 @@ async def undelivered(store: CommandStore, thread_id: str) -> list[Command]:
     lease = await store.get_lease(thread_id)
     if lease_status(lease, (), time.time()).live:
         return []
-    commands = [c for c in await store.list_commands(thread_id, ["pending", "delivered"]) if c.kind != "abort"]
+    commands = [
+        c for c in await store.list_commands(thread_id, ["pending", "delivered"]) if c.kind not in TEXTLESS_KINDS
+    ]
     if not commands:
         return []
     data = await store.load(thread_id)
@@ -186,8 +200,8 @@ async def edit(store: CommandStore, command: Command, text: str) -> Command:
     :class:`CommandRaced` (one sentence; the command as stored, and ``text``) when it was
     delivered, edited or settled meanwhile: nothing was changed. The store's other errors
     propagate."""
-    if command.kind == "abort":
-        raise CommandError(f"Abort #{command.seq} has no text to edit.")
+    if command.kind in TEXTLESS_KINDS:
+        raise CommandError(f"{_kind_words(command.kind).capitalize()} #{command.seq} has no text to edit.")
     if not text.strip():
         raise CommandError(f"A {_kind_words(command.kind)} needs some text; cancel it to send nothing.")
     if command.status == "delivered":
@@ -244,8 +258,10 @@ async def cancel(store: Commands, command: Command) -> Command:
 
     Raises :class:`~core.errors.CommandError` for an abort, :class:`CommandRaced` (one
     sentence) when it was delivered or settled meanwhile, and the store's errors."""
-    if command.kind == "abort":
-        raise CommandError(f"Abort #{command.seq} cannot be cancelled; it is on its way.")
+    if command.kind in TEXTLESS_KINDS:
+        raise CommandError(
+            f"{_kind_words(command.kind).capitalize()} #{command.seq} cannot be cancelled; it is on its way."
+        )
     try:
         return await store.update_command(command.seq, "discarded", CANCELLED, expected_revision=command.revision)
     except (CommandTransitionError, ConflictError):

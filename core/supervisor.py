@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from core.agent import Agent, OnPlan
 from core.changes import StoreWatch
-from core.checkpoint.base import Command, CommandStatus
+from core.checkpoint.base import TEXTLESS_KINDS, Command, CommandStatus
 from core.checkpoint.capabilities import LIVE, LiveStore, lacking
 from core.commands import ABORT_TOO_LATE, discard, settle, undelivered
 from core.errors import AgentBusyError, EmptyMessageError, RunError
@@ -233,7 +233,7 @@ class Supervisor:
                 # that slipped in before is answered here; a steer or follow-up stays
                 # pending for the user to send or discard (`undelivered`).
                 for c in await self.store.list_commands(self.thread_id, ["pending"]):
-                    if c.seq > self._baseline and c.seq not in self._seen and c.kind == "abort":
+                    if c.seq > self._baseline and c.seq not in self._seen and c.kind in TEXTLESS_KINDS:
                         await self._update(c.seq, "refused", ABORT_TOO_LATE)
             await self.store.prune_live_events(self.thread_id)
         except Exception:
@@ -276,7 +276,7 @@ class Supervisor:
     async def _on_start(self) -> None:
         async with self._lock:
             for c in await self.store.list_commands(self.thread_id, ["pending", "delivered"]):
-                if c.seq <= self._baseline and c.kind == "abort":
+                if c.seq <= self._baseline and c.kind in TEXTLESS_KINDS:
                     await self._update(c.seq, "refused", STALE_ABORT)
             for c in self._carry:
                 self._seen.add(c.seq)
@@ -287,6 +287,7 @@ class Supervisor:
         async with self._lock:
             self._ending = True
             for seq in self._aborts:
+                # An abort or a stop after the turn: both end the run "aborted".
                 if outcome == "aborted":
                     await self._update(seq, "applied")
                 else:
@@ -298,6 +299,7 @@ class Supervisor:
                 # `delivered` with no message saved, so `undelivered` offers it again.
                 state.pending_steers[:] = [m for m in state.pending_steers if m is not message]
                 state.pending_follow_ups[:] = [m for m in state.pending_follow_ups if m is not message]
+                state.pending_notes[:] = [m for m in state.pending_notes if m is not message]
             self._inflight.clear()
 
     # --- commands --------------------------------------------------------------------------
@@ -332,24 +334,27 @@ class Supervisor:
         sees it, so "applied" (written when its message is saved) always comes later; a
         command settled meanwhile (discarded from another window) is not handed over."""
         if self._ending or not self.agent.state.is_running:
-            if c.kind == "abort":
+            if c.kind in TEXTLESS_KINDS:
                 await self._update(c.seq, "refused", ABORT_TOO_LATE)
             return  # a steer or follow-up stays pending for the user (`undelivered`)
         if not await self._update(c.seq, "delivered"):
             return
         if self._ending:  # the run ended while the update was written
-            if c.kind == "abort":
+            if c.kind in TEXTLESS_KINDS:
                 await self._update(c.seq, "refused", ABORT_TOO_LATE)
             return  # delivered with no message saved: `undelivered` offers it again
         agent = self.agent
-        if c.kind == "abort":
+        if c.kind in TEXTLESS_KINDS:
             self._aborts.append(c.seq)
-            agent.abort()
+            (agent.abort if c.kind == "abort" else agent.stop_after_turn)()
             return
         try:
-            if c.kind == "steer":
-                agent.steer(c.text)
+            if c.kind in ("steer", "interrupt"):
+                (agent.steer if c.kind == "steer" else agent.interrupt)(c.text)
                 message = agent.state.pending_steers[-1]
+            elif c.kind == "note":
+                agent.note(c.text)
+                message = agent.state.pending_notes[-1]
             else:
                 agent.follow_up(c.text)
                 message = agent.state.pending_follow_ups[-1]

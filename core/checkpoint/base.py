@@ -336,7 +336,7 @@ class Lease:
     """One more per write of this lease row (acquire, takeover, renew); a new row starts at 1."""
 
 
-CommandKind = Literal["abort", "steer", "follow_up"]
+CommandKind = Literal["abort", "steer", "follow_up", "stop", "interrupt", "note"]
 CommandStatus = Literal["pending", "delivered", "applied", "refused", "discarded"]
 
 COMMAND_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -359,8 +359,18 @@ window is never overwritten by a runner in another.
 """
 
 
-COMMAND_KINDS: frozenset[str] = frozenset({"abort", "steer", "follow_up"})
-"""Every ``CommandKind``, for the check each backend makes before it writes a command."""
+COMMAND_KINDS: frozenset[str] = frozenset({"abort", "steer", "follow_up", "stop", "interrupt", "note"})
+"""Every ``CommandKind``, for the check each backend makes before it writes a command.
+
+``stop``: stop after this turn (no text); ``interrupt``: abort the running tools, then
+deliver its text as a steer; ``note``: a passive note (``Agent.stop_after_turn``,
+``interrupt``, ``note``). The ``kind`` column is plain text in every backend and cubeloop
+never reads our command table, so the new kinds need no schema change. A cubepi runner
+older than them takes a note or an interrupt as a follow-up and refuses a stop (it has no
+text), so mixing versions loses nothing but the new meaning."""
+
+TEXTLESS_KINDS: frozenset[str] = frozenset({"abort", "stop"})
+"""The kinds that carry no text: the others are messages for the agent (queued, editable)."""
 
 COMMAND_STATUSES: frozenset[str] = frozenset(COMMAND_TRANSITIONS)
 """Every ``CommandStatus``."""
