@@ -52,8 +52,11 @@ class ThreadScreen(ThreadView):
     | Key | Action |
     | :- | :- |
     | a | abort the run (here, or by command in another process) |
+    | A | stop after this turn (tools finish, results kept, no further model call) |
     | s | steer the run |
+    | S | interrupt and send now: abort the running tools, then steer |
     | f | queue a follow-up |
+    | o | a passive note (with the next turn; never wakes a finished agent) |
     | c | select the next queued steer or follow-up (listed above the input) |
     | E | edit the selected one (until its runner delivered it) |
     | D | cancel the selected one (the same) |
@@ -67,6 +70,13 @@ class ThreadScreen(ThreadView):
     BINDINGS = [
         Binding("a", "abort", "Abort", id="thread.abort", tooltip="Abort the running agent"),
         Binding(
+            "A",
+            "stop_after_turn",
+            "Stop after turn",
+            id="thread.stop_after_turn",
+            tooltip="Let the running tools finish (results kept), then stop: no further model call",
+        ),
+        Binding(
             "s",
             "steer",
             "Steer",
@@ -74,7 +84,17 @@ class ThreadScreen(ThreadView):
             tooltip="Send a message the agent reads before its next model call",
         ),
         Binding(
+            "S",
+            "interrupt",
+            "Interrupt",
+            id="thread.interrupt",
+            tooltip="Abort the running tools, then send this steer at once",
+        ),
+        Binding(
             "f", "follow_up", "Follow-up", id="thread.follow_up", tooltip="Queue a message for after the current work"
+        ),
+        Binding(
+            "o", "note", "Note", id="thread.note", tooltip="A note for the next turn; it never wakes a finished agent"
         ),
         Binding(
             "c", "queued", "Queued", id="thread.queued", tooltip="Select the next queued steer or follow-up (E, D)"
@@ -282,6 +302,8 @@ class ThreadScreen(ThreadView):
             return "The thread is still loading."
         if action == "abort" and not (self.running or self.elsewhere is not None):
             return "Nothing to abort: the agent is not running on this thread."
+        if action == "stop_after_turn" and not (self.running or self.elsewhere is not None):
+            return "Nothing to stop: the agent is not running on this thread."
         if action == "new_prompt" and self.running:
             return "The agent is running: steer it with s, queue a follow-up with f, or abort it with a."
         if action != "resume":
@@ -314,9 +336,9 @@ class ThreadScreen(ThreadView):
 
         ``None`` keeps the key in the footer, dimmed, so it stays discoverable.
         """
-        if action in ("abort", "steer", "follow_up", "resume", "new_prompt") and not self.loaded:
+        if action in _RUN_KEYS and not self.loaded:
             return None
-        if action == "abort":
+        if action in ("abort", "stop_after_turn"):
             return True if self.running or self.elsewhere is not None else None
         if action == "resume":
             # Enabled while another process runs it, to say why it cannot be resumed now.
@@ -336,6 +358,28 @@ class ThreadScreen(ThreadView):
             self._send_command("abort")
         else:
             self.notify("Nothing to abort: the agent is not running on this thread.", timeout=6, markup=False)
+
+    def action_stop_after_turn(self) -> None:
+        """Stop after this turn: the running tools finish and keep their results, then the run
+        ends with no further model call (here through the command table when the store keeps
+        commands, as elsewhere; else on the agent directly)."""
+        agent = self.session.agents.get(self.thread_id)
+        here = agent is not None and agent.state.is_running
+        if here and not self.session.keeps_commands:
+            agent.stop_after_turn()  # type: ignore[union-attr]
+            self.status_bar.run_state = "stopping after this turn"
+        elif here or self.elsewhere is not None:
+            self._send_command("stop")
+        else:
+            self.notify("Nothing to stop: the agent is not running on this thread.", timeout=6, markup=False)
+
+    def action_interrupt(self) -> None:
+        """Ask for a steer; the running tools are aborted (as abort does), then it is delivered."""
+        self._send_queued("interrupt")
+
+    def action_note(self) -> None:
+        """Ask for a passive note: delivered with the next turn, never waking a finished agent."""
+        self._send_queued("note")
 
     def action_steer(self) -> None:
         """Ask for a steering message and queue it (offers a new prompt when idle)."""
@@ -436,6 +480,8 @@ class ThreadScreen(ThreadView):
         self._track_sent(command)
         if kind == "abort":
             self.status_bar.run_state = "aborting (abort sent)"
+        elif kind == "stop":
+            self.status_bar.run_state = "stopping after this turn"
         return command
 
     @work(exclusive=True, exit_on_error=False, group="input")
@@ -443,10 +489,7 @@ class ThreadScreen(ThreadView):
         """Ask for a steer or follow-up and send or queue it. ``value`` and ``why``: the text
         of one that could not be sent, offered again as typed, and why it was not sent."""
         words = KIND_WORDS[kind]
-        if kind == "steer":
-            hint = "Read by the agent before its next model call."
-        else:
-            hint = "Delivered when the agent has finished its current work."
+        hint = _HINTS[kind]
         if self.elsewhere is not None and self.elsewhere.lease is not None:
             lease = self.elsewhere.lease
             hint += f" It goes to process {lease.pid} on {clean(lease.host)}, which runs the thread."
@@ -480,7 +523,9 @@ class ThreadScreen(ThreadView):
             try:
                 if agent is None:
                     raise RunError("The agent is not running.")
-                (agent.steer if kind == "steer" else agent.follow_up)(text)
+                {"steer": agent.steer, "follow_up": agent.follow_up, "interrupt": agent.interrupt, "note": agent.note}[
+                    kind
+                ](text)
             except RunError:
                 pass
             else:
@@ -601,6 +646,17 @@ class ThreadScreen(ThreadView):
         if not self.running and self.elsewhere is None:
             self._offer_undelivered()
 
+
+_RUN_KEYS = ("abort", "stop_after_turn", "steer", "interrupt", "follow_up", "note", "resume", "new_prompt")
+"""The actions that wait for the thread to be loaded (dimmed until then)."""
+
+_HINTS = {
+    "steer": "Read by the agent before its next model call.",
+    "interrupt": "The running tools are aborted (as abort does); then the agent reads this and goes on.",
+    "follow_up": "Delivered when the agent has finished its current work.",
+    "note": "Delivered with the next turn; it never wakes an agent that is done.",
+}
+"""What each kind of queued message does, said in its dialog."""
 
 QUEUE_POLL = 0.3
 """Seconds between two looks at the command table while a run goes on here: a queued steer

@@ -36,7 +36,7 @@ from textual.widget import MountError, Widget
 from textual.widgets import Static
 
 from core.agent import Agent
-from core.checkpoint.base import CheckpointData, Command, CorruptRow
+from core.checkpoint.base import TEXTLESS_KINDS, CheckpointData, Command, CorruptRow
 from core.checkpoint.pages import MessagePage
 from core.errors import CubepiError
 from core.events import (
@@ -76,7 +76,14 @@ from tui.widgets.transcript import WINDOW, Transcript, merge_rows
 FLUSH_INTERVAL = 1 / 20
 """Seconds between redraws of streamed text and tool progress (TEXTUAL-FACTS: 20-50 ms)."""
 
-KIND_WORDS = {"steer": "Steer", "follow_up": "Follow-up", "abort": "Abort"}
+KIND_WORDS = {
+    "steer": "Steer",
+    "follow_up": "Follow-up",
+    "abort": "Abort",
+    "stop": "Stop after this turn",
+    "interrupt": "Interrupt and steer",
+    "note": "Note",
+}
 """A command's kind for people."""
 
 
@@ -531,7 +538,7 @@ class ThreadView(Screen[None]):
             # A run records the definition (or an override) before it starts: read it again
             # when a run is claimed and when one ends.
             self.show_facts()
-        if not change.model.lease_view.live and any(c.kind == "abort" for c in change.model.commands):
+        if not change.model.lease_view.live and any(c.kind in TEXTLESS_KINDS for c in change.model.commands):
             self._refuse_orphaned_aborts()  # the follower then reports them refused
 
     @work(exclusive=True, exit_on_error=False, group="orphans")

@@ -14,14 +14,21 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from core.checkpoint.base import Command
+from core.checkpoint.base import TEXTLESS_KINDS, Command
 from tui.text import clean, one_line
 
 SHOWN = 4
 """Commands listed at most (the most recent)."""
 
 _STYLES = {"applied": "bold green", "refused": "bold red", "discarded": "dim", "delivered": "cyan", "pending": "yellow"}
-_WORDS = {"abort": "abort", "steer": "steer", "follow_up": "follow-up"}
+_WORDS = {
+    "abort": "abort",
+    "steer": "steer",
+    "follow_up": "follow-up",
+    "stop": "stop after turn",
+    "interrupt": "interrupt",
+    "note": "note",
+}
 
 
 class CommandsBar(Static):
@@ -63,7 +70,7 @@ class CommandsBar(Static):
         """The steers and follow-ups the user may still edit or cancel, in send order: the
         pending ones, and while idle the delivered ones (their run ended before saving them)."""
         open_ = ("pending", "delivered") if self.idle else ("pending",)
-        return [c for _, c in sorted(self.commands.items()) if c.kind != "abort" and c.status in open_]
+        return [c for _, c in sorted(self.commands.items()) if c.kind not in TEXTLESS_KINDS and c.status in open_]
 
     def select_next(self) -> Command | None:
         """Select the next editable command (round to the first); ``None`` when there is none."""
