@@ -973,18 +973,16 @@ class Session:
         return await undelivered(self._live(), thread_id) if self.keeps_commands else []
 
     async def send_undelivered(
-        self, thread_id: str, *, on_start: OnStart | None = None, accept_changes: bool = False
+        self, thread_id: str, first: Command, *, on_start: OnStart | None = None, accept_changes: bool = False
     ) -> RunOutcome:
         """Send the steers and follow-ups a run ended without delivering (an abort, a provider
-        error, the last turn over) as a new run: the first one's text is its prompt (that
-        command is marked discarded, "sent as a new prompt"), the others go with it
-        (``Supervisor.prompt(include_pending=True)``: steers first, follow-ups after).
-        Raises ``CubepiError`` when there are none, and what :meth:`prompt` raises."""
-        found = await self.undelivered(thread_id)
-        if not found:
-            raise CubepiError("There is no undelivered steer or follow-up to send.")
-        first = found[0]
-        await settle(self._live(), first.seq, "discarded", SENT_AS_PROMPT)
+        error, the last turn over) as a new run: ``first`` (one of :meth:`undelivered`) is
+        marked discarded ("sent as a new prompt") and its text is the run's prompt; the
+        others go with it (``Supervisor.prompt(include_pending=True)``: steers first,
+        follow-ups after). Called again for the same ``first`` (a retry, e.g. after the
+        agent's changed definition was accepted) it only runs the prompt. Raises what
+        :meth:`prompt` raises."""
+        await settle(self._live(), first.seq, "discarded", SENT_AS_PROMPT)  # None: a retry, done already
         return await self.prompt(
             thread_id, first.text, on_start=on_start, accept_changes=accept_changes, include_pending=True
         )

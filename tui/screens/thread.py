@@ -117,6 +117,12 @@ class ThreadScreen(ThreadView):
         Binding("q", "back", "Back", id="thread.back", tooltip="Back to the thread list (runs keep going)"),
     ]
 
+    _offer_when_back = False
+    """Whether undelivered steers wait to be offered until the dialog on top closes."""
+
+    _first_undelivered: Command | None = None
+    """The undelivered steer or follow-up whose text a ``start_run("undelivered")`` sends as its prompt."""
+
     # --- running here ---------------------------------------------------------------------
 
     def start_run(self, kind: str, text: str | None = None) -> None:
@@ -200,9 +206,12 @@ class ThreadScreen(ThreadView):
         self, kind: str, text: str | None, decision: ResumeDecision, saved: _PromptSaved, accept: bool
     ) -> RunOutcome:
         """One try of the run ``kind`` (``accept``: go on past a changed definition, recorded)."""
-        if kind == "undelivered":
+        if kind == "undelivered" and self._first_undelivered is not None:
             return await self.session.send_undelivered(
-                self.thread_id, on_start=lambda agent: self._run_begins(saved.watch(agent)), accept_changes=accept
+                self.thread_id,
+                self._first_undelivered,
+                on_start=lambda agent: self._run_begins(saved.watch(agent)),
+                accept_changes=accept,
             )
         if kind == "resume":
             return await self.session.resume(
@@ -263,8 +272,8 @@ class ThreadScreen(ThreadView):
         if message.error is not None:
             self.notify(clean(message.error), severity="error", timeout=10, markup=False)
         self.show_facts()  # a run records the definition it ran with, and any override
-        if not self.running and self.session.keeps_commands:
-            self._offer_undelivered()
+        if not self.running and self.session.keeps_commands and message.outcome is not None:
+            self._offer_undelivered()  # only after a run that ran (not one refused before it began)
         if not self.running:
             if self.session.can_watch and self in self.app.screen_stack:
                 self._follow_again()
@@ -553,7 +562,7 @@ class ThreadScreen(ThreadView):
                 return
             await asyncio.sleep(QUEUE_POLL)
 
-    @work(exclusive=True, exit_on_error=False, group="input")
+    @work(exclusive=True, exit_on_error=False, group="undelivered")
     async def _offer_undelivered(self) -> None:
         """The run here ended with steers or follow-ups it never delivered: list them and
         offer to send them now (as a new run) or keep them for later; never dropped unasked."""
@@ -566,9 +575,12 @@ class ThreadScreen(ThreadView):
             self._command_seen(command)
         if not found or self.session.ending:
             return
-        diagnosis = self.diagnosis
-        if diagnosis is not None and diagnosis.resumable:
-            return  # r offers them with the resume (send or discard each)
+        if self.running:
+            return
+        if self.app.screen is not self:
+            # A dialog is open (a steer being typed): never cut it off; ask once it closes.
+            self._offer_when_back = True
+            return
         question = Text(
             f"The run ended before {counted(len(found), 'steer or follow-up', 'steers and follow-ups')} "
             "reached the agent:\n\n"
@@ -579,7 +591,14 @@ class ThreadScreen(ThreadView):
             question.append("\n")
         question.append("\nSend them now as a new run? (Or keep them: c selects one, E edits, D cancels.)")
         if await self.app.push_screen_wait(ConfirmModal("Not delivered", question, yes="Send", no="Keep")):
+            self._first_undelivered = found[0]
             self.start_run("undelivered", found[0].text)
+
+    @on(events.ScreenResume)
+    def _back_on_top(self) -> None:
+        if self._offer_when_back:
+            self._offer_when_back = False
+            self._offer_undelivered()
 
     def action_queued(self) -> None:
         """Select the next queued steer or follow-up (round to the first)."""

@@ -64,7 +64,7 @@ from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, Threa
 from tui.screens.following import Mirror
 from tui.session import Session, ThreadFacts
 from tui.text import clean, clock, literal
-from tui.widgets.commands import CommandsBar
+from tui.widgets.commands import KIND_WORDS, CommandsBar
 from tui.widgets.crash_banner import CrashBanner, repairs_line
 from tui.widgets.footer import SteadyFooter
 from tui.widgets.status_bar import StatusBar
@@ -75,16 +75,6 @@ from tui.widgets.transcript import WINDOW, Transcript, merge_rows
 
 FLUSH_INTERVAL = 1 / 20
 """Seconds between redraws of streamed text and tool progress (TEXTUAL-FACTS: 20-50 ms)."""
-
-KIND_WORDS = {
-    "steer": "Steer",
-    "follow_up": "Follow-up",
-    "abort": "Abort",
-    "stop": "Stop after this turn",
-    "interrupt": "Interrupt and steer",
-    "note": "Note",
-}
-"""A command's kind for people."""
 
 
 def definition_words(facts: ThreadFacts) -> str:

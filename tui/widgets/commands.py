@@ -21,14 +21,15 @@ SHOWN = 4
 """Commands listed at most (the most recent)."""
 
 _STYLES = {"applied": "bold green", "refused": "bold red", "discarded": "dim", "delivered": "cyan", "pending": "yellow"}
-_WORDS = {
-    "abort": "abort",
-    "steer": "steer",
-    "follow_up": "follow-up",
-    "stop": "stop after turn",
-    "interrupt": "interrupt",
-    "note": "note",
+KIND_WORDS = {
+    "steer": "Steer",
+    "follow_up": "Follow-up",
+    "abort": "Abort",
+    "stop": "Stop after this turn",
+    "interrupt": "Interrupt and steer",
+    "note": "Note",
 }
+"""A command's kind for people."""
 
 
 class CommandsBar(Static):
@@ -111,7 +112,7 @@ class CommandsBar(Static):
             if n:
                 text.append("\n")
             text.append("▶ " if seq == self.selected and command in editable else "  ")
-            text.append(f"{_WORDS.get(command.kind, command.kind)} #{seq}", style="bold")
+            text.append(f"{KIND_WORDS.get(command.kind, command.kind).lower()} #{seq}", style="bold")
             if command.text:
                 text.append(f" “{one_line(command.text, 40)}”")
             text.append(": ")
