@@ -97,7 +97,12 @@ class ThreadScreen(ThreadView):
             "o", "note", "Note", id="thread.note", tooltip="A note for the next turn; it never wakes a finished agent"
         ),
         Binding(
-            "c", "queued", "Queued", id="thread.queued", tooltip="Select the next queued steer or follow-up (E, D)"
+            "c",
+            "queued",
+            "Queued",
+            id="thread.queued",
+            tooltip="Select the next queued steer or follow-up (E, D)",
+            show=False,
         ),
         Binding(
             "E", "edit_queued", "Edit", id="thread.edit_queued", tooltip="Edit the selected queued message", show=False
@@ -313,6 +318,8 @@ class ThreadScreen(ThreadView):
             return "Nothing to abort: the agent is not running on this thread."
         if action == "stop_after_turn" and not (self.running or self.elsewhere is not None):
             return "Nothing to stop: the agent is not running on this thread."
+        if action in ("interrupt", "note") and not (self.running or self.elsewhere is not None):
+            return f"The agent is not running: send the {'steer' if action == 'interrupt' else 'note'} as a new prompt with n."
         if action == "new_prompt" and self.running:
             return "The agent is running: steer it with s, queue a follow-up with f, or abort it with a."
         if action != "resume":
@@ -347,7 +354,11 @@ class ThreadScreen(ThreadView):
         """
         if action in _RUN_KEYS and not self.loaded:
             return None
-        if action in ("abort", "stop_after_turn"):
+        if action in _WHILE_RUNNING:
+            # Shown only while they apply, so the footer keeps room for q and ?; pressed
+            # otherwise, on_key still says why they do nothing.
+            return bool(self.running or self.elsewhere is not None)
+        if action == "abort":
             return True if self.running or self.elsewhere is not None else None
         if action == "resume":
             # Enabled while another process runs it, to say why it cannot be resumed now.
@@ -668,6 +679,9 @@ class ThreadScreen(ThreadView):
 
 _RUN_KEYS = ("abort", "stop_after_turn", "steer", "interrupt", "follow_up", "note", "resume", "new_prompt")
 """The actions that wait for the thread to be loaded (dimmed until then)."""
+
+_WHILE_RUNNING = ("stop_after_turn", "interrupt", "note")
+"""Item 5's keys (issue 11): in the footer while a run goes on, here or elsewhere."""
 
 _HINTS = {
     "steer": "Read by the agent before its next model call.",
