@@ -186,6 +186,11 @@ async def discard(store: CommandStore, thread_id: str, seqs: Sequence[int] | Non
     return [c for c in done if c is not None]
 
 
+def turn_note(turn: int) -> str:
+    """The note of a steer, follow-up or note applied in ``turn`` (1: the run's first turn)."""
+    return f"delivered at turn {turn}"
+
+
 CANCELLED = "cancelled by the user before delivery"
 """The note on a steer or follow-up the user cancelled (:func:`cancel`)."""
 

@@ -15,7 +15,8 @@ heartbeats it, see :mod:`core.leases`):
 * watches the command table (the store's change signals + change token, a fallback check every
   ``command_poll`` seconds) and applies abort, steer and follow-up commands, moving each
   ``pending`` -> ``delivered`` (read and handed to the agent) -> ``applied`` (abort: the
-  run stopped; steer/follow-up: its user message was persisted), or ``refused`` with a
+  run stopped; steer/follow-up: its user message was persisted, the note naming the turn
+  of the run that read it, :func:`~core.commands.turn_note`), or ``refused`` with a
   note (an abort that came too late). A steer or follow-up the run ended before
   delivering (an abort, a provider error, the last turn over) is never refused: it stays
   ``pending``, or ``delivered`` when the agent had it but its message was never saved, and
@@ -45,9 +46,9 @@ from core.agent import Agent, OnPlan
 from core.changes import StoreWatch
 from core.checkpoint.base import TEXTLESS_KINDS, Command, CommandStatus
 from core.checkpoint.capabilities import LIVE, LiveStore, lacking
-from core.commands import ABORT_TOO_LATE, discard, settle, undelivered
+from core.commands import ABORT_TOO_LATE, discard, settle, turn_note, undelivered
 from core.errors import AgentBusyError, EmptyMessageError, RunError
-from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome
+from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome, TurnStart
 from core.lease_status import lease_status
 from core.live import BATCH_INTERVAL, KEEP, LiveLog
 from core.messages import UserMessage
@@ -116,6 +117,7 @@ class Supervisor:
         self._aborts: list[int] = []
         self._inflight: dict[int, UserMessage] = {}  # command seq -> the queued user message
         self._carry: list[Command] = []
+        self._turns = 0  # turns begun in this run: an applied steer's note names its turn
 
     async def __aenter__(self) -> Supervisor:
         return self
@@ -252,6 +254,8 @@ class Supervisor:
             self._started.set()
             await self._on_start()
             return
+        if isinstance(event, TurnStart):
+            self._turns += 1
         if isinstance(event, MessageStart):
             live.add(event, len(messages))
         elif isinstance(event, MessageEnd):
@@ -261,7 +265,7 @@ class Supervisor:
             if seq in self._inflight:
                 del self._inflight[seq]
                 if event.persisted:
-                    await self._update(seq, "applied")
+                    await self._update(seq, "applied", turn_note(self._turns))
                 else:
                     # Not saved (the run fails or lost its lease): it stays delivered, so
                     # `undelivered` offers it again once the run is over.

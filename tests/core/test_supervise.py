@@ -253,7 +253,11 @@ async def test_abort_steer_and_follow_up_through_the_command_table() -> None:
         ("assistant", None),
     ]
     assert messages[3].metadata["command_seq"] == steer.seq and messages[5].metadata["command_seq"] == follow.seq
-    assert [c.status for c in await store.list_commands("t")] == ["applied", "applied"]
+    # The steer is read in the run's second turn, the follow-up in its third.
+    assert [(c.status, c.note) for c in await store.list_commands("t")] == [
+        ("applied", "delivered at turn 2"),
+        ("applied", "delivered at turn 3"),
+    ]
 
 
 async def _both_delivered(store: MemoryCheckpointer, *seqs: int) -> bool:
