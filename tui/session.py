@@ -941,7 +941,8 @@ class Session:
         return await refuse_orphaned_aborts(self._live(), thread_id)
 
     async def send(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
-        """Queue a command for the run of ``thread_id`` in another process (:func:`core.commands.send`).
+        """Queue a command for the run of ``thread_id``, here (the app's own Supervisor takes it)
+        or in another process (:func:`core.commands.send`).
 
         Raises ``ThreadCrashedError`` / ``ThreadNotRunningError`` / ``CommandError`` (one sentence each),
         ``CubepiError`` for a store without live runs (see :attr:`can_watch`).
