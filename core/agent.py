@@ -170,6 +170,8 @@ class AgentState:
     error: str | None = None
     pending_steers: list[UserMessage] = field(default_factory=list)
     pending_follow_ups: list[UserMessage] = field(default_factory=list)
+    pending_notes: list[UserMessage] = field(default_factory=list)
+    """Passive notes (:meth:`Agent.note`) waiting for a turn that comes anyway."""
     meta: ThreadMeta | None = None
     ran: bool = False
 
@@ -263,6 +265,7 @@ class Agent:
             abort_grace,
             get_steering=self._take_steers,
             get_follow_ups=self._take_follow_ups,
+            stop_after_turn=lambda: self._stop_after_turn,
             jobs=self._recorder.jobs,
             steps=self._recorder.steps,
             approvals=rules,
@@ -271,6 +274,9 @@ class Agent:
         self._state = AgentState()
         self._listeners: tuple[Listener, ...] = ()
         self._signal = asyncio.Event()
+        self._interrupt = asyncio.Event()
+        self._stop_after_turn = False
+        self._turn_coming = False  # a model call follows the next steering poll anyway
 
     @property
     def state(self) -> AgentState:
@@ -505,6 +511,25 @@ class Agent:
         another. Returns whether it did; ``False`` (nothing changes) when no call waits."""
         return self._desk.detach() if self._desk is not None else False
 
+    def stop_after_turn(self) -> None:
+        """Let the running tools finish and keep their results, then end the run without
+        another model call (it reads "aborted"); a no-op when idle. Raises nothing."""
+        if self._state.is_running:
+            self._stop_after_turn = True
+
+    def interrupt(self, text: str) -> None:
+        """Steer now: abort the running tools as :meth:`abort` does (their results say so),
+        then deliver ``text`` at that turn boundary and go on. Raises as :meth:`steer`."""
+        self.steer(text)
+        self._interrupt.set()
+
+    def note(self, text: str) -> None:
+        """Queue ``text`` as a passive note: delivered with the next turn, but it never wakes
+        an agent that is done (then it waits for the next run). Raises as :meth:`steer`."""
+        check_user_text(text, "note")
+        self._require_run()
+        self._state.pending_notes.append(user_text(text, kind="note"))
+
     def steer(self, text: str) -> None:
         """Queue ``text`` for delivery at the next turn boundary (after the running tools,
         before the next model call). Raises ``RunError`` when no run is in progress.
@@ -533,6 +558,8 @@ class Agent:
         state.is_running = True
         state.ran = False
         self._signal = asyncio.Event()
+        self._interrupt.clear()
+        self._stop_after_turn = False
         try:
             yield
         finally:
@@ -633,7 +660,11 @@ class Agent:
     ) -> RunOutcome:
         completed = frozenset(r.run_id for r in self._state.runs if r.completed)
         config = dataclasses.replace(
-            self._config, run_id=run_id, settle_choices=dict(settle or {}), completed_runs=completed
+            self._config,
+            run_id=run_id,
+            settle_choices=dict(settle or {}),
+            completed_runs=completed,
+            interrupt=self._interrupt,
         )
         desk = None
         if supports(self.checkpointer, HumanAnswers):
@@ -647,6 +678,7 @@ class Agent:
             )
             config = dataclasses.replace(config, human=desk)
         self._desk = desk
+        self._turn_coming = bool(prompts)
         self._settling = self._crashed_runs(completed)
         self._state.error = None
         try:
@@ -721,11 +753,23 @@ class Agent:
 
     def _take_steers(self) -> list[UserMessage]:
         taken, self._state.pending_steers = self._state.pending_steers, []
+        # Notes ride along only when a model call comes anyway: a prompt, a steer, or tool
+        # results to answer; never alone, so they never wake an agent that is done.
+        coming, self._turn_coming = self._turn_coming, False
+        messages = self._state.messages
+        if taken or coming or (messages and isinstance(messages[-1], ToolResultMessage)):
+            taken = [*taken, *self._take_notes()]
         return self._stamped(taken)
 
     def _take_follow_ups(self) -> list[UserMessage]:
         taken, self._state.pending_follow_ups = self._state.pending_follow_ups, []
+        if taken:
+            taken = [*taken, *self._take_notes()]
         return self._stamped(taken)
+
+    def _take_notes(self) -> list[UserMessage]:
+        taken, self._state.pending_notes = self._state.pending_notes, []
+        return taken
 
     def _stamped(self, messages: list[UserMessage]) -> list[UserMessage]:
         # Queued messages belong to the run that delivers them.

@@ -17,9 +17,24 @@ import logging
 import time
 from collections.abc import Sequence
 
-from core.checkpoint.base import Command, CommandKind, CommandStatus, Lease, check_command_kind, thread_unavailable
+from core.checkpoint.base import (
+    TEXTLESS_KINDS,
+    Command,
+    CommandKind,
+    CommandStatus,
+    Lease,
+    check_command_kind,
+    thread_unavailable,
+)
 from core.checkpoint.capabilities import Commands, CommandStore, OwnerScoped, supports
-from core.errors import CommandError, CommandTransitionError, ThreadCrashedError, ThreadNotRunningError
+from core.errors import (
+    CommandError,
+    CommandRaced,
+    CommandTransitionError,
+    ConflictError,
+    ThreadCrashedError,
+    ThreadNotRunningError,
+)
 from core.lease_status import LeaseState, lease_status
 from core.messages import UserMessage
 from core.owners import UNOWNED
@@ -27,7 +42,10 @@ from core.owners import UNOWNED
 _log = logging.getLogger(__name__)
 
 RUN_ENDED = "run ended; send it as a new prompt"
-"""The note on a steer or follow-up that reached a runner after (or as) its run ended."""
+"""The note on a steer or follow-up that :func:`send` queued as the run ended (the caller is
+told, with the text, and offers it as a new prompt). One the runner did not deliver before
+its run ended stays ``pending`` (or ``delivered`` if its message was never saved): the user
+sends or discards it (:func:`undelivered`), it is never refused for them."""
 
 ABORT_TOO_LATE = "run ended before the abort took effect"
 """The note on an abort that reached a runner whose run had already ended."""
@@ -37,7 +55,8 @@ ORPHANED_ABORT = "its runner stopped before taking it; nothing is running to abo
 
 
 async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str = "") -> Command:
-    """Queue ``kind`` (``"abort"``, ``"steer"`` or ``"follow_up"``) for the run of ``thread_id``
+    """Queue ``kind`` (a :data:`~core.checkpoint.base.CommandKind`: abort, steer, follow-up, stop
+    after this turn, interrupt and steer, note) for the run of ``thread_id``
     and return the ``pending`` command; its runner's :class:`~core.supervisor.Supervisor` takes it from there.
 
     Raises :class:`~core.errors.ThreadCrashedError` when the thread's runner crashed ("resume it
@@ -51,7 +70,7 @@ async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str
     raised. For an agent running in this process without a Supervisor, call its methods.
     """
     check_command_kind(kind)
-    if kind != "abort" and not text.strip():
+    if kind not in TEXTLESS_KINDS and not text.strip():
         raise CommandError(f"A {_kind_words(kind)} needs some text.")
     lease = await store.get_lease(thread_id)
     view = lease_status(lease, (), time.time())
@@ -66,7 +85,7 @@ async def send(store: CommandStore, thread_id: str, kind: CommandKind, text: str
         error = await _refusal(store, thread_id, kind, lease)
         # Only if the runner did not take it meanwhile (a runner never delivers after its run ended).
         if any(c.seq == command.seq for c in await store.list_commands(thread_id, ["pending"])):
-            await settle(store, command.seq, "refused", RUN_ENDED if kind != "abort" else ABORT_TOO_LATE)
+            await settle(store, command.seq, "refused", ABORT_TOO_LATE if kind in TEXTLESS_KINDS else RUN_ENDED)
         raise error
     return command
 
@@ -78,11 +97,14 @@ async def _refusal(store: CommandStore, thread_id: str, kind: str, lease: Lease 
         where = f"process {lease.pid} on {lease.host}" if lease else "its runner"
         return ThreadCrashedError(
             f"Thread {thread_id!r} is not running: {where} stopped without finishing the run; "
-            f"resume the thread first{'' if kind == 'abort' else ', then send the ' + _kind_words(kind)}.",
+            f"resume the thread first{'' if kind in TEXTLESS_KINDS else ', then send the ' + _kind_words(kind)}.",
             view=view,
         )
-    if kind == "abort":
-        return ThreadNotRunningError(f"Thread {thread_id!r} is not running, so there is nothing to abort.", view=view)
+    if kind in TEXTLESS_KINDS:
+        return ThreadNotRunningError(
+            f"Thread {thread_id!r} is not running, so there is nothing to {'abort' if kind == 'abort' else 'stop'}.",
+            view=view,
+        )
     return ThreadNotRunningError(
         f"Thread {thread_id!r} is not running (its last run ended); send the {_kind_words(kind)} as a new prompt.",
         view=view,
@@ -90,7 +112,7 @@ async def _refusal(store: CommandStore, thread_id: str, kind: str, lease: Lease 
 
 
 def _kind_words(kind: str) -> str:
-    return "follow-up" if kind == "follow_up" else kind
+    return {"follow_up": "follow-up", "stop": "stop after this turn", "interrupt": "interrupting steer"}.get(kind, kind)
 
 
 async def refuse_orphaned_aborts(store: CommandStore, thread_id: str) -> list[Command]:
@@ -104,7 +126,7 @@ async def refuse_orphaned_aborts(store: CommandStore, thread_id: str) -> list[Co
         return []
     out = []
     for c in await store.list_commands(thread_id, ["pending", "delivered"]):
-        if c.kind == "abort":
+        if c.kind in TEXTLESS_KINDS:
             try:
                 out.append(await store.update_command(c.seq, "refused", ORPHANED_ABORT))
             except CommandTransitionError:
@@ -123,7 +145,9 @@ async def undelivered(store: CommandStore, thread_id: str) -> list[Command]:
     lease = await store.get_lease(thread_id)
     if lease_status(lease, (), time.time()).live:
         return []
-    commands = [c for c in await store.list_commands(thread_id, ["pending", "delivered"]) if c.kind != "abort"]
+    commands = [
+        c for c in await store.list_commands(thread_id, ["pending", "delivered"]) if c.kind not in TEXTLESS_KINDS
+    ]
     if not commands:
         return []
     data = await store.load(thread_id)
@@ -160,6 +184,103 @@ async def discard(store: CommandStore, thread_id: str, seqs: Sequence[int] | Non
             raise KeyError(f"Command {seq} is not an undelivered steer or follow-up of thread {thread_id!r}.")
     done = [await settle(store, seq, "discarded", "discarded by the user") for seq in wanted]
     return [c for c in done if c is not None]
+
+
+def turn_note(turn: int) -> str:
+    """The note of a steer, follow-up or note applied in ``turn`` (1: the run's first turn)."""
+    return f"delivered at turn {turn}"
+
+
+CANCELLED = "cancelled by the user before delivery"
+"""The note on a steer or follow-up the user cancelled (:func:`cancel`)."""
+
+
+async def edit(store: CommandStore, command: Command, text: str) -> Command:
+    """Replace the text of the queued steer or follow-up ``command`` (as the caller last saw
+    it) with ``text`` and return it, updated: a compare-and-set on its row
+    (``Commands.edit_command`` at ``command.revision``), so it never overtakes its runner.
+    One ``delivered`` whose run ended unsaved is replaced by a new command (returned).
+
+    Raises :class:`~core.errors.CommandError` for an abort or an empty text, and
+    :class:`CommandRaced` (one sentence; the command as stored, and ``text``) when it was
+    delivered, edited or settled meanwhile: nothing was changed. The store's other errors
+    propagate."""
+    if command.kind in TEXTLESS_KINDS:
+        raise CommandError(f"{_kind_words(command.kind).capitalize()} #{command.seq} has no text to edit.")
+    if not text.strip():
+        raise CommandError(f"A {_kind_words(command.kind)} needs some text; cancel it to send nothing.")
+    if command.status == "delivered":
+        return await _replace(store, command, text)
+    try:
+        return await store.edit_command(command.seq, text, expected_revision=command.revision)
+    except (CommandTransitionError, ConflictError):
+        current = await _current(store, command)
+        raise CommandRaced(
+            f"{_kind_words(command.kind).capitalize()} #{command.seq} was {current.status} meanwhile, "
+            "as first written, so your edit was not applied.",
+            command=current,
+            text=text,
+        ) from None
+
+
+async def _replace(store: CommandStore, command: Command, text: str) -> Command:
+    """Edit a ``delivered`` command whose run ended before its message was saved (it is the
+    user's again, :func:`undelivered`, but no longer ``pending``, so the store will not edit
+    it): queue the edit as a new command first, then discard the old one by compare-and-set.
+    A crash in between leaves both listed, never neither; a resume that delivered the old
+    one meanwhile wins, and the new one is discarded again."""
+    lease = await store.get_lease(command.thread_id)
+    if lease_status(lease, (), time.time()).live:
+        raise CommandRaced(
+            f"{_kind_words(command.kind).capitalize()} #{command.seq} is with the running agent, "
+            "as first written, so your edit was not applied.",
+            command=command,
+            text=text,
+        )
+    new = await store.send_command(command.thread_id, command.kind, text)
+    try:
+        await store.update_command(
+            command.seq, "discarded", f"replaced by #{new.seq}", expected_revision=command.revision
+        )
+    except (CommandTransitionError, ConflictError):
+        await settle(store, new.seq, "discarded", f"#{command.seq} was sent meanwhile")
+        current = await _current(store, command)
+        raise CommandRaced(
+            f"{_kind_words(command.kind).capitalize()} #{command.seq} was {current.status} meanwhile, "
+            "as first written, so your edit was not applied.",
+            command=current,
+            text=text,
+        ) from None
+    return new
+
+
+async def cancel(store: Commands, command: Command) -> Command:
+    """Mark the queued steer or follow-up ``command`` (as the caller last saw it)
+    ``discarded`` and return it, updated: a compare-and-set at ``command.revision``, so one
+    its runner delivered meanwhile is left alone. Works while its run goes on (a pending
+    command is not yet the agent's) and after it ended (a ``delivered`` one whose message
+    was never saved, :func:`undelivered`).
+
+    Raises :class:`~core.errors.CommandError` for an abort, :class:`CommandRaced` (one
+    sentence) when it was delivered or settled meanwhile, and the store's errors."""
+    if command.kind in TEXTLESS_KINDS:
+        raise CommandError(
+            f"{_kind_words(command.kind).capitalize()} #{command.seq} cannot be cancelled; it is on its way."
+        )
+    try:
+        return await store.update_command(command.seq, "discarded", CANCELLED, expected_revision=command.revision)
+    except (CommandTransitionError, ConflictError):
+        current = await _current(store, command)
+        raise CommandRaced(
+            f"{_kind_words(command.kind).capitalize()} #{command.seq} was {current.status} meanwhile, "
+            "so it could not be cancelled.",
+            command=current,
+            text=command.text,
+        ) from None
+
+
+async def _current(store: Commands, command: Command) -> Command:
+    return next((c for c in await store.list_commands(command.thread_id) if c.seq == command.seq), command)
 
 
 async def settle(store: Commands, seq: int, status: CommandStatus, note: str) -> Command | None:

@@ -246,6 +246,18 @@ class CommandError(RunError):
     commands are in flight)."""
 
 
+class CommandRaced(CommandError):
+    """An edit or cancel lost to its runner: the command was delivered (or settled) meanwhile.
+
+    ``command`` is the command as stored; ``text`` the text the user meant to send (the
+    edit, or the cancelled text), so the screen can offer it again and nothing is lost."""
+
+    def __init__(self, message: str, *, command: object, text: str) -> None:
+        super().__init__(message)
+        self.command = command
+        self.text = text
+
+
 # --- the command line -------------------------------------------------------------------------
 
 

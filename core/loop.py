@@ -117,6 +117,11 @@ class LoopConfig:
     run_id: str | None = None
     get_steering: Callable[[], list[UserMessage]] = _nothing
     get_follow_ups: Callable[[], list[UserMessage]] = _nothing
+    stop_after_turn: Callable[[], bool] = bool
+    """Asked after each turn's tools: true ends the run there (no further model call)."""
+    interrupt: asyncio.Event | None = None
+    """Set to abort the running (or about to run) tools only, as an abort does; the run
+    goes on at the turn boundary (with the steer that came with it). Cleared per batch."""
     settle_choices: Mapping[str, SettleChoice] = field(default_factory=dict)
     jobs: Jobs | None = None
     steps: StepLogs | None = None
@@ -195,6 +200,11 @@ async def run_loop(
             results = await _run_tools(reply, config, emit, signal)
             await emit(TurnEnd(reply, tuple(results)))
             has_tool_calls = bool(results)
+            if has_tool_calls and config.stop_after_turn():
+                # The results are kept; ending as an abort does reads "aborted" (not a crash).
+                stopped = _aborted(AssistantMessage(content=[]), STOPPED_TEXT)
+                await publish(stopped, emit)
+                return await _end(stopped, config, emit)
             pending = _poll(config.get_steering, signal)
         pending = _poll(config.get_follow_ups, signal)
         if not pending:
@@ -290,7 +300,25 @@ async def _run_tools(
     calls = reply.tool_calls
     if not calls:
         return []
-    return await _execute(calls, config, emit, signal)
+    if config.interrupt is None:
+        return await _execute(calls, config, emit, signal)
+    tools_signal = asyncio.Event()  # the run's abort, or an interrupt of these tools only
+    relay = asyncio.create_task(_set_on_either(signal, config.interrupt, tools_signal))
+    try:
+        return await _execute(calls, config, emit, tools_signal)
+    finally:
+        relay.cancel()
+        config.interrupt.clear()
+
+
+async def _set_on_either(a: asyncio.Event, b: asyncio.Event, out: asyncio.Event) -> None:
+    waits = [asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        out.set()
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 async def _execute(
@@ -386,10 +414,14 @@ async def _put_when_set(signal: asyncio.Event, queue: asyncio.Queue[StreamEvent 
     await queue.put(_ABORT)
 
 
-def _aborted(partial: AssistantMessage) -> AssistantMessage:
+def _aborted(partial: AssistantMessage, why: str = ABORTED_TEXT) -> AssistantMessage:
     partial.stop_reason = "aborted"
-    partial.error_message = ABORTED_TEXT
+    partial.error_message = why
     return partial
+
+
+STOPPED_TEXT = "Stopped after this turn, as the user asked."
+"""The note of the empty reply that ends a run stopped after a turn (``stop_after_turn``)."""
 
 
 def _apply_delta(message: AssistantMessage, delta: StreamEvent) -> None:

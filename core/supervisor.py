@@ -15,10 +15,12 @@ heartbeats it, see :mod:`core.leases`):
 * watches the command table (the store's change signals + change token, a fallback check every
   ``command_poll`` seconds) and applies abort, steer and follow-up commands, moving each
   ``pending`` -> ``delivered`` (read and handed to the agent) -> ``applied`` (abort: the
-  run stopped; steer/follow-up: its user message was persisted), or ``refused`` with a
-  note (a steer that arrives after the run ended: "run ended; send it as a new prompt").
-  A steer or follow-up whose message could not be saved stays ``delivered``: after the
-  run :func:`core.commands.undelivered` lists it again. A command settled meanwhile by
+  run stopped; steer/follow-up: its user message was persisted, the note naming the turn
+  of the run that read it, :func:`~core.commands.turn_note`), or ``refused`` with a
+  note (an abort that came too late). A steer or follow-up the run ended before
+  delivering (an abort, a provider error, the last turn over) is never refused: it stays
+  ``pending``, or ``delivered`` when the agent had it but its message was never saved, and
+  after the run :func:`core.commands.undelivered` offers it again (send or discard). A command settled meanwhile by
   someone else (discarded from another window, say) is left as it is and never handed over.
 
 The app side is :mod:`core.commands`: :func:`~core.commands.send` queues a command for a
@@ -42,11 +44,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from core.agent import Agent, OnPlan
 from core.changes import StoreWatch
-from core.checkpoint.base import Command, CommandStatus
+from core.checkpoint.base import TEXTLESS_KINDS, Command, CommandStatus
 from core.checkpoint.capabilities import LIVE, LiveStore, lacking
-from core.commands import ABORT_TOO_LATE, RUN_ENDED, discard, settle, undelivered
+from core.commands import ABORT_TOO_LATE, discard, settle, turn_note, undelivered
 from core.errors import AgentBusyError, EmptyMessageError, RunError
-from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome
+from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome, TurnStart
 from core.lease_status import lease_status
 from core.live import BATCH_INTERVAL, KEEP, LiveLog
 from core.messages import UserMessage
@@ -115,6 +117,7 @@ class Supervisor:
         self._aborts: list[int] = []
         self._inflight: dict[int, UserMessage] = {}  # command seq -> the queued user message
         self._carry: list[Command] = []
+        self._turns = 0  # turns begun in this run: an applied steer's note names its turn
 
     async def __aenter__(self) -> Supervisor:
         return self
@@ -228,11 +231,12 @@ class Supervisor:
                 return
             async with self._lock:
                 self._ending = True
-                # The lease is released by now, so `send` refuses anything newer; what
-                # slipped in before is answered here rather than left pending.
+                # The lease is released by now, so `send` refuses anything newer. An abort
+                # that slipped in before is answered here; a steer or follow-up stays
+                # pending for the user to send or discard (`undelivered`).
                 for c in await self.store.list_commands(self.thread_id, ["pending"]):
-                    if c.seq > self._baseline and c.seq not in self._seen:
-                        await self._update(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
+                    if c.seq > self._baseline and c.seq not in self._seen and c.kind in TEXTLESS_KINDS:
+                        await self._update(c.seq, "refused", ABORT_TOO_LATE)
             await self.store.prune_live_events(self.thread_id)
         except Exception:
             _log.warning("could not tidy up after the run of thread %s", self.thread_id, exc_info=True)
@@ -250,6 +254,8 @@ class Supervisor:
             self._started.set()
             await self._on_start()
             return
+        if isinstance(event, TurnStart):
+            self._turns += 1
         if isinstance(event, MessageStart):
             live.add(event, len(messages))
         elif isinstance(event, MessageEnd):
@@ -259,7 +265,7 @@ class Supervisor:
             if seq in self._inflight:
                 del self._inflight[seq]
                 if event.persisted:
-                    await self._update(seq, "applied")
+                    await self._update(seq, "applied", turn_note(self._turns))
                 else:
                     # Not saved (the run fails or lost its lease): it stays delivered, so
                     # `undelivered` offers it again once the run is over.
@@ -274,7 +280,7 @@ class Supervisor:
     async def _on_start(self) -> None:
         async with self._lock:
             for c in await self.store.list_commands(self.thread_id, ["pending", "delivered"]):
-                if c.seq <= self._baseline and c.kind == "abort":
+                if c.seq <= self._baseline and c.kind in TEXTLESS_KINDS:
                     await self._update(c.seq, "refused", STALE_ABORT)
             for c in self._carry:
                 self._seen.add(c.seq)
@@ -285,17 +291,19 @@ class Supervisor:
         async with self._lock:
             self._ending = True
             for seq in self._aborts:
+                # An abort or a stop after the turn: both end the run "aborted".
                 if outcome == "aborted":
                     await self._update(seq, "applied")
                 else:
                     await self._update(seq, "refused", f"{ABORT_TOO_LATE} (it {outcome})")
             self._aborts = []
             state = self.agent.state
-            for seq, message in list(self._inflight.items()):
-                # Never delivered: take it back so it cannot wake a later run unasked.
+            for message in self._inflight.values():
+                # Never delivered: take it back so it cannot wake a later run unasked. It stays
+                # `delivered` with no message saved, so `undelivered` offers it again.
                 state.pending_steers[:] = [m for m in state.pending_steers if m is not message]
                 state.pending_follow_ups[:] = [m for m in state.pending_follow_ups if m is not message]
-                await self._update(seq, "refused", RUN_ENDED)
+                state.pending_notes[:] = [m for m in state.pending_notes if m is not message]
             self._inflight.clear()
 
     # --- commands --------------------------------------------------------------------------
@@ -330,22 +338,27 @@ class Supervisor:
         sees it, so "applied" (written when its message is saved) always comes later; a
         command settled meanwhile (discarded from another window) is not handed over."""
         if self._ending or not self.agent.state.is_running:
-            await self._update(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
-            return
+            if c.kind in TEXTLESS_KINDS:
+                await self._update(c.seq, "refused", ABORT_TOO_LATE)
+            return  # a steer or follow-up stays pending for the user (`undelivered`)
         if not await self._update(c.seq, "delivered"):
             return
         if self._ending:  # the run ended while the update was written
-            await self._update(c.seq, "refused", ABORT_TOO_LATE if c.kind == "abort" else RUN_ENDED)
-            return
+            if c.kind in TEXTLESS_KINDS:
+                await self._update(c.seq, "refused", ABORT_TOO_LATE)
+            return  # delivered with no message saved: `undelivered` offers it again
         agent = self.agent
-        if c.kind == "abort":
+        if c.kind in TEXTLESS_KINDS:
             self._aborts.append(c.seq)
-            agent.abort()
+            (agent.abort if c.kind == "abort" else agent.stop_after_turn)()
             return
         try:
-            if c.kind == "steer":
-                agent.steer(c.text)
+            if c.kind in ("steer", "interrupt"):
+                (agent.steer if c.kind == "steer" else agent.interrupt)(c.text)
                 message = agent.state.pending_steers[-1]
+            elif c.kind == "note":
+                agent.note(c.text)
+                message = agent.state.pending_notes[-1]
             else:
                 agent.follow_up(c.text)
                 message = agent.state.pending_follow_ups[-1]
@@ -353,8 +366,7 @@ class Supervisor:
             await self._update(c.seq, "refused", str(exc))
             return
         except RunError:
-            await self._update(c.seq, "refused", RUN_ENDED)
-            return
+            return  # the run ended first: delivered with no message saved, offered again
         message.metadata["command_seq"] = c.seq
         self._inflight[c.seq] = message
 

@@ -45,7 +45,7 @@ from core.checkpoint.capabilities import (
 )
 from core.checkpoint.pages import MessagePage
 from core.checkpoint.reconnect import StoreStatus, reconnect_notice
-from core.commands import discard, refuse_orphaned_aborts, send, undelivered
+from core.commands import cancel, discard, edit, refuse_orphaned_aborts, send, settle, undelivered
 from core.errors import CubepiError, UnreadableRequestError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
@@ -67,6 +67,9 @@ StoreOpener = Callable[[], Awaitable[Checkpointer]]
 
 OnStart = Callable[[Agent], None]
 """Told the thread's agent just before a run of it begins (see ``Session.prompt``)."""
+
+SENT_AS_PROMPT = "sent as a new prompt"
+"""The note on an undelivered steer or follow-up whose text became a new run's prompt."""
 
 ProviderFactory = Callable[[], Any]
 """Builds the model provider; may raise ``MissingApiKeyError`` (then runs are disabled)."""
@@ -337,8 +340,11 @@ class Session:
         return len(starting | running)
 
     def queued_count(self) -> int:
-        """How many steers and follow-ups the agents here hold, not yet delivered (an abort
-        drops them with the app: they live in this process, not in the database)."""
+        """How many steers and follow-ups the agents here hold in memory only, not yet
+        delivered: those of a store that keeps no commands (quitting drops them; with a
+        command table they are kept in the store, :attr:`keeps_commands`, and count 0)."""
+        if self.keeps_commands:
+            return 0
         return sum(len(a.state.pending_steers) + len(a.state.pending_follow_ups) for a in self.agents.values())
 
     async def stop_runs(self, timeout: float = 8.0) -> None:
@@ -825,7 +831,13 @@ class Session:
         return sup
 
     async def prompt(
-        self, thread_id: str, text: str, *, on_start: OnStart | None = None, accept_changes: bool = False
+        self,
+        thread_id: str,
+        text: str,
+        *,
+        on_start: OnStart | None = None,
+        accept_changes: bool = False,
+        include_pending: bool = False,
     ) -> RunOutcome:
         """Run ``thread_id`` on the prompt ``text`` (supervised when the store allows); see ``Agent.prompt``.
 
@@ -833,18 +845,24 @@ class Session:
         (screens subscribe to its events there). The run is the session's (see ``runs``).
         Raises ``CubepiError`` once the app is ending (``ending``), and
         ``FingerprintMismatchError`` (nothing ran) when the thread was written by another
-        definition of the agent, unless ``accept_changes`` (then the override is recorded)."""
+        definition of the agent, unless ``accept_changes`` (then the override is recorded).
+        ``include_pending``: the thread's undelivered steers and follow-ups go with the run."""
         self.pending_prompts.pop(thread_id, None)
         if self.ending:
             raise CubepiError("cubepi-tui is quitting, so no new run was started.")
-        return await self._owned(thread_id, self._prompt(thread_id, text, on_start, accept_changes))
+        return await self._owned(thread_id, self._prompt(thread_id, text, on_start, accept_changes, include_pending))
 
     async def _prompt(
-        self, thread_id: str, text: str, on_start: OnStart | None, accept_changes: bool = False
+        self,
+        thread_id: str,
+        text: str,
+        on_start: OnStart | None,
+        accept_changes: bool = False,
+        include_pending: bool = False,
     ) -> RunOutcome:
         agent, sup = await self._begin(thread_id, on_start)
         if sup is not None:
-            return await sup.prompt(text, accept_changes=accept_changes)
+            return await sup.prompt(text, accept_changes=accept_changes, include_pending=include_pending)
         return await agent.prompt(text, accept_changes=accept_changes)
 
     async def _begin(self, thread_id: str, on_start: OnStart | None) -> tuple[Agent, Supervisor | None]:
@@ -965,12 +983,52 @@ class Session:
         return await refuse_orphaned_aborts(self._live(), thread_id)
 
     async def send(self, thread_id: str, kind: CommandKind, text: str = "") -> Command:
-        """Queue a command for the run of ``thread_id`` in another process (:func:`core.commands.send`).
+        """Queue a command for the run of ``thread_id``, here (the app's own Supervisor takes it)
+        or in another process (:func:`core.commands.send`).
 
         Raises ``ThreadCrashedError`` / ``ThreadNotRunningError`` / ``CommandError`` (one sentence each),
         ``CubepiError`` for a store without live runs (see :attr:`can_watch`).
         """
         return await send(self._live(), thread_id, kind, text)
+
+    @property
+    def keeps_commands(self) -> bool:
+        """Whether steers and follow-ups go through the store's command table (durable: kept
+        across a quit or a crash, editable until delivered) rather than only this process's
+        memory (a store that keeps no commands: a quit drops them)."""
+        return self.can_watch and not self.needs_upgrade
+
+    async def commands(self, thread_id: str) -> list[Command]:
+        """Every command of ``thread_id`` in send order (``[]`` for a store that keeps none).
+        Raises the store's errors."""
+        return await self._live().list_commands(thread_id) if self.can_watch else []
+
+    async def edit_command(self, command: Command, text: str) -> Command:
+        """:func:`core.commands.edit`: ``CommandRaced`` when its runner got there first."""
+        return await edit(self._live(), command, text)
+
+    async def cancel_command(self, command: Command) -> Command:
+        """:func:`core.commands.cancel`: ``CommandRaced`` when its runner got there first."""
+        return await cancel(self._live(), command)
+
+    async def undelivered(self, thread_id: str) -> list[Command]:
+        """:func:`core.commands.undelivered` (``[]`` for a store that keeps no commands)."""
+        return await undelivered(self._live(), thread_id) if self.keeps_commands else []
+
+    async def send_undelivered(
+        self, thread_id: str, first: Command, *, on_start: OnStart | None = None, accept_changes: bool = False
+    ) -> RunOutcome:
+        """Send the steers and follow-ups a run ended without delivering (an abort, a provider
+        error, the last turn over) as a new run: ``first`` (one of :meth:`undelivered`) is
+        marked discarded ("sent as a new prompt") and its text is the run's prompt; the
+        others go with it (``Supervisor.prompt(include_pending=True)``: steers first,
+        follow-ups after). Called again for the same ``first`` (a retry, e.g. after the
+        agent's changed definition was accepted) it only runs the prompt. Raises what
+        :meth:`prompt` raises."""
+        await settle(self._live(), first.seq, "discarded", SENT_AS_PROMPT)  # None: a retry, done already
+        return await self.prompt(
+            thread_id, first.text, on_start=on_start, accept_changes=accept_changes, include_pending=True
+        )
 
     def _store(self) -> Checkpointer:
         if self.store is None:

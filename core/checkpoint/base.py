@@ -336,7 +336,7 @@ class Lease:
     """One more per write of this lease row (acquire, takeover, renew); a new row starts at 1."""
 
 
-CommandKind = Literal["abort", "steer", "follow_up"]
+CommandKind = Literal["abort", "steer", "follow_up", "stop", "interrupt", "note"]
 CommandStatus = Literal["pending", "delivered", "applied", "refused", "discarded"]
 
 COMMAND_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -359,8 +359,18 @@ window is never overwritten by a runner in another.
 """
 
 
-COMMAND_KINDS: frozenset[str] = frozenset({"abort", "steer", "follow_up"})
-"""Every ``CommandKind``, for the check each backend makes before it writes a command."""
+COMMAND_KINDS: frozenset[str] = frozenset({"abort", "steer", "follow_up", "stop", "interrupt", "note"})
+"""Every ``CommandKind``, for the check each backend makes before it writes a command.
+
+``stop``: stop after this turn (no text); ``interrupt``: abort the running tools, then
+deliver its text as a steer; ``note``: a passive note (``Agent.stop_after_turn``,
+``interrupt``, ``note``). The ``kind`` column is plain text in every backend and cubeloop
+never reads our command table, so the new kinds need no schema change. A cubepi runner
+older than them takes a note or an interrupt as a follow-up and refuses a stop (it has no
+text), so mixing versions loses nothing but the new meaning."""
+
+TEXTLESS_KINDS: frozenset[str] = frozenset({"abort", "stop"})
+"""The kinds that carry no text: the others are messages for the agent (queued, editable)."""
 
 COMMAND_STATUSES: frozenset[str] = frozenset(COMMAND_TRANSITIONS)
 """Every ``CommandStatus``."""
@@ -413,6 +423,20 @@ def check_command_move(current: Command, status: str) -> None:
         )
 
 
+EDITABLE_STATUS = "pending"
+"""The one status in which a command's text may still be changed (``edit_command``): once its
+runner marked it ``delivered`` the agent may have read it, so the text is what was sent."""
+
+
+def check_command_edit(current: Command) -> None:
+    """Raise ``CommandTransitionError`` (``command=current``) unless ``current`` is still
+    :data:`EDITABLE_STATUS`; each backend calls it in ``edit_command``'s transaction."""
+    if current.status != EDITABLE_STATUS:
+        raise CommandTransitionError(
+            f"Command {current.seq} is already {current.status}, so its text was not changed.", command=current
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Command:
     """A command to a thread's runner, kept durably: the outbox of steers and follow-ups.
@@ -431,7 +455,7 @@ class Command:
     updated_at: float
     note: str = ""
     revision: int = 1
-    """1 when sent, one more per ``update_command``."""
+    """1 when sent, one more per ``update_command`` or ``edit_command``."""
 
 
 @dataclass(frozen=True, slots=True)

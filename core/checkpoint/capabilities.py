@@ -270,6 +270,16 @@ class Commands(Protocol):
         ``ValueError`` for an unknown ``status``."""
         ...
 
+    async def edit_command(self, seq: int, text: str, *, expected_revision: int) -> Command:
+        """Replace the text of a still ``pending`` command and return it with its revision one
+        higher: a compare-and-set on the command row, checked and written in one transaction,
+        so a runner that delivered it meanwhile is never overtaken (the user's edit and the
+        runner's ``delivered`` cannot both win). Raises ``ConflictError`` when the command's
+        revision is not ``expected_revision`` (it was edited or moved meanwhile),
+        ``CommandTransitionError`` (``command``: as stored) when it is no longer ``pending``
+        (:func:`~core.checkpoint.base.check_command_edit`), ``KeyError`` as ``update_command``."""
+        ...
+
     async def list_commands(
         self, thread_id: str, statuses: Sequence[CommandStatus] | None = None, *, after: int = 0
     ) -> list[Command]:

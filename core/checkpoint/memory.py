@@ -37,6 +37,7 @@ from core.checkpoint.base import (
     StepRecord,
     ThreadMeta,
     ThreadSummary,
+    check_command_edit,
     check_command_kind,
     check_command_move,
     check_command_status,
@@ -685,6 +686,20 @@ class MemoryCheckpointer(MemoryPages, SupervisedStore, HumanRequests, HumanAnswe
                 raise revision_conflict(old.thread_id, command_record_name(seq), expected_revision, old.revision)
             check_command_move(old, status)
             new = replace(old, status=status, note=note, updated_at=time.time(), revision=old.revision + 1)
+            self._d.commands[seq] = new
+            self._bump()
+            return new
+
+    async def edit_command(self, seq: int, text: str, *, expected_revision: int) -> Command:
+        """See ``Commands.edit_command``: the revision is compared before the status is."""
+        async with self._d.lock:
+            old = self._d.commands.get(seq)
+            if old is None or not self._visible(old.thread_id):
+                raise no_such_command(seq)
+            if expected_revision != old.revision:
+                raise revision_conflict(old.thread_id, command_record_name(seq), expected_revision, old.revision)
+            check_command_edit(old)
+            new = replace(old, text=text, updated_at=time.time(), revision=old.revision + 1)
             self._d.commands[seq] = new
             self._bump()
             return new

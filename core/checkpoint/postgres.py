@@ -339,6 +339,14 @@ class PostgresCheckpointer(
             None,
         )
 
+    async def edit_command(self, seq: int, text: str, *, expected_revision: int) -> Command:
+        """See ``Commands.edit_command``: one conditional UPDATE by ``seq`` (pending, revision,
+        the command's thread owner)."""
+        scope = self._scope
+        return await self._write(
+            lambda c: supervised.edit_command(c, scope, seq, text, expected_revision), "command edit", None
+        )
+
     async def list_commands(
         self, thread_id: str, statuses: Sequence[CommandStatus] | None = None, *, after: int = 0
     ) -> list[Command]:

@@ -26,6 +26,7 @@ from typing import Any
 from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_schema as schema
 from core.checkpoint.base import (
+    EDITABLE_STATUS,
     FINGERPRINTS_RECORD,
     Command,
     FingerprintOverride,
@@ -36,6 +37,7 @@ from core.checkpoint.base import (
     LiveEvent,
     StepRecord,
     ThreadMeta,
+    check_command_edit,
     check_command_move,
     check_deletable,
     check_step_input,
@@ -418,6 +420,38 @@ async def update_command(
         raise revision_conflict(command.thread_id, command_record_name(seq), expected, command.revision)
     check_command_move(command, status)
     return command  # unreachable: the UPDATE moved every allowed status
+
+
+async def edit_command(conn: Connection, scope: Scope, seq: int, text: str, expected: int) -> Command:
+    """A conditional UPDATE of the text by ``seq``, joined to the command's thread owner: only
+    while ``pending``, only at revision ``expected``; revision + 1. When it changed nothing,
+    the command as this owner sees it says why: none -> ``KeyError``; another revision ->
+    ``ConflictError``; no longer pending -> ``CommandTransitionError``."""
+    row = await conn.fetchrow(
+        f"UPDATE {schema.COMMANDS} AS c SET text = $2, updated_at = $3, revision = c.revision + 1"
+        f" WHERE c.seq = $1 AND c.status = $4 AND c.revision = $5"
+        f" AND {scope.visible('c.thread_id', '$6')} RETURNING {_COMMAND_COLUMNS}",
+        seq,
+        text,
+        time.time(),
+        EDITABLE_STATUS,
+        expected,
+        scope.owner,
+    )
+    if row is not None:
+        return Command(*row)
+    current = await conn.fetchrow(
+        f"SELECT {_COMMAND_COLUMNS} FROM {schema.COMMANDS} AS c WHERE c.seq = $1 AND {scope.visible('c.thread_id', '$2')}",
+        seq,
+        scope.owner,
+    )
+    if current is None:
+        raise no_such_command(seq)
+    command = Command(*current)
+    if command.revision != expected:
+        raise revision_conflict(command.thread_id, command_record_name(seq), expected, command.revision)
+    check_command_edit(command)
+    return command  # unreachable: the UPDATE changed every pending command at that revision
 
 
 async def list_commands(

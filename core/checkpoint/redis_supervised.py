@@ -34,6 +34,7 @@ from core.checkpoint.base import (
     JournalEntry,
     Lease,
     LiveEvent,
+    check_command_edit,
     check_command_kind,
     check_command_move,
     check_command_status,
@@ -341,6 +342,30 @@ class RedisSupervised(RedisStore):
 
         stored = await self._cas(
             "command update", self._keys.commands(self._owner), str(seq), decide, thread_id=thread_of
+        )
+        assert stored is not None
+        return records.decode_command(seq, stored)
+
+    async def edit_command(self, seq: int, text: str, *, expected_revision: int) -> Command:
+        """See ``Commands.edit_command``: the same compare-and-set as :meth:`update_command`
+        (revision, then :func:`~core.checkpoint.base.check_command_edit`, on the command as
+        read from this owner's commands; written only if it is still that)."""
+        self._check_writable()
+
+        def decide(current: bytes | None) -> str | BaseException:
+            if current is None:
+                return no_such_command(seq)
+            old = records.decode_command(seq, current)
+            if expected_revision != old.revision:
+                return revision_conflict(old.thread_id, command_record_name(seq), expected_revision, old.revision)
+            check_command_edit(old)
+            return records.encode_command(replace(old, text=text, updated_at=time.time(), revision=old.revision + 1))
+
+        def thread_of(current: bytes) -> str:
+            return records.decode_command(seq, current).thread_id
+
+        stored = await self._cas(
+            "command edit", self._keys.commands(self._owner), str(seq), decide, thread_id=thread_of
         )
         assert stored is not None
         return records.decode_command(seq, stored)

@@ -534,6 +534,14 @@ class SQLiteCheckpointer(
             "command update",
         )
 
+    async def edit_command(self, seq: int, text: str, *, expected_revision: int) -> Command:
+        """See ``Commands.edit_command``: one conditional UPDATE (pending, revision, owner)."""
+        self._check_writable()
+        layout, owner = self._layout, self._owner
+        return await self._run(
+            lambda c: supervised.edit_command(c, layout, owner, seq, text, expected_revision), "command edit"
+        )
+
     async def list_commands(
         self, thread_id: str, statuses: Sequence[CommandStatus] | None = None, *, after: int = 0
     ) -> list[Command]:

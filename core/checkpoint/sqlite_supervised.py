@@ -23,11 +23,13 @@ from dataclasses import replace
 from typing import Any
 
 from core.checkpoint.base import (
+    EDITABLE_STATUS,
     Command,
     JobRecord,
     JournalEntry,
     Lease,
     LiveEvent,
+    check_command_edit,
     check_command_move,
     check_lease_holder,
     command_record_name,
@@ -477,6 +479,34 @@ def update_command(
         if expected_revision is not None and command.revision != expected_revision:
             raise revision_conflict(command.thread_id, command_record_name(seq), expected_revision, command.revision)
         check_command_move(command, status)
+    return command
+
+
+def edit_command(
+    c: sqlite3.Connection, layout: Layout, owner: str, seq: int, text: str, expected_revision: int
+) -> Command:
+    """Set the text, ``updated_at`` and one more revision of a ``pending`` command at
+    ``expected_revision`` and return the row, in one transaction: one UPDATE whose own
+    condition holds the status, the revision and the owner, so it changes one row or none.
+    Then, for none: ``KeyError`` (no such command of this owner), ``ConflictError`` (another
+    revision), ``CommandTransitionError`` (no longer pending)."""
+    args = {"seq": seq, "text": text, "now": time.time(), "owner": owner}
+    args.update(expected=expected_revision, editable=EDITABLE_STATUS)
+    thread = owned(layout, f"{COMMANDS}.thread_id")
+    with write_txn(c):
+        moved = c.execute(
+            f"UPDATE {COMMANDS} SET text = :text, updated_at = :now, revision = revision + 1"
+            f" WHERE seq = :seq AND status = :editable AND revision = :expected AND {thread}",
+            args,
+        ).rowcount
+        row = c.execute(f"SELECT {_COMMAND_COLUMNS} FROM {COMMANDS} WHERE seq = :seq AND {thread}", args).fetchone()
+        if row is None:
+            raise no_such_command(seq)
+        command = Command(*row)
+    if not moved:
+        if command.revision != expected_revision:
+            raise revision_conflict(command.thread_id, command_record_name(seq), expected_revision, command.revision)
+        check_command_edit(command)
     return command
 
 

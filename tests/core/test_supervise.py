@@ -253,7 +253,11 @@ async def test_abort_steer_and_follow_up_through_the_command_table() -> None:
         ("assistant", None),
     ]
     assert messages[3].metadata["command_seq"] == steer.seq and messages[5].metadata["command_seq"] == follow.seq
-    assert [c.status for c in await store.list_commands("t")] == ["applied", "applied"]
+    # The steer is read in the run's second turn, the follow-up in its third.
+    assert [(c.status, c.note) for c in await store.list_commands("t")] == [
+        ("applied", "delivered at turn 2"),
+        ("applied", "delivered at turn 3"),
+    ]
 
 
 async def _both_delivered(store: MemoryCheckpointer, *seqs: int) -> bool:
@@ -271,7 +275,7 @@ async def test_an_abort_command_stops_the_run() -> None:
     assert await status_of(store, "t", command.seq) == "applied"
 
 
-async def test_a_steer_arriving_as_the_run_ends_is_refused_and_wakes_nothing() -> None:
+async def test_a_steer_arriving_as_the_run_ends_stays_pending_and_wakes_nothing() -> None:
     store = MemoryCheckpointer()
     provider = FauxProvider(["Only reply."])
     agent = Agent(provider, store, "t")
@@ -285,7 +289,9 @@ async def test_a_steer_arriving_as_the_run_ends_is_refused_and_wakes_nothing() -
     agent.subscribe(sneak_in)
     assert await Supervisor(agent).prompt("Hello.") == "completed"
     command = next(c for c in await store.list_commands("t") if c.seq == late[0])
-    assert (command.status, command.note) == ("refused", RUN_ENDED)
+    # Never refused for the user: it stays pending and is offered once the run is over.
+    assert (command.status, command.note) == ("pending", "")
+    assert [c.seq for c in await undelivered(store, "t")] == late
     assert len(provider.requests) == 1 and len((await store.load("t")).messages) == 2
     assert agent.state.pending_steers == []
 
@@ -555,8 +561,10 @@ async def test_a_run_that_lost_its_lease_leaves_the_new_holders_commands_and_liv
     assert len(await store.read_live_events("t")) == 1
 
     await store.release_lease("t", "new-holder")  # once nobody holds it, tidying is ours again
+    await store.send_command("t", "abort")
     await supervisor._after_run()
-    assert [c.status for c in await store.list_commands("t")] == ["refused"]
+    # The late abort is refused; the steer stays pending for the user to send or discard.
+    assert [c.status for c in await store.list_commands("t")] == ["pending", "refused"]
     assert await store.read_live_events("t") == []
 
 
@@ -589,3 +597,84 @@ def test_a_view_of_a_run_elsewhere_ages_without_a_new_read() -> None:
     assert crashed.at(1030.0).label == "crashed on other-host (lease expired 15 s ago)"
     ended = lease_status(None, (), 1020.0)
     assert ended.at(1030.0) is ended
+
+
+# --- the durable queue: edit, cancel, kept across an abort (issue 11 item 4) ----------------
+
+
+class HeldBack(MemoryCheckpointer):
+    """Keeps pending commands from the runner's look until ``held`` is cleared, so the user
+    edits or cancels them while they are still pending, however fast the runner is."""
+
+    held = True
+
+    async def list_commands(self, thread_id, statuses=None, *, after=0):  # type: ignore[no-untyped-def]
+        found = await super().list_commands(thread_id, statuses, after=after)
+        return [] if self.held and statuses == ["pending"] else found
+
+
+def _texts_seen(provider: FauxProvider) -> list[str]:
+    return [m.text for request in provider.requests for m in request.messages if isinstance(m, UserMessage)]
+
+
+async def test_an_edited_steer_is_what_the_model_sees_and_a_cancelled_one_never_arrives() -> None:
+    from core.commands import cancel, edit
+    from core.errors import CommandRaced
+
+    store = HeldBack()
+    gate, started = asyncio.Event(), asyncio.Event()
+    provider = provider_with_tool("Steered reply.")
+    agent = Agent(provider, store, "t", tools=[gated_tool(gate, started)])
+    run = asyncio.create_task(Supervisor(agent, command_poll=0.02).prompt("Start."))
+    await started.wait()
+    steer = await send(store, "t", "steer", "Go left.")
+    dropped = await send(store, "t", "steer", "Go up.")
+    edited = await edit(store, steer, "Go right.")
+    assert (edited.text, edited.status, edited.revision) == ("Go right.", "pending", steer.revision + 1)
+    cancelled = await cancel(store, dropped)
+    assert cancelled.status == "discarded"
+    store.held = False
+    await wait_until(lambda: _both_delivered(store, steer.seq), "delivery")
+    # Delivered now: an edit from a window that saw the first text loses, in one sentence.
+    with pytest.raises(CommandRaced, match=r"^Steer #\d+ was delivered meanwhile, as first written") as raced:
+        await edit(store, edited, "Go down.")
+    assert raced.value.text == "Go down."  # kept, so the screen can offer it again
+    gate.set()
+    assert await run == "completed"
+    seen = _texts_seen(provider)
+    assert "Go right." in seen and "Go left." not in seen and "Go up." not in seen and "Go down." not in seen
+    assert [(c.text, c.status) for c in await store.list_commands("t")] == [
+        ("Go right.", "applied"),
+        ("Go up.", "discarded"),
+    ]
+
+
+async def test_a_steer_queued_before_an_abort_is_offered_edited_and_sent_with_the_next_run() -> None:
+    from core.commands import edit
+
+    store = MemoryCheckpointer()
+    gate, started = asyncio.Event(), asyncio.Event()
+    provider = FauxProvider(
+        [faux_reply(faux_text("Calling the tool."), faux_tool_call("wait_for_gate", {}, id="call_1")), "Went on."]
+    )
+    agent = Agent(provider, store, "t", tools=[gated_tool(gate, started)])
+    sup = Supervisor(agent)
+    run = asyncio.create_task(sup.prompt("Start."))
+    await started.wait()
+    steer = await send(store, "t", "steer", "Focus on europe.")
+    await wait_until(lambda: _both_delivered(store, steer.seq), "delivery")
+    agent.abort()
+    assert await run == "aborted"
+    # Not refused: the agent had it, but its message was never saved, so it is offered.
+    [offered] = await undelivered(store, "t")
+    assert (offered.seq, offered.status, offered.note) == (steer.seq, "delivered", "")
+    replaced = await edit(store, offered, "Focus on asia.")
+    assert replaced.seq > steer.seq and replaced.status == "pending"
+    assert [c.text for c in await undelivered(store, "t")] == ["Focus on asia."]
+    assert await sup.prompt("Go on.", include_pending=True) == "completed"
+    seen = _texts_seen(provider)
+    assert "Focus on asia." in seen and "Focus on europe." not in seen
+    assert [(c.seq, c.status) for c in await store.list_commands("t")] == [
+        (steer.seq, "discarded"),
+        (replaced.seq, "applied"),
+    ]

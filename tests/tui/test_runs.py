@@ -199,22 +199,32 @@ async def test_quitting_with_a_live_run_asks_then_aborts_it_cleanly(db: Db) -> N
     assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
 
 
-async def test_the_quit_question_says_queued_steers_will_be_dropped(db: Db) -> None:
+async def test_quitting_keeps_a_queued_steer_in_the_database_for_later(db: Db) -> None:
+    from core.checkpoint.sqlite import SQLiteCheckpointer
+    from core.commands import undelivered
+
     session = fast_session(path=db.path, speed=3.0)
     _hold(session, "train_model")  # the steer stays queued: the batch never ends
     app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:
-        await _start_thread(pilot, "build a report")
+        screen = await _start_thread(pilot, "build a report")
         await wait_for(pilot, lambda: running_tool(app), what="a tool running")
         await send_via_dialog(pilot, "s", "focus on europe")
+        await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "delivered", what="delivered")
         await pilot.press("q")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await pilot.press("q")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="quit question")
-        await wait_for_text(pilot, "not delivered yet will be dropped")
-        assert app.session.queued_count() == 1 and "1 queued" in screen_text(app)
+        await wait_for_text(pilot, "1 agent is running")
+        # Through the command table, so not dropped: the question no longer warns of it.
+        assert app.session.queued_count() == 0 and "dropped" not in screen_text(app)
         await pilot.press("y")
         await wait_for(pilot, lambda: not app.is_running, timeout=60, what="exit")
+    store = await SQLiteCheckpointer.open(db.path, create=False)
+    try:
+        assert [c.text for c in await undelivered(store, screen.thread_id)] == ["focus on europe"]
+    finally:
+        await store.close()
 
 
 async def test_after_a_run_here_the_view_follows_the_thread_again_showing_each_message_once(db: Db) -> None:

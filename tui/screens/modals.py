@@ -230,8 +230,12 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
         "Thread view",
         (
             ("a", "abort the run (another process's run: sent to it as a command)"),
+            ("A", "stop after this turn: the running tools finish, their results are kept, no further model call"),
             ("s", "steer: a message the agent reads before its next model call"),
+            ("S", "interrupt and send now: abort the running tools (as a does), then the agent reads this and goes on"),
             ("f", "follow-up: a message delivered when the agent would otherwise stop"),
+            ("o", "note: delivered with the next turn, but it never wakes an agent that is done"),
+            ("c E D", "select a queued steer, follow-up or note (listed above the input); E edits it, D cancels it"),
             ("r", "resume a crashed thread (shows what happens to each call and asks first)"),
             ("n", "send a new prompt in this thread"),
             ("e", "show earlier messages"),

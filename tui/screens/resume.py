@@ -26,6 +26,7 @@ from core.checkpoint.base import Command
 from core.recovery import CallPlan, ResumeAction, ResumePlan, SettleChoice
 from tui.screens.modals import OnceModal
 from tui.text import clean, literal, one_line, short_json
+from tui.widgets.commands import KIND_WORDS
 from tui.widgets.crash_banner import crash_headline, where_words
 
 INTERRUPT_WORDS = "marked interrupted, not re-run"
@@ -162,7 +163,7 @@ class ResumeModal(OnceModal[ResumeDecision | None]):
             yield Static(Text("→ " + outcome_words(plan)), classes=f"outcome -{action}")
 
     def _command_rows(self, command: Command) -> ComposeResult:
-        words = "steer" if command.kind == "steer" else "follow-up"
+        words = KIND_WORDS.get(command.kind, command.kind).lower()
         line = Text()
         line.append(f"{words} #{command.seq}  ", style="bold")
         line.append(f"“{one_line(command.text, 70)}”")

@@ -12,7 +12,9 @@ and the user's choices.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 
 from rich.text import Text
 from textual import events, on, work
@@ -22,6 +24,7 @@ from textual.worker import Worker, WorkerState
 from core.agent import Agent
 from core.checkpoint.base import Command
 from core.errors import (
+    CommandRaced,
     CubepiError,
     FingerprintMismatchError,
     RunError,
@@ -49,8 +52,14 @@ class ThreadScreen(ThreadView):
     | Key | Action |
     | :- | :- |
     | a | abort the run (here, or by command in another process) |
+    | A | stop after this turn (tools finish, results kept, no further model call) |
     | s | steer the run |
+    | S | interrupt and send now: abort the running tools, then steer |
     | f | queue a follow-up |
+    | o | a passive note (with the next turn; never wakes a finished agent) |
+    | c | select the next queued steer or follow-up (listed above the input) |
+    | E | edit the selected one (until its runner delivered it) |
+    | D | cancel the selected one (the same) |
     | r | resume a crashed thread (shows the plan and the choices) |
     | y | answer the request the thread waits on (shown only then) |
     | n | new prompt |
@@ -62,6 +71,13 @@ class ThreadScreen(ThreadView):
     BINDINGS = [
         Binding("a", "abort", "Abort", id="thread.abort", tooltip="Abort the running agent"),
         Binding(
+            "A",
+            "stop_after_turn",
+            "Stop after turn",
+            id="thread.stop_after_turn",
+            tooltip="Let the running tools finish (results kept), then stop: no further model call",
+        ),
+        Binding(
             "s",
             "steer",
             "Steer",
@@ -69,7 +85,36 @@ class ThreadScreen(ThreadView):
             tooltip="Send a message the agent reads before its next model call",
         ),
         Binding(
+            "S",
+            "interrupt",
+            "Interrupt",
+            id="thread.interrupt",
+            tooltip="Abort the running tools, then send this steer at once",
+        ),
+        Binding(
             "f", "follow_up", "Follow-up", id="thread.follow_up", tooltip="Queue a message for after the current work"
+        ),
+        Binding(
+            "o", "note", "Note", id="thread.note", tooltip="A note for the next turn; it never wakes a finished agent"
+        ),
+        Binding(
+            "c",
+            "queued",
+            "Queued",
+            id="thread.queued",
+            tooltip="Select the next queued steer or follow-up (E, D)",
+            show=False,
+        ),
+        Binding(
+            "E", "edit_queued", "Edit", id="thread.edit_queued", tooltip="Edit the selected queued message", show=False
+        ),
+        Binding(
+            "D",
+            "cancel_queued",
+            "Cancel",
+            id="thread.cancel_queued",
+            tooltip="Cancel the selected queued message",
+            show=False,
         ),
         Binding("r", "resume", "Resume", id="thread.resume", tooltip="Resume the crashed run (shows the plan first)"),
         Binding("y", "answer", "Answer", id="thread.answer", tooltip="Answer the request the thread waits on"),
@@ -79,10 +124,18 @@ class ThreadScreen(ThreadView):
         Binding("q", "back", "Back", id="thread.back", tooltip="Back to the thread list (runs keep going)"),
     ]
 
+    _offer_when_back = False
+    """Whether undelivered steers wait to be offered until the dialog on top closes."""
+
+    _first_undelivered: Command | None = None
+    """The undelivered steer or follow-up whose text a ``start_run("undelivered")`` sends as its prompt."""
+
     # --- running here ---------------------------------------------------------------------
 
     def start_run(self, kind: str, text: str | None = None) -> None:
-        """Start a ``prompt`` (with ``text``) or a ``resume`` unless one is already running."""
+        """Start a ``prompt`` (with ``text``), a ``resume``, or ``undelivered`` (the steers and
+        follow-ups a run ended without delivering, ``text`` the first one's, offered again
+        should it not be saved) unless a run is already going."""
         if self.running or (self.run_worker_ref is not None and self.run_worker_ref.is_running):
             self.notify("The agent is already running on this thread.", severity="warning")
             return
@@ -147,12 +200,12 @@ class ThreadScreen(ThreadView):
             if self.session.ending:
                 return  # the app is ending: the session saves the prompt itself (pending_prompts)
             self.post_message(RunFinished(self.thread_id, error=str(error)))
-            if kind == "prompt" and text:
+            if kind in ("prompt", "undelivered") and text:
                 self._offer_again(text, str(error))
             return
         saved.stop()
         self.post_message(RunFinished(self.thread_id, outcome=str(outcome)))
-        if kind == "prompt" and text and not saved.saved and not self.session.ending:
+        if kind in ("prompt", "undelivered") and text and not saved.saved and not self.session.ending:
             agent = self.session.agents.get(self.thread_id)
             self._offer_again(text, (agent.state.error if agent is not None else None) or f"The run {outcome}.")
 
@@ -160,6 +213,13 @@ class ThreadScreen(ThreadView):
         self, kind: str, text: str | None, decision: ResumeDecision, saved: _PromptSaved, accept: bool
     ) -> RunOutcome:
         """One try of the run ``kind`` (``accept``: go on past a changed definition, recorded)."""
+        if kind == "undelivered" and self._first_undelivered is not None:
+            return await self.session.send_undelivered(
+                self.thread_id,
+                self._first_undelivered,
+                on_start=lambda agent: self._run_begins(saved.watch(agent)),
+                accept_changes=accept,
+            )
         if kind == "resume":
             return await self.session.resume(
                 self.thread_id,
@@ -207,6 +267,9 @@ class ThreadScreen(ThreadView):
         self.running = True
         self.elsewhere = None
         self.diagnosis = None
+        self.commands_bar.set_idle(False)
+        if self.session.keeps_commands:
+            self._watch_queue()
 
     @on(RunFinished)
     @while_attached
@@ -216,6 +279,8 @@ class ThreadScreen(ThreadView):
         if message.error is not None:
             self.notify(clean(message.error), severity="error", timeout=10, markup=False)
         self.show_facts()  # a run records the definition it ran with, and any override
+        if not self.running and self.session.keeps_commands and message.outcome is not None:
+            self._offer_undelivered()  # only after a run that ran (not one refused before it began)
         if not self.running:
             if self.session.can_watch and self in self.app.screen_stack:
                 self._follow_again()
@@ -255,6 +320,10 @@ class ThreadScreen(ThreadView):
             return "Nothing to answer: the thread is not waiting for an answer."
         if action == "abort" and not (self.running or self.elsewhere is not None):
             return "Nothing to abort: the agent is not running on this thread."
+        if action == "stop_after_turn" and not (self.running or self.elsewhere is not None):
+            return "Nothing to stop: the agent is not running on this thread."
+        if action in ("interrupt", "note") and not (self.running or self.elsewhere is not None):
+            return f"The agent is not running: send the {'steer' if action == 'interrupt' else 'note'} as a new prompt with n."
         if action == "new_prompt" and self.running:
             return "The agent is running: steer it with s, queue a follow-up with f, or abort it with a."
         if action != "resume":
@@ -287,10 +356,14 @@ class ThreadScreen(ThreadView):
 
         ``None`` keeps the key in the footer, dimmed, so it stays discoverable.
         """
-        if action in ("abort", "steer", "follow_up", "resume", "new_prompt") and not self.loaded:
+        if action in _RUN_KEYS and not self.loaded:
             return None
         if action == "answer":
             return self.loaded and self.pending is not None  # hidden from the footer unless a request waits
+        if action in _WHILE_RUNNING:
+            # Shown only while they apply, so the footer keeps room for q and ?; pressed
+            # otherwise, on_key still says why they do nothing.
+            return bool(self.running or self.elsewhere is not None)
         if action == "abort":
             return True if self.running or self.elsewhere is not None else None
         if action == "resume":
@@ -311,6 +384,28 @@ class ThreadScreen(ThreadView):
             self._send_command("abort")
         else:
             self.notify("Nothing to abort: the agent is not running on this thread.", timeout=6, markup=False)
+
+    def action_stop_after_turn(self) -> None:
+        """Stop after this turn: the running tools finish and keep their results, then the run
+        ends with no further model call (here through the command table when the store keeps
+        commands, as elsewhere; else on the agent directly)."""
+        agent = self.session.agents.get(self.thread_id)
+        here = agent is not None and agent.state.is_running
+        if here and not self.session.keeps_commands:
+            agent.stop_after_turn()  # type: ignore[union-attr]
+            self.status_bar.run_state = "stopping after this turn"
+        elif here or self.elsewhere is not None:
+            self._send_command("stop")
+        else:
+            self.notify("Nothing to stop: the agent is not running on this thread.", timeout=6, markup=False)
+
+    def action_interrupt(self) -> None:
+        """Ask for a steer; the running tools are aborted (as abort does), then it is delivered."""
+        self._send_queued("interrupt")
+
+    def action_note(self) -> None:
+        """Ask for a passive note: delivered with the next turn, never waking a finished agent."""
+        self._send_queued("note")
 
     def action_steer(self) -> None:
         """Ask for a steering message and queue it (offers a new prompt when idle)."""
@@ -419,6 +514,8 @@ class ThreadScreen(ThreadView):
         self._track_sent(command)
         if kind == "abort":
             self.status_bar.run_state = "aborting (abort sent)"
+        elif kind == "stop":
+            self.status_bar.run_state = "stopping after this turn"
         return command
 
     @work(exclusive=True, exit_on_error=False, group="input")
@@ -426,21 +523,21 @@ class ThreadScreen(ThreadView):
         """Ask for a steer or follow-up and send or queue it. ``value`` and ``why``: the text
         of one that could not be sent, offered again as typed, and why it was not sent."""
         words = KIND_WORDS[kind]
-        if kind == "steer":
-            hint = "Read by the agent before its next model call."
-        else:
-            hint = "Delivered when the agent has finished its current work."
+        hint = _HINTS[kind]
         if self.elsewhere is not None and self.elsewhere.lease is not None:
             lease = self.elsewhere.lease
             hint += f" It goes to process {lease.pid} on {clean(lease.host)}, which runs the thread."
         elif not self.running:
             hint = "The agent is idle: you will be asked to send this as a new prompt."
+        elif not self.session.keeps_commands:
+            hint += " This database keeps no commands: it waits in this app's memory (quitting drops it)."
         if why:
             hint = f"Not sent: {why} Press Enter to try again, or Escape to drop it. {hint}"
         text = await self.app.push_screen_wait(TextInputModal(words, hint, value=value))
         if not text:
             return
-        if self.elsewhere is not None and not self.running:
+        if self.session.keeps_commands and (self.running or self.elsewhere is not None):
+            # Here or elsewhere alike, through the command table: kept across a quit or a crash.
             try:
                 command = await self.session.send(self.thread_id, kind, text)  # type: ignore[arg-type]
             except ThreadCrashedError as error:
@@ -453,23 +550,165 @@ class ThreadScreen(ThreadView):
                 return
             else:
                 self._track_sent(command)
-                self.notify(f"{words} #{command.seq} sent.", markup=False)
+                self.notify(f"{words} #{command.seq} queued (c selects it, E edits, D cancels).", markup=False)
                 return
         else:
             agent = self.session.agents.get(self.thread_id)
             try:
                 if agent is None:
                     raise RunError("The agent is not running.")
-                (agent.steer if kind == "steer" else agent.follow_up)(text)
+                {"steer": agent.steer, "follow_up": agent.follow_up, "interrupt": agent.interrupt, "note": agent.note}[
+                    kind
+                ](text)
             except RunError:
                 pass
             else:
-                self.notify(f"{words} queued.")
+                self.notify(f"{words} queued in this app only: this database keeps no commands, so quitting drops it.")
                 return
         question = Text("The agent is not running. Send this as a new prompt?\n\n")
         question.append_text(literal(text))
         if await self.app.push_screen_wait(ConfirmModal(f"{words}: agent idle", question, yes="Send")):
             self.start_run("prompt", text)
+
+    # --- the queue of steers and follow-ups ---------------------------------------------
+
+    @work(exclusive=True, exit_on_error=False, group="queue")
+    async def _watch_queue(self) -> None:
+        """While a run goes on here, list its commands' progress as the store has it (a run
+        elsewhere is followed, and its commands with it); once more after it ended."""
+        while True:
+            running = self.session.is_running(self.thread_id) or self.session.runs.get(self.thread_id) is not None
+            try:
+                for command in await self.session.commands(self.thread_id):
+                    self._command_seen(command)
+            except CubepiError:
+                pass  # a locked or lost database: the next look tries again
+            if not running:
+                return
+            await asyncio.sleep(QUEUE_POLL)
+
+    @work(exclusive=True, exit_on_error=False, group="undelivered")
+    async def _offer_undelivered(self) -> None:
+        """The run here ended with steers or follow-ups it never delivered: list them and
+        offer to send them now (as a new run) or keep them for later; never dropped unasked."""
+        try:
+            found = await self.session.undelivered(self.thread_id)
+        except CubepiError:
+            return
+        self.commands_bar.set_idle(True)
+        for command in found:
+            self._command_seen(command)
+        if not found or self.session.ending:
+            return
+        if self.running:
+            return
+        if self.app.screen is not self:
+            # A dialog is open (a steer being typed): never cut it off; ask once it closes.
+            self._offer_when_back = True
+            return
+        question = Text(
+            f"The run ended before {counted(len(found), 'steer or follow-up', 'steers and follow-ups')} "
+            "reached the agent:\n\n"
+        )
+        for command in found:
+            question.append(f"{KIND_WORDS[command.kind]} #{command.seq}: ")
+            question.append_text(literal(command.text))
+            question.append("\n")
+        question.append("\nSend them now as a new run? (Or keep them: c selects one, E edits, D cancels.)")
+        if await self.app.push_screen_wait(ConfirmModal("Not delivered", question, yes="Send", no="Keep")):
+            self._first_undelivered = found[0]
+            self.start_run("undelivered", found[0].text)
+
+    @on(events.ScreenResume)
+    def _back_on_top(self) -> None:
+        if self._offer_when_back:
+            self._offer_when_back = False
+            self._offer_undelivered()
+
+    def action_queued(self) -> None:
+        """Select the next queued steer or follow-up (round to the first)."""
+        chosen = self.commands_bar.select_next()
+        if chosen is None:
+            self.notify("No steer or follow-up is waiting to be delivered.", timeout=4, markup=False)
+
+    def action_edit_queued(self) -> None:
+        """Edit the selected queued steer or follow-up (c selects one)."""
+        chosen = self.commands_bar.chosen() or self.commands_bar.select_next()
+        if chosen is None:
+            self.notify("No steer or follow-up is waiting to be delivered.", timeout=4, markup=False)
+            return
+        self._edit_queued(chosen)
+
+    def action_cancel_queued(self) -> None:
+        """Cancel the selected queued steer or follow-up (c selects one)."""
+        chosen = self.commands_bar.chosen() or self.commands_bar.select_next()
+        if chosen is None:
+            self.notify("No steer or follow-up is waiting to be delivered.", timeout=4, markup=False)
+            return
+        self._cancel_queued(chosen)
+
+    @work(exclusive=True, exit_on_error=False, group="input")
+    async def _edit_queued(self, command: Command, value: str | None = None) -> None:
+        words = KIND_WORDS[command.kind]
+        hint = f"Edit {words.lower()} #{command.seq}; it is sent as edited unless its runner delivered it first."
+        text = await self.app.push_screen_wait(
+            TextInputModal(f"{words} #{command.seq}", hint, value=command.text if value is None else value)
+        )
+        if not text or text == command.text:
+            return
+        try:
+            edited = await self.session.edit_command(command, text)
+        except CommandRaced as raced:
+            self._command_seen(raced.command)  # type: ignore[arg-type]
+            # Nothing lost: the edit is offered again, as a new message of the same kind.
+            self._send_queued(command.kind, raced.text, str(raced))
+            return
+        except CubepiError as error:
+            self.notify(clean(error), severity="error", timeout=10, markup=False)
+            return
+        self._track_sent(edited)
+        if edited.seq != command.seq:  # replaced (its run had ended): the old one is discarded
+            self._command_seen(replace(command, status="discarded", note=f"replaced by #{edited.seq}"))
+        self.commands_bar.selected = edited.seq
+        self.notify(f"{words} #{edited.seq} edited.", markup=False)
+        if not self.running and self.elsewhere is None:
+            self._offer_undelivered()
+
+    @work(exclusive=True, exit_on_error=False, group="input")
+    async def _cancel_queued(self, command: Command) -> None:
+        try:
+            cancelled = await self.session.cancel_command(command)
+        except CommandRaced as raced:
+            self._command_seen(raced.command)  # type: ignore[arg-type]
+            self.notify(clean(raced), severity="warning", timeout=8, markup=False)
+            return
+        except CubepiError as error:
+            self.notify(clean(error), severity="error", timeout=10, markup=False)
+            return
+        self._command_seen(cancelled)
+        self.notify(f"{KIND_WORDS[command.kind]} #{command.seq} cancelled.", markup=False)
+        if not self.running and self.elsewhere is None:
+            self._offer_undelivered()
+
+
+_RUN_KEYS = ("abort", "stop_after_turn", "steer", "interrupt", "follow_up", "note", "resume", "new_prompt")
+"""The actions that wait for the thread to be loaded (dimmed until then)."""
+
+_WHILE_RUNNING = ("stop_after_turn", "interrupt", "note")
+"""Item 5's keys (issue 11): in the footer while a run goes on, here or elsewhere."""
+
+_HINTS = {
+    "steer": "Read by the agent before its next model call.",
+    "interrupt": "The running tools are aborted (as abort does); then the agent reads this and goes on.",
+    "follow_up": "Delivered when the agent has finished its current work.",
+    "note": "Delivered with the next turn; it never wakes an agent that is done.",
+}
+"""What each kind of queued message does, said in its dialog."""
+
+QUEUE_POLL = 0.3
+"""Seconds between two looks at the command table while a run goes on here: a queued steer
+shows "delivered" about this long after its runner took it (the runner itself is woken by
+the store's change signals)."""
 
 
 class _PromptSaved:

@@ -36,7 +36,7 @@ from textual.widget import MountError, Widget
 from textual.widgets import Static
 
 from core.agent import Agent
-from core.checkpoint.base import CheckpointData, Command, CorruptRow, PendingRequest
+from core.checkpoint.base import TEXTLESS_KINDS, CheckpointData, Command, CorruptRow, PendingRequest
 from core.checkpoint.pages import MessagePage
 from core.errors import CubepiError
 from core.events import (
@@ -66,7 +66,7 @@ from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, Threa
 from tui.screens.following import Mirror
 from tui.session import Session, ThreadFacts
 from tui.text import clean, clock, literal
-from tui.widgets.commands import CommandsBar
+from tui.widgets.commands import KIND_WORDS, CommandsBar
 from tui.widgets.crash_banner import CrashBanner, repairs_line
 from tui.widgets.footer import SteadyFooter
 from tui.widgets.pending_request import PendingRequestPanel
@@ -78,9 +78,6 @@ from tui.widgets.transcript import WINDOW, Transcript, merge_rows
 
 FLUSH_INTERVAL = 1 / 20
 """Seconds between redraws of streamed text and tool progress (TEXTUAL-FACTS: 20-50 ms)."""
-
-KIND_WORDS = {"steer": "Steer", "follow_up": "Follow-up", "abort": "Abort"}
-"""A command's kind for people."""
 
 
 def definition_words(facts: ThreadFacts) -> str:
@@ -460,6 +457,8 @@ class ThreadView(Screen[None]):
         else:
             self.elsewhere = None
             self.diagnosis = diagnosis
+        # Nobody runs it: its undelivered steers and follow-ups are the user's to send or discard.
+        self.commands_bar.set_idle(self.elsewhere is None and not self.running)
 
     def _age_lease(self) -> None:
         """Redraw the heartbeat age of the run elsewhere while the status bar shows it."""
@@ -575,7 +574,7 @@ class ThreadView(Screen[None]):
             # A run records the definition (or an override) before it starts: read it again
             # when a run is claimed and when one ends.
             self.show_facts()
-        if not change.model.lease_view.live and any(c.kind == "abort" for c in change.model.commands):
+        if not change.model.lease_view.live and any(c.kind in TEXTLESS_KINDS for c in change.model.commands):
             self._refuse_orphaned_aborts()  # the follower then reports them refused
 
     @work(exclusive=True, exit_on_error=False, group="orphans")

@@ -1,9 +1,12 @@
-"""CommandsBar: the commands sent to a run in another process, and how far each got.
+"""CommandsBar: the thread's queued steers, follow-ups and aborts, and how far each got.
 
 A command moves pending → delivered (its runner read it) → applied (it took effect), or
 ends refused (with the runner's note) or discarded. The bar shows the most recent few,
 each with every status seen, so the user can tell an abort that is on its way from one
-that landed.
+that landed; it lists the commands of a run in this app and of one elsewhere alike (both
+go through the store's command table). One queued command can be selected (the thread
+screen's keys edit or cancel it); once the run is over, the steers and follow-ups it never
+delivered say so, until the user sends or discards them.
 """
 
 from __future__ import annotations
@@ -11,14 +14,22 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from core.checkpoint.base import Command
+from core.checkpoint.base import TEXTLESS_KINDS, Command
 from tui.text import clean, one_line
 
 SHOWN = 4
 """Commands listed at most (the most recent)."""
 
 _STYLES = {"applied": "bold green", "refused": "bold red", "discarded": "dim", "delivered": "cyan", "pending": "yellow"}
-_WORDS = {"abort": "abort", "steer": "steer", "follow_up": "follow-up"}
+KIND_WORDS = {
+    "steer": "Steer",
+    "follow_up": "Follow-up",
+    "abort": "Abort",
+    "stop": "Stop after this turn",
+    "interrupt": "Interrupt and steer",
+    "note": "Note",
+}
+"""A command's kind for people."""
 
 
 class CommandsBar(Static):
@@ -41,6 +52,10 @@ class CommandsBar(Static):
         """Every command seen, by ``seq``, in its latest state."""
         self.history: dict[int, list[str]] = {}
         """The statuses each command was seen in, in order."""
+        self.selected: int | None = None
+        """The ``seq`` of the command the edit and cancel keys act on, if any."""
+        self.idle = False
+        """Whether no run goes on: its undelivered steers and follow-ups wait for the user."""
 
     def track(self, command: Command) -> bool:
         """Record ``command``'s current state; return whether its status is new."""
@@ -52,19 +67,52 @@ class CommandsBar(Static):
         self._redraw()
         return fresh
 
+    def editable(self) -> list[Command]:
+        """The steers and follow-ups the user may still edit or cancel, in send order: the
+        pending ones, and while idle the delivered ones (their run ended before saving them)."""
+        open_ = ("pending", "delivered") if self.idle else ("pending",)
+        return [c for _, c in sorted(self.commands.items()) if c.kind not in TEXTLESS_KINDS and c.status in open_]
+
+    def select_next(self) -> Command | None:
+        """Select the next editable command (round to the first); ``None`` when there is none."""
+        found = self.editable()
+        if not found:
+            self.selected = None
+        else:
+            later = [c for c in found if self.selected is None or c.seq > self.selected]
+            self.selected = (later or found)[0].seq
+        self._redraw()
+        return self.chosen()
+
+    def chosen(self) -> Command | None:
+        """The selected command as last seen, while it is still editable."""
+        return next((c for c in self.editable() if c.seq == self.selected), None)
+
+    def set_idle(self, idle: bool) -> None:
+        """Say whether a run goes on (see :attr:`idle`)."""
+        if idle != self.idle:
+            self.idle = idle
+            self._redraw()
+
     def status_of(self, seq: int) -> str | None:
         """The latest status of command ``seq``, if seen."""
         command = self.commands.get(seq)
         return command.status if command is not None else None
 
     def _redraw(self) -> None:
-        recent = sorted(self.commands)[-SHOWN:]
+        editable = self.editable()
+        # The queue first: every command still the user's, then the latest others.
+        waiting = [c.seq for c in editable]
+        recent = sorted(set(waiting[-SHOWN:]) | set(sorted(self.commands)[-max(SHOWN - len(waiting), 0) :]))
+        if len(waiting) >= SHOWN:
+            recent = waiting[-SHOWN:]
         text = Text()
         for n, seq in enumerate(recent):
             command = self.commands[seq]
             if n:
                 text.append("\n")
-            text.append(f"{_WORDS.get(command.kind, command.kind)} #{seq}", style="bold")
+            text.append("▶ " if seq == self.selected and command in editable else "  ")
+            text.append(f"{KIND_WORDS.get(command.kind, command.kind).lower()} #{seq}", style="bold")
             if command.text:
                 text.append(f" “{one_line(command.text, 40)}”")
             text.append(": ")
@@ -74,5 +122,7 @@ class CommandsBar(Static):
                 text.append(status, style=_STYLES.get(status, ""))
             if command.note:
                 text.append(f" ({clean(command.note)})", style="italic")
+            if self.idle and command in editable:
+                text.append(" (not delivered: the run ended)", style="italic")
         self.update(text)
         self.set_class(bool(recent), "-shown")

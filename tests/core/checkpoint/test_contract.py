@@ -17,6 +17,7 @@ import pytest
 from core.checkpoint.base import Checkpointer, Command, JobRecord, JournalEntry, Lease, LiveEvent
 from core.errors import (
     CommandTransitionError,
+    ConflictError,
     LeaseLostError,
     RunAlreadyClaimedError,
     RunAlreadyCompletedError,
@@ -764,6 +765,36 @@ async def test_a_discarded_command_is_never_delivered_by_a_later_update(store: A
     with pytest.raises(CommandTransitionError):
         await store.update_command(steer.seq, "delivered")
     assert await store.list_commands("t") == [discarded]
+
+
+async def test_a_pending_command_is_edited_by_compare_and_set(store: Any) -> None:
+    steer = await store.send_command("t", "steer", "Go left.")
+    edited = await store.edit_command(steer.seq, "Go right.", expected_revision=steer.revision)
+    assert (edited.text, edited.status, edited.revision) == ("Go right.", "pending", steer.revision + 1)
+    assert (edited.created_at, edited.kind, edited.note) == (steer.created_at, "steer", "")
+    assert edited.updated_at >= steer.updated_at
+    assert await store.list_commands("t") == [edited]
+    # A second window still holding the first revision loses, and changes nothing.
+    with pytest.raises(ConflictError):
+        await store.edit_command(steer.seq, "Go back.", expected_revision=steer.revision)
+    assert await store.list_commands("t") == [edited]
+    with pytest.raises(KeyError):
+        await store.edit_command(12345, "nobody's", expected_revision=1)
+
+
+@pytest.mark.parametrize("status", ["delivered", "applied", "refused", "discarded"])
+async def test_a_command_no_longer_pending_keeps_its_text(store: Any, status: str) -> None:
+    steer = await store.send_command("t", "steer", "As sent.")
+    moved = await store.update_command(steer.seq, status, "by the runner")
+    # The runner delivered it meanwhile: the edit at the revision it read is a conflict...
+    with pytest.raises(ConflictError):
+        await store.edit_command(steer.seq, "Too late.", expected_revision=steer.revision)
+    # ...and at the current revision it is refused by its status.
+    with pytest.raises(CommandTransitionError) as error:
+        await store.edit_command(steer.seq, "Too late.", expected_revision=moved.revision)
+    assert str(error.value) == f"Command {steer.seq} is already {status}, so its text was not changed."
+    assert error.value.command == moved
+    assert await store.list_commands("t") == [moved]
 
 
 async def test_a_pending_human_request_is_loaded_and_listed_and_cleared(checkpointer: Checkpointer) -> None:

@@ -243,12 +243,14 @@ async def test_another_owners_command_is_an_unknown_command(checkpointer: Any, r
         await alice.update_command(written.command_seq, "discarded", "not yours")
     with pytest.raises(KeyError) as foreign_checked:
         await alice.update_command(written.command_seq, "discarded", expected_revision=1)
+    with pytest.raises(KeyError) as foreign_edit:
+        await alice.edit_command(written.command_seq, "not yours", expected_revision=1)
     assert await bob.list_commands("b") == before
     await bob.release_lease("b", written.holder_id)
     await bob.delete_thread("b")
     with pytest.raises(KeyError) as missing:
         await alice.update_command(written.command_seq, "discarded", "not yours")
-    assert str(foreign.value) == str(foreign_checked.value) == str(missing.value)
+    assert str(foreign.value) == str(foreign_checked.value) == str(foreign_edit.value) == str(missing.value)
 
 
 CREATING_WRITES: dict[str, Callable[[Any, str], Awaitable[Any]]] = {

@@ -1,0 +1,143 @@
+"""The durable steer queue of a run in this app (issue 11 item 4): kept when the app is
+SIGKILLed and sent with the resume, offered after an abort, edited or cancelled before
+it is sent - and the model sees the edit, or nothing."""
+
+from __future__ import annotations
+
+import sys
+
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.messages import UserMessage
+from tests.helpers.children import REPO_ROOT, run_marked
+from tests.helpers.screens import running_tool
+from tests.helpers.tui import (
+    Db,
+    fast_session,
+    open_from_picker,
+    screen_text,
+    send_via_dialog,
+    squeezed_lines,
+    type_text,
+    wait_for,
+    wait_for_text,
+    widget_text,
+)
+from tui.app import make_app
+from tui.screens.modals import ConfirmModal, TextInputModal
+from tui.screens.resume import ResumeModal
+from tui.screens.thread import ThreadScreen
+
+TIMEOUT = 60.0
+"""Seconds any wait may take (generous: a loaded 2-core machine)."""
+
+
+async def _commands(db: Db, thread_id: str):  # type: ignore[no-untyped-def]
+    store = await SQLiteCheckpointer.open(db.path, create=False)
+    try:
+        return await store.list_commands(thread_id)
+    finally:
+        await store.close()
+
+
+def _user_texts(data) -> list[tuple[str, str | None]]:  # type: ignore[no-untyped-def]
+    return [(m.text, m.metadata.get("kind")) for m in data.messages if isinstance(m, UserMessage)]
+
+
+async def test_a_steer_queued_when_the_app_is_sigkilled_is_listed_after_restart_and_sent_with_the_resume(
+    db: Db,
+) -> None:
+    marks = run_marked(
+        [sys.executable, "-m", "tests.helpers.app_steer_child", str(db.path)],
+        "the app with a queued steer",
+        kill_at=["queued"],
+        cwd=str(REPO_ROOT),
+    )
+    thread_id = next(m.split(":", 1)[1] for m in marks if m.startswith("thread:"))
+    app = make_app(fast_session(path=db.path))
+    async with app.run_test(size=(130, 44)) as pilot:
+        await open_from_picker(pilot, thread_id)
+        screen = app.screen
+        assert isinstance(screen, ThreadScreen)
+        await wait_for(
+            pilot,
+            lambda: (
+                "steer #1 “focus on europe”: delivered (not delivered: the run ended)"
+                in squeezed_lines(screen_text(app))
+            ),
+            timeout=TIMEOUT,
+            what="the steer listed after the restart",
+        )
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ResumeModal), timeout=TIMEOUT, what="resume plan")
+        assert "steer #1 “focus on europe” (•) send with the resume ( ) discard" in widget_text(app.screen)
+        await pilot.press("y")
+        await wait_for_text(pilot, "Noted your steer: “focus on europe”", timeout=TIMEOUT)
+        await wait_for(pilot, lambda: not screen.running, timeout=TIMEOUT, what="the resumed run over")
+    data = await db.load(thread_id)
+    steers = [m for m in data.messages if isinstance(m, UserMessage) and m.metadata.get("kind") == "steer"]
+    assert [(m.text, m.metadata.get("command_seq")) for m in steers] == [("focus on europe", 1)]
+    assert [(c.kind, c.status) for c in await _commands(db, thread_id)] == [("steer", "applied")]
+
+
+async def _aborted_with_a_steer(pilot, app, text: str) -> ThreadScreen:  # type: ignore[no-untyped-def]
+    session = app.session
+    tool = next(t for t in session.tools if t.name == "train_model")
+    invoke = tool.invoke
+
+    async def slow(ctx, params):  # type: ignore[no-untyped-def]
+        while not ctx.signal.is_set():
+            await pilot.pause(0.05)
+        return await invoke(ctx, params)
+
+    tool.invoke = slow
+    await send_via_dialog(pilot, "n", "build a report")
+    await wait_for(pilot, lambda: running_tool(app), timeout=TIMEOUT, what="a tool running")
+    screen = app.screen
+    assert isinstance(screen, ThreadScreen)
+    await send_via_dialog(pilot, "s", text)
+    await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "delivered", timeout=TIMEOUT, what="taken")
+    await pilot.press("a")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), timeout=TIMEOUT, what="the offer")
+    await wait_for_text(pilot, "The run ended before 1 steer or follow-up reached the agent")
+    assert "Steer #1: " + text in screen_text(app)
+    await pilot.press("n")  # keep it for now
+    await wait_for(pilot, lambda: app.screen is screen, what="back to the thread")
+    return screen
+
+
+async def test_a_steer_queued_before_an_abort_is_offered_and_the_model_gets_it_as_edited(db: Db) -> None:
+    app = make_app(fast_session(path=db.path, speed=3.0))
+    async with app.run_test(size=(130, 44)) as pilot:
+        screen = await _aborted_with_a_steer(pilot, app, "focus on europe")
+        await pilot.press("E")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="the edit dialog")
+        await type_text(pilot, "focus on asia")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), timeout=TIMEOUT, what="offered again")
+        assert "Steer #2: focus on asia" in screen_text(app)
+        await pilot.press("y")
+        await wait_for_text(pilot, "focus on asia", timeout=TIMEOUT)
+        await wait_for(pilot, lambda: not screen.running and screen.diagnosis is not None, timeout=TIMEOUT, what="ran")
+        thread_id = screen.thread_id
+    data = await db.load(thread_id)
+    texts = _user_texts(data)
+    assert ("focus on asia", "prompt") in texts and not any("europe" in t for t, _ in texts)
+    assert [(c.seq, c.status) for c in await _commands(db, thread_id)] == [(1, "discarded"), (2, "discarded")]
+
+
+async def test_a_steer_cancelled_before_it_is_sent_never_reaches_the_model(db: Db) -> None:
+    app = make_app(fast_session(path=db.path, speed=3.0))
+    async with app.run_test(size=(130, 44)) as pilot:
+        screen = await _aborted_with_a_steer(pilot, app, "focus on europe")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: "▶ steer #1" in screen_text(app), what="selected")
+        await pilot.press("D")
+        await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "discarded", what="cancelled")
+        await send_via_dialog(pilot, "n", "just summarise")
+        await wait_for(pilot, lambda: not screen.running and screen.diagnosis is not None, timeout=TIMEOUT, what="ran")
+        assert not isinstance(app.screen, ConfirmModal)  # nothing left to offer
+        thread_id = screen.thread_id
+    data = await db.load(thread_id)
+    assert not any("europe" in t for t, _ in _user_texts(data))
+    [command] = await _commands(db, thread_id)
+    assert (command.status, command.note) == ("discarded", "cancelled by the user before delivery")
