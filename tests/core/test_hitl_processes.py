@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -25,66 +23,13 @@ from core.answers import answer
 from core.checkpoint.locations import open_store
 from core.commands import send
 from core.hitl import ApprovalAnswer, ApproveReply, DenyReply
-from core.messages import AssistantMessage, ToolResultMessage
+from core.messages import ToolResultMessage
 from core.providers.faux import FauxProvider
 from core.recovery import ResumeAction
 from tests.helpers.children import CHILD_TIMEOUT, REPO_ROOT
 from tests.helpers.hitl_child import CALL_ID, REASON
+from tests.helpers.hitl_runner import THREAD, Child, body_runs, last_reply, result_of
 from tests.helpers.services import postgres_database, redis_prefix
-
-THREAD = "hitl-1"
-
-
-class Child:
-    """One ``tests.helpers.hitl_child`` process and the marks it printed."""
-
-    def __init__(self, proc: asyncio.subprocess.Process, what: str) -> None:
-        self.proc = proc
-        self.what = what
-        self.marks: list[str] = []
-
-    @classmethod
-    async def start(cls, location: str, scenario: str, effects: Path, arg: str = "") -> Child:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tests.helpers.hitl_child",
-            location,
-            scenario,
-            THREAD,
-            str(effects),
-            arg,
-            cwd=REPO_ROOT,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        return cls(proc, f"{scenario} {arg}".strip())
-
-    async def until(self, name: str) -> None:
-        """Read marks until ``name`` was printed (fails on an early exit or after CHILD_TIMEOUT)."""
-        assert self.proc.stdout is not None
-        async with asyncio.timeout(CHILD_TIMEOUT):
-            while name not in self.marks:
-                line = await self.proc.stdout.readline()
-                if not line:
-                    err = await self.proc.stderr.read() if self.proc.stderr else b""
-                    pytest.fail(f"child {self.what} ended before {name!r} (marks {self.marks}): {err.decode()[-2000:]}")
-                text = line.decode()
-                if text.startswith("MARK "):
-                    self.marks.append(text[5:].strip())
-
-    async def finish(self) -> list[str]:
-        """Wait for a clean exit (``MARK done``, status 0); the marks printed."""
-        await self.until("done")
-        async with asyncio.timeout(CHILD_TIMEOUT):
-            code = await self.proc.wait()
-        assert code == 0, f"child {self.what} exited {code}"
-        return self.marks
-
-    async def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        assert await self.proc.wait() == -signal.SIGKILL
 
 
 @pytest.fixture(params=["sqlite", "postgres", "redis"])
@@ -104,10 +49,6 @@ def sqlite_location(tmp_path: Path) -> str:
     return str(tmp_path / "hitl.sqlite")
 
 
-def body_runs(effects: Path) -> list[str]:
-    return effects.read_text().splitlines() if effects.exists() else []
-
-
 async def thread_data(location: str):
     store = await open_store(location, create=False)
     try:
@@ -124,16 +65,6 @@ async def answer_here(location: str, value: ApprovalAnswer) -> None:
         await answer(store, THREAD, reply)
     finally:
         await store.close()
-
-
-def last_reply(data) -> str:
-    reply = [m for m in data.messages if isinstance(m, AssistantMessage)][-1]
-    return "".join(b.text for b in reply.content if b.type == "text")
-
-
-def result_of(data) -> ToolResultMessage:
-    (result,) = [m for m in data.messages if isinstance(m, ToolResultMessage) and m.tool_call_id == CALL_ID]
-    return result
 
 
 async def test_a_runners_tool_waits_for_an_approval_given_from_another_process_and_runs_once(

@@ -39,7 +39,7 @@ from core.checkpoint.locations import open_store
 from core.errors import AlreadyAnsweredError
 from core.events import HumanRequestStarted
 from core.hitl import ApprovalAnswer, dump_answer
-from core.messages import ToolResultMessage
+from core.messages import AssistantMessage, ToolResultMessage
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.supervisor import Supervisor
@@ -55,6 +55,19 @@ def mark(name: str) -> None:
     print(f"MARK {name}", flush=True)
 
 
+def seen(request: ModelRequest) -> AssistantMessage:
+    """The faux model's answer to a tool result: ``saw: <the result's text>``, so a test
+    reads from the thread what the model was sent (the tool's output, or a denial's reason)."""
+    last = request.messages[-1]
+    text = "".join(b.text for b in last.content if b.type == "text") if isinstance(last, ToolResultMessage) else ""
+    return faux_reply(f"saw: {text}")
+
+
+def asking_reply() -> AssistantMessage:
+    """The faux model's first answer: ``delete_file`` on ``/etc/passwd`` (call ``CALL_ID``)."""
+    return faux_reply("Deleting.", faux_tool_call("delete_file", {"path": "/etc/passwd"}, id=CALL_ID))
+
+
 def agent_for(store, thread_id: str, effects: str, arg: str, *, resuming: bool = False) -> Agent:
     @tool
     async def delete_file(path: str, ctx: ToolContext) -> str:
@@ -66,17 +79,8 @@ def agent_for(store, thread_id: str, effects: str, arg: str, *, resuming: bool =
             await asyncio.sleep(3600)
         return f"deleted {path}"
 
-    def seen(request: ModelRequest):
-        last = request.messages[-1]
-        text = "".join(b.text for b in last.content if b.type == "text") if isinstance(last, ToolResultMessage) else ""
-        return faux_reply(f"saw: {text}")
-
     # A resumer's model is asked only after the waiting call has its result.
-    first = (
-        []
-        if resuming
-        else [faux_reply("Deleting.", faux_tool_call("delete_file", {"path": "/etc/passwd"}, id=CALL_ID))]
-    )
+    first = [] if resuming else [asking_reply()]
     provider = FauxProvider([*first, seen])
     rules = {"timeout": always(timeout=0.5), "default": always(timeout=1.0, default="deny")}
     rule = rules.get(arg, ALWAYS)
