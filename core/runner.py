@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from core.agent import Agent, check_user_text
+from core.approvals import Approvals
 from core.checkpoint.base import Checkpointer, thread_unavailable
 from core.checkpoint.capabilities import FileBacked, SchemaUpgrade, ThreadDeletion, supports
 from core.checkpoint.locations import ENV_VAR, chosen_location, describe_location, open_store
@@ -99,19 +100,22 @@ from core.untrusted import UNSAFE, escape
 DEFAULT_MODEL = "claude-sonnet-4-5"
 """The Anthropic model used without ``--demo``, ``--agent`` or ``--model``."""
 
-EXIT_CODES: dict[str, int] = {"completed": 0, "failed": 1, "interrupted": 1, "aborted": 130}
-"""Exit status by run outcome; bad input exits 2."""
+EXIT_CODES: dict[str, int] = {"completed": 0, "failed": 1, "interrupted": 1, "waiting": 3, "aborted": 130}
+"""Exit status by run outcome; bad input exits 2. ``waiting`` (3): the run asked a person
+and ended before an answer came; answering and then ``--resume`` goes on."""
 
 BAD_INPUT = 2
 
 
 @dataclass(frozen=True, slots=True)
 class AgentSpec:
-    """What ``--agent MODULE:FUNCTION`` returns: the model, its tools and the system prompt."""
+    """What ``--agent MODULE:FUNCTION`` returns: the model, its tools, the system prompt and
+    each tool's approval rule (:mod:`core.approvals`; unlisted tools never ask)."""
 
     provider: Provider
     tools: Sequence[AgentTool] = field(default_factory=tuple)
     system_prompt: str = ""
+    approvals: Approvals = field(default_factory=dict)
 
 
 def chosen_owner(name: str | None, unowned: bool) -> str:
@@ -249,6 +253,7 @@ async def run_headless(
                 thread_id,
                 tools=spec.tools,
                 system_prompt=spec.system_prompt,
+                approvals=spec.approvals,
                 workflow=workflow,
                 holder=holder,
                 lease_ttl=lease_ttl,
@@ -286,6 +291,14 @@ async def run_headless(
             # The server went away for good during the run (its writes' records were
             # dropped as accounts of this one cause): say it once.
             _say(err, error_sentence(quiet.lost))
+        if outcome == "waiting":
+            pending = runner.state.pending_request
+            question = f" ({pending.question})" if pending is not None else ""
+            _say(
+                err,
+                f"Thread {thread_id!r} waits for an answer{question}: answer it with "
+                f"'cubepi-tui answer --thread {thread_id}', then run it again with --resume.",
+            )
         return EXIT_CODES.get(outcome, 1)
     except asyncio.CancelledError:
         _say(err, "The run was cancelled.")

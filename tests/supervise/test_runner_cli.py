@@ -76,6 +76,20 @@ async def test_a_retry_wait_is_printed_and_followed_from_another_process(db: Pat
     assert err == ""
 
 
+async def test_a_run_whose_approval_times_out_exits_waiting_and_says_how_to_go_on(db: Path, store, spawn) -> None:
+    argv = runner_argv(db, "t-ask", "--agent", "tests.helpers.asking_agent:make_agent", "Tidy /etc")
+    runner = spawn(db, "t-ask", argv=argv)
+    assert await runner.wait() == 3  # core.runner.EXIT_CODES["waiting"]
+    out, err = runner.output()
+    assert out.splitlines()[-1] == "run waiting: No answer in 1 s and no default: the run ends waiting for one."
+    assert err.splitlines() == [
+        "Thread 't-ask' waits for an answer (approve delete_file (call_del_1)?): answer it with "
+        "'cubepi-tui answer --thread t-ask', then run it again with --resume."
+    ]
+    data = await store.load("t-ask")
+    assert data is not None and data.pending_request is not None  # kept for the answer
+
+
 @pytest.mark.parametrize(
     "args, sentence",
     [
