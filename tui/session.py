@@ -348,12 +348,14 @@ class Session:
         return sum(len(a.state.pending_steers) + len(a.state.pending_follow_ups) for a in self.agents.values())
 
     async def stop_runs(self, timeout: float = 8.0) -> None:
-        """Abort every live run and wait (up to ``timeout`` seconds) until each has ended.
+        """End every live run and wait (up to ``timeout`` seconds) until each has ended.
 
-        An aborted run ends cleanly: its last message is saved and its lease released,
-        so the thread reads "aborted" rather than "crashed" next time. The abort is asked
-        again while waiting: a run still taking its lease or loading its thread is not yet
-        running, and an abort before it runs would be a no-op (``Agent.abort``).
+        A run whose call waits for a person's answer is detached (``Agent.detach``): it
+        ends **waiting**, its request kept for an answer from anywhere and a later resume.
+        Every other run is aborted, which ends it cleanly: its last message is saved and its
+        lease released, so the thread reads "aborted" rather than "crashed" next time. This
+        is asked again while waiting: a run still taking its lease or loading its thread is
+        not yet running, and an abort before it runs would be a no-op (``Agent.abort``).
         """
         self.ending = True
         self._start_pending_prompts()
@@ -365,7 +367,8 @@ class Session:
             if not live and not running:
                 return
             for agent in running:
-                agent.abort()
+                if not agent.detach():
+                    agent.abort()
             if live:
                 await asyncio.wait(live, timeout=0.05)
             else:

@@ -195,3 +195,35 @@ async def test_a_run_in_the_app_asks_the_panel_comes_from_its_event_and_goes_whe
     assert result_of(data).details == {"hitl": {"decision": "human_approve"}}
     assert last_reply(data) == "saw: deleted /etc/passwd"
     assert data.pending_request is None and all(r.completed for r in data.runs)
+
+
+async def test_quitting_while_a_run_in_the_app_waits_keeps_its_request_for_later(db: Db) -> None:
+    ran: list[str] = []
+
+    @tool
+    async def delete_file(path: str) -> str:
+        """Delete a file (here: count the run)."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    session = fast_session(path=db.path)
+    session.tools = [delete_file]
+    session.agent_options["approvals"] = {"delete_file": ALWAYS}
+    session.make_provider = lambda: FauxProvider([asking_reply(), seen])  # type: ignore[method-assign]
+    app = make_app(session)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await send_via_dialog(pilot, "n", PROMPT)
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), timeout=TIMEOUT, what="thread open")
+        thread_id = app.screen.thread_id
+        await wait_for_text(pilot, ASKING, timeout=TIMEOUT)
+        await app.session.stop_runs()  # what "Abort and quit" does
+        assert not app.session.running_count()
+    assert ran == []
+    store = await SQLiteCheckpointer.open(db.path, create=False)
+    try:
+        data = await store.load(thread_id)
+    finally:
+        await store.close()
+    # Detached, not aborted: the request waits for an answer from anywhere, the run stays open.
+    assert data is not None and data.pending_request is not None and CALL_ID in data.pending_request.request_json
+    assert not all(r.completed for r in data.runs)
