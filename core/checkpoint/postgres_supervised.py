@@ -408,6 +408,16 @@ async def update_command(
     )
     if row is not None:
         return Command(*row)
+    command = await _seen_command(conn, scope, seq)
+    if expected is not None and command.revision != expected:
+        raise revision_conflict(command.thread_id, command_record_name(seq), expected, command.revision)
+    check_command_move(command, status)
+    return command  # unreachable: the UPDATE moved every allowed status
+
+
+async def _seen_command(conn: Connection, scope: Scope, seq: int) -> Command:
+    """Command ``seq`` as this owner sees it, read after a conditional UPDATE changed
+    nothing, to say why; raises ``KeyError`` (``no_such_command``) when there is none."""
     current = await conn.fetchrow(
         f"SELECT {_COMMAND_COLUMNS} FROM {schema.COMMANDS} AS c WHERE c.seq = $1 AND {scope.visible('c.thread_id', '$2')}",
         seq,
@@ -415,11 +425,7 @@ async def update_command(
     )
     if current is None:
         raise no_such_command(seq)
-    command = Command(*current)
-    if expected is not None and command.revision != expected:
-        raise revision_conflict(command.thread_id, command_record_name(seq), expected, command.revision)
-    check_command_move(command, status)
-    return command  # unreachable: the UPDATE moved every allowed status
+    return Command(*current)
 
 
 async def edit_command(conn: Connection, scope: Scope, seq: int, text: str, expected: int) -> Command:
@@ -440,14 +446,7 @@ async def edit_command(conn: Connection, scope: Scope, seq: int, text: str, expe
     )
     if row is not None:
         return Command(*row)
-    current = await conn.fetchrow(
-        f"SELECT {_COMMAND_COLUMNS} FROM {schema.COMMANDS} AS c WHERE c.seq = $1 AND {scope.visible('c.thread_id', '$2')}",
-        seq,
-        scope.owner,
-    )
-    if current is None:
-        raise no_such_command(seq)
-    command = Command(*current)
+    command = await _seen_command(conn, scope, seq)
     if command.revision != expected:
         raise revision_conflict(command.thread_id, command_record_name(seq), expected, command.revision)
     check_command_edit(command)
