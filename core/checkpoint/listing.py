@@ -99,17 +99,44 @@ def json_type(value: Any) -> str:
     return "blob"
 
 
+def stored_role(value: Any) -> Any:
+    """The ``role`` of a stored message given as its parsed value (``None`` when it is not
+    an object or has none): what the decoder routes it on."""
+    return value.get("role") if isinstance(value, dict) else None
+
+
+def _exact_classes(kinds: tuple[str, ...]) -> frozenset[type]:
+    """The classes of :data:`_EXACT_TYPES` whose JSON type is in ``kinds``."""
+    return frozenset(cls for cls, name in _EXACT_TYPES.items() if name in kinds)
+
+
+# The rule's tables with, for each field, the exact classes a parser gives for the JSON types
+# it allows: for a value of a class in _EXACT_TYPES, ``type(v) in exact`` is exactly
+# ``json_type(v) in kinds``; json_type is called only for other classes. Measured (callgrind,
+# a typical first prompt): the rule ~16,700 -> ~11,600 instructions, a call fewer per field.
+_MESSAGE_CHECKS = tuple((name, kinds, _exact_classes(kinds)) for name, kinds in MESSAGE_FIELDS.items())
+_BLOCK_CHECKS = {
+    kind: tuple(
+        (name, kinds, _exact_classes(kinds), name in REQUIRED_BLOCK_FIELDS.get(kind, ()))
+        for name, kinds in fields.items()
+    )
+    for kind, fields in BLOCK_FIELDS.items()
+}
+
+
 def prompt_text(value: Any) -> str | None:
     """The ``text`` of a stored user message given as its parsed value (a dict from JSON or
     msgpack), without validating it: the text blocks joined with newlines (or the string
     content), when every field holds a type :data:`MESSAGE_FIELDS` and :data:`BLOCK_FIELDS`
     allow. ``None`` when the value is not such a user message, or may not validate: the
     caller then decodes the row (a row that does not decode has no prompt)."""
-    if not isinstance(value, dict) or value.get("role") != "user":
+    if stored_role(value) != "user":
         return None
-    for name, kinds in MESSAGE_FIELDS.items():
-        if name in value and json_type(value[name]) not in kinds:
-            return None
+    for name, kinds, exact in _MESSAGE_CHECKS:
+        if name in value:
+            field = value[name]
+            if type(field) not in exact and (type(field) in _EXACT_TYPES or json_type(field) not in kinds):
+                return None
     content = value.get("content", [])
     if isinstance(content, str):
         return content
@@ -120,39 +147,50 @@ def prompt_text(value: Any) -> str | None:
         kind = block.get("type") if isinstance(block, dict) else None
         if not isinstance(kind, str):
             return None
-        for name, kinds in BLOCK_FIELDS.get(kind, {}).items():
+        for name, kinds, exact, required in _BLOCK_CHECKS.get(kind, ()):
             if name in block:
-                if json_type(block[name]) not in kinds:
+                field = block[name]
+                if type(field) not in exact and (type(field) in _EXACT_TYPES or json_type(field) not in kinds):
                     return None
-            elif name in REQUIRED_BLOCK_FIELDS.get(kind, ()):
+            elif required:
                 return None
         if kind == "text":
             texts.append(block.get("text", ""))
     return TEXT_JOINER.join(texts)
 
 
+NOT_JSON = object()
+"""What :func:`stored_value` gives for a row the decoder would not read as JSON."""
+
+
+def stored_value(raw: str | bytes) -> Any:
+    """A message stored as JSON text ``raw`` (a row's value), parsed as the decoder
+    (:func:`core.checkpoint.codec.decode`) parses it: pydantic's own JSON parser (the same
+    values: the last of duplicate keys, ``NaN``, its depth limit), and, for a row that
+    parser refuses while it holds JSON escapes of lone surrogates, Python's ``json`` (the
+    decoder's second reading). :data:`NOT_JSON` when the decoder would not read it as JSON."""
+    try:
+        return from_json(raw)
+    except ValueError:
+        # The decoder's own test, not a copy of it (codec.py is the serializer's one place).
+        if not codec._has_surrogate_escape(raw):
+            return NOT_JSON
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            return NOT_JSON
+
+
 def stored_prompt_text(raw: str | bytes) -> str | None:
-    """:func:`prompt_text` of a message stored as JSON text ``raw`` (a row's value), parsed
-    as the decoder (:func:`core.checkpoint.codec.decode`) parses it: pydantic's own JSON
-    parser (the same values: the last of duplicate keys, ``NaN``, its depth limit), and,
-    for a row that parser refuses while it holds JSON escapes of lone surrogates, Python's
-    ``json`` (the decoder's second reading). ``None`` when the decoder would not read the
-    row as JSON, or the rule cannot vouch for it (the caller decodes the row).
+    """:func:`prompt_text` of a message stored as JSON text ``raw``, parsed by
+    :func:`stored_value`. ``None`` when the decoder would not read the row as JSON, or the
+    rule cannot vouch for it (the caller decodes the row).
 
     Measured (10,000 first prompts of ~190 bytes, CPU, loaded machine): ~3 us a row,
     against ~9.6 us to decode it, and ~9.6 us for the rule rendered in SQL with SQLite's
     JSON functions (the SQLite listing's earlier reading, the row's seek included)."""
-    try:
-        value = from_json(raw)
-    except ValueError:
-        # The decoder's own test, not a copy of it (codec.py is the serializer's one place).
-        if not codec._has_surrogate_escape(raw):
-            return None
-        try:
-            value = json.loads(raw)
-        except (ValueError, RecursionError):
-            return None
-    return prompt_text(value)
+    value = stored_value(raw)
+    return None if value is NOT_JSON else prompt_text(value)
 
 
 def prompt_line(text: str) -> str:
