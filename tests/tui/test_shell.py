@@ -146,7 +146,8 @@ async def test_default_database_is_created_in_the_user_data_dir(
 
 async def test_help_screen_and_palette_commands() -> None:
     app = make_app(fast_session(MemoryCheckpointer()))
-    async with app.run_test(size=(100, 40)) as pilot:
+    # Tall enough for the whole help (it scrolls on a smaller terminal), so its last section shows.
+    async with app.run_test(size=(100, 60)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
@@ -161,7 +162,7 @@ async def test_help_screen_and_palette_commands() -> None:
 
 async def test_help_is_one_kept_screen_that_closes_each_time_it_is_shown() -> None:
     app = make_app(fast_session(MemoryCheckpointer()))
-    async with app.run_test(size=(100, 40)) as pilot:
+    async with app.run_test(size=(100, 60)) as pilot:  # the whole help shows (see above)
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         shown: list[HelpScreen] = []
         for key in ("escape", "q", "question_mark"):  # each of its closing keys, on a later showing
