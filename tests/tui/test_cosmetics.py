@@ -20,7 +20,8 @@ def _column_of(line: str, words: str) -> int:
 
 async def test_a_wrapped_help_entry_keeps_its_indent() -> None:
     app = make_app(fast_session(MemoryCheckpointer()))
-    async with app.run_test(size=(80, 60)) as pilot:
+    # 80 columns, so entries wrap; tall enough for the whole help, so its crash points show.
+    async with app.run_test(size=(80, 90)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")

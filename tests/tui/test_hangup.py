@@ -68,7 +68,7 @@ def test_closing_the_terminal_during_a_run_aborts_it_and_ends_the_process(tmp_pa
         ["tmux", "-L", socket, "new-session", "-d", "-s", "app", "-x", "120", "-y", "40", command], check=True
     )
     try:
-        _wait_for_screen(socket, "Help")
+        _wait_for_screen(socket, "New thread")  # the picker is drawn (at 80 columns "? Help" no longer fits its footer)
         _tmux(socket, "send-keys", "-t", "app", "n")
         time.sleep(0.5)
         _tmux(socket, "send-keys", "-t", "app", "-l", "train a model")
