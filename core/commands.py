@@ -214,13 +214,18 @@ async def edit(store: CommandStore, command: Command, text: str) -> Command:
     try:
         return await store.edit_command(command.seq, text, expected_revision=command.revision)
     except (CommandTransitionError, ConflictError):
-        current = await _current(store, command)
-        raise CommandRaced(
-            f"{_kind_words(command.kind).capitalize()} #{command.seq} was {current.status} meanwhile, "
-            "as first written, so your edit was not applied.",
-            command=current,
-            text=text,
-        ) from None
+        raise _edit_raced(await _current(store, command), text) from None
+
+
+def _edit_raced(current: Command, text: str) -> CommandRaced:
+    """The error for an edit of ``current`` (as now stored) that lost to its runner or to
+    another window: it keeps the ``text`` typed, so nothing is lost."""
+    return CommandRaced(
+        f"{_kind_words(current.kind).capitalize()} #{current.seq} was {current.status} meanwhile, "
+        "as first written, so your edit was not applied.",
+        command=current,
+        text=text,
+    )
 
 
 async def _replace(store: CommandStore, command: Command, text: str) -> Command:
@@ -244,13 +249,7 @@ async def _replace(store: CommandStore, command: Command, text: str) -> Command:
         )
     except (CommandTransitionError, ConflictError):
         await settle(store, new.seq, "discarded", f"#{command.seq} was sent meanwhile")
-        current = await _current(store, command)
-        raise CommandRaced(
-            f"{_kind_words(command.kind).capitalize()} #{command.seq} was {current.status} meanwhile, "
-            "as first written, so your edit was not applied.",
-            command=current,
-            text=text,
-        ) from None
+        raise _edit_raced(await _current(store, command), text) from None
     return new
 
 
