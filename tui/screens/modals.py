@@ -220,6 +220,7 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
         (
             ("Enter", "open the thread under the cursor"),
             ("/", "filter the list as you type: thread id, first prompt or state (Escape clears it)"),
+            ("!", "only the threads that need you: waiting for an answer, crashed, failed or aborted (again: all)"),
             ("n", "start a new thread (asks for the first prompt)"),
             ("D", "delete the thread under the cursor (asks first; refused while a run holds it)"),
             ("r", "reload the list"),
@@ -235,6 +236,10 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
             ("S", "interrupt and send now: abort the running tools (as a does), then the agent reads this and goes on"),
             ("f", "follow-up: a message delivered when the agent would otherwise stop"),
             ("o", "note: delivered with the next turn, but it never wakes an agent that is done"),
+            (
+                "y",
+                "answer the request the thread waits on: approve, deny with a reason, edit the arguments, or each question",
+            ),
             ("c E D", "select a queued steer, follow-up or note (listed above the input); E edits it, D cancels it"),
             ("r", "resume a crashed thread (shows what happens to each call and asks first)"),
             ("n", "send a new prompt in this thread"),
