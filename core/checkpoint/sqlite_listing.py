@@ -199,9 +199,10 @@ def _read_indexed(
     a reply has its tail. The first row is parsed as the decoder parses it
     (:func:`~core.checkpoint.listing.stored_value`): when it is a user row, it gives the
     first prompt. Only the threads left (newest row not a reply; first row not a user row)
-    are walked as before: the last row whose stored role is ``assistant`` (a backward walk
-    that stops there) and the rows from there (:func:`_tail_rows`; those decoded already are
-    not decoded again), the first row whose stored role is ``user`` (a forward walk).
+    are walked as before: the rows from the last one whose stored role is ``assistant`` (a
+    backward walk that stops there, inside the bound of one range seek; those decoded
+    already are not decoded again), the first row whose stored role is ``user`` (a forward
+    walk).
     EXPLAIN QUERY PLAN: the records' owner index, then per thread ``SEARCH ... USING
     COVERING INDEX ix_messages_thread_id`` for the count, the newest and the first id, and
     ``INTEGER PRIMARY KEY`` for the two rows read.
@@ -221,16 +222,20 @@ def _read_indexed(
     threads: dict[str, list[Any]] = {}  # a _Thread each, as a list: the walks below fill in the rest
     rest: list[str] = []  # newest row not a reply
     unprompted: list[str] = []  # first row not a user row
+    first_replies: set[str] = set()  # first row's stored role is assistant
     for tid, count, last_id, created_at, newest, first_id, first in found:
         value = stored_value(first)
-        if stored_role(value) == "user":
+        role = stored_role(value)
+        if role == "user":
             prompt = _first_prompt(tid, first_id, first, value)
         else:
             prompt = ""
             unprompted.append(tid)
+            if role == "assistant":
+                first_replies.add(tid)
         reply = decoded.get(last_id)
         tail = ((reply,), ()) if isinstance(reply, AssistantMessage) else None
-        threads[tid] = [tid, count, julianday_to_unix(created_at), last_id, [(last_id, newest)], prompt, tail]
+        threads[tid] = [tid, count, julianday_to_unix(created_at), last_id, [(last_id, newest)], prompt, tail, first_id]
         if tail is None:
             rest.append(tid)
     if unprompted:
@@ -242,20 +247,28 @@ def _read_indexed(
         ):
             threads[tid][5] = _first_prompt(tid, first_id, first, stored_value(first))
     if rest:
-        named = {**args, "rest": json.dumps(rest)}
-        starts = {
-            tid: reply or 0
-            for tid, reply in c.execute(
-                "SELECT r.value, (SELECT a.id FROM messages AS a WHERE a.thread_id = r.value"
-                f" AND {_role('a')} = 'assistant' ORDER BY a.id DESC LIMIT 1) FROM json_each(:rest) AS r"
-                f" WHERE {owned(layout, 'r.value')}",
-                named,
+        # One range seek per thread from its last stored assistant row (every row when it has
+        # none), found inside the seek's own bound: measured at 10,000 threads, ~62 ms of CPU
+        # against ~84 ms for that search as a query of its own and a seek from what it gave.
+        tails = _by_thread(
+            c.execute(
+                "SELECT x.id, x.thread_id, CAST(x.message_json AS BLOB) FROM json_each(:rest) AS r"
+                " CROSS JOIN messages AS x ON x.thread_id = r.value AND x.id >= coalesce((SELECT a.id"
+                f" FROM messages AS a WHERE a.thread_id = r.value AND {_role('a')} = 'assistant'"
+                f" ORDER BY a.id DESC LIMIT 1), 0) WHERE {owned(layout, 'r.value')}",
+                {**args, "rest": json.dumps(rest)},
             )
-        }
-        tails = _by_thread(c.execute(_tail_rows(layout, mine, indexed=True), {**named, "starts": json.dumps(starts)}))
+        )
         for tid in rest:
-            threads[tid][3:5] = starts[tid], tails[tid]
-    return [tuple(t) for t in threads.values()], decoded  # type: ignore[misc]
+            thread = threads[tid]
+            rows = tails[tid]
+            # The seek's first row is the start, except where the thread has no stored reply:
+            # then it is the thread's first row, which is not one (0: every row).
+            start = rows[0][0]
+            if start == thread[7] and tid not in first_replies:
+                start = 0
+            thread[3:5] = start, rows
+    return [tuple(t[:7]) for t in threads.values()], decoded  # type: ignore[misc]
 
 
 def _read_bare(
@@ -274,7 +287,7 @@ def _read_bare(
         " GROUP BY mine.thread_id) AS s",
         args,
     ).fetchall()
-    found = _by_thread(c.execute(_tail_rows(layout, mine, indexed=False), args))
+    found = _by_thread(c.execute(_tail_rows(mine), args))
     firsts: dict[str, bytes] = dict(
         c.execute(
             "SELECT u.thread_id, CAST(u.message_json AS BLOB) FROM json_each(:firsts) AS f"
@@ -291,8 +304,7 @@ def _read_bare(
 
 
 def _by_thread(rows: sqlite3.Cursor) -> dict[str, _Rows]:
-    """Tail rows (``(id, thread_id, JSON)``, as :func:`_tail_rows` reads them) by thread, each
-    thread's in id order."""
+    """Tail rows (``(id, thread_id, JSON)``) by thread, each thread's in id order."""
     found: dict[str, _Rows] = {}
     for row_id, tid, raw in rows:
         found.setdefault(tid, []).append((row_id, raw))
@@ -301,19 +313,12 @@ def _by_thread(rows: sqlite3.Cursor) -> dict[str, _Rows]:
     return found
 
 
-def _tail_rows(layout: Layout, mine: str, *, indexed: bool) -> str:
-    """SQL of the rows of a tail each from its start on: ``(id, thread_id, message_json as
-    BLOB)``. With the thread index, one range seek per thread from the start given
-    (``:starts``, a JSON object of thread id -> row id, 0 for every row); without it, of
-    every thread in ``mine`` from its last assistant row on (every row with none), in one
-    pass that finds each start again (a window over the join, whose automatic index SQLite
-    builds once) - a seek per thread would scan the table each time."""
-    if indexed:
-        return (
-            "SELECT x.id, x.thread_id, CAST(x.message_json AS BLOB) FROM json_each(:starts) AS s"
-            " CROSS JOIN messages AS x ON x.thread_id = s.key AND x.id >= s.value"
-            f" WHERE {owned(layout, 's.key')}"
-        )
+def _tail_rows(mine: str) -> str:
+    """SQL of the rows of every tail of the threads in ``mine`` without the thread index,
+    each from its last assistant row on (every row with none): ``(id, thread_id,
+    message_json as BLOB)``, in one pass that finds each start (a window over the join,
+    whose automatic index SQLite builds once) - a seek per thread would scan the table each
+    time."""
     return (
         "SELECT w.id, w.thread_id, CAST(m.message_json AS BLOB) FROM (SELECT y.id, y.thread_id,"
         f" max(CASE WHEN {_role('y')} = 'assistant' THEN y.id END) OVER (PARTITION BY y.thread_id) AS reply"

@@ -369,3 +369,38 @@ async def test_a_file_without_the_thread_index_lists_as_one_with_it(tmp_path: Pa
     assert listings[0] == listings[1] and len(listings[0]) == 7
     assert versions[0] == versions[1]
     assert [m.role for m in {s.thread_id: s for s in listings[0]}["t2"].tail] == ["assistant", "tool_result"]
+
+
+async def test_sqlite_tails_of_every_shape_are_the_rows_from_the_last_reply(tmp_path: Path) -> None:
+    """Threads that begin on a reply, on a tool result or on a prompt, that hold no reply at
+    all, or one reply only, list with the same tail with the thread index and without it,
+    and that tail is what loading the whole thread gives: its last assistant message and
+    every message after it, or every message when it holds none."""
+    from core.checkpoint.sqlite_schema import _CUBELOOP_TABLES
+
+    threads = {f"t{start}-{n}": turns(n, start) for start in range(3) for n in range(1, 6)}
+    threads["prompts"] = [user_text("one"), user_text("two")]
+    threads["results"] = turns(1, 2) + turns(1, 2)
+    bare, indexed = tmp_path / "bare.sqlite", tmp_path / "indexed.sqlite"
+    for path in (bare, indexed):
+        db = sqlite3.connect(path, isolation_level=None)
+        for ddl in _CUBELOOP_TABLES:
+            db.execute(ddl)
+        for tid, messages in threads.items():
+            db.executemany(
+                "INSERT INTO messages (thread_id, message_json) VALUES (?, ?)",
+                [(tid, codec.encode(m)) for m in messages],
+            )
+        if path == indexed:
+            db.execute("CREATE INDEX ix_messages_thread_id ON messages (thread_id, id)")
+        db.execute("UPDATE messages SET created_at = 2460000.5 + id")
+        db.close()
+    listings = []
+    for path in (bare, indexed):
+        async with await SQLiteCheckpointer.open(path, create=False, owner=UNOWNED) as store:
+            listings.append({s.thread_id: s for s in await store.list_threads()})
+    assert listings[0] == listings[1]
+    for tid, messages in threads.items():
+        replies = [i for i, m in enumerate(messages) if isinstance(m, AssistantMessage)]
+        expected = messages[replies[-1] :] if replies else messages
+        assert [m.model_dump() for m in listings[1][tid].tail] == [m.model_dump() for m in expected], tid
