@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from core.answers import answer
-from core.checkpoint.capabilities import SchemaUpgrade, supports
 from core.checkpoint.locations import ENV_VAR, chosen_location, describe_location, open_store
 from core.errors import CubepiError, DatabaseGoneError, StoreBusyError, StoreConnectionError, error_sentence
 from core.hitl import (
@@ -38,7 +37,7 @@ from core.hitl import (
     TextReply,
     YesNoReply,
 )
-from core.runner import BAD_INPUT, BadInput, SentenceParser, add_owner_options, chosen_owner, plain
+from core.runner import BAD_INPUT, BadInput, SentenceParser, add_owner_options, chosen_owner, plain, upgrade_if_asked
 
 FAILED = 1
 """Exit status when the store failed under the call (locked past its wait, server gone)."""
@@ -137,13 +136,7 @@ async def answer_headless(
         if not thread_id.strip():
             raise BadInput("The thread id is empty.")
         store = await open_store(chosen.location, create=False, owner=owner)
-        if supports(store, SchemaUpgrade) and store.needs_upgrade:
-            if not upgrade:
-                raise BadInput(
-                    f"{where} was written by cubeloop or an older cubepi-tui; pass --upgrade to add "
-                    "cubepi-tui's own records beside the existing ones (which are kept) before answering."
-                )
-            await store.upgrade()
+        await upgrade_if_asked(store, where, upgrade, "answering")
         answered = await answer(store, thread_id, reply, question_id=question_id)
         _say(out, answered.sentence)
         return 0

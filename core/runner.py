@@ -237,13 +237,7 @@ async def run_headless(
             owner=owner,
         )
         quiet.store = store
-        if supports(store, SchemaUpgrade) and store.needs_upgrade:
-            if not upgrade:
-                raise BadInput(
-                    f"{where} was written by cubeloop or an older cubepi-tui; pass --upgrade to add "
-                    "cubepi-tui's own records beside the existing ones (which are kept) before running."
-                )
-            await store.upgrade()
+        await upgrade_if_asked(store, where, upgrade, "running")
         if resume and await store.load(thread_id) is None:
             raise thread_unavailable(thread_id, owner)
         try:
@@ -320,6 +314,22 @@ async def run_headless(
             await store.close()
 
 
+async def upgrade_if_asked(store: Checkpointer, where: str, upgrade: bool, doing: str) -> None:
+    """Add cubepi-tui's own records to ``store`` (at ``where``, as
+    :func:`~core.checkpoint.locations.describe_location` names it) when it needs them and
+    ``upgrade`` (``--upgrade``) allows it; ``doing`` ends the refusal ("running",
+    "deleting", ...). Raises ``BadInput`` when the store needs the upgrade and ``upgrade``
+    is false: nothing is written then. A store without the ``SchemaUpgrade`` capability,
+    or one that needs none, is left as it is."""
+    if supports(store, SchemaUpgrade) and store.needs_upgrade:
+        if not upgrade:
+            raise BadInput(
+                f"{where} was written by cubeloop or an older cubepi-tui; pass --upgrade to add "
+                f"cubepi-tui's own records beside the existing ones (which are kept) before {doing}."
+            )
+        await store.upgrade()
+
+
 async def delete_headless(
     db_path: str | os.PathLike[str] | None,
     thread_id: str,
@@ -356,13 +366,7 @@ async def delete_headless(
             on_status=_status_printer(err, where),
             owner=owner,
         )
-        if supports(store, SchemaUpgrade) and store.needs_upgrade:
-            if not upgrade:
-                raise BadInput(
-                    f"{where} was written by cubeloop or an older cubepi-tui; pass --upgrade to add "
-                    "cubepi-tui's own records beside the existing ones (which are kept) before deleting."
-                )
-            await store.upgrade()
+        await upgrade_if_asked(store, where, upgrade, "deleting")
         if not supports(store, ThreadDeletion):
             raise BadInput(f"{where} cannot delete threads.")
         await delete_thread(store, thread_id)

@@ -256,6 +256,41 @@ async def test_a_cubeloop_question_answered_here_is_taken_by_cubeloops_agent(tmp
     assert data is not None and diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
 
 
+@pytest.mark.parametrize(
+    ("command", "doing"),
+    [
+        (["answer", "--thread", "q", "--text", "src/cli.py"], "answering"),
+        (["run", "--thread", "q", "--demo", "Go on."], "running"),
+        (["delete", "q"], "deleting"),
+    ],
+)
+def test_a_headless_command_on_a_cubeloop_file_asks_for_upgrade_and_writes_nothing(
+    tmp_path: Path, command: list[str], doing: str
+) -> None:
+    """``answer``, ``run`` and ``delete`` on cubeloop's file without ``--upgrade``: exit 2
+    with one sentence naming the flag and what was refused, and not a byte written."""
+    db = tmp_path / "cubeloop.sqlite"
+    run_cubeloop(db, "ask_and_detach", "q", arg="run-ask-1")
+    before = cubeloop_rows(db)
+    tables = {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    env = {k: v for k, v in os.environ.items() if k not in ("CUBEPI_OWNER", "CUBEPI_DB")}
+    verb, *rest = command
+    result = subprocess.run(
+        [sys.executable, "-m", "tui.cli", verb, "--db", str(db), "--unowned", *rest],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "pass --upgrade" in result.stderr and f"before {doing}." in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert cubeloop_rows(db) == before
+    after = {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert after == tables
+
+
 @pytest.mark.parametrize("by", ["call", "cli"])
 async def test_a_cubeloop_approval_approved_here_runs_the_tool_once_in_cubeloop(tmp_path: Path, by: str) -> None:
     db = tmp_path / "cubeloop.sqlite"
