@@ -26,7 +26,6 @@ from typing import Any, TextIO
 
 from core.answers import answer
 from core.checkpoint.locations import ENV_VAR, chosen_location, describe_location, open_store
-from core.errors import CubepiError, DatabaseGoneError, StoreBusyError, StoreConnectionError, error_sentence
 from core.hitl import (
     ApproveReply,
     ChoiceReply,
@@ -37,10 +36,16 @@ from core.hitl import (
     TextReply,
     YesNoReply,
 )
-from core.runner import BAD_INPUT, BadInput, SentenceParser, add_owner_options, chosen_owner, plain, upgrade_if_asked
-
-FAILED = 1
-"""Exit status when the store failed under the call (locked past its wait, server gone)."""
+from core.runner import (
+    BAD_INPUT,
+    BadInput,
+    SentenceParser,
+    add_owner_options,
+    chosen_owner,
+    ended_by,
+    say,
+    upgrade_if_asked,
+)
 
 
 def answer_parser() -> argparse.ArgumentParser:
@@ -138,28 +143,13 @@ async def answer_headless(
         store = await open_store(chosen.location, create=False, owner=owner)
         await upgrade_if_asked(store, where, upgrade, "answering")
         answered = await answer(store, thread_id, reply, question_id=question_id)
-        _say(out, answered.sentence)
+        say(out, answered.sentence)
         return 0
-    except (DatabaseGoneError, StoreBusyError, StoreConnectionError) as exc:
-        _say(err, error_sentence(exc))
-        return FAILED
-    except CubepiError as exc:
-        _say(err, error_sentence(exc))
-        return BAD_INPUT
-    except Exception as exc:  # an internal error still ends with one sentence, not a traceback
-        _say(err, f"Internal error: {error_sentence(exc)}")
-        return FAILED
+    except Exception as exc:
+        return ended_by(exc, err)
     finally:
         if store is not None:
             await store.close()
-
-
-def _say(stream: TextIO, line: str) -> None:
-    try:
-        stream.write(plain(line) + "\n")
-        stream.flush()
-    except (OSError, ValueError):
-        pass  # a closed pipe must not turn an answer recorded into a traceback
 
 
 def main(argv: Sequence[str]) -> int:
@@ -170,7 +160,7 @@ def main(argv: Sequence[str]) -> int:
         owner = chosen_owner(args.owner, args.unowned)
         reply = reply_of(args)
     except BadInput as exc:
-        _say(sys.stderr, f"cubepi-tui answer: {exc}")
+        say(sys.stderr, f"cubepi-tui answer: {exc}")
         return BAD_INPUT
     except SystemExit as exc:  # --help
         return int(exc.code or 0)

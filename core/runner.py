@@ -259,7 +259,7 @@ async def run_headless(
         sup = Supervisor(runner, store)
 
         def say_plan(plan: ResumePlan) -> None:
-            _say(out, describe_plan(plan))
+            say(out, describe_plan(plan))
 
         restore = _abort_on_signals(sup) if handle_signals else (lambda: None)
         try:
@@ -284,31 +284,21 @@ async def run_headless(
         if quiet.lost is not None:
             # The server went away for good during the run (its writes' records were
             # dropped as accounts of this one cause): say it once.
-            _say(err, error_sentence(quiet.lost))
+            say(err, error_sentence(quiet.lost))
         if outcome == "waiting":
             pending = runner.state.pending_request
             question = f" ({pending.question})" if pending is not None else ""
-            _say(
+            say(
                 err,
                 f"Thread {thread_id!r} waits for an answer{question}: answer it with "
                 f"'cubepi-tui answer --thread {thread_id}', then run it again with --resume.",
             )
         return EXIT_CODES.get(outcome, 1)
     except asyncio.CancelledError:
-        _say(err, "The run was cancelled.")
+        say(err, "The run was cancelled.")
         return EXIT_CODES["aborted"]
-    except (DatabaseGoneError, StoreBusyError, StoreConnectionError) as exc:
-        # The input was fine: the database vanished, another program kept it locked past
-        # the store's wait (core.checkpoint.sqlite_file.LOCK_WAIT), or the server stayed
-        # unreachable past every reconnect (core.checkpoint.reconnect). The run failed.
-        _say(err, error_sentence(exc))
-        return EXIT_CODES["failed"]
-    except CubepiError as exc:
-        _say(err, error_sentence(exc))
-        return BAD_INPUT
-    except Exception as exc:  # an internal error still ends with one sentence, not a traceback
-        _say(err, f"Internal error: {error_sentence(exc)}")
-        return 1
+    except Exception as exc:
+        return ended_by(exc, err)
     finally:
         if store is not None:
             await store.close()
@@ -370,17 +360,10 @@ async def delete_headless(
         if not supports(store, ThreadDeletion):
             raise BadInput(f"{where} cannot delete threads.")
         await delete_thread(store, thread_id)
-        _say(out, deleted_sentence(thread_id))
+        say(out, deleted_sentence(thread_id))
         return 0
-    except (DatabaseGoneError, StoreBusyError, StoreConnectionError) as exc:
-        _say(err, error_sentence(exc))
-        return EXIT_CODES["failed"]
-    except CubepiError as exc:
-        _say(err, error_sentence(exc))
-        return BAD_INPUT
-    except Exception as exc:  # an internal error still ends with one sentence, not a traceback
-        _say(err, f"Internal error: {error_sentence(exc)}")
-        return 1
+    except Exception as exc:
+        return ended_by(exc, err)
     finally:
         if store is not None:
             await store.close()
@@ -579,7 +562,7 @@ def _printer(out: TextIO) -> Callable[[AgentEvent], None]:
         elif isinstance(event, AgentEnd):
             line = f"run {event.outcome}" + (f": {event.error}" if event.error else "")
         if line is not None:
-            _say(out, line)
+            say(out, line)
 
     return on_event
 
@@ -601,12 +584,30 @@ def _status_printer(err: TextIO, where: str) -> OnStatus:
         else:
             said = 0
         line = f"store: {reconnect_notice(where, status)}"
-        _say(err, f"{line}: {status.reason}" if status.reason else line)
+        say(err, f"{line}: {status.reason}" if status.reason else line)
 
     return on_status
 
 
-def _say(stream: TextIO, line: str) -> None:
+def ended_by(error: Exception, err: TextIO) -> int:
+    """End a headless command (``run``, ``delete``, ``answer``) that raised ``error``: one
+    sentence on ``err`` and the exit status. 1 (failed) when the input was fine but the
+    store was not: the database vanished, another program kept it locked past the store's
+    wait (:data:`core.checkpoint.sqlite_file.LOCK_WAIT`), or the server stayed unreachable
+    past every reconnect (:mod:`core.checkpoint.reconnect`); :data:`BAD_INPUT` (2) for any
+    other :class:`~core.errors.CubepiError` (what was asked cannot be done); 1 for an
+    internal error, still as one sentence, never a traceback."""
+    if isinstance(error, (DatabaseGoneError, StoreBusyError, StoreConnectionError)):
+        say(err, error_sentence(error))
+        return EXIT_CODES["failed"]
+    if isinstance(error, CubepiError):
+        say(err, error_sentence(error))
+        return BAD_INPUT
+    say(err, f"Internal error: {error_sentence(error)}")
+    return EXIT_CODES["failed"]
+
+
+def say(stream: TextIO, line: str) -> None:
     """Write ``line`` and a newline to ``stream``: the one way the runner prints. The line
     passes :func:`plain` here, whatever it holds (model, tool or provider text, a thread id,
     an owner or workflow version from the store or the command line, an error's sentence),
@@ -615,7 +616,7 @@ def _say(stream: TextIO, line: str) -> None:
         stream.write(plain(line) + "\n")
         stream.flush()
     except (OSError, ValueError):
-        pass  # a closed pipe must not stop the run
+        pass  # a closed pipe must not stop the run, nor turn what was done into a traceback
 
 
 # --- the command line ----------------------------------------------------------------------
@@ -773,7 +774,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = (parser() if command == "run" else delete_parser()).parse_args(args_list)
         owner = chosen_owner(args.owner, args.unowned)
     except BadInput as exc:
-        _say(sys.stderr, f"cubepi-tui {command}: {exc}")
+        say(sys.stderr, f"cubepi-tui {command}: {exc}")
         return BAD_INPUT
     except SystemExit as exc:  # --help
         return int(exc.code or 0)

@@ -72,12 +72,12 @@ async def test_a_hostile_workflow_on_the_command_line_is_refused_in_one_escaped_
 
 
 def test_everything_the_runner_prints_passes_plain_once_and_for_all() -> None:
-    """The runner's one output path (``_say``) escapes whatever it is given, so a sentence
+    """The runner's one output path (``say``) escapes whatever it is given, so a sentence
     made from stored text (an error naming a host, a thread id) is as safe as a message."""
     import io
 
-    from core.runner import _say
+    from core.runner import say
 
     out = io.StringIO()
-    _say(out, "Thread 'x' is running on box\x1b[31m\u202e (pid 1)\nsecond line")
+    say(out, "Thread 'x' is running on box\x1b[31m\u202e (pid 1)\nsecond line")
     assert out.getvalue() == "Thread 'x' is running on box\\x1b[31m\\u202e (pid 1)\\nsecond line\n"
