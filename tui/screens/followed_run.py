@@ -26,13 +26,13 @@ class FollowedRun:
     """Draws one follower's changes into ``surface``; see the module docstring.
 
     ``model`` is the follower's live model and ``shown`` how many of the thread's persisted
-    messages the transcript holds already; ``retry`` is the screen's countdown (shared
+    messages the transcript holds already; ``countdown`` is the screen's retry countdown (shared
     with a run here).
     """
 
-    def __init__(self, surface: RunSurface, retry: RetryCountdown, model: ThreadModel, shown: int) -> None:
+    def __init__(self, surface: RunSurface, countdown: RetryCountdown, model: ThreadModel, shown: int) -> None:
         self._surface = surface
-        self._retry = retry
+        self._countdown = countdown
         self.model = model
         """The follower's live model (read at every flush)."""
         self.shown = shown
@@ -95,9 +95,9 @@ class FollowedRun:
         down right."""
         retry = self.model.retry
         if retry is None:
-            self._retry.clear()
+            self._countdown.clear()
         else:
-            self._retry.show(retry.wait, retry.until - time.time())
+            self._countdown.show(retry.wait, retry.until - time.time())
 
     async def flush(self) -> None:
         """Draw the streaming reply and the running tools as the model holds them now."""

@@ -32,15 +32,17 @@ from tui.screens.shown_run import RetryCountdown, RunSurface
 class LocalRun:
     """Draws one screen's runs here into ``surface``; see the module docstring.
 
-    ``retry`` is the screen's countdown (shared with the run followed). ``flush_screen``
+    ``countdown`` is the screen's retry countdown (shared with the run followed). ``flush_screen``
     draws everything the screen has buffered (this run's stream and progress among it, see
     :meth:`flush`), the way its flush timer does; it is awaited before a message or a
     tool call is drawn, so buffered text never lands after what follows it.
     """
 
-    def __init__(self, surface: RunSurface, retry: RetryCountdown, flush_screen: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, surface: RunSurface, countdown: RetryCountdown, flush_screen: Callable[[], Awaitable[None]]
+    ) -> None:
         self._surface = surface
-        self._retry = retry
+        self._countdown = countdown
         self._flush_screen = flush_screen
         self._partial: AssistantMessage | None = None  # the live reply, redrawn on the next flush
         self._progress: dict[str, tuple[float | None, str | None]] = {}  # call id -> (fraction 0..1, text)
@@ -56,9 +58,9 @@ class LocalRun:
         if isinstance(event, MessageUpdate):
             self._partial = event.message
             if isinstance(event.delta, RetryWait):
-                self._retry.show(event.delta)
-            elif self._retry.shown:
-                self._retry.clear()  # the next attempt streams
+                self._countdown.show(event.delta)
+            elif self._countdown.shown:
+                self._countdown.clear()  # the next attempt streams
         elif isinstance(event, ToolExecutionUpdate):
             self._progress[event.tool_call_id] = (event.progress, event.text)
         elif isinstance(event, MessageStart):
@@ -67,7 +69,7 @@ class LocalRun:
         elif isinstance(event, MessageEnd):
             await self._flush_screen()
             if isinstance(event.message, AssistantMessage):
-                self._retry.clear()
+                self._countdown.clear()
                 self._partial = None
                 await transcript.end_reply(event.message)
                 self._surface.status_bar.add_usage(event.message.usage)
@@ -81,7 +83,7 @@ class LocalRun:
             transcript.tool_finished(event.result)
         elif isinstance(event, AgentEnd):
             await self._flush_screen()
-            self._retry.clear()
+            self._countdown.clear()
             self._surface.status_bar.run_state = event.outcome
 
     async def flush(self) -> None:

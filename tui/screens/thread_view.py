@@ -181,8 +181,8 @@ class ThreadView(Screen[None]):
             session.pending_prompts[thread_id] = prompt  # saved even if the app ends first
         self._new = new
         self._unsubscribe: Callable[[], None] | None = None
-        self._retry = RetryCountdown(self)
-        self._local = LocalRun(self, self._retry, self._flush)
+        self._countdown = RetryCountdown(self)
+        self._local = LocalRun(self, self._countdown, self._flush)
         self._followed: FollowedRun | None = None  # draws the follower's changes, once the thread is shown
         self._problems: list[CorruptRow] = []
         self._paged = False  # the first page was painted before the whole thread was read
@@ -325,7 +325,7 @@ class ThreadView(Screen[None]):
             )
             self.post_message(ThreadLoaded(thread_id, data=data, diagnosis=model.diagnosis(), lease=model.lease_view))
         else:
-            self._followed = FollowedRun(self, self._retry, model, 0)
+            self._followed = FollowedRun(self, self._countdown, model, 0)
             self.post_message(FollowerChanged(thread_id, change))
 
     async def _stop_following(self, *, drop_live: bool = True) -> None:
@@ -335,7 +335,7 @@ class ThreadView(Screen[None]):
             await self.session.release(follower)
             if drop_live:
                 await self.transcript.drop_live()
-                self._retry.clear()
+                self._countdown.clear()
 
     @work(exclusive=True, exit_on_error=False, group="follow")
     async def _follow_again(self) -> None:
@@ -371,7 +371,7 @@ class ThreadView(Screen[None]):
             entries = merge_rows(data.messages, data.message_ids, data.problems)
             await self.transcript.show(entries, loader=self._read_page)
         if self._follower is not None:
-            self._followed = FollowedRun(self, self._retry, self._follower.model, len(data.messages))
+            self._followed = FollowedRun(self, self._countdown, self._follower.model, len(data.messages))
             self._followed.show_retry()
         totals = message.totals if message.totals is not None else usage_of(data.messages)
         await self._thread_ready(data.problems, totals, message.diagnosis, message.lease)
@@ -388,7 +388,7 @@ class ThreadView(Screen[None]):
             return
         if not self._paged:
             await self.transcript.show([], loader=self._read_page)
-        self._followed = FollowedRun(self, self._retry, model, 0)  # apply() counts what is shown
+        self._followed = FollowedRun(self, self._countdown, model, 0)  # apply() counts what is shown
         await self._followed.apply(change)
         self._followed.show_retry()  # whatever the change says: the view attaches now
         for command in change.commands:
