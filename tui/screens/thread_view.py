@@ -3,14 +3,18 @@
 A thread is shown in one of two ways:
 
 * **run here**: this app's agent runs it; the agent's listener only posts
-  :class:`~tui.messages.AgentEventReceived` and the handlers here draw it;
+  :class:`~tui.messages.AgentEventReceived`, a :class:`~tui.screens.local_run.LocalRun`
+  draws each event and the handler here changes the view's state (running, the request
+  the run waits on);
 * **followed**: otherwise a :class:`~core.follow.ThreadFollower` reads the thread and
   whatever another process streams into it; its changes arrive as
-  :class:`~tui.messages.FollowerChanged` and a :class:`~tui.screens.following.Mirror`
-  draws them, each persisted message exactly once. The commands sent to that process
-  are listed with their statuses in the commands bar.
+  :class:`~tui.messages.FollowerChanged`, a :class:`~tui.screens.followed_run.FollowedRun`
+  draws them, each persisted message exactly once, and the handler here shows who runs
+  the thread, the request it waits on and the commands sent to that process, with their
+  statuses in the commands bar.
 
-Stream deltas and tool progress are not drawn per event: the handlers note what changed
+This view keeps loading the thread, its diagnosis (the crash banner) and the layout.
+Stream deltas and tool progress are not drawn per event: the renderers note what changed
 and a timer flushes it every :data:`FLUSH_INTERVAL` seconds, so a fast stream costs at
 most one append per block per tick. The keys and the runs live in
 :class:`tui.screens.thread.ThreadScreen`, built on this view.
@@ -31,7 +35,6 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widget import MountError, Widget
 from textual.widgets import Static
 
@@ -44,26 +47,22 @@ from core.events import (
     AgentEvent,
     AgentStart,
     HumanRequestStarted,
-    MessageEnd,
-    MessageStart,
-    MessageUpdate,
-    RetryWait,
     ToolExecutionEnd,
     ToolExecutionStart,
-    ToolExecutionUpdate,
 )
 from core.follow import ThreadChange, ThreadFollower
 from core.lease_status import LeaseState, LeaseView
-from core.messages import AssistantMessage, Usage
+from core.messages import Usage
 from core.outline import usage_of
 from core.owners import owner_label
-from core.providers.retry import retry_label
 from core.recovery import Diagnosis
 from core.request import repair_words
 from tui.covering import covered
 from tui.flush_gate import FlushGate
 from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, ThreadLoaded
-from tui.screens.following import Mirror
+from tui.screens.followed_run import FollowedRun
+from tui.screens.local_run import LocalRun
+from tui.screens.shown_run import RetryCountdown
 from tui.session import Session, ThreadFacts
 from tui.text import clean, clock, literal
 from tui.widgets.commands import KIND_WORDS, CommandsBar
@@ -182,17 +181,15 @@ class ThreadView(Screen[None]):
             session.pending_prompts[thread_id] = prompt  # saved even if the app ends first
         self._new = new
         self._unsubscribe: Callable[[], None] | None = None
-        self._partial: AssistantMessage | None = None  # the live reply, redrawn on the next flush
-        self._progress: dict[str, tuple[float | None, str | None]] = {}
+        self._countdown = RetryCountdown(self)
+        self._local = LocalRun(self, self._countdown, self._flush)
+        self._followed: FollowedRun | None = None  # draws the follower's changes, once the thread is shown
         self._problems: list[CorruptRow] = []
         self._paged = False  # the first page was painted before the whole thread was read
         self._painted = asyncio.Event()  # set once that page is on screen (or there is none)
         self._follower: ThreadFollower | None = None
-        self._mirror: Mirror | None = None
         self._sent: set[int] = set()  # seqs of the commands sent from this view
-        self._retry: tuple[RetryWait, float] | None = None  # the wait shown, and its end (monotonic s)
         self._asking_call: str | None = None  # the call of this run whose request the panel shows
-        self._retry_timer: Timer | None = None
         self.run_worker_ref: Worker[None] | None = None
         """The worker of the current run (compared by identity in state changes)."""
         self.facts: ThreadFacts | None = None
@@ -328,17 +325,17 @@ class ThreadView(Screen[None]):
             )
             self.post_message(ThreadLoaded(thread_id, data=data, diagnosis=model.diagnosis(), lease=model.lease_view))
         else:
-            self._mirror = Mirror(self.transcript, model, 0)
+            self._followed = FollowedRun(self, self._countdown, model, 0)
             self.post_message(FollowerChanged(thread_id, change))
 
     async def _stop_following(self, *, drop_live: bool = True) -> None:
         """Stop following (a run here starts, or the view closes)."""
-        follower, self._follower, self._mirror = self._follower, None, None
+        follower, self._follower, self._followed = self._follower, None, None
         if follower is not None:
             await self.session.release(follower)
             if drop_live:
                 await self.transcript.drop_live()
-                self._show_retry(None)
+                self._countdown.clear()
 
     @work(exclusive=True, exit_on_error=False, group="follow")
     async def _follow_again(self) -> None:
@@ -374,8 +371,8 @@ class ThreadView(Screen[None]):
             entries = merge_rows(data.messages, data.message_ids, data.problems)
             await self.transcript.show(entries, loader=self._read_page)
         if self._follower is not None:
-            self._mirror = Mirror(self.transcript, self._follower.model, len(data.messages))
-            self._show_followed_retry()
+            self._followed = FollowedRun(self, self._countdown, self._follower.model, len(data.messages))
+            self._followed.show_retry()
         totals = message.totals if message.totals is not None else usage_of(data.messages)
         await self._thread_ready(data.problems, totals, message.diagnosis, message.lease)
 
@@ -391,9 +388,9 @@ class ThreadView(Screen[None]):
             return
         if not self._paged:
             await self.transcript.show([], loader=self._read_page)
-        self._mirror = Mirror(self.transcript, model, model.count - len(change.added))
-        await self._mirror.apply(change)
-        self._show_followed_retry()
+        self._followed = FollowedRun(self, self._countdown, model, 0)  # apply() counts what is shown
+        await self._followed.apply(change)
+        self._followed.show_retry()  # whatever the change says: the view attaches now
         for command in change.commands:
             self._command_seen(command)
         live = model.lease_view.live
@@ -541,27 +538,14 @@ class ThreadView(Screen[None]):
         change = message.change
         if self._follower is None or change.model is not self._follower.model:
             return  # from a follower that was detached since
-        if self._mirror is None:
+        if self._followed is None:
             if change.outlined and not self.loaded:
                 await self._outlined(change)
-            return  # else from before ThreadLoaded made the mirror (it shows the same messages)
+            return  # else from before ThreadLoaded made the renderer (it shows the same messages)
         model = change.model
-        if change.outlined and not change.reset:
-            # The whole thread's count is known now: the index of the next message follows it.
-            self._mirror.shown = model.count - len(change.added)
-        await self._mirror.apply(change)
-        if change.outlined and model.outline is not None:
-            self.status_bar.set_totals(model.outline.totals)
-        elif change.reset and model.ready:
-            self.status_bar.set_totals(usage_of(change.added))
-        elif not change.reset:
-            for m in change.added:
-                if isinstance(m, AssistantMessage):
-                    self.status_bar.add_usage(m.usage)
+        await self._followed.apply(change)
         if change.outlined:
             self._problems = model.thread_problems
-        if change.retry or change.reset:
-            self._show_followed_retry()
         for command in change.commands:
             self._command_seen(command)
         self.pending = model.pending_request
@@ -625,52 +609,22 @@ class ThreadView(Screen[None]):
         await self._show_event(message.event)
 
     async def _show_event(self, event: AgentEvent) -> None:
-        """Draw one event of the run here."""
-        transcript = self.transcript
-        if isinstance(event, MessageUpdate):
-            self._partial = event.message
-            if isinstance(event.delta, RetryWait):
-                self._show_retry(event.delta)
-            elif self._retry is not None:
-                self._show_retry(None)  # the next attempt streams
-        elif isinstance(event, ToolExecutionUpdate):
-            self._progress[event.tool_call_id] = (event.progress, event.text)
-        elif isinstance(event, MessageStart):
-            if isinstance(event.message, AssistantMessage):
-                self._partial = event.message
-        elif isinstance(event, MessageEnd):
-            await self._flush()
-            if isinstance(event.message, AssistantMessage):
-                self._show_retry(None)
-                self._partial = None
-                await transcript.end_reply(event.message)
-                self.status_bar.add_usage(event.message.usage)
-            else:
-                await transcript.append_message(event.message)
-        elif isinstance(event, HumanRequestStarted):
+        """Draw one event of the run here, and change what it changes of the view's state."""
+        await self._local.apply(event)
+        if isinstance(event, HumanRequestStarted):
             # The request is stored before this event: the panel shows what the store holds.
             self._asking_call = event.tool_call_id
             self.pending = PendingRequest(event.request_json, event.run_id, event.created_at)
-        elif isinstance(event, ToolExecutionStart):
-            await self._flush()
+        elif isinstance(event, ToolExecutionStart | ToolExecutionEnd):
             self._answered(event.tool_call_id)
-            transcript.tool_started(event.tool_call_id)
-        elif isinstance(event, ToolExecutionEnd):
-            self._progress.pop(event.tool_call_id, None)
-            self._answered(event.tool_call_id)
-            transcript.tool_finished(event.result)
         elif isinstance(event, AgentStart):
             self.running = True
             self.diagnosis = None
             # The run recorded the thread's definition (a new thread's first one) before it
             # started: the owner line says so now, not only once the run is over.
             self.show_facts()
-        elif isinstance(event, AgentEnd):
-            await self._flush()
-            self._show_retry(None)
-            self.status_bar.run_state = event.outcome
-            if event.error:
-                self.notify(clean(event.error), severity="error", timeout=10, markup=False)
+        elif isinstance(event, AgentEnd) and event.error:
+            self.notify(clean(event.error), severity="error", timeout=10, markup=False)
 
     def _answered(self, tool_call_id: str) -> None:
         # An approved call starts, a denied one ends, a question asked by a running tool
@@ -678,36 +632,6 @@ class ThreadView(Screen[None]):
         if self._follower is None and tool_call_id == self._asking_call:
             self._asking_call = None
             self.pending = None
-
-    def _show_retry(self, wait: RetryWait | None, left: float | None = None) -> None:
-        """Show ``wait`` in the status bar, counting down each second from ``left`` seconds
-        (default: all of ``wait.seconds``); ``None`` clears it. The one countdown, for a run
-        here and a run followed (:meth:`_show_followed_retry`)."""
-        if self._retry_timer is not None:
-            self._retry_timer.stop()
-            self._retry_timer = None
-        if wait is None:
-            self._retry = None
-            self.status_bar.retry = ""
-            return
-        self._retry = (wait, time.monotonic() + (wait.seconds if left is None else left))
-        self._count_down_retry()
-        self._retry_timer = self.set_interval(0.25, self._count_down_retry, name="retry countdown")
-
-    def _show_followed_retry(self) -> None:
-        """Show the retry wait of the run followed, if any. Its end is in the runner's unix
-        seconds (see :mod:`core.live`), so a view that attaches late counts down right."""
-        retry = self._follower.model.retry if self._follower is not None else None
-        if retry is None:
-            self._show_retry(None)
-        else:
-            self._show_retry(retry.wait, retry.until - time.time())
-
-    def _count_down_retry(self) -> None:
-        if self._retry is None or not self.is_attached:
-            return
-        wait, until = self._retry
-        self.status_bar.retry = retry_label(wait.reason, until - time.monotonic(), wait.attempt, wait.max_attempts)
 
     def _on_timer_update(self) -> None:
         # Textual's screen update (layout, then paint) also runs for the screen just below
@@ -727,8 +651,7 @@ class ThreadView(Screen[None]):
     def _request_flush(self) -> None:
         # Timer callbacks run in the timer's own task; drawing must happen in this
         # screen's message queue, in order with the agent events, so post a message.
-        pending = self._partial is not None or self._progress or (self._mirror is not None and self._mirror.dirty)
-        if not pending:
+        if not (self._local.dirty or (self._followed is not None and self._followed.dirty)):
             return
         if covered(self):
             # Unseen: drawing would lay this screen out under the help (tui.flush_gate).
@@ -748,11 +671,6 @@ class ThreadView(Screen[None]):
         # The frame's cost spaces the next flush (tui.flush_gate.FRAME_SHARE): this
         # thread's CPU from here until Textual has laid out and painted what it changed.
         self.call_after_refresh(self._frame_drawn, time.thread_time())
-        if self._partial is not None:
-            await self.transcript.sync_reply(self._partial)
-        if self._progress:
-            progress, self._progress = self._progress, {}
-            for call_id, (fraction, text) in progress.items():
-                self.transcript.tool_progress(call_id, fraction, text)
-        if self._mirror is not None:
-            await self._mirror.flush()
+        await self._local.flush()
+        if self._followed is not None:
+            await self._followed.flush()
