@@ -45,9 +45,8 @@ def _cards(app: App[object]) -> list[ToolCallView]:
 
 
 async def test_aborting_while_the_model_writes_arguments_leaves_no_tool_card(db: Db) -> None:
-    session = fast_session(path=db.path)
     model = StuckInArguments()
-    session.make_provider = lambda: model
+    session = fast_session(path=db.path, make_provider=lambda: model)
     app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:
         await fill_dialog(pilot, "n", "fetch the data")
