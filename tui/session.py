@@ -24,10 +24,8 @@ from core.checkpoint.base import (
     Checkpointer,
     Command,
     CommandKind,
-    CorruptRow,
     PendingRequest,
     ThreadMeta,
-    ThreadSummary,
     not_deleted_sentence,
     thread_unavailable,
 )
@@ -36,11 +34,9 @@ from core.checkpoint.capabilities import (
     HumanAnswers,
     LiveStore,
     OwnerScoped,
-    PagedReads,
     SchemaUpgrade,
     ThreadDeletion,
     ThreadRecords,
-    ToolSteps,
     lacking,
     supports,
 )
@@ -51,18 +47,18 @@ from core.errors import CubepiError, UnreadableRequestError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
 from core.hitl import Reply, parse_request
-from core.lease_status import LeaseState, LeaseView, lease_status
+from core.lease_status import LeaseView, lease_status
 from core.leases import delete_thread
-from core.messages import AnyMessage
 from core.outline import ThreadOutline, read_outline
 from core.owners import UNOWNED
-from core.recovery import DanglingCall, Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose, step_words
+from core.recovery import DanglingCall, Diagnosis, ResumePlan, SettleChoice
 from core.supervisor import Supervisor
-from core.tool_execution import call_job_key
-from tui.attention import AttentionWatch, waiting_for_you, waiting_label
+from tui.attention import AttentionWatch
 from tui.session_config import SessionConfig
+from tui.session_reads import load_page, stepped_calls
+from tui.session_rows import PickerRows, RowsUpdate, ThreadRow
+from tui.session_rows import state_label as state_label  # re-exported: the picker imports it from here
 from tui.whole_diagnoses import WholeDiagnoses
-from tui.whole_diagnoses import version as thread_version
 
 OnStart = Callable[[Agent], None]
 """Told the thread's agent just before a run of it begins (see ``Session.prompt``)."""
@@ -71,92 +67,9 @@ SENT_AS_PROMPT = "sent as a new prompt"
 """The note on an undelivered steer or follow-up whose text became a new run's prompt."""
 
 
-def state_label(diagnosis: Diagnosis, view: LeaseView | None, *, running: bool) -> str:
-    """A picker row's state: "running here"; a run elsewhere's lease label naming its host
-    ("running on box (pid 42, beat 1 s ago)"); a crash's point, then the host it died on
-    when its lease says so ("crashed at point 3 (mid-tool) on box (lease expired 40 s ago)");
-    else the diagnosis label. A thread waiting for an answer reads "waiting for you: QUESTION"
-    whoever holds its run (it waits on the person: :mod:`tui.attention`). Host, notes and
-    question come from the store: show the text literally."""
-    if waiting_for_you(diagnosis):
-        return waiting_label(diagnosis)
-    if running:
-        return "running here"
-    if view is not None and view.state is LeaseState.RUNNING_ELSEWHERE:
-        return view.label
-    if view is not None and view.state is LeaseState.CRASHED and diagnosis.state is ThreadState.CRASHED:
-        return f"{diagnosis.label} {view.crash_place}"
-    return diagnosis.label
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadRow:
-    """One line of the picker: a thread's id, state, size, last activity and first prompt."""
-
-    thread_id: str
-    state: str
-    message_count: int
-    last_activity: float | None
-    first_prompt: str
-    diagnosis: Diagnosis
-    running: bool = False
-    """Whether an agent of this app runs it now."""
-    problems: int = 0
-    """Undecodable rows in the thread's tail."""
-    elsewhere: bool = False
-    """Whether another process holds a live lease on it (it runs there)."""
-    lease: LeaseView | None = None
-    """What the thread's lease says (running here / elsewhere / crashed), when it has one;
-    ``state`` is its label when it names the thread's state (a run elsewhere, a crash)."""
-
-
-FIRST_ROWS_BUDGET = 0.05
-"""Seconds a first listing may spend making rows before the ones made are shown: the top of a
-10,000-thread list paints at once and the rest follow (about 0.5-0.9 s more here)."""
-
-FIRST_ROWS = 200
-"""Rows of a first listing shown as soon as they are made, before :data:`FIRST_ROWS_BUDGET`
-is spent: more than a terminal shows at once, made in about 12 ms (60 µs a row here), so
-the start does not wait the whole budget for rows nobody sees yet."""
-
-FIRST_PAINT_PAUSE = 0.05
-"""Seconds the rest of a first listing waits once its first rows are handed out, so that the
-screen paints them first: each of the few steps from rows to frame (message, table, header,
-frame) otherwise waited for a slice of row-making, and the first rows reached the screen
-85 ms after they were handed out instead of 8-42 ms (stamped in the app, 10,000 threads)."""
-
-ROWS_SLICE = 0.01
-"""Seconds of making rows between two yields to the event loop: diagnosing a tail takes
-50-70 µs here (issue 10), 10,000 of them half a second, which no key press should wait for."""
-
-
 INPUT_POLL = 0.05
 """Seconds between two looks, while the user is at work, at whether the store changed
 (a new listing is shown at once) or input has gone quiet."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Handed:
-    """The last rows handed out: in order, each thread's index among them, and the listing
-    they were made of (its summaries, same order; a first part of it while the rest is made)."""
-
-    rows: list[ThreadRow]
-    index: dict[str, int]
-    summaries: Sequence[ThreadSummary]
-
-
-@dataclass(frozen=True, slots=True)
-class RowsUpdate:
-    """One thread list for the picker: ``rows``, most recently active first, and ``changed``,
-    the threads whose row differs from the previous update this session handed out (added,
-    changed or gone; the rows of the others are the same objects). ``None``: treat every
-    row as changed."""
-
-    rows: list[ThreadRow]
-    changed: frozenset[str] | None = None
-    listed: int | None = None
-    """How many threads the store listed: more than ``len(rows)`` while the first rows of a
-    large first listing are shown before the rest are made; ``None``: ``len(rows)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,10 +132,7 @@ class Session:
         # Which threads were alerted about already (one alert per request or crashed run).
         self._provider_built: asyncio.Future[None] | None = None
         # The provider's one build (prepare_provider), once asked for.
-        self._kept_rows: dict[str, tuple[tuple[object, ...], ThreadRow]] = {}
-        # Each listed thread's row and what it was made of (_row_key): kept while that holds.
-        self._handed = _Handed([], {}, ())
-        # The last rows handed out (what ``RowsUpdate.changed`` is against).
+        self._rows = PickerRows(self._whole, self.is_running)
         self._input_at = float("-inf")
         # When the user last pressed a key or used the mouse (``time.monotonic``).
 
@@ -479,7 +389,7 @@ class Session:
         await self._whole.refine(store, summaries)
         now = time.time()
         views = {s.thread_id: lease_status(s.lease, s.runs, now) for s in summaries}
-        return await self._update(store, summaries, views, None)
+        return await self._rows.update(store, summaries, views, None)
 
     @property
     def can_watch(self) -> bool:
@@ -522,12 +432,12 @@ class Session:
                         changed = None if changed is None or item.changed is None else changed | item.changed
                 if isinstance(item, BaseException):
                     raise item
-                candidates = self._candidates(item, views, changed)
+                candidates = self._rows.candidates(item, views, changed, self._agents)
                 views = item.views
-                async for update in self._updates(store, item.threads, views, candidates):
+                async for update in self._rows.updates(store, item.threads, views, candidates):
                     yield update
                 # Correct rows from whole threads, a budget at a time, until the store changes,
-                # while the user is not at work (see INPUT_QUIET).
+                # while the user is not at work (see SessionConfig.input_quiet).
                 more = True
                 while more and snapshots.empty():
                     if not self.input_is_quiet():
@@ -535,169 +445,13 @@ class Session:
                         continue
                     more = await self._whole.refine(store, item.threads)
                     refined = self._whole.take_refined()
-                    update = await self._refresh(store, item.threads, views, refined | set(self._agents))
+                    update = await self._rows.refresh(store, item.threads, views, refined | set(self._agents))
                     if update is not None:
                         yield update
         finally:
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
-
-    def _candidates(
-        self, snapshot: ThreadsSnapshot, before: Mapping[str, LeaseView], changed: frozenset[str] | None
-    ) -> set[str] | None:
-        """The threads whose row may differ from the one kept: those ``changed`` names, those
-        whose lease view moved since ``before``, and those with an agent here (running
-        here is this process's knowledge, not the store's). ``None`` when ``changed`` is."""
-        if changed is None:
-            return None
-        moved = {t for t, view in snapshot.views.items() if before.get(t) != view}
-        return set(changed) | moved | set(self._agents)
-
-    async def _updates(
-        self,
-        store: Checkpointer,
-        summaries: Sequence[ThreadSummary],
-        views: Mapping[str, LeaseView],
-        candidates: set[str] | None,
-    ) -> AsyncIterator[RowsUpdate]:
-        """The rows of ``summaries``, made again only for ``candidates`` (``None``: each is
-        checked against what it showed) and the threads not seen before, with the threads
-        whose row differs from the last rows handed out (added, changed or gone). A row
-        whose tail cannot be read right alone is made after its whole thread is diagnosed
-        (``WholeDiagnoses.needs_whole``), so no row is ever shown from a misleading tail.
-
-        Yields once; a first listing that takes longer than :data:`FIRST_ROWS_BUDGET`, or
-        more than :data:`FIRST_ROWS` rows, to turn into rows yields the rows made by then
-        first (the top of the list, what the screen shows first), then all of them."""
-        first = not self._handed.rows
-        deadline = time.monotonic() + FIRST_ROWS_BUDGET
-        pause = time.monotonic() + ROWS_SLICE
-        rows: list[ThreadRow] = []
-        kept = self._kept_rows
-        for summary in summaries:
-            hit = kept.get(summary.thread_id)
-            if hit is not None and candidates is not None and summary.thread_id not in candidates:
-                rows.append(hit[1])
-                continue
-            rows.append(await self._row_for(store, summary, views.get(summary.thread_id), hit))
-            if first and len(rows) < len(summaries) and (len(rows) >= FIRST_ROWS or time.monotonic() >= deadline):
-                first = False
-                yield self._hand_out(list(rows), summaries)
-                await asyncio.sleep(FIRST_PAINT_PAUSE)
-                pause = time.monotonic() + ROWS_SLICE
-            elif time.monotonic() >= pause:
-                await asyncio.sleep(0)  # a key press waits for one slice at most, not 10,000 rows
-                pause = time.monotonic() + ROWS_SLICE
-        yield self._hand_out(rows, summaries)
-
-    async def _update(
-        self,
-        store: Checkpointer,
-        summaries: Sequence[ThreadSummary],
-        views: Mapping[str, LeaseView],
-        candidates: set[str] | None,
-    ) -> RowsUpdate:
-        """:meth:`_updates`' last update: every row."""
-        updates = [update async for update in self._updates(store, summaries, views, candidates)]
-        return updates[-1]
-
-    async def _refresh(
-        self,
-        store: Checkpointer,
-        summaries: Sequence[ThreadSummary],
-        views: Mapping[str, LeaseView],
-        thread_ids: set[str],
-    ) -> RowsUpdate | None:
-        """The last rows handed out with those of ``thread_ids`` made again (the listing
-        ``summaries`` unchanged, its rows refined): work for those threads only, not for
-        the whole list. ``None`` when no row differs."""
-        handed = self._handed
-        if handed.summaries is not summaries or len(handed.rows) != len(summaries):
-            update = await self._update(store, summaries, views, thread_ids)
-            return update if update.changed else None
-        rows = list(handed.rows)
-        changed: set[str] = set()
-        for thread_id in thread_ids:
-            index = handed.index.get(thread_id)
-            if index is None:
-                continue
-            summary = summaries[index]
-            row = await self._row_for(store, summary, views.get(thread_id), self._kept_rows.get(thread_id))
-            if row is not rows[index]:
-                rows[index] = row
-                changed.add(thread_id)
-        if not changed:
-            return None
-        self._handed = _Handed(rows, handed.index, summaries)
-        return RowsUpdate(rows, frozenset(changed), len(summaries))
-
-    async def _row_for(
-        self,
-        store: Checkpointer,
-        summary: ThreadSummary,
-        view: LeaseView | None,
-        hit: tuple[tuple[object, ...], ThreadRow] | None,
-    ) -> ThreadRow:
-        """The thread's row: the one kept (``hit``) while what it is made of holds, else a
-        new one. A row whose tail cannot be read right alone is made after its whole thread
-        is diagnosed (``WholeDiagnoses.needs_whole``), so no row is shown from a misleading
-        tail. Raises the store's errors."""
-        key = self._row_key(summary, view)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        if self._whole.needs_whole(summary):
-            await self._whole.diagnose(store, summary)
-            key = self._row_key(summary, view)
-        row = self._row(summary, view)
-        if hit is not None and hit[1] == row:
-            row = hit[1]  # the same row (a whole thread that reads as its tail): not a change
-        self._kept_rows[summary.thread_id] = (key, row)
-        return row
-
-    def _hand_out(self, rows: list[ThreadRow], summaries: Sequence[ThreadSummary]) -> RowsUpdate:
-        """``rows`` (of ``summaries``, or their first part) as the update handed out now,
-        naming what differs from the last one handed out."""
-        before = self._handed
-        index = {row.thread_id: i for i, row in enumerate(rows)}
-        gone = before.index.keys() - index.keys()
-        if len(rows) == len(summaries):  # a first part of a listing leaves out rows still to be made, not gone
-            for thread_id in gone:
-                self._kept_rows.pop(thread_id, None)
-        old = before.rows
-        moved = {row.thread_id for row in rows if (at := before.index.get(row.thread_id)) is None or old[at] is not row}
-        self._handed = _Handed(rows, index, summaries)
-        return RowsUpdate(rows, frozenset(moved | gone), len(summaries))
-
-    def _row_key(self, summary: ThreadSummary, view: LeaseView | None) -> tuple[object, ...]:
-        """What a thread's row is made of: its stored version, first prompt, lease view,
-        whether it runs here and its whole-thread diagnosis (if made)."""
-        return (
-            thread_version(summary),
-            summary.first_prompt,
-            view,
-            self.is_running(summary.thread_id),
-            self._whole.get(summary),
-        )
-
-    def _row(self, summary: ThreadSummary, view: LeaseView | None) -> ThreadRow:
-        diagnosis = self._whole.get(summary) or diagnose(
-            summary.tail, summary.runs, problems=summary.problems, pending=summary.pending_request, tail_only=True
-        )
-        running = self.is_running(summary.thread_id) or (view is not None and view.state is LeaseState.RUNNING_HERE)
-        elsewhere = not running and view is not None and view.state is LeaseState.RUNNING_ELSEWHERE
-        return ThreadRow(
-            thread_id=summary.thread_id,
-            state=state_label(diagnosis, view, running=running),
-            message_count=summary.message_count,
-            last_activity=summary.last_activity,
-            first_prompt=summary.first_prompt,
-            diagnosis=diagnosis,
-            running=running,
-            problems=len(summary.problems),
-            elsewhere=elsewhere,
-            lease=view if view is not None and view.lease is not None else None,
-        )
 
     def follower(self, thread_id: str, *, window: int | None = None) -> ThreadFollower:
         """A follower of ``thread_id`` (not started); stopped by :meth:`close` at the latest.
@@ -714,26 +468,10 @@ class Session:
         await follower.stop()
 
     async def load_page(self, thread_id: str, *, before: Any = None, limit: int) -> MessagePage:
-        """The thread's newest ``limit`` rows below row id ``before`` (``None``: its newest),
-        decoded, with how many rows come before them (:class:`~core.checkpoint.pages.MessagePage`;
-        empty for a missing thread). A store without paged reads is loaded whole and cut.
-        Raises the store's errors."""
-        store = self._store()
-        if supports(store, PagedReads):
-            return await store.load_page(thread_id, before=before, limit=limit)
-        data = await store.load(thread_id)
-        if data is None:
-            return MessagePage()
-        rows = _stored_rows(data)
-        if before is not None:
-            rows = [r for r in rows if r[0] < before]
-        kept = rows[-limit:]
-        return MessagePage(
-            [m for _, m in kept if not isinstance(m, CorruptRow)],
-            [i for i, m in kept if not isinstance(m, CorruptRow)],
-            [m for _, m in kept if isinstance(m, CorruptRow)],
-            len(rows) - len(kept),
-        )
+        """:func:`tui.session_reads.load_page` of the open store: the thread's newest ``limit``
+        rows below row id ``before`` (``None``: its newest), with how many come before them.
+        Raises ``CubepiError`` while the store is not open, and the store's errors."""
+        return await load_page(self._store(), thread_id, before=before, limit=limit)
 
     async def outline(
         self, thread_id: str, *, must_exist: bool = True
@@ -757,24 +495,13 @@ class Session:
 
     async def step_words(self, thread_id: str, dangling: Sequence[DanglingCall]) -> dict[str, str]:
         """Tool call id -> how far each of the ``dangling`` calls of a stepped tool got
-        ("step 2 of 8 committed at 17:00:43", :func:`core.recovery.step_words`), for the
-        calls that committed a step. A call's step record is found as the resume plan finds
-        it (``Agent.plan_resume``): under the call's job key for this app's tool of that
-        name, so a tool this app lacks (or that is not idempotent) shows none, as in the plan.
-        Empty for a store that keeps no steps or is browse-only. Raises the store's errors."""
-        store = self._store()
-        if not dangling or not supports(store, ToolSteps) or self.needs_upgrade:
+        ("step 2 of 8 committed at 17:00:43"): :func:`tui.session_reads.stepped_calls` with
+        this app's tools, so a tool this app lacks shows none, as in the resume plan. Empty
+        on a browse-only store. Raises ``CubepiError`` while the store is not open, and the
+        store's errors."""
+        if self.needs_upgrade:
             return {}
-        tools = {t.name: t for t in self.config.tools}
-        found: dict[str, str] = {}
-        for call in dangling:
-            tool = tools.get(call.call.name)
-            key = call_job_key(tool, call.call) if tool is not None else None
-            record = await store.step_get(thread_id, key) if key is not None else None
-            words = step_words(record) if record is not None else ""
-            if words:
-                found[call.call.id] = words
-        return found
+        return await stepped_calls(self._store(), self.config.tools, thread_id, dangling)
 
     def unavailable(self, thread_id: str) -> CubepiError:
         """The error for ``thread_id`` missing or another owner's, as this session's owner
@@ -1103,12 +830,3 @@ class Session:
                 "so its runs cannot be followed or commanded."
             )
         return store  # type: ignore[return-value]  # checked part by part by can_watch
-
-
-def _stored_rows(data: CheckpointData) -> list[tuple[Any, AnyMessage | CorruptRow]]:
-    """``(row id, message or undecodable row)`` of a whole load, in row order (a problem that
-    is not a row, such as an unreadable extra, is left out)."""
-    rows: list[tuple[Any, AnyMessage | CorruptRow]] = list(zip(data.message_ids, data.messages, strict=False))
-    rows += [(p.row_id, p) for p in data.problems if isinstance(p.row_id, int)]
-    rows.sort(key=lambda r: r[0])
-    return rows

@@ -17,7 +17,7 @@ from tests.helpers.tui import fast_session, screen_text, wait_for, wait_for_text
 from tui import whole_diagnoses
 from tui.app import make_app
 from tui.screens.modals import ErrorScreen
-from tui.session import FIRST_ROWS, RowsUpdate
+from tui.session_rows import FIRST_ROWS, RowsUpdate
 
 
 def _done(text: str = "ok") -> AssistantMessage:
