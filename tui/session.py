@@ -104,39 +104,41 @@ class Session:
     """
 
     def __init__(self, config: SessionConfig) -> None:
-        self.config = config
-        """What the session was started with (frozen)."""
+        self._config = config
         self._store_open: Checkpointer | None = None
         self._provider: Any = None
         self._provider_error: str | None = None
         self._agents: dict[str, Agent] = {}
-        self._supervisors: dict[str, Supervisor] = {}
         # The Supervisor of each thread run here, so other processes can follow and command it.
-        self._followers: set[ThreadFollower] = set()
+        self._supervisors: dict[str, Supervisor] = {}
         # Followers of threads shown here (stopped before the store closes).
-        self._runs: dict[str, asyncio.Task[RunOutcome]] = {}
+        self._followers: set[ThreadFollower] = set()
         # The task of each run started here, by thread id. The session owns it, not the screen
         # that asked: an app that ends abruptly (Textual's ``panic`` when the terminal's input
         # fails) cancels every screen worker, which would cut a run off mid-tool or mid-write;
         # close() aborts these and waits until each has saved its end.
+        self._runs: dict[str, asyncio.Task[RunOutcome]] = {}
+        # Prompts the user sent whose run has not begun yet, by thread id (keep_pending_prompt).
         self._pending_prompts: dict[str, str] = {}
-        # Prompts the user sent whose run has not begun yet (its screen is still loading the
-        # thread), by thread id. Should the app end first, stop_runs() starts each one and
-        # aborts it, so the prompt is saved and its thread reads "aborted" rather than vanishing.
         self._on_busy: Callable[[int], None] | None = None
         self._on_status: Callable[[], None] | None = None
         self._store_notice = ""
         self._ending = False
         self._whole = WholeDiagnoses()
-        self._attention = AttentionWatch()
         # Which threads were alerted about already (one alert per request or crashed run).
-        self._provider_built: asyncio.Future[None] | None = None
+        self._attention = AttentionWatch()
         # The provider's one build (prepare_provider), once asked for.
+        self._provider_built: asyncio.Future[None] | None = None
         self._rows = PickerRows(self._whole, self.is_running)
-        self._input_at = float("-inf")
         # When the user last pressed a key or used the mouse (``time.monotonic``).
+        self._input_at = float("-inf")
 
     # --- runtime state, read-only -------------------------------------------------------
+
+    @property
+    def config(self) -> SessionConfig:
+        """What the session was started with (frozen, and never replaced)."""
+        return self._config
 
     @property
     def store(self) -> Checkpointer | None:
@@ -233,7 +235,7 @@ class Session:
 
     def input_is_quiet(self) -> bool:
         """Whether ``config.input_quiet`` seconds passed since the last input (:meth:`note_input`)."""
-        return time.monotonic() - self._input_at >= self.config.input_quiet
+        return time.monotonic() - self._input_at >= self._config.input_quiet
 
     def report_busy(self, attempt: int) -> None:
         """Pass a "database is locked, retrying" notice on to ``on_busy`` (:meth:`report_to`;
@@ -244,7 +246,7 @@ class Session:
     def report_status(self, status: StoreStatus) -> None:
         """A server store's ``on_status``: keep "reconnecting …" in :attr:`store_notice` while a
         call waits to retry, clear it once one got through, and tell ``on_status`` (:meth:`report_to`)."""
-        self.set_store_notice(reconnect_notice(self.config.location, status) if status.reconnecting else "")
+        self.set_store_notice(reconnect_notice(self._config.location, status) if status.reconnecting else "")
 
     def set_store_notice(self, notice: str) -> None:
         """Set :attr:`store_notice` to ``notice`` and tell ``on_status`` (:meth:`report_to`)
@@ -261,7 +263,7 @@ class Session:
 
         Raises the store's ``CubepiError`` (one sentence) when the database cannot be opened.
         """
-        self._store_open = await self.config.open_store()
+        self._store_open = await self._config.open_store()
 
     async def prepare_provider(self) -> None:
         """Build the provider, once (a later call waits for the first build), in a worker
@@ -275,7 +277,7 @@ class Session:
 
     async def _build_provider(self) -> None:
         try:
-            self._provider = await asyncio.to_thread(self.config.make_provider)
+            self._provider = await asyncio.to_thread(self._config.make_provider)
         except CubepiError as error:
             self._provider_error = str(error)
 
@@ -286,7 +288,7 @@ class Session:
         owners); before it opened, ``config.opens_for`` (``UNOWNED`` when that is not known)."""
         if self.store is not None:
             return self.store.owner if supports(self.store, OwnerScoped) else UNOWNED
-        return UNOWNED if self.config.opens_for is None else self.config.opens_for
+        return UNOWNED if self._config.opens_for is None else self._config.opens_for
 
     async def unowned_count(self) -> int:
         """How many threads of the store record no owner (``--unowned`` opens them); 0 when
@@ -501,7 +503,7 @@ class Session:
         store's errors."""
         if self.needs_upgrade:
             return {}
-        return await stepped_calls(self._store(), self.config.tools, thread_id, dangling)
+        return await stepped_calls(self._store(), self._config.tools, thread_id, dangling)
 
     def unavailable(self, thread_id: str) -> CubepiError:
         """The error for ``thread_id`` missing or another owner's, as this session's owner
@@ -545,7 +547,7 @@ class Session:
         if self.is_running(thread_id) or thread_id in self._pending_prompts or thread_id in self._runs:
             raise CubepiError(not_deleted_sentence(thread_id, here=True))
         if not supports(store, ThreadDeletion):
-            raise CubepiError(f"{self.config.location or 'This database'} cannot delete threads.")
+            raise CubepiError(f"{self._config.location or 'This database'} cannot delete threads.")
         await delete_thread(store, thread_id)
         self._agents.pop(thread_id, None)
         self._supervisors.pop(thread_id, None)
@@ -598,9 +600,9 @@ class Session:
             self._provider,
             self._store(),
             thread_id,
-            tools=tuple(self.config.tools),
-            system_prompt=self.config.system_prompt,
-            **self.config.agent_options,
+            tools=tuple(self._config.tools),
+            system_prompt=self._config.system_prompt,
+            **self._config.agent_options,
         )
 
     async def supervisor(self, thread_id: str) -> Supervisor | None:
@@ -744,7 +746,7 @@ class Session:
         no answers, and the store's errors, one sentence each; nothing is written then."""
         store = self._store()
         if not supports(store, HumanAnswers):
-            raise CubepiError(f"{self.config.location or 'This database'} keeps no answers to human requests.")
+            raise CubepiError(f"{self._config.location or 'This database'} keeps no answers to human requests.")
         return await answer(store, thread_id, reply, question_id=question_id)
 
     async def stored_answer(self, thread_id: str, pending: PendingRequest) -> str | None:
@@ -826,7 +828,7 @@ class Session:
         store = self._store()
         if not self.can_watch:
             raise CubepiError(
-                f"{self.config.location or 'This database'} keeps no leases, live events or commands, "
+                f"{self._config.location or 'This database'} keeps no leases, live events or commands, "
                 "so its runs cannot be followed or commanded."
             )
         return store  # type: ignore[return-value]  # checked part by part by can_watch

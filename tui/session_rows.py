@@ -115,10 +115,10 @@ class PickerRows:
     def __init__(self, whole: WholeDiagnoses, is_running: Callable[[str], bool]) -> None:
         self._whole = whole
         self._is_running = is_running
-        self._kept_rows: dict[str, tuple[tuple[object, ...], ThreadRow]] = {}
         # Each listed thread's row and what it was made of (_row_key): kept while that holds.
-        self._handed = _Handed([], {}, ())
+        self._kept_rows: dict[str, tuple[tuple[object, ...], ThreadRow]] = {}
         # The last rows handed out (what ``RowsUpdate.changed`` is against).
+        self._handed = _Handed([], {}, ())
 
     @staticmethod
     def candidates(

@@ -58,6 +58,8 @@ def test_the_cli_builds_the_configuration_once_with_what_it_was_given() -> None:
 def test_the_runtime_state_is_read_only_from_outside() -> None:
     session = Session(_config())
     with pytest.raises(AttributeError):
+        session.config = _config(location="elsewhere")  # type: ignore[misc]
+    with pytest.raises(AttributeError):
         session.store = MemoryCheckpointer()  # type: ignore[misc]
     with pytest.raises(AttributeError):
         session.ending = True  # type: ignore[misc]
