@@ -72,9 +72,8 @@ async def test_aborting_while_the_model_writes_arguments_leaves_no_tool_card(db:
 
 async def test_a_followed_run_aborted_while_the_model_writes_arguments_leaves_no_tool_card(db: Db) -> None:
     # Another session (its own store connection, as another window would have) runs the thread.
-    runner = fast_session(path=db.path)
     model = StuckInArguments()
-    runner.make_provider = lambda: model
+    runner = fast_session(path=db.path, make_provider=lambda: model)
     await runner.open()
     run = asyncio.create_task(runner.prompt("t", "fetch the data"))
     try:
