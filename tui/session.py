@@ -146,12 +146,6 @@ class Session:
         return self._store_open
 
     @property
-    def provider(self) -> Any:
-        """The model provider once built (:meth:`prepare_provider`); ``None`` before, or
-        when it could not be built (then :attr:`provider_error` says why)."""
-        return self._provider
-
-    @property
     def provider_error(self) -> str | None:
         """The sentence of the provider's failed build (runs are refused with it); ``None``
         while none failed."""
