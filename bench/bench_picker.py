@@ -28,6 +28,7 @@ from bench.bench_store import make_messages
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.recovery import diagnose
 from tui.session import Session
+from tui.session_config import SessionConfig
 
 
 async def _fill(path: Path, threads: int, messages: int) -> None:
@@ -49,8 +50,8 @@ async def main(threads: int, messages: int) -> None:
         async def opened() -> SQLiteCheckpointer:
             return store
 
-        session = Session(open_store=opened, make_provider=lambda: None)
-        session.store = store
+        session = Session(SessionConfig(open_store=opened, make_provider=lambda: None))
+        await session.open()
         try:
             started = time.perf_counter()
             summaries = await store.list_threads()

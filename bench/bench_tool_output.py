@@ -145,9 +145,12 @@ def child(mode: str, db: str, out: str) -> None:
             return faux_reply(faux_text("flood finished"))
         return faux_reply(faux_tool_call("flood", {}))
 
-    session = build_session(db, demo=True)
-    session.tools = [flood]
-    session.make_provider = lambda: FauxProvider(fallback=respond, model="demo", delay=0.001, record=False)
+    session = build_session(
+        db,
+        demo=True,
+        tools=[flood],
+        make_provider=lambda: FauxProvider(fallback=respond, model="demo", delay=0.001, record=False),
+    )
     app = make_app(session)
     original = app.exit
 

@@ -84,8 +84,7 @@ class CubepiApp(App[None]):
         """The sentence of the error that kept the app from starting; quitting then exits 1."""
 
     def on_mount(self) -> None:
-        self.session.on_busy = self._database_busy
-        self.session.on_status = self._store_notice_changed
+        self.session.report_to(on_busy=self._database_busy, on_status=self._store_notice_changed)
         self.push_screen(self.threads_screen)
         self._open_store()
         # A terminal closed (SIGHUP) or a `kill` (SIGTERM) should end like quitting: runs
@@ -260,8 +259,8 @@ class CubepiApp(App[None]):
     @on(NeedsAttention)
     def _needs_attention(self, message: NeedsAttention) -> None:
         """A watched thread started waiting for an answer or crashed: ring the bell and
-        show the notice, as the session's ``alerts`` allow."""
-        alerts = self.session.alerts
+        show the notice, as the session's ``config.alerts`` allow."""
+        alerts = self.session.config.alerts
         if alerts.bell:
             self.bell()
         if alerts.notices:

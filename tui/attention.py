@@ -12,7 +12,7 @@ One place for the rules the picker, its needs-attention toggle and the bell shar
   the app first listed the store; the app rings the bell and shows the notice as
   :class:`Alerts` allows (``--no-bell``, ``--no-notices``).
 
-No widgets here: the rows come from :mod:`tui.session`.
+No widgets here: the rows come from :mod:`tui.session_rows`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from core.lease_status import LeaseState
 from core.recovery import Diagnosis, ThreadState
 
 if TYPE_CHECKING:
-    from tui.session import ThreadRow
+    from tui.session_rows import ThreadRow
 
 WAITING_WORDS = "waiting for you"
 """A picker row's state while its thread waits for an answer nobody gave yet."""

@@ -11,7 +11,8 @@ import argparse
 import gc
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from core.checkpoint import locations
@@ -22,7 +23,8 @@ from core.fingerprints import check_workflow
 from core.owners import OWNER_ENV, resolve_owner
 from core.runner import BAD_INPUT, COMMANDS, SentenceParser, add_owner_options, chosen_owner, positive_number
 from tui.attention import Alerts
-from tui.session import ProviderFactory, Session
+from tui.session import Session
+from tui.session_config import INPUT_QUIET, ProviderFactory, SessionConfig
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 """The Anthropic model used when ``ANTHROPIC_API_KEY`` is set and ``--model`` is not given."""
@@ -201,6 +203,10 @@ def build_session(
     workflow: str | None = None,
     make_provider: ProviderFactory | None = None,
     alerts: Alerts | None = None,
+    tools: Sequence[Any] | None = None,
+    system_prompt: str | None = None,
+    agent_options: Mapping[str, Any] = MappingProxyType({}),
+    input_quiet: float = INPUT_QUIET,
 ) -> Session:
     """The session the app drives: which store, which provider, which tools.
 
@@ -211,8 +217,12 @@ def build_session(
     ``ValueError``, one sentence, for a name that cannot be an owner). Runs started here
     record ``workflow`` as the agent's workflow version (``None``: none). With ``demo`` or without ``ANTHROPIC_API_KEY`` (and no ``model``) the demo agent is used.
     ``make_provider`` replaces that choice of provider (benchmarks pass a paced one); the
-    session's tools and system prompt stay the demo agent's. ``alerts`` says whether the
-    bell rings and a notice shows when a thread waits for an answer or crashes (default: both).
+    session's tools and system prompt stay the demo agent's unless ``tools`` or
+    ``system_prompt`` replace them (``None``: the demo agent's). ``agent_options`` are more
+    keywords for every ``Agent`` (e.g. ``approvals``). ``alerts`` says whether the bell rings
+    and a notice shows when a thread waits for an answer or crashes (default: both);
+    ``input_quiet`` is :attr:`tui.session_config.SessionConfig.input_quiet` (seconds). The
+    session's configuration is built here once and never changes.
     """
     from core import demo as demo_agent
 
@@ -226,39 +236,43 @@ def build_session(
 
         return AnthropicProvider(model=name)
 
-    async def no_store() -> Checkpointer:
-        raise DatabaseOpenError("No database was given.")
-
     if make_provider is not None:
         name = "custom"
-    session = Session(
-        no_store,
-        make_provider or chosen_provider,
-        model=name,
-        tools=demo_agent.demo_tools(speed=demo_speed),
-        system_prompt=demo_agent.SYSTEM_PROMPT,
-        agent_options={"workflow": workflow},
-        alerts=alerts or Alerts(),
-    )
+    opens_for: str | None = None
     if store is not None:
         ready = store
 
         async def open_ready() -> Checkpointer:
             return ready
 
-        session.open_store, session.location = open_ready, "memory"
+        open_store, described = open_ready, "memory"
     else:
         chosen = locations.chosen_location(location)
-        session.opens_for = resolve_owner(owner)
-        session.open_store = store_opener(
+        opens_for = resolve_owner(owner)
+        # The store reports to the session, which does not exist yet: late-bound through it.
+        open_store = store_opener(
             chosen.location,
             create=create or chosen.default,
             make_parent=chosen.default,
-            on_busy=session.report_busy,
-            on_status=session.report_status,
-            owner=session.opens_for,
+            on_busy=lambda attempt: session.report_busy(attempt),
+            on_status=lambda status: session.report_status(status),
+            owner=opens_for,
         )
-        session.location = locations.describe_location(chosen.location)
+        described = locations.describe_location(chosen.location)
+    session = Session(
+        SessionConfig(
+            open_store,
+            make_provider or chosen_provider,
+            location=described,
+            model=name,
+            tools=demo_agent.demo_tools(speed=demo_speed) if tools is None else tools,
+            system_prompt=demo_agent.SYSTEM_PROMPT if system_prompt is None else system_prompt,
+            agent_options={**agent_options, "workflow": workflow},
+            alerts=alerts or Alerts(),
+            opens_for=opens_for,
+            input_quiet=input_quiet,
+        )
+    )
     return session
 
 

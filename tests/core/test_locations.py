@@ -176,11 +176,11 @@ def test_an_argument_beats_cubepi_db_which_beats_the_default(tmp_path: Path, mon
 async def test_the_app_takes_cubepi_db_unless_given_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     default = _default_in(tmp_path, monkeypatch)
     link = networked.install(monkeypatch)
-    assert cli.build_session(cli.parse_args([]).database, demo=True).location == str(default)
+    assert cli.build_session(cli.parse_args([]).database, demo=True).config.location == str(default)
 
     monkeypatch.setenv("CUBEPI_DB", f"postgresql://ann:{SECRET}@db.example/agents")
     session = cli.build_session(cli.parse_args([]).database, demo=True)
-    assert session.location == "postgresql://ann@db.example/agents"  # what the title shows
+    assert session.config.location == "postgresql://ann@db.example/agents"  # what the title shows
     await session.open()
     try:
         assert link.opened[0][0] == f"postgresql://ann:{SECRET}@db.example/agents"  # the driver gets it all
@@ -191,7 +191,7 @@ async def test_the_app_takes_cubepi_db_unless_given_a_store(tmp_path: Path, monk
 
     given = tmp_path / "given.sqlite"
     session = cli.build_session(cli.parse_args([str(given)]).database, demo=True)
-    assert session.location == str(given)
+    assert session.config.location == str(given)
     await session.open()
     await session.close()
     assert given.is_file() and len(link.opened) == 1 and not default.exists()

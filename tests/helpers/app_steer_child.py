@@ -26,7 +26,7 @@ def mark(name: str) -> None:
 
 async def main(db_path: str) -> None:
     session = fast_session(path=Path(db_path), speed=3.0)
-    tool = next(t for t in session.tools if t.name == "train_model")
+    tool = next(t for t in session.config.tools if t.name == "train_model")
 
     async def held(ctx, params):  # type: ignore[no-untyped-def]
         await asyncio.sleep(3600)  # killed before it ends

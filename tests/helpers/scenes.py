@@ -205,9 +205,9 @@ class Stage:
 def unowned_session(stage: Stage, *extra: AgentTool) -> Session:
     """The app's session on the stage's file, unowned (cubeloop records no owner), with the
     paused demo tools and ``extra``."""
-    session = build_session(stage.location, demo=True, demo_speed=SPEED, owner=UNOWNED)
-    session.tools = [*paused_demo_tools(), *extra]
-    return session
+    return build_session(
+        stage.location, demo=True, demo_speed=SPEED, owner=UNOWNED, tools=[*paused_demo_tools(), *extra]
+    )
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from textual.app import App
 from textual.pilot import Pilot
@@ -24,11 +25,18 @@ FAST = 25.0
 
 
 def fast_session(
-    store: Checkpointer | None = None, path: Path | None = None, *, speed: float = FAST, owner: str | None = None
+    store: Checkpointer | None = None,
+    path: Path | None = None,
+    *,
+    speed: float = FAST,
+    owner: str | None = None,
+    **config: Any,
 ) -> Session:
     """A demo session on ``store`` (or the SQLite file at ``path``, opened for ``owner``:
-    ``None`` the default owner, ``UNOWNED`` for cubeloop's threads) at test speed."""
-    return build_session(path, store=store, demo=True, demo_speed=speed, owner=owner)
+    ``None`` the default owner, ``UNOWNED`` for cubeloop's threads) at test speed.
+    ``config``: more of :func:`tui.cli.build_session`'s keywords (``tools``,
+    ``make_provider``, ``alerts``, ...): a session's configuration is fixed once built."""
+    return build_session(path, store=store, demo=True, demo_speed=speed, owner=owner, **config)
 
 
 class Db:

@@ -45,9 +45,8 @@ def _cards(app: App[object]) -> list[ToolCallView]:
 
 
 async def test_aborting_while_the_model_writes_arguments_leaves_no_tool_card(db: Db) -> None:
-    session = fast_session(path=db.path)
     model = StuckInArguments()
-    session.make_provider = lambda: model
+    session = fast_session(path=db.path, make_provider=lambda: model)
     app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:
         await fill_dialog(pilot, "n", "fetch the data")
@@ -73,9 +72,8 @@ async def test_aborting_while_the_model_writes_arguments_leaves_no_tool_card(db:
 
 async def test_a_followed_run_aborted_while_the_model_writes_arguments_leaves_no_tool_card(db: Db) -> None:
     # Another session (its own store connection, as another window would have) runs the thread.
-    runner = fast_session(path=db.path)
     model = StuckInArguments()
-    runner.make_provider = lambda: model
+    runner = fast_session(path=db.path, make_provider=lambda: model)
     await runner.open()
     run = asyncio.create_task(runner.prompt("t", "fetch the data"))
     try:

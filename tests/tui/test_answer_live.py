@@ -163,10 +163,12 @@ async def test_a_run_in_the_app_asks_the_panel_comes_from_its_event_and_goes_whe
         await release.wait()
         return f"deleted {path}"
 
-    session = fast_session(path=db.path)
-    session.tools = [delete_file]
-    session.agent_options["approvals"] = {"delete_file": ALWAYS}
-    session.make_provider = lambda: FauxProvider([asking_reply(), seen])  # type: ignore[method-assign]
+    session = fast_session(
+        path=db.path,
+        tools=[delete_file],
+        agent_options={"approvals": {"delete_file": ALWAYS}},
+        make_provider=lambda: FauxProvider([asking_reply(), seen]),
+    )
     app = make_app(session)
     async with app.run_test(size=(130, 40)) as pilot:
         await send_via_dialog(pilot, "n", PROMPT)
@@ -206,10 +208,12 @@ async def test_quitting_while_a_run_in_the_app_waits_keeps_its_request_for_later
         ran.append(path)
         return f"deleted {path}"
 
-    session = fast_session(path=db.path)
-    session.tools = [delete_file]
-    session.agent_options["approvals"] = {"delete_file": ALWAYS}
-    session.make_provider = lambda: FauxProvider([asking_reply(), seen])  # type: ignore[method-assign]
+    session = fast_session(
+        path=db.path,
+        tools=[delete_file],
+        agent_options={"approvals": {"delete_file": ALWAYS}},
+        make_provider=lambda: FauxProvider([asking_reply(), seen]),
+    )
     app = make_app(session)
     async with app.run_test(size=(130, 40)) as pilot:
         await send_via_dialog(pilot, "n", PROMPT)

@@ -35,10 +35,8 @@ async def _written_by_v1(store: MemoryCheckpointer, thread_id: str, provider: Fa
 
 def _v2_session(store: MemoryCheckpointer) -> Session:
     """The app's session with the second definition (``lookup(query, limit)``)."""
-    session = fast_session(store)
     spec = owner_agents.v2()
-    session.tools, session.system_prompt, session.make_provider = spec.tools, spec.system_prompt, _provider
-    return session
+    return fast_session(store, tools=spec.tools, system_prompt=spec.system_prompt, make_provider=_provider)
 
 
 def _facts(app) -> str:  # type: ignore[no-untyped-def]
@@ -148,7 +146,7 @@ async def test_the_first_run_of_a_new_thread_shows_its_definition_recorded_while
 
     store = MemoryCheckpointer("alice")
     session = fast_session(store)
-    trainer = next(t for t in session.tools if t.name == "train_model")
+    trainer = next(t for t in session.config.tools if t.name == "train_model")
     invoke, gate = trainer.invoke, asyncio.Event()
 
     async def held(ctx, params):  # type: ignore[no-untyped-def]

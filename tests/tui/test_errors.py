@@ -25,6 +25,7 @@ from tui.cli import build_session
 from tui.screens.modals import ErrorScreen, TextInputModal
 from tui.screens.threads import ThreadsScreen
 from tui.session import Session
+from tui.session_config import SessionConfig
 
 
 def _error_sentence(app) -> str:  # type: ignore[no-untyped-def]
@@ -148,7 +149,9 @@ async def test_provider_error_during_a_run() -> None:
     async def open_store() -> MemoryCheckpointer:
         return store
 
-    session = Session(open_store, lambda: FauxProvider(), model="faux-1")  # an empty script fails the call
+    session = Session(
+        SessionConfig(open_store, lambda: FauxProvider(), model="faux-1")
+    )  # an empty script fails the call
     app = make_app(session)
     async with app.run_test(size=(110, 30)) as pilot:
         await fill_dialog(pilot, "n", "hello")

@@ -329,8 +329,7 @@ async def test_the_bell_rings_once_when_a_watched_thread_starts_waiting(alerts: 
     store = MemoryCheckpointer()
     await _waiting(store, "old", APPROVAL)  # already waiting when the app starts: no bell for it
     await store.append("quiet", [user_text("hi"), AssistantMessage(content=[TextContent(text="Hi.")])])
-    session = fast_session(store)
-    session.alerts = alerts
+    session = fast_session(store, alerts=alerts)
     app = make_app(session)
     async with app.run_test(size=(120, 30)) as pilot:
         rung = await _count_bells(app)

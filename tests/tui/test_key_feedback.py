@@ -73,8 +73,7 @@ class _Slow:
 
 
 async def test_r_and_n_while_a_run_here_is_going_say_why_they_do_nothing() -> None:
-    session = fast_session(MemoryCheckpointer())
-    session.make_provider = lambda: _Slow()
+    session = fast_session(MemoryCheckpointer(), make_provider=lambda: _Slow())
     app = make_app(session)
     async with app.run_test(size=(110, 30)) as pilot:
         await fill_dialog(pilot, "n", "go")

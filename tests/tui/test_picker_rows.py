@@ -17,7 +17,7 @@ from tests.helpers.tui import fast_session, screen_text, wait_for, wait_for_text
 from tui import whole_diagnoses
 from tui.app import make_app
 from tui.screens.modals import ErrorScreen
-from tui.session import FIRST_ROWS, RowsUpdate
+from tui.session_rows import FIRST_ROWS, RowsUpdate
 
 
 def _done(text: str = "ok") -> AssistantMessage:
@@ -82,7 +82,6 @@ async def test_the_app_reads_the_list_once_at_start() -> None:
 
 async def test_the_provider_is_built_after_the_first_listing_and_its_error_is_still_said() -> None:
     store = await _store(2)
-    session = fast_session(store)
     order: list[str] = []
     listed = store.list_threads
 
@@ -95,7 +94,7 @@ async def test_the_provider_is_built_after_the_first_listing_and_its_error_is_st
         raise MissingApiKeyError("No Anthropic API key: set ANTHROPIC_API_KEY or pass api_key.")
 
     store.list_threads = list_threads  # type: ignore[method-assign]
-    session.make_provider = make_provider
+    session = fast_session(store, make_provider=make_provider)
     app = make_app(session)
     async with app.run_test(size=(100, 24)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorScreen), what="the provider's error")
@@ -126,9 +125,11 @@ async def test_refinement_looks_at_a_listing_once_however_many_steps_it_takes(mo
     assert len(looked) == 30
 
 
-async def test_refinement_waits_while_the_user_is_at_work_and_changes_still_show() -> None:
+async def test_refinement_waits_while_the_user_is_at_work_and_changes_still_show(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     store = await _store(5)
-    session = fast_session(store)
+    session = fast_session(store, input_quiet=3600.0)  # input came "just now" for the whole test, until quiet
     steps: list[int] = []
     refine = session.whole.refine
 
@@ -137,7 +138,6 @@ async def test_refinement_waits_while_the_user_is_at_work_and_changes_still_show
         return await refine(*args, **kwargs)
 
     session.whole.refine = counted  # type: ignore[method-assign]
-    session.input_quiet = 3600.0  # input came "just now" for the whole test, until set to 0
     session.note_input()
     await session.open()
     updates = session.watch_rows()
@@ -148,7 +148,8 @@ async def test_refinement_waits_while_the_user_is_at_work_and_changes_still_show
         update = await _next(updates)  # a change elsewhere is shown while input is recent
         assert update.changed == {"t2"}
         assert steps == []  # and no thread was read whole meanwhile
-        session.input_quiet = 0.0
+        # The configuration is fixed once built, so the hour of quiet is made to have passed.
+        monkeypatch.setattr(session, "input_is_quiet", lambda: True)
         more = asyncio.ensure_future(_next(updates))
         for _ in range(200):
             if steps:
@@ -164,8 +165,7 @@ async def test_refinement_waits_while_the_user_is_at_work_and_changes_still_show
 
 
 async def test_a_key_in_the_app_tells_the_session_that_input_is_not_quiet() -> None:
-    session = fast_session(await _store(3))
-    session.input_quiet = 3600.0
+    session = fast_session(await _store(3), input_quiet=3600.0)
     app = make_app(session)
     async with app.run_test(size=(100, 24)) as pilot:
         await wait_for(pilot, lambda: len(app.threads_screen.rows) == 3, what="three rows")

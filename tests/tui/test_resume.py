@@ -95,9 +95,7 @@ async def _crash_in_a_file(path: Path) -> float:
 
 
 def _session(path: Path, sent: list[str]):  # type: ignore[no-untyped-def]
-    session = fast_session(path=path)
-    session.tools = [*session.tools, _notify_tool(sent)]
-    return session
+    return fast_session(path=path, tools=[*demo_tools(speed=FAST), _notify_tool(sent)])
 
 
 async def _open_resume_modal(pilot) -> ResumeModal:  # type: ignore[no-untyped-def]

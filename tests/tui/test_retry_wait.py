@@ -16,8 +16,9 @@ SIZE = (160, 40)
 
 
 def _anthropic_app(server: MessagesServer, store: MemoryCheckpointer):  # type: ignore[no-untyped-def]
-    session = fast_session(store)
-    session.make_provider = lambda: AnthropicProvider("claude-test-1", api_key="k", base_url=server.base_url)
+    session = fast_session(
+        store, make_provider=lambda: AnthropicProvider("claude-test-1", api_key="k", base_url=server.base_url)
+    )
     return make_app(session)
 
 

@@ -82,7 +82,7 @@ async def test_abort_during_a_live_run(db: Db) -> None:
 
 def _hold(session: Session, name: str) -> asyncio.Event:
     """Make the tool ``name`` wait until the returned event is set before it works."""
-    tool = next(t for t in session.tools if t.name == name)
+    tool = next(t for t in session.config.tools if t.name == name)
     invoke = tool.invoke
 
     async def held(ctx, params):  # type: ignore[no-untyped-def]

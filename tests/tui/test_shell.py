@@ -125,11 +125,11 @@ async def test_a_second_prompt_in_a_thread_does_the_demo_work_again() -> None:
 
 def test_provider_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    assert cli.build_session(store=MemoryCheckpointer()).model == "demo"  # no key: the demo agent
+    assert cli.build_session(store=MemoryCheckpointer()).config.model == "demo"  # no key: the demo agent
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
-    assert cli.build_session(store=MemoryCheckpointer()).model == cli.DEFAULT_MODEL
-    assert cli.build_session(store=MemoryCheckpointer(), demo=True).model == "demo"
-    assert cli.build_session(store=MemoryCheckpointer(), model="claude-x").model == "claude-x"
+    assert cli.build_session(store=MemoryCheckpointer()).config.model == cli.DEFAULT_MODEL
+    assert cli.build_session(store=MemoryCheckpointer(), demo=True).config.model == "demo"
+    assert cli.build_session(store=MemoryCheckpointer(), model="claude-x").config.model == "claude-x"
 
 
 async def test_default_database_is_created_in_the_user_data_dir(

@@ -81,7 +81,7 @@ async def test_a_steer_queued_when_the_app_is_sigkilled_is_listed_after_restart_
 
 async def _aborted_with_a_steer(pilot, app, text: str) -> ThreadScreen:  # type: ignore[no-untyped-def]
     session = app.session
-    tool = next(t for t in session.tools if t.name == "train_model")
+    tool = next(t for t in session.config.tools if t.name == "train_model")
     invoke = tool.invoke
 
     async def slow(ctx, params):  # type: ignore[no-untyped-def]

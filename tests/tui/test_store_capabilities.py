@@ -19,13 +19,14 @@ from core.owners import UNOWNED
 from core.providers.faux import FauxProvider
 from tests.helpers.stores import Lookalike, PlainStore
 from tui.session import Session
+from tui.session_config import SessionConfig
 
 
 async def _session(store: object, location: str = "") -> Session:
     async def open_store() -> Checkpointer:
         return store  # type: ignore[return-value]
 
-    session = Session(open_store, FauxProvider, location=location)
+    session = Session(SessionConfig(open_store, FauxProvider, location=location))
     await session.open()
     return session
 

@@ -229,10 +229,12 @@ async def test_progress_text_is_capped_for_display_while_the_tool_runs() -> None
         await gate.wait()
         return "flooded"
 
-    session = fast_session(MemoryCheckpointer())
-    session.tools = [flood]
-    session.make_provider = lambda: FauxProvider(  # type: ignore[method-assign]
-        [faux_reply(faux_tool_call("flood", {}, id="f1")), "All done."], delay=0.001
+    session = fast_session(
+        MemoryCheckpointer(),
+        tools=[flood],
+        make_provider=lambda: FauxProvider(
+            [faux_reply(faux_tool_call("flood", {}, id="f1")), "All done."], delay=0.001
+        ),
     )
     app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:
@@ -258,10 +260,12 @@ async def test_a_long_progress_log_shows_its_last_lines() -> None:
         await gate.wait()
         return "done"
 
-    session = fast_session(MemoryCheckpointer())
-    session.tools = [chatty]
-    session.make_provider = lambda: FauxProvider(  # type: ignore[method-assign]
-        [faux_reply(faux_tool_call("chatty", {}, id="c1")), "Finished."], delay=0.001
+    session = fast_session(
+        MemoryCheckpointer(),
+        tools=[chatty],
+        make_provider=lambda: FauxProvider(
+            [faux_reply(faux_tool_call("chatty", {}, id="c1")), "Finished."], delay=0.001
+        ),
     )
     app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:

@@ -22,7 +22,7 @@ TIMEOUT = 60.0
 
 def _gate(session: Session, name: str) -> asyncio.Event:
     """Hold the tool ``name`` until the returned event is set (its work then done as usual)."""
-    tool = next(t for t in session.tools if t.name == name)
+    tool = next(t for t in session.config.tools if t.name == name)
     invoke, gate = tool.invoke, asyncio.Event()
 
     async def held(ctx, params):  # type: ignore[no-untyped-def]
@@ -35,7 +35,7 @@ def _gate(session: Session, name: str) -> asyncio.Event:
 
 def _until_aborted(session: Session, name: str) -> None:
     """Hold the tool ``name`` until its abort signal, then let it see that signal."""
-    tool = next(t for t in session.tools if t.name == name)
+    tool = next(t for t in session.config.tools if t.name == name)
     invoke = tool.invoke
 
     async def held(ctx, params):  # type: ignore[no-untyped-def]

@@ -140,7 +140,7 @@ class ThreadScreen(ThreadView):
             self.notify("The agent is already running on this thread.", severity="warning")
             return
         if kind == "prompt" and text is not None:
-            self.session.pending_prompts[self.thread_id] = text  # saved even if the app ends first
+            self.session.keep_pending_prompt(self.thread_id, text)  # saved even if the app ends first
         self.run_worker_ref = self._run(kind, text)
         self.transcript.follow_tail()
 
@@ -149,7 +149,7 @@ class ThreadScreen(ThreadView):
         unreadable = self._unreadable()
         if unreadable is not None:
             # Refuse before any question: an upgrade would be for nothing.
-            self.session.pending_prompts.pop(self.thread_id, None)
+            self.session.drop_pending_prompt(self.thread_id)
             self.post_message(RunFinished(self.thread_id, error=str(unreadable)))
             return
         decision = ResumeDecision()
@@ -162,13 +162,13 @@ class ThreadScreen(ThreadView):
             if not await self.app.push_screen_wait(
                 ConfirmModal("Upgrade this database?", self.session.upgrade_explanation, yes="Upgrade")
             ):
-                self.session.pending_prompts.pop(self.thread_id, None)
+                self.session.drop_pending_prompt(self.thread_id)
                 self.notify("The database was left unchanged; it stays browse-only.")
                 return
             try:
                 await self.session.upgrade()
             except CubepiError as error:
-                self.session.pending_prompts.pop(self.thread_id, None)
+                self.session.drop_pending_prompt(self.thread_id)
                 self.post_message(RunFinished(self.thread_id, error=str(error)))
                 return
             self.notify("Database upgraded; cubeloop can still read it.")
@@ -198,7 +198,7 @@ class ThreadScreen(ThreadView):
         except CubepiError as error:
             saved.stop()
             if self.session.ending:
-                return  # the app is ending: the session saves the prompt itself (pending_prompts)
+                return  # the app is ending: the session saves the prompt itself (keep_pending_prompt)
             self.post_message(RunFinished(self.thread_id, error=str(error)))
             if kind in ("prompt", "undelivered") and text:
                 self._offer_again(text, str(error))

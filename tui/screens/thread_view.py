@@ -178,7 +178,7 @@ class ThreadView(Screen[None]):
         self.thread_id = thread_id
         self._first_prompt = prompt
         if prompt is not None:
-            session.pending_prompts[thread_id] = prompt  # saved even if the app ends first
+            session.keep_pending_prompt(thread_id, prompt)  # saved even if the app ends first
         self._new = new
         self._unsubscribe: Callable[[], None] | None = None
         self._countdown = RetryCountdown(self)
@@ -231,7 +231,7 @@ class ThreadView(Screen[None]):
             # Closed again before its first mount ran (keys typed faster than screens switch).
             return
         self.status_bar.thread_id = self.thread_id
-        self.status_bar.model = self.session.model
+        self.status_bar.model = self.session.config.model
         self.status_bar.store = self.session.store_notice  # a reconnect under way when it opened
         self.status_bar.run_state = "loading"
         self.query_one("#thread-problems").display = False

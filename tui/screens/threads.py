@@ -157,7 +157,7 @@ class ThreadsScreen(Screen[None]):
         heading = owner_heading(self.session.owner, count, shown, attention=attention, waiting=self._waiting)
         title.append(clean(heading), style="bold")
         title.append("  in ", style="dim")
-        title.append(clean(self.session.location or "memory"))
+        title.append(clean(self.session.config.location or "memory"))
         if self.session.needs_upgrade:
             title.append("  (browse-only until upgraded)", style="yellow")
         if self.session.store_notice:
@@ -233,7 +233,7 @@ class ThreadsScreen(Screen[None]):
         """Tell the app about each listed thread that started waiting for an answer or
         crashed since the last listing (:class:`~tui.attention.AttentionWatch`)."""
         rows = self.rows if first or changed is None else [row for row in self.rows if row.thread_id in changed]
-        for row in self.session.attention.rows_seen(rows, complete=len(self.rows) >= listed):
+        for row in self.session.rows_to_alert(rows, complete=len(self.rows) >= listed):
             self.app.post_message(NeedsAttention(row.thread_id, alert_sentence(row)))
 
     def _show_empty(self) -> None:
@@ -409,7 +409,7 @@ class ThreadsScreen(Screen[None]):
         body.append_text(literal(thread_id, style="bold"))
         body.append(
             f",{size} everything else stored for it (runs, tool journal, jobs, steps, commands, lease) are "
-            f"removed from {clean(self.session.location or 'this store')}. This cannot be undone."
+            f"removed from {clean(self.session.config.location or 'this store')}. This cannot be undone."
         )
         if not await self.app.push_screen_wait(ConfirmModal("Delete this thread?", body, yes="Delete")):
             return
