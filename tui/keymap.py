@@ -11,10 +11,11 @@ more of Textual's key names (``"a"``, ``"A"``, ``"ctrl+a"``, ``"f5"``, ``"?"``).
 is ``--keymap PATH``, else ``$CUBEPI_KEYMAP``, else ``$XDG_CONFIG_HOME/cubepi-tui/keymap.toml``
 (``~/.config/...`` without it). It is applied with Textual's ``App.set_keymap``.
 
-A file that cannot be used (unreadable, not TOML, an unknown id, a value that is not keys)
-is ignored as a whole: the app starts with the default keys and says why in one sentence,
-as a notice once it is drawn (before that, standard error is the terminal the app takes
-over). The default file may be missing; a file the user named may not.
+A file that cannot be used (unreadable, not TOML, an unknown id, a value that is not keys,
+a key given to two actions of one screen) is ignored as a whole: the app starts with the
+default keys and says why in one sentence, as a notice once it is drawn (standard error
+would be hidden by the screen the app takes over). The default file may be missing; a
+file the user named may not.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tui.actions import BY_ID
+from textual.keys import format_key
+
+from tui.actions import BY_ID, TABLES
 
 KEYMAP_ENV = "CUBEPI_KEYMAP"
 """The environment variable naming the keymap file (``--keymap`` outranks it)."""
@@ -81,7 +84,8 @@ def load_keymap(given: str | os.PathLike[str] | None = None, env: Mapping[str, s
 def parse_keymap(data: Mapping[str, object]) -> dict[str, str]:
     """The keys of a keymap file's ``data`` (as :func:`tomllib.load` returns it): binding
     id → keys. ``ValueError`` with a phrase ("it names no action 'x'") when the file
-    holds anything but a ``[keys]`` table of known ids and key strings."""
+    holds anything but a ``[keys]`` table of known ids and key strings, or makes one key
+    run two actions of one screen (the defaults of the actions it leaves alone count)."""
     others = sorted(set(data) - {"keys"})
     if others:
         raise ValueError(f"it holds {others[0]!r}, and only a [keys] table is read")
@@ -95,7 +99,27 @@ def parse_keymap(data: Mapping[str, object]) -> dict[str, str]:
         if not isinstance(value, str) or not all(key.strip() and " " not in key.strip() for key in value.split(",")):
             raise ValueError(f"its {action_id!r} is not one or more key names separated by commas: {value!r}")
         chosen[action_id] = ",".join(key.strip() for key in value.split(","))
+    _check_clashes(chosen)
     return chosen
+
+
+SCOPES: Mapping[str, tuple[str, ...]] = {"threads": ("app",), "thread": ("app", "tool")}
+"""For each screen's table, the other tables whose keys are live on it too: the app's on
+every screen, a focused tool call's on the thread screen."""
+
+
+def _check_clashes(chosen: Mapping[str, str]) -> None:
+    """``ValueError`` when ``chosen`` makes one key run two actions of one screen."""
+    for screen, others in SCOPES.items():
+        seen: dict[str, str] = {}
+        for prefix in (screen, *others):
+            for action in TABLES[prefix]:
+                for key in (chosen.get(action.id) or action.keys).split(","):
+                    # Textual's display of a key is one per key however it is spelled ("?", "question_mark").
+                    shown = format_key(key.strip())
+                    if shown in seen:
+                        raise ValueError(f"it binds {shown!r} to both {seen[shown]!r} and {action.id!r}")
+                    seen[shown] = action.id
 
 
 def _unused(path: Path, why: str) -> UserKeymap:

@@ -13,6 +13,7 @@ from core.checkpoint.memory import MemoryCheckpointer
 from core.messages import AssistantMessage, TextContent, user_text
 from tests.helpers.screens import running_tool
 from tests.helpers.tui import fast_session, screen_text, send_via_dialog, squeezed_lines, wait_for
+from tui.actions import BY_ID
 from tui.app import make_app
 from tui.cli import parse_args
 from tui.keymap import KEYMAP_ENV, UserKeymap, keymap_path, load_keymap
@@ -60,6 +61,18 @@ def test_a_keymap_file_is_read_into_binding_ids_and_keys(tmp_path: Path) -> None
     assert load_keymap(path) == UserKeymap(keys={"thread.abort": "ctrl+a", "thread.steer": "m,M"})
 
 
+def test_a_key_moved_from_one_action_to_another_is_no_clash(tmp_path: Path) -> None:
+    path = tmp_path / "keymap.toml"
+    path.write_text('[keys]\n"thread.abort" = "s"\n"thread.steer" = "ctrl+s"\n')
+    assert load_keymap(path) == UserKeymap(keys={"thread.abort": "s", "thread.steer": "ctrl+s"})
+
+
+def test_the_readme_names_every_action_id() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    missing = [action_id for action_id in BY_ID if f"`{action_id}`" not in readme]
+    assert not missing, missing
+
+
 def test_no_default_file_is_no_keymap_and_no_complaint(tmp_path: Path) -> None:
     assert load_keymap(None, {"XDG_CONFIG_HOME": str(tmp_path)}) == UserKeymap()
 
@@ -71,6 +84,9 @@ def test_a_bad_keymap_file_is_one_sentence_and_no_keys(tmp_path: Path) -> None:
         "[keys\n": "it is not TOML (",
         '[keys]\n"thread.abort" = 3\n': "its 'thread.abort' is not one or more key names separated by commas: 3.",
         '[colors]\nbg = "red"\n': "it holds 'colors', and only a [keys] table is read.",
+        # s stays the steer's key, so giving it to abort would silently take it from steer.
+        '[keys]\n"thread.abort" = "s"\n': "it binds 's' to both 'thread.abort' and 'thread.steer'.",
+        '[keys]\n"threads.filter" = "question_mark"\n': "it binds '?' to both 'threads.filter' and 'app.help'.",
     }
     for text, why in cases.items():
         path.write_text(text)
