@@ -2,8 +2,9 @@
 label, tooltip, help text and availability rule.
 
 The screens' ``BINDINGS`` (:func:`bindings`), their ``check_action`` and "why not" notices
-(:func:`availability`), the help screen (:mod:`tui.screens.modals`), the footer's choice of
-keys on a narrow terminal (:data:`RANKS`) and the user's keymap file (:mod:`tui.keymap`,
+(:func:`thread_availability`, :func:`picker_availability`: each row's :attr:`Action.rule`),
+the help screen (:mod:`tui.screens.modals`), the footer's choice of keys on a narrow
+terminal (:data:`RANKS`, :data:`SHORT`) and the user's keymap file (:mod:`tui.keymap`,
 which names actions by :attr:`Action.id`) are all derived from here.
 
 Keys are Textual's names (``"a"``, ``"slash"``, ``"ctrl+a"``); a keymap replaces an
@@ -16,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from textual.binding import Binding
 from textual.keys import format_key
@@ -46,9 +47,17 @@ UNRANKED = 5
 """The footer rank of a key that names none (:attr:`Action.rank`): after every ranked one."""
 
 
+F = TypeVar("F", contravariant=True)
+"""What an action's availability rule reads (the screen, through a protocol of its facts)."""
+
+Rule = Callable[[F, KeyName], Availability]
+"""An availability rule: the facts of its screen and the keys now → :data:`Availability`."""
+
+
 @dataclass(frozen=True)
-class Action:
-    """One action of one screen (or of the app, on every screen)."""
+class Action(Generic[F]):
+    """One action of one screen (or of the app, on every screen), with its availability
+    rule reading that screen's facts ``F``."""
 
     id: str
     """The binding id a keymap names: ``"thread.abort"`` (screen prefix, dot, action)."""
@@ -74,6 +83,13 @@ class Action:
     """A shorter footer label, used when the full ones do not fit."""
     priority: bool = False
     """Textual's priority binding (checked before the focused widget's)."""
+    rule: Rule[F] | None = None
+    """When the action is available and why not (``None``: always)."""
+
+    def availability(self, facts: F, key: KeyName) -> Availability:
+        """Whether this action is available with ``facts``, and if not why, naming keys by
+        ``key`` (an action id → its keys now)."""
+        return ENABLED if self.rule is None else self.rule(facts, key)
 
     def binding(self) -> Binding:
         """This action as a Textual :class:`~textual.binding.Binding` with its default keys."""
@@ -88,14 +104,126 @@ class Action:
         )
 
 
-def bindings(actions: Iterable[Action]) -> list[Binding]:
+def bindings(actions: Iterable[Action[Any]]) -> list[Binding]:
     """The ``BINDINGS`` of a screen whose actions are ``actions``."""
     return [action.binding() for action in actions]
 
 
+# --- availability rules ---------------------------------------------------------------
+
+
+class ThreadFacts(Protocol):
+    """What the thread screen's rules read (:class:`~tui.screens.thread_view.ThreadView`)."""
+
+    loaded: bool
+    running: bool
+    elsewhere: LeaseView | None
+    diagnosis: Diagnosis | None
+    pending: PendingRequest | None
+
+
+class PickerFacts(Protocol):
+    """What the picker's rules read (:class:`~tui.screens.threads.ThreadsScreen`)."""
+
+    @property
+    def filter_open(self) -> bool:
+        """Whether the filter is shown (Escape then clears it)."""
+        ...
+
+
+LOADING = "The thread is still loading."
+
+
+def _loaded(rule: Rule[ThreadFacts]) -> Rule[ThreadFacts]:
+    """``rule`` once the thread is loaded; until then the key is dimmed, "still loading"."""
+
+    def checked(facts: ThreadFacts, key: KeyName) -> Availability:
+        return rule(facts, key) if facts.loaded else (None, LOADING)
+
+    return checked
+
+
+def _active(facts: ThreadFacts) -> bool:
+    """Whether a run goes on, here or in another process."""
+    return facts.running or facts.elsewhere is not None
+
+
+def _any_time(facts: ThreadFacts, key: KeyName) -> Availability:
+    return ENABLED  # steer, follow-up: when idle they offer a new prompt
+
+
+def _abort(facts: ThreadFacts, key: KeyName) -> Availability:
+    return ENABLED if _active(facts) else (None, "Nothing to abort: the agent is not running on this thread.")
+
+
+def _stop(facts: ThreadFacts, key: KeyName) -> Availability:
+    # Item 5's keys (issue 11) are shown only while they apply, so the footer keeps room for q and ?.
+    return ENABLED if _active(facts) else (False, "Nothing to stop: the agent is not running on this thread.")
+
+
+def _while_running(words: str) -> Rule[ThreadFacts]:
+    """Shown only while a run goes on; else a new prompt is the way to send ``words``."""
+
+    def rule(facts: ThreadFacts, key: KeyName) -> Availability:
+        sentence = f"The agent is not running: send the {words} as a new prompt with {key('thread.prompt')}."
+        return ENABLED if _active(facts) else (False, sentence)
+
+    return rule
+
+
+def _new_prompt(facts: ThreadFacts, key: KeyName) -> Availability:
+    if not facts.running:
+        return ENABLED
+    return None, (
+        f"The agent is running: steer it with {key('thread.steer')}, queue a follow-up with "
+        f"{key('thread.follow_up')}, or abort it with {key('thread.abort')}."
+    )
+
+
+def _answer(facts: ThreadFacts, key: KeyName) -> Availability:
+    # Hidden from the footer unless a request waits.
+    if not facts.loaded:
+        return False, LOADING
+    if facts.pending is None:
+        return False, "Nothing to answer: the thread is not waiting for an answer."
+    return ENABLED
+
+
+def _resume(facts: ThreadFacts, key: KeyName) -> Availability:
+    if facts.running:
+        return None, "Nothing to resume: the agent is running this thread now."
+    if facts.elsewhere is not None:
+        return ENABLED  # enabled: action_resume says who runs it
+    diagnosis = facts.diagnosis
+    if diagnosis is not None and diagnosis.resumable:
+        return ENABLED
+    prompt = key("thread.prompt")
+    state = diagnosis.state if diagnosis is not None else None
+    if state is ThreadState.COMPLETED:
+        why = f"Nothing to resume: the thread completed; press {prompt} to send a new prompt."
+    elif state is ThreadState.ABORTED:
+        why = f"Nothing to resume: the run was aborted and saved; press {prompt} to send a new prompt."
+    elif state is ThreadState.EMPTY:
+        why = f"Nothing to resume: the thread has no messages yet; press {prompt} to send the first prompt."
+    elif state is ThreadState.WAITING and diagnosis is not None and diagnosis.pending is not None:
+        why = (
+            f"Nothing to resume: the thread is waiting for an answer to {clean(diagnosis.pending.question)!r}; "
+            f"press {key('thread.answer')} to answer it."
+        )
+    elif diagnosis is None:
+        why = f"Nothing to resume: no run crashed here; press {prompt} to send a new prompt."
+    else:
+        why = f"Nothing to resume: the thread is {diagnosis.label}; press {prompt} to send a new prompt."
+    return None, why
+
+
+def _filter_open(facts: PickerFacts, key: KeyName) -> Availability:
+    return facts.filter_open, None  # Escape is only ours while a filter is open
+
+
 # --- the tables -----------------------------------------------------------------------
 
-APP: tuple[Action, ...] = (
+APP: tuple[Action[object], ...] = (
     Action(
         "app.help", "help", "question_mark", "Help", "Show keys and what crash points mean", help="this help", rank=0
     ),
@@ -103,7 +231,7 @@ APP: tuple[Action, ...] = (
 )
 """The app's own keys, active on every screen."""
 
-PICKER: tuple[Action, ...] = (
+PICKER: tuple[Action[PickerFacts], ...] = (
     Action(
         "threads.open", "open", "enter", "Open", "Open the selected thread", "open the thread under the cursor", rank=1
     ),
@@ -152,6 +280,7 @@ PICKER: tuple[Action, ...] = (
         "Clear filter",
         "Clear the filter and show every thread",
         show=False,
+        rule=_filter_open,
     ),
     # While the filter has the focus, the arrows still move the table's cursor.
     Action("threads.up", "cursor('up')", "up", "", "Select the thread above", show=False),
@@ -161,13 +290,13 @@ PICKER: tuple[Action, ...] = (
 )
 """The picker's keys (:class:`~tui.screens.threads.ThreadsScreen`)."""
 
-TOOL: tuple[Action, ...] = (
+TOOL: tuple[Action[object], ...] = (
     Action("tool.expand", "expand", "x", "All/less", "The whole output here, scrolling (again: less)"),
     Action("tool.pager", "pager", "p", "Pager", "The whole output in a pager, with search"),
 )
 """A focused tool call's keys (:class:`~tui.widgets.tool_call.ToolCallView`), named in the thread's help."""
 
-THREAD: tuple[Action, ...] = (
+THREAD: tuple[Action[ThreadFacts], ...] = (
     Action(
         "thread.abort",
         "abort",
@@ -176,6 +305,7 @@ THREAD: tuple[Action, ...] = (
         "Abort the running agent",
         "abort the run (another process's run: sent to it as a command)",
         rank=1,
+        rule=_loaded(_abort),
     ),
     Action(
         "thread.stop_after_turn",
@@ -186,6 +316,7 @@ THREAD: tuple[Action, ...] = (
         "stop after this turn: the running tools finish, their results are kept, no further model call",
         rank=2,
         short="Stop",
+        rule=_loaded(_stop),
     ),
     Action(
         "thread.steer",
@@ -195,6 +326,7 @@ THREAD: tuple[Action, ...] = (
         "Send a message the agent reads before its next model call",
         "steer: a message the agent reads before its next model call",
         rank=2,
+        rule=_loaded(_any_time),
     ),
     Action(
         "thread.interrupt",
@@ -205,6 +337,7 @@ THREAD: tuple[Action, ...] = (
         "interrupt and send now: abort the running tools (as {thread.abort} does), then the agent reads this and goes on",
         rank=2,
         short="Now",
+        rule=_loaded(_while_running("steer")),
     ),
     Action(
         "thread.follow_up",
@@ -215,6 +348,7 @@ THREAD: tuple[Action, ...] = (
         "follow-up: a message delivered when the agent would otherwise stop",
         rank=3,
         short="Follow",
+        rule=_loaded(_any_time),
     ),
     Action(
         "thread.note",
@@ -224,6 +358,7 @@ THREAD: tuple[Action, ...] = (
         "A note for the next turn; it never wakes a finished agent",
         "note: delivered with the next turn, but it never wakes an agent that is done",
         rank=3,
+        rule=_loaded(_while_running("note")),
     ),
     Action(
         "thread.answer",
@@ -233,6 +368,7 @@ THREAD: tuple[Action, ...] = (
         "Answer the request the thread waits on",
         "answer the request the thread waits on: approve, deny with a reason, edit the arguments, or each question",
         rank=1,
+        rule=_answer,
     ),
     Action(
         "thread.queued",
@@ -255,6 +391,7 @@ THREAD: tuple[Action, ...] = (
         "Resume the crashed run (shows the plan first)",
         "resume a crashed thread (shows what happens to each call and asks first)",
         rank=2,
+        rule=_loaded(_resume),
     ),
     Action(
         "thread.prompt",
@@ -264,6 +401,7 @@ THREAD: tuple[Action, ...] = (
         "Send a new prompt in this thread",
         "send a new prompt in this thread",
         rank=2,
+        rule=_loaded(_new_prompt),
     ),
     Action("thread.earlier", "earlier", "e", "Earlier", "Show earlier messages", "show earlier messages", show=False),
     Action(
@@ -289,10 +427,10 @@ THREAD: tuple[Action, ...] = (
 )
 """The thread screen's keys (:class:`~tui.screens.thread.ThreadScreen`), in footer order."""
 
-TABLES: Mapping[str, tuple[Action, ...]] = {"app": APP, "threads": PICKER, "tool": TOOL, "thread": THREAD}
+TABLES: Mapping[str, tuple[Action[Any], ...]] = {"app": APP, "threads": PICKER, "tool": TOOL, "thread": THREAD}
 """Every table by its id prefix (an action's id is ``PREFIX.NAME``)."""
 
-BY_ID: Mapping[str, Action] = {action.id: action for table in TABLES.values() for action in table}
+BY_ID: Mapping[str, Action[Any]] = {action.id: action for table in TABLES.values() for action in table}
 """Every action by its id: what a keymap may name."""
 
 RANKS: Mapping[str, int] = {action.id: action.rank for action in BY_ID.values()}
@@ -336,7 +474,7 @@ _NAMED = frozenset(("enter", "escape", "tab", "space", "backspace", "delete", "i
 """Keys the help writes as words (Textual's footer shows some as symbols: ⏎, esc)."""
 
 
-def help_line(action: Action, name: KeyName) -> tuple[str, str]:
+def help_line(action: Action[Any], name: KeyName) -> tuple[str, str]:
     """``action``'s help row ``(keys, meaning)`` with keys named by ``name`` (:func:`key_names`).
     ``ValueError`` when ``action`` has no help line of its own."""
     if action.help is None:
@@ -370,100 +508,20 @@ def bound_action(screen: DOMNode, key: str) -> str | None:
 
 # --- availability ---------------------------------------------------------------------
 
-
-class ThreadFacts(Protocol):
-    """What the thread screen's rules read (:class:`~tui.screens.thread_view.ThreadView`)."""
-
-    loaded: bool
-    running: bool
-    elsewhere: LeaseView | None
-    diagnosis: Diagnosis | None
-    pending: PendingRequest | None
-
-
-class PickerFacts(Protocol):
-    """What the picker's rules read (:class:`~tui.screens.threads.ThreadsScreen`)."""
-
-    @property
-    def filter_open(self) -> bool:
-        """Whether the filter is shown (Escape then clears it)."""
-        ...
-
-
-LOADING = "The thread is still loading."
+_THREAD_BY_NAME: Mapping[str, Action[ThreadFacts]] = {action.name: action for action in THREAD}
+_PICKER_BY_NAME: Mapping[str, Action[PickerFacts]] = {action.name: action for action in PICKER}
 
 
 def thread_availability(action: str, facts: ThreadFacts, key: KeyName) -> Availability:
     """Whether the thread screen's ``action`` (its :attr:`Action.name`) is available with
-    ``facts``, and if not why, naming keys by ``key`` (an action id → its keys now)."""
-    active = facts.running or facts.elsewhere is not None
-    if action == "answer":
-        # Hidden from the footer unless a request waits.
-        if not facts.loaded:
-            return False, LOADING
-        if facts.pending is None:
-            return False, "Nothing to answer: the thread is not waiting for an answer."
-        return ENABLED
-    if action not in _RUN_KEYS:
-        return ENABLED
-    if not facts.loaded:
-        return None, LOADING
-    if action == "abort":
-        return ENABLED if active else (None, "Nothing to abort: the agent is not running on this thread.")
-    if action == "stop_after_turn":
-        # Shown only while they apply, so the footer keeps room for q and ?.
-        return ENABLED if active else (False, "Nothing to stop: the agent is not running on this thread.")
-    if action in ("interrupt", "note"):
-        words = "steer" if action == "interrupt" else "note"
-        sentence = f"The agent is not running: send the {words} as a new prompt with {key('thread.prompt')}."
-        return ENABLED if active else (False, sentence)
-    if action == "new_prompt":
-        if facts.running:
-            return None, (
-                f"The agent is running: steer it with {key('thread.steer')}, queue a follow-up with "
-                f"{key('thread.follow_up')}, or abort it with {key('thread.abort')}."
-            )
-        return ENABLED
-    if action == "resume":
-        return _resume(facts, key)
-    return ENABLED  # steer, follow-up: when idle they offer a new prompt
-
-
-def _resume(facts: ThreadFacts, key: KeyName) -> Availability:
-    if facts.running:
-        return None, "Nothing to resume: the agent is running this thread now."
-    if facts.elsewhere is not None:
-        return ENABLED  # enabled: action_resume says who runs it
-    diagnosis = facts.diagnosis
-    if diagnosis is not None and diagnosis.resumable:
-        return ENABLED
-    prompt = key("thread.prompt")
-    state = diagnosis.state if diagnosis is not None else None
-    if state is ThreadState.COMPLETED:
-        why = f"Nothing to resume: the thread completed; press {prompt} to send a new prompt."
-    elif state is ThreadState.ABORTED:
-        why = f"Nothing to resume: the run was aborted and saved; press {prompt} to send a new prompt."
-    elif state is ThreadState.EMPTY:
-        why = f"Nothing to resume: the thread has no messages yet; press {prompt} to send the first prompt."
-    elif state is ThreadState.WAITING and diagnosis is not None and diagnosis.pending is not None:
-        why = (
-            f"Nothing to resume: the thread is waiting for an answer to {clean(diagnosis.pending.question)!r}; "
-            f"press {key('thread.answer')} to answer it."
-        )
-    elif diagnosis is None:
-        why = f"Nothing to resume: no run crashed here; press {prompt} to send a new prompt."
-    else:
-        why = f"Nothing to resume: the thread is {diagnosis.label}; press {prompt} to send a new prompt."
-    return None, why
-
-
-_RUN_KEYS = frozenset(("abort", "stop_after_turn", "steer", "interrupt", "follow_up", "note", "resume", "new_prompt"))
-"""The actions that wait for the thread to be loaded (dimmed until then)."""
+    ``facts``, and if not why, naming keys by ``key`` (an action id → its keys now); an
+    action of no row of :data:`THREAD` is available."""
+    row = _THREAD_BY_NAME.get(action)
+    return ENABLED if row is None else row.availability(facts, key)
 
 
 def picker_availability(action: str, facts: PickerFacts) -> Availability:
     """Whether the picker's ``action`` is available with ``facts`` (never a sentence: each
     of its keys does something, or is another widget's)."""
-    if action == "clear_filter":
-        return facts.filter_open, None  # Escape is only ours while a filter is open
-    return ENABLED
+    row = _PICKER_BY_NAME.get(action)
+    return ENABLED if row is None else row.availability(facts, key_names({}))
