@@ -242,7 +242,18 @@ class ThreadScreen(ThreadView):
             self.notify(reason, timeout=6, markup=False)
 
     def _availability(self, action: str) -> Availability:
-        return thread_availability(action, self, key_names(current_keymap(self.app)))
+        return thread_availability(action, self, self._key)
+
+    def _key(self, action_id: str) -> str:
+        """The keys bound now to the action ``action_id`` (after the keymap), as sentences name them."""
+        return key_names(current_keymap(self.app))(action_id)
+
+    def _queue_keys(self, which: str) -> str:
+        """How to select (``which``: "it", "one"), edit and cancel a queued message, with the keys now."""
+        return (
+            f"{self._key('thread.queued')} selects {which}, {self._key('thread.edit_queued')} edits, "
+            f"{self._key('thread.cancel_queued')} cancels"
+        )
 
     def _why_not(self, action: str) -> str | None:
         """Why ``action`` does nothing now, in one sentence (``None``: it does something)."""
@@ -302,7 +313,7 @@ class ThreadScreen(ThreadView):
         if self.elsewhere is not None and not self.running:
             self.notify(
                 f"Thread {clean(self.thread_id)!r} is {clean(self.elsewhere.label)}, so it cannot be resumed "
-                "now; abort it with a, or wait until that run ends or its lease expires.",
+                f"now; abort it with {self._key('thread.abort')}, or wait until that run ends or its lease expires.",
                 severity="warning",
                 timeout=8,
                 markup=False,
@@ -318,8 +329,9 @@ class ThreadScreen(ThreadView):
         """Ask for a prompt and run it in this thread."""
         if self.elsewhere is not None:
             self.notify(
-                f"Thread {clean(self.thread_id)!r} is {clean(self.elsewhere.label)}; steer it with s, queue a "
-                "follow-up with f, or abort it with a before sending a new prompt.",
+                f"Thread {clean(self.thread_id)!r} is {clean(self.elsewhere.label)}; steer it with "
+                f"{self._key('thread.steer')}, queue a follow-up with {self._key('thread.follow_up')}, or abort it "
+                f"with {self._key('thread.abort')} before sending a new prompt.",
                 severity="warning",
                 timeout=8,
                 markup=False,
@@ -379,7 +391,7 @@ class ThreadScreen(ThreadView):
                 f". First, {counted(len(dangling), 'tool call')} without a result {'is' if len(dangling) == 1 else 'are'} "
                 "settled as resume would by default "
                 "(an idempotent tool runs again, any other is recorded as interrupted); "
-                "Escape, then r, to see and choose for each."
+                f"Escape, then {self._key('thread.resume')}, to see and choose for each."
             )
         text = await self.app.push_screen_wait(TextInputModal("New prompt", hint))
         if text:
@@ -432,7 +444,7 @@ class ThreadScreen(ThreadView):
                 return
             else:
                 self._track_sent(command)
-                self.notify(f"{words} #{command.seq} queued (c selects it, E edits, D cancels).", markup=False)
+                self.notify(f"{words} #{command.seq} queued ({self._queue_keys('it')}).", markup=False)
                 return
         else:
             agent = self.session.agents.get(self.thread_id)
@@ -496,7 +508,7 @@ class ThreadScreen(ThreadView):
             question.append(f"{KIND_WORDS[command.kind]} #{command.seq}: ")
             question.append_text(literal(command.text))
             question.append("\n")
-        question.append("\nSend them now as a new run? (Or keep them: c selects one, E edits, D cancels.)")
+        question.append(f"\nSend them now as a new run? (Or keep them: {self._queue_keys('one')}.)")
         if await self.app.push_screen_wait(ConfirmModal("Not delivered", question, yes="Send", no="Keep")):
             self._first_undelivered = found[0]
             self.start_run("undelivered", found[0].text)
