@@ -18,7 +18,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, ScreenResultType
 from textual.widgets import Button, Input, Static
 
-from tui.actions import APP, PICKER, THREAD, Action, current_keymap, help_line, key_names, shown_key
+from tui.actions import APP, PICKER, THREAD, Action, current_keymap, fill_keys, help_line, key_names, shown_key
 from tui.text import literal
 
 
@@ -236,7 +236,8 @@ _PARAGRAPHS: tuple[HelpSection, ...] = (
     (
         "Running elsewhere",
         'A thread another process runs (another window, or `cubepi-tui run`) shows as "running '
-        'on HOST (pid, heartbeat)". Open it to follow it live; a, s and f are sent to that '
+        'on HOST (pid, heartbeat)". Open it to follow it live; {thread.abort}, {thread.steer} and '
+        "{thread.follow_up} are sent to that "
         "process and the commands bar shows pending -> delivered -> applied, or refused with the "
         "reason. It cannot be resumed until that run ends or its lease expires; then it shows as "
         '"crashed on HOST". HOST is CUBEPI_HOST_ID where the run started, else its host name.',
@@ -255,7 +256,7 @@ _PARAGRAPHS: tuple[HelpSection, ...] = (
         "Tool output is shown literally: markup and terminal escapes appear as text.",
     ),
 )
-"""The help's sections that are not keys."""
+"""The help's sections that are not keys (a paragraph's ``{ID}`` names that action's keys now)."""
 
 
 def help_sections(keymap: Mapping[str, str]) -> tuple[HelpSection, ...]:
@@ -271,7 +272,7 @@ def help_sections(keymap: Mapping[str, str]) -> tuple[HelpSection, ...]:
         ("Threads (the picker)", rows(PICKER)),
         ("Thread view", rows(THREAD)),
         ("Everywhere", everywhere),
-        *_PARAGRAPHS,
+        *((title, fill_keys(body, name) if isinstance(body, str) else body) for title, body in _PARAGRAPHS),
     )
 
 
