@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING
 from platformdirs import user_downloads_path
 from textual import events, on, work
 from textual.app import App, SystemCommand
-from textual.binding import Binding
 from textual.screen import Screen
 
 from core.errors import CubepiError, StoreConnectionError, error_sentence
 from core.words import counted
 from tui import hangup
+from tui.actions import APP, bindings
+from tui.keymap import UserKeymap
 from tui.messages import (
     CloseThread,
     NeedsAttention,
@@ -62,13 +63,14 @@ class CubepiApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "cubepi-tui"
 
-    BINDINGS = [
-        Binding("question_mark", "help", "Help", id="app.help", tooltip="Show keys and what crash points mean"),
-        Binding("ctrl+q", "quit", "Quit", id="app.quit", tooltip="Quit cubepi-tui", show=False, priority=True),
-    ]
+    BINDINGS = bindings(APP)
 
-    def __init__(self, session: Session, *, thread_id: str | None = None) -> None:
+    def __init__(self, session: Session, *, thread_id: str | None = None, keymap: UserKeymap | None = None) -> None:
+        """``keymap``: the user's keys (:mod:`tui.keymap`), applied as the app starts; its
+        problem, if any, is shown as a notice."""
         super().__init__()
+        self.user_keymap = keymap or UserKeymap()
+        """The keymap file as read (``--keymap``, ``$CUBEPI_KEYMAP`` or the default file)."""
         self.session = session
         """The store, provider and agents this app drives."""
         self.start_thread_id = thread_id
@@ -84,6 +86,10 @@ class CubepiApp(App[None]):
         """The sentence of the error that kept the app from starting; quitting then exits 1."""
 
     def on_mount(self) -> None:
+        if self.user_keymap.keys:
+            self.set_keymap(dict(self.user_keymap.keys))
+        if self.user_keymap.problem is not None:
+            self.notify(self.user_keymap.problem, severity="warning", timeout=15, markup=False)
         self.session.report_to(on_busy=self._database_busy, on_status=self._store_notice_changed)
         self.push_screen(self.threads_screen)
         self._open_store()
@@ -349,6 +355,7 @@ class CubepiApp(App[None]):
             self.post_message(CloseThread(top.thread_id))
 
 
-def make_app(session: Session, *, thread_id: str | None = None) -> CubepiApp:
-    """Build the app around ``session``; the one factory used by the CLI, tests and screenshots."""
-    return CubepiApp(session, thread_id=thread_id)
+def make_app(session: Session, *, thread_id: str | None = None, keymap: UserKeymap | None = None) -> CubepiApp:
+    """Build the app around ``session`` (``keymap``: the user's keys, see :mod:`tui.keymap`);
+    the one factory used by the CLI, tests and screenshots."""
+    return CubepiApp(session, thread_id=thread_id, keymap=keymap)

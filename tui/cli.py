@@ -116,6 +116,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="do not show a notice when a thread waits for you or crashes",
     )
     parser.add_argument(
+        "--keymap",
+        metavar="PATH",
+        help="the keymap file (TOML, a [keys] table of action id = keys; "
+        "default: $CUBEPI_KEYMAP, else $XDG_CONFIG_HOME/cubepi-tui/keymap.toml)",
+    )
+    parser.add_argument(
         "--no-create",
         dest="create",
         action="store_false",
@@ -317,6 +323,7 @@ def main(argv: Sequence[str] | None = None, *, make_provider: ProviderFactory | 
     # default thresholds, 7 ms with these (gc.callbacks, issue 10).
     gc.set_threshold(10_000, 50, 100)
     from tui.app import make_app
+    from tui.keymap import load_keymap
 
     session = build_session(
         args.database,
@@ -329,7 +336,7 @@ def main(argv: Sequence[str] | None = None, *, make_provider: ProviderFactory | 
         make_provider=make_provider,
         alerts=Alerts(bell=args.bell, notices=args.notices),
     )
-    app = make_app(session, thread_id=args.thread)
+    app = make_app(session, thread_id=args.thread, keymap=load_keymap(args.keymap))
     app.run()
     # A Textual app that crashed still returns normally from run(); its code says so.
     sys.exit(app.return_code or 0)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
@@ -11,12 +12,13 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from textual import events, on
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, ScreenResultType
 from textual.widgets import Button, Input, Static
 
+from tui.actions import APP, PICKER, THREAD, Action, current_keymap, fill_keys, help_line, key_names, shown_key
 from tui.text import literal
 
 
@@ -214,45 +216,10 @@ class ErrorScreen(OnceModal[None]):
         self.answer_once(None)
 
 
-HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
-    (
-        "Threads (the picker)",
-        (
-            ("Enter", "open the thread under the cursor"),
-            ("/", "filter the list as you type: thread id, first prompt or state (Escape clears it)"),
-            ("!", "only the threads that need you: waiting for an answer, crashed, failed or aborted (again: all)"),
-            ("n", "start a new thread (asks for the first prompt)"),
-            ("D", "delete the thread under the cursor (asks first; refused while a run holds it)"),
-            ("r", "reload the list"),
-            ("q", "quit"),
-        ),
-    ),
-    (
-        "Thread view",
-        (
-            ("a", "abort the run (another process's run: sent to it as a command)"),
-            ("A", "stop after this turn: the running tools finish, their results are kept, no further model call"),
-            ("s", "steer: a message the agent reads before its next model call"),
-            ("S", "interrupt and send now: abort the running tools (as a does), then the agent reads this and goes on"),
-            ("f", "follow-up: a message delivered when the agent would otherwise stop"),
-            ("o", "note: delivered with the next turn, but it never wakes an agent that is done"),
-            (
-                "y",
-                "answer the request the thread waits on: approve, deny with a reason, edit the arguments, or each question",
-            ),
-            ("c E D", "select a queued steer, follow-up or note (listed above the input); E edits it, D cancels it"),
-            ("r", "resume a crashed thread (shows what happens to each call and asks first)"),
-            ("n", "send a new prompt in this thread"),
-            ("e", "show earlier messages"),
-            (
-                "t x p",
-                "t focuses the last tool call (again: the one before); x shows all its output "
-                "(again: less), p a pager: / search, n / N next / previous, Escape closes",
-            ),
-            ("q", "back to the threads (a running agent keeps running)"),
-        ),
-    ),
-    ("Everywhere", (("?", "this help"), ("ctrl+p", "command palette"))),
+HelpSection = tuple[str, tuple[tuple[str, str], ...] | str]
+"""A help section: a title and either (keys, meaning) rows or a paragraph."""
+
+_PARAGRAPHS: tuple[HelpSection, ...] = (
     (
         "Crash points (what the picker and the banner report)",
         (
@@ -269,7 +236,8 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
     (
         "Running elsewhere",
         'A thread another process runs (another window, or `cubepi-tui run`) shows as "running '
-        'on HOST (pid, heartbeat)". Open it to follow it live; a, s and f are sent to that '
+        'on HOST (pid, heartbeat)". Open it to follow it live; {thread.abort}, {thread.steer} and '
+        "{thread.follow_up} are sent to that "
         "process and the commands bar shows pending -> delivered -> applied, or refused with the "
         "reason. It cannot be resumed until that run ends or its lease expires; then it shows as "
         '"crashed on HOST". HOST is CUBEPI_HOST_ID where the run started, else its host name.',
@@ -288,13 +256,30 @@ HELP: tuple[tuple[str, tuple[tuple[str, str], ...] | str], ...] = (
         "Tool output is shown literally: markup and terminal escapes appear as text.",
     ),
 )
-"""The help screen's sections: a title and either (key, meaning) entries or a paragraph."""
+"""The help's sections that are not keys (a paragraph's ``{ID}`` names that action's keys now)."""
 
 
-def help_renderable() -> RenderableType:
-    """:data:`HELP` laid out with hanging indents: a wrapped meaning stays in its column."""
+def help_sections(keymap: Mapping[str, str]) -> tuple[HelpSection, ...]:
+    """The help screen's sections, the keys named as ``keymap`` binds them now (binding id
+    → keys; see :func:`tui.actions.current_keymap`)."""
+    name = key_names(keymap)
+
+    def rows(table: Sequence[Action]) -> tuple[tuple[str, str], ...]:
+        return tuple(help_line(action, name) for action in table if action.help is not None)
+
+    everywhere = (*rows(APP), (shown_key(App.COMMAND_PALETTE_BINDING), "command palette"))
+    return (
+        ("Threads (the picker)", rows(PICKER)),
+        ("Thread view", rows(THREAD)),
+        ("Everywhere", everywhere),
+        *((title, fill_keys(body, name) if isinstance(body, str) else body) for title, body in _PARAGRAPHS),
+    )
+
+
+def help_renderable(keymap: Mapping[str, str]) -> RenderableType:
+    """:func:`help_sections` laid out with hanging indents: a wrapped meaning stays in its column."""
     parts: list[RenderableType] = []
-    for title, body in HELP:
+    for title, body in help_sections(keymap):
         if parts:
             parts.append(Text(""))
         if title:
@@ -312,31 +297,39 @@ def help_renderable() -> RenderableType:
 
 
 class _LaidOutHelp:
-    """:func:`help_renderable` laid out once per width and replayed from then on.
+    """:func:`help_renderable` for one keymap, laid out once per width and replayed from then on.
 
     Rich's table layout of the help was about a tenth of the main thread's time while ``?``
     was pressed repeatedly (profiled with pyinstrument), run afresh on every opening; the text
-    never changes, so each width's lines are kept (a few widths per session, ~20 kB each).
+    changes only with the keymap, so each (keymap, width)'s lines are kept (a few widths per
+    session, ~20 kB each).
     """
 
-    _lines: dict[int, list[list[Segment]]] = {}
-    _measure: Measurement | None = None
+    _lines: ClassVar[dict[tuple[frozenset[tuple[str, str]], int], list[list[Segment]]]] = {}
+    _measures: ClassVar[dict[frozenset[tuple[str, str]], Measurement]] = {}
+
+    def __init__(self, keymap: Mapping[str, str]) -> None:
+        self.keymap = frozenset(keymap.items())
+        """The keymap the help names keys by (binding id, keys)."""
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = options.max_width
-        lines = self._lines.get(width)
+        lines = self._lines.get((self.keymap, width))
         if lines is None:
-            lines = self._lines[width] = console.render_lines(help_renderable(), options, pad=False)
+            laid_out = console.render_lines(help_renderable(dict(self.keymap)), options, pad=False)
+            lines = self._lines[self.keymap, width] = laid_out
         new_line = Segment.line()
         for line in lines:
             yield from line
             yield new_line
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        if _LaidOutHelp._measure is None:
+        measure = self._measures.get(self.keymap)
+        if measure is None:
             # Measured unbounded once; each caller's bound is applied below.
-            _LaidOutHelp._measure = Measurement.get(console, options.update_width(10_000), help_renderable())
-        return _LaidOutHelp._measure.clamp(max_width=options.max_width)
+            wide = options.update_width(10_000)
+            measure = self._measures[self.keymap] = Measurement.get(console, wide, help_renderable(dict(self.keymap)))
+        return measure.clamp(max_width=options.max_width)
 
 
 class HelpScreen(OnceModal[None]):
@@ -357,12 +350,17 @@ class HelpScreen(OnceModal[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog -help"):
             yield Static(Text("cubepi-tui help", style="bold"), classes="title")
-            yield Static(_LaidOutHelp(), classes="body")
+            yield Static(_LaidOutHelp(current_keymap(self.app)), id="help-body", classes="body")
             yield Static(Text("Escape closes this help.", style="dim"), classes="hint")
 
     def on_screen_resume(self) -> None:
         # The app keeps this screen and shows it again: each showing answers once.
         self._answered = False
+        keymap = current_keymap(self.app)
+        for body in self.query("#help-body").results(Static):
+            shown = body.content
+            if isinstance(shown, _LaidOutHelp) and shown.keymap != frozenset(keymap.items()):
+                body.update(_LaidOutHelp(keymap))  # the keys were remapped since it was last shown
 
     def action_close(self) -> None:
         """Close the help."""

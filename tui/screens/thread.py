@@ -18,7 +18,6 @@ from dataclasses import replace
 
 from rich.text import Text
 from textual import events, on, work
-from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
 from core.agent import Agent
@@ -34,8 +33,9 @@ from core.errors import (
 )
 from core.events import AgentEvent, MessageEnd, RunOutcome
 from core.messages import UserMessage
-from core.recovery import ResumeAction, ThreadState
+from core.recovery import ResumeAction
 from core.words import counted
+from tui.actions import THREAD, Availability, bindings, bound_action, current_keymap, key_names, thread_availability
 from tui.messages import CloseThread, RunFinished, RunStarted
 from tui.screens.modals import ChangesModal, ConfirmModal, TextInputModal
 from tui.screens.resume import ResumeDecision, ResumeModal
@@ -47,82 +47,10 @@ __all__ = ["ThreadScreen"]
 
 
 class ThreadScreen(ThreadView):
-    """The live view of one thread.
+    """The live view of one thread. Its keys, what each does and when each is available:
+    :data:`tui.actions.THREAD` and :func:`tui.actions.thread_availability`."""
 
-    | Key | Action |
-    | :- | :- |
-    | a | abort the run (here, or by command in another process) |
-    | A | stop after this turn (tools finish, results kept, no further model call) |
-    | s | steer the run |
-    | S | interrupt and send now: abort the running tools, then steer |
-    | f | queue a follow-up |
-    | o | a passive note (with the next turn; never wakes a finished agent) |
-    | c | select the next queued steer or follow-up (listed above the input) |
-    | E | edit the selected one (until its runner delivered it) |
-    | D | cancel the selected one (the same) |
-    | r | resume a crashed thread (shows the plan and the choices) |
-    | y | answer the request the thread waits on (shown only then) |
-    | n | new prompt |
-    | e | show earlier messages |
-    | t | focus the last tool call (again: the one before); then x shows all its output, p a pager |
-    | q | back to the threads |
-    """
-
-    BINDINGS = [
-        Binding("a", "abort", "Abort", id="thread.abort", tooltip="Abort the running agent"),
-        Binding(
-            "A",
-            "stop_after_turn",
-            "Stop after turn",
-            id="thread.stop_after_turn",
-            tooltip="Let the running tools finish (results kept), then stop: no further model call",
-        ),
-        Binding(
-            "s",
-            "steer",
-            "Steer",
-            id="thread.steer",
-            tooltip="Send a message the agent reads before its next model call",
-        ),
-        Binding(
-            "S",
-            "interrupt",
-            "Interrupt",
-            id="thread.interrupt",
-            tooltip="Abort the running tools, then send this steer at once",
-        ),
-        Binding(
-            "f", "follow_up", "Follow-up", id="thread.follow_up", tooltip="Queue a message for after the current work"
-        ),
-        Binding(
-            "o", "note", "Note", id="thread.note", tooltip="A note for the next turn; it never wakes a finished agent"
-        ),
-        Binding(
-            "c",
-            "queued",
-            "Queued",
-            id="thread.queued",
-            tooltip="Select the next queued steer or follow-up (E, D)",
-            show=False,
-        ),
-        Binding(
-            "E", "edit_queued", "Edit", id="thread.edit_queued", tooltip="Edit the selected queued message", show=False
-        ),
-        Binding(
-            "D",
-            "cancel_queued",
-            "Cancel",
-            id="thread.cancel_queued",
-            tooltip="Cancel the selected queued message",
-            show=False,
-        ),
-        Binding("r", "resume", "Resume", id="thread.resume", tooltip="Resume the crashed run (shows the plan first)"),
-        Binding("y", "answer", "Answer", id="thread.answer", tooltip="Answer the request the thread waits on"),
-        Binding("n", "new_prompt", "Prompt", id="thread.prompt", tooltip="Send a new prompt in this thread"),
-        Binding("e", "earlier", "Earlier", id="thread.earlier", tooltip="Show earlier messages", show=False),
-        Binding("t", "tool_call", "Tool", id="thread.tool", tooltip="Focus the last tool call (again: the one before)"),
-        Binding("q", "back", "Back", id="thread.back", tooltip="Back to the thread list (runs keep going)"),
-    ]
+    BINDINGS = bindings(THREAD)
 
     _offer_when_back = False
     """Whether undelivered steers wait to be offered until the dialog on top closes."""
@@ -301,8 +229,9 @@ class ThreadScreen(ThreadView):
     # --- keys ---------------------------------------------------------------------------
 
     def on_key(self, event: events.Key) -> None:
-        """A greyed-out key says in one sentence why it does nothing now."""
-        action = next((b.action for b in self.BINDINGS if isinstance(b, Binding) and b.key == event.key), None)
+        """A greyed-out key says in one sentence why it does nothing now (whatever key the
+        keymap binds to its action)."""
+        action = bound_action(self, event.key)
         if action is None or self.check_action(action, ()):
             return
         reason = self._why_not(action)
@@ -312,67 +241,31 @@ class ThreadScreen(ThreadView):
             event.prevent_default()
             self.notify(reason, timeout=6, markup=False)
 
+    def _availability(self, action: str) -> Availability:
+        return thread_availability(action, self, self._key)
+
+    def _key(self, action_id: str) -> str:
+        """The keys bound now to the action ``action_id`` (after the keymap), as sentences name them."""
+        return key_names(current_keymap(self.app))(action_id)
+
+    def _queue_keys(self, which: str) -> str:
+        """How to select (``which``: "it", "one"), edit and cancel a queued message, with the keys now."""
+        return (
+            f"{self._key('thread.queued')} selects {which}, {self._key('thread.edit_queued')} edits, "
+            f"{self._key('thread.cancel_queued')} cancels"
+        )
+
     def _why_not(self, action: str) -> str | None:
         """Why ``action`` does nothing now, in one sentence (``None``: it does something)."""
-        if not self.loaded:
-            return "The thread is still loading."
-        if action == "answer" and self.pending is None:
-            return "Nothing to answer: the thread is not waiting for an answer."
-        if action == "abort" and not (self.running or self.elsewhere is not None):
-            return "Nothing to abort: the agent is not running on this thread."
-        if action == "stop_after_turn" and not (self.running or self.elsewhere is not None):
-            return "Nothing to stop: the agent is not running on this thread."
-        if action in ("interrupt", "note") and not (self.running or self.elsewhere is not None):
-            return f"The agent is not running: send the {'steer' if action == 'interrupt' else 'note'} as a new prompt with n."
-        if action == "new_prompt" and self.running:
-            return "The agent is running: steer it with s, queue a follow-up with f, or abort it with a."
-        if action != "resume":
-            return None
-        if self.running:
-            return "Nothing to resume: the agent is running this thread now."
-        if self.elsewhere is not None:
-            return None  # enabled: action_resume says who runs it
-        diagnosis = self.diagnosis
-        if diagnosis is not None and diagnosis.resumable:
-            return None
-        state = diagnosis.state if diagnosis is not None else None
-        if state is ThreadState.COMPLETED:
-            return "Nothing to resume: the thread completed; press n to send a new prompt."
-        if state is ThreadState.ABORTED:
-            return "Nothing to resume: the run was aborted and saved; press n to send a new prompt."
-        if state is ThreadState.EMPTY:
-            return "Nothing to resume: the thread has no messages yet; press n to send the first prompt."
-        if state is ThreadState.WAITING and diagnosis is not None and diagnosis.pending is not None:
-            return (
-                f"Nothing to resume: the thread is waiting for an answer to {clean(diagnosis.pending.question)!r}; "
-                "press y to answer it."
-            )
-        if diagnosis is None:
-            return "Nothing to resume: no run crashed here; press n to send a new prompt."
-        return f"Nothing to resume: the thread is {diagnosis.label}; press n to send a new prompt."
+        return self._availability(action)[1]
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Grey out keys that make no sense now (abort when idle, resume when clean, ...).
+        """Grey out keys that make no sense now (abort when idle, resume when clean, ...), as
+        :func:`tui.actions.thread_availability` rules.
 
         ``None`` keeps the key in the footer, dimmed, so it stays discoverable.
         """
-        if action in _RUN_KEYS and not self.loaded:
-            return None
-        if action == "answer":
-            return self.loaded and self.pending is not None  # hidden from the footer unless a request waits
-        if action in _WHILE_RUNNING:
-            # Shown only while they apply, so the footer keeps room for q and ?; pressed
-            # otherwise, on_key still says why they do nothing.
-            return bool(self.running or self.elsewhere is not None)
-        if action == "abort":
-            return True if self.running or self.elsewhere is not None else None
-        if action == "resume":
-            # Enabled while another process runs it, to say why it cannot be resumed now.
-            resumable = self.diagnosis is not None and self.diagnosis.resumable
-            return True if not self.running and (resumable or self.elsewhere is not None) else None
-        if action == "new_prompt":
-            return None if self.running else True
-        return True
+        return self._availability(action)[0]
 
     def action_abort(self) -> None:
         """Abort the run: here directly (tools get their abort signal), elsewhere by a command."""
@@ -420,7 +313,7 @@ class ThreadScreen(ThreadView):
         if self.elsewhere is not None and not self.running:
             self.notify(
                 f"Thread {clean(self.thread_id)!r} is {clean(self.elsewhere.label)}, so it cannot be resumed "
-                "now; abort it with a, or wait until that run ends or its lease expires.",
+                f"now; abort it with {self._key('thread.abort')}, or wait until that run ends or its lease expires.",
                 severity="warning",
                 timeout=8,
                 markup=False,
@@ -436,8 +329,9 @@ class ThreadScreen(ThreadView):
         """Ask for a prompt and run it in this thread."""
         if self.elsewhere is not None:
             self.notify(
-                f"Thread {clean(self.thread_id)!r} is {clean(self.elsewhere.label)}; steer it with s, queue a "
-                "follow-up with f, or abort it with a before sending a new prompt.",
+                f"Thread {clean(self.thread_id)!r} is {clean(self.elsewhere.label)}; steer it with "
+                f"{self._key('thread.steer')}, queue a follow-up with {self._key('thread.follow_up')}, or abort it "
+                f"with {self._key('thread.abort')} before sending a new prompt.",
                 severity="warning",
                 timeout=8,
                 markup=False,
@@ -497,7 +391,7 @@ class ThreadScreen(ThreadView):
                 f". First, {counted(len(dangling), 'tool call')} without a result {'is' if len(dangling) == 1 else 'are'} "
                 "settled as resume would by default "
                 "(an idempotent tool runs again, any other is recorded as interrupted); "
-                "Escape, then r, to see and choose for each."
+                f"Escape, then {self._key('thread.resume')}, to see and choose for each."
             )
         text = await self.app.push_screen_wait(TextInputModal("New prompt", hint))
         if text:
@@ -550,7 +444,7 @@ class ThreadScreen(ThreadView):
                 return
             else:
                 self._track_sent(command)
-                self.notify(f"{words} #{command.seq} queued (c selects it, E edits, D cancels).", markup=False)
+                self.notify(f"{words} #{command.seq} queued ({self._queue_keys('it')}).", markup=False)
                 return
         else:
             agent = self.session.agents.get(self.thread_id)
@@ -614,7 +508,7 @@ class ThreadScreen(ThreadView):
             question.append(f"{KIND_WORDS[command.kind]} #{command.seq}: ")
             question.append_text(literal(command.text))
             question.append("\n")
-        question.append("\nSend them now as a new run? (Or keep them: c selects one, E edits, D cancels.)")
+        question.append(f"\nSend them now as a new run? (Or keep them: {self._queue_keys('one')}.)")
         if await self.app.push_screen_wait(ConfirmModal("Not delivered", question, yes="Send", no="Keep")):
             self._first_undelivered = found[0]
             self.start_run("undelivered", found[0].text)
@@ -690,12 +584,6 @@ class ThreadScreen(ThreadView):
         if not self.running and self.elsewhere is None:
             self._offer_undelivered()
 
-
-_RUN_KEYS = ("abort", "stop_after_turn", "steer", "interrupt", "follow_up", "note", "resume", "new_prompt")
-"""The actions that wait for the thread to be loaded (dimmed until then)."""
-
-_WHILE_RUNNING = ("stop_after_turn", "interrupt", "note")
-"""Item 5's keys (issue 11): in the footer while a run goes on, here or elsewhere."""
 
 _HINTS = {
     "steer": "Read by the agent before its next model call.",

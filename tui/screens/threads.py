@@ -19,7 +19,6 @@ from dataclasses import replace
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Input, Static
@@ -30,6 +29,7 @@ from core.errors import CubepiError
 from core.leases import deleted_sentence
 from core.owners import UNOWNED, UNOWNED_LABEL
 from core.words import counted
+from tui.actions import PICKER, bindings, picker_availability
 from tui.attention import WAITING_WORDS, alert_sentence, waiting_first
 from tui.messages import NeedsAttention, NewThread, OpenThread, ThreadsLoaded
 from tui.screens.modals import ConfirmModal
@@ -65,48 +65,10 @@ def unowned_hint(count: int) -> str:
 
 
 class ThreadsScreen(Screen[None]):
-    """The list of threads, most recent first.
+    """The list of threads, most recent first. Its keys, what each does and when each is
+    available: :data:`tui.actions.PICKER` and :func:`tui.actions.picker_availability`."""
 
-    | Key | Action |
-    | :- | :- |
-    | enter | open the thread |
-    | / | filter the list (thread id, first prompt or state) |
-    | ! | show only the threads needing attention (waiting for you, crashed, failed, aborted) |
-    | escape | clear the filter |
-    | n | new thread |
-    | D | delete the thread (asks first) |
-    | r | reload |
-    | q | quit |
-    """
-
-    BINDINGS = [
-        Binding("enter", "open", "Open", id="threads.open", tooltip="Open the selected thread"),
-        Binding("slash", "filter", "Filter", id="threads.filter", tooltip="Filter by thread id, first prompt or state"),
-        Binding(
-            "exclamation_mark",
-            "attention",
-            "Attention",
-            id="threads.attention",
-            tooltip="Show only the threads waiting for you, crashed, failed or aborted (again: all)",
-        ),
-        Binding("n", "new_thread", "New thread", id="threads.new", tooltip="Start a new thread with a prompt"),
-        Binding("D", "delete", "Delete", id="threads.delete", tooltip="Delete the selected thread (asks first)"),
-        Binding("r", "reload", "Reload", id="threads.reload", tooltip="Read the thread list again"),
-        Binding("q", "app.quit", "Quit", id="threads.quit", tooltip="Quit cubepi-tui"),
-        Binding(
-            "escape",
-            "clear_filter",
-            "Clear filter",
-            id="threads.clear_filter",
-            tooltip="Clear the filter and show every thread",
-            show=False,
-        ),
-        # While the filter has the focus, the arrows still move the table's cursor.
-        Binding("up", "cursor('up')", id="threads.up", tooltip="Select the thread above", show=False),
-        Binding("down", "cursor('down')", id="threads.down", tooltip="Select the thread below", show=False),
-        Binding("pageup", "cursor('page_up')", id="threads.page_up", tooltip="Select a screen up", show=False),
-        Binding("pagedown", "cursor('page_down')", id="threads.page_down", tooltip="Select a screen down", show=False),
-    ]
+    BINDINGS = bindings(PICKER)
 
     loading_rows: reactive[bool] = reactive(False)
     """Whether a listing is awaited (the table shows a loading indicator until the first)."""
@@ -324,11 +286,14 @@ class ThreadsScreen(Screen[None]):
         self._filter_by("")
         self.query_one(ThreadTable).focus()
 
+    @property
+    def filter_open(self) -> bool:
+        """Whether the filter is shown (``/`` opened it; Escape clears and hides it)."""
+        return bool(self.query_one("#threads-filter", Input).display)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "clear_filter":
-            # Escape is only ours while a filter is open.
-            return self.query_one("#threads-filter", Input).display
-        return True
+        """Whether ``action`` is available now, as :func:`tui.actions.picker_availability` rules."""
+        return picker_availability(action, self)[0]
 
     @on(Input.Changed, "#threads-filter")
     def _filter_changed(self, event: Input.Changed) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
+from tui.actions import RANKS, SHORT, UNRANKED
 from tui.covering import covered
 
 
@@ -38,10 +41,39 @@ class SteadyFooter(Footer):
         # (FooterKey's default), then bound to a footer that is not, each was styled three
         # times instead of once (a rebuild took ~23 ms, ~8 ms so; issue 10's profile). The
         # command palette's key is not bound (Footer.compose) and stays as made.
-        for widget in super().compose():
+        for widget in self._fitted(list(super().compose())):
             if isinstance(widget, FooterKey) and not widget.has_class("-command-palette"):
                 widget.set_reactive(FooterKey.compact, self.compact)
             yield widget
+
+    def _fitted(self, widgets: list[Widget]) -> list[Widget]:
+        """``widgets`` (Footer.compose's) made to fit the terminal's width: when the keys do
+        not fit, the shorter labels of :data:`tui.actions.SHORT` are used, then the dimmed
+        keys and those of the highest :data:`tui.actions.RANKS` are left out until the rest
+        fit; the help says every key. The command palette's key always stays."""
+        keys = [w for w in widgets if isinstance(w, FooterKey) and not w.has_class("-command-palette")]
+        room = self.app.size.width - sum(_width(w) for w in widgets if isinstance(w, FooterKey) and w not in keys)
+        if sum(map(_width, keys)) <= room:
+            return widgets
+        ids = {active.binding.key: active.binding.id for active in self.screen.active_bindings.values()}
+        for key in keys:
+            short = SHORT.get(ids.get(key.key) or "")
+            if short is not None:
+                key.description = short
+        # Kept while they fit: the enabled before the dimmed, each in rank order, then in the
+        # footer's order (a dimmed key does nothing now; the help still lists it).
+        kept: set[int] = set()
+        used = 0
+        ranked = sorted(
+            range(len(keys)),
+            key=lambda i: (keys[i].has_class("-disabled"), RANKS.get(ids.get(keys[i].key) or "", UNRANKED), i),
+        )
+        for index in ranked:
+            if used + _width(keys[index]) <= room:
+                kept.add(index)
+                used += _width(keys[index])
+        dropped = {id(key) for index, key in enumerate(keys) if index not in kept}
+        return [w for w in widgets if id(w) not in dropped]
 
     def _keys(self, screen: Screen[object]) -> Hashable:
         """What :meth:`Footer.compose` would show for ``screen`` now."""
@@ -50,7 +82,7 @@ class SteadyFooter(Footer):
             for (_, binding, enabled, tooltip) in screen.active_bindings.values()
             if binding.show
         )
-        return shown, self.show_command_palette, self.compact
+        return shown, self.show_command_palette, self.compact, self.app.size.width
 
     def bindings_changed(self, screen: Screen[object]) -> None:
         # Footer.bindings_changed, with the rebuild queued once and only when the keys differ.
@@ -59,6 +91,12 @@ class SteadyFooter(Footer):
             return
         self._due = True
         self.call_after_refresh(self._rebuild)
+
+    def on_resize(self) -> None:
+        # Which keys fit depends on the width (see _fitted).
+        if self._bindings_ready and self.is_attached and not self._due:
+            self._due = True
+            self.call_after_refresh(self._rebuild)
 
     async def _rebuild(self) -> None:
         self._due = False
@@ -73,3 +111,11 @@ class SteadyFooter(Footer):
         if keys != self._shown:
             self._shown = keys
             await self.recompose()
+
+
+def _width(key: FooterKey) -> int:
+    """Cells ``key`` takes in a footer that is not compact: its key and label, each padded
+    by a cell on either side but for the label's left (Textual's FooterKey CSS)."""
+    if not key.description:
+        return cell_len(key.key_display)
+    return cell_len(key.key_display) + cell_len(key.description) + 3

@@ -18,12 +18,12 @@ from typing import Any
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import ProgressBar, Static
 
 from core.messages import ToolCall, ToolResultMessage
+from tui.actions import TOOL, bindings
 from tui.screens.pager import OutputView, PagerScreen
 from tui.text import clean, clock, content_text, short_json
 from tui.tool_output import COLLAPSED, MARK_STYLE, PROGRESS, Excerpt, count_lines, excerpt
@@ -73,10 +73,7 @@ class ToolCallView(Widget, can_focus=True):
     | p | the whole result in the pager, searchable |
     """
 
-    BINDINGS = [
-        Binding("x", "expand", "All/less", id="tool.expand", tooltip="The whole output here, scrolling (again: less)"),
-        Binding("p", "pager", "Pager", id="tool.pager", tooltip="The whole output in a pager, with search"),
-    ]
+    BINDINGS = bindings(TOOL)  # named in the thread's help, remappable by id
 
     DEFAULT_CSS = """
     ToolCallView {
