@@ -26,16 +26,7 @@ from typing import Any, TextIO
 
 from core.answers import answer
 from core.checkpoint.locations import ENV_VAR, chosen_location, describe_location, open_store
-from core.hitl import (
-    ApproveReply,
-    ChoiceReply,
-    DenyReply,
-    EditReply,
-    KeyedReply,
-    Reply,
-    TextReply,
-    YesNoReply,
-)
+from core.hitl_replies import ApproveReply, ChoiceReply, DenyReply, EditReply, KeyedReply, Reply, TextReply, YesNoReply
 from core.runner import (
     BAD_INPUT,
     BadInput,

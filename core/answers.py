@@ -18,16 +18,8 @@ from dataclasses import dataclass
 from core.checkpoint.base import Checkpointer, PendingRequest, ThreadSummary
 from core.checkpoint.capabilities import HumanAnswers, ThreadVersions, supports
 from core.errors import NotWaitingError, StaleAnswerError
-from core.hitl import (
-    ApprovalAnswer,
-    ApproveRequest,
-    AskRequest,
-    HumanRequest,
-    Reply,
-    answer_json_for,
-    check_answer,
-    parse_request,
-)
+from core.hitl import ApprovalAnswer, ApproveRequest, AskRequest, HumanRequest, parse_request
+from core.hitl_replies import Reply, answer_json_for, check_answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +67,7 @@ async def pending_request(store: Checkpointer, thread_id: str) -> PendingRequest
 async def answer(store: Checkpointer, thread_id: str, reply: Reply, *, question_id: str | None = None) -> Answered:
     """Answer the pending request of ``thread_id`` with ``reply`` and return what was recorded.
 
-    ``reply`` is one of :data:`core.hitl.Reply`: ``ApproveReply()``, ``DenyReply(reason)``,
+    ``reply`` is one of :data:`core.hitl_replies.Reply`: ``ApproveReply()``, ``DenyReply(reason)``,
     ``EditReply(args)`` for an approval; ``YesNoReply(yes)`` for a confirm; ``TextReply(text)``,
     ``ChoiceReply(values)`` (option values or labels) for an ask of one question;
     ``KeyedReply({key: text | [texts]})`` for any ask. ``question_id``, when given, must be

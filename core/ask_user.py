@@ -3,7 +3,7 @@
 The same tool as cubeloop's ``ask_user_tool`` (cubeloop/hitl/ask_user.py:18-127): the same
 name, parameters (``{"questions": [{key, prompt, options?, multi_select?, required?}]}``),
 description, and result (``"User answers:\\n"`` and the answers as indented JSON,
-``details={"hitl": {"kind": "ask", "answers": ...}}``, :func:`core.hitl.ask_answered_result`),
+``details={"hitl": {"kind": "ask", "answers": ...}}``, :func:`core.hitl_results.ask_answered_result`),
 and the same question id for the same questions (:func:`core.hitl.question_id_for`), so a
 thread paused by one program's ``ask_user`` is continued by the other's. The questions go
 through ``ToolContext.human`` (:mod:`core.human_wait`): persisted, waited for, and applied
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from core.hitl import Option, Question, ask_answered_result
+from core.hitl import Option, Question
+from core.hitl_results import ask_answered_result
 from core.tools import AgentTool, AgentToolResult, ToolContext
 
 ASK_USER = "ask_user"

@@ -47,10 +47,9 @@ from core.hitl import (
     Question,
     QuestionIds,
     RequestPayload,
-    check_answer,
-    dump_answer,
     is_pending,
 )
+from core.hitl_replies import check_answer, dump_answer
 from core.tools import HumanChannel
 
 Announce = Callable[[HumanRequestStarted], Awaitable[None]]

@@ -36,17 +36,9 @@ from core.events import (
     ToolExecutionStart,
     ToolExecutionUpdate,
 )
-from core.hitl import (
-    ApprovalAnswer,
-    ApproveRequest,
-    HumanOutcome,
-    aborted_result,
-    approval_result,
-    check_answer,
-    dump_answer,
-    policy_denial_result,
-    with_hitl,
-)
+from core.hitl import ApprovalAnswer, ApproveRequest
+from core.hitl_replies import check_answer, dump_answer
+from core.hitl_results import HumanOutcome, aborted_result, approval_result, policy_denial_result, with_hitl
 from core.human_wait import AbortedWhileWaiting, CallHuman, EndedWaiting, HumanDesk, default_note
 from core.jobs import Jobs, key_for
 from core.messages import ContentBlock, TextContent, ToolCall, ToolResultMessage, error_tool_result

@@ -46,7 +46,8 @@ from core.commands import cancel, discard, edit, refuse_orphaned_aborts, send, s
 from core.errors import CubepiError, UnreadableRequestError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
-from core.hitl import Reply, parse_request
+from core.hitl import parse_request
+from core.hitl_replies import Reply
 from core.lease_status import LeaseView, lease_status
 from core.leases import delete_thread
 from core.outline import ThreadOutline, read_outline

@@ -336,7 +336,7 @@ class HumanAnswers(Protocol):
     request after the tool's result is appended. A ``run_id`` of ``None`` names the pending
     request of no run and is stored as ``''``, as cubeloop stores it. Answers are JSON text
     as :mod:`core.hitl` builds them (checking them against the request is the caller's
-    job: :func:`core.hitl.check_answer`). Every write here changes :meth:`ChangeNotification.change_token`
+    job: :func:`core.hitl_replies.check_answer`). Every write here changes :meth:`ChangeNotification.change_token`
     and wakes ``change_signals``, so a runner waiting in another process sees the answer.
     """
 

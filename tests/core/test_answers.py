@@ -20,22 +20,16 @@ from core.errors import (
     UnreadableRequestError,
 )
 from core.hitl import (
-    ApproveReply,
     ApproveRequest,
     AskRequest,
-    ChoiceReply,
     ConfirmRequest,
-    DenyReply,
-    EditReply,
     HumanRequest,
-    KeyedReply,
     Option,
     Question,
     RequestPayload,
-    TextReply,
-    YesNoReply,
     question_id_for,
 )
+from core.hitl_replies import ApproveReply, ChoiceReply, DenyReply, EditReply, KeyedReply, TextReply, YesNoReply
 from core.messages import user_text
 
 

@@ -25,7 +25,9 @@ from core.answers import answer
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.errors import AlreadyAnsweredError, RunError
 from core.events import ToolExecutionStart
-from core.hitl import ApprovalAnswer, ApproveReply, DenyReply, TextReply, approval_result, ask_answered_result
+from core.hitl import ApprovalAnswer
+from core.hitl_replies import ApproveReply, DenyReply, TextReply
+from core.hitl_results import approval_result, ask_answered_result
 from core.messages import ToolResultMessage, UserMessage
 from core.owners import UNOWNED
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call

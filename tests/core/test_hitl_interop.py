@@ -11,7 +11,7 @@ from pathlib import Path
 from core.agent import Agent
 from core.ask_user import ask_user_tool
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.hitl import dump_answer
+from core.hitl_replies import dump_answer
 from core.messages import ToolResultMessage
 from core.owners import UNOWNED
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call

@@ -22,7 +22,8 @@ from core.agent import Agent
 from core.answers import answer
 from core.checkpoint.locations import open_store
 from core.commands import send
-from core.hitl import ApprovalAnswer, ApproveReply, DenyReply
+from core.hitl import ApprovalAnswer
+from core.hitl_replies import ApproveReply, DenyReply
 from core.messages import ToolResultMessage
 from core.providers.faux import FauxProvider
 from core.recovery import ResumeAction

@@ -19,7 +19,8 @@ from core.checkpoint.memory import MemoryCheckpointer
 from core.errors import AlreadyAnsweredError, ToolDefinitionError, WaitingForAnswerError
 from core.events import HumanRequestStarted
 from core.fingerprints import changes, definition_parts, fingerprints_of
-from core.hitl import ApprovalAnswer, dump_answer, question_id_for
+from core.hitl import ApprovalAnswer, question_id_for
+from core.hitl_replies import dump_answer
 from core.human_wait import ANSWER_KEY
 from core.messages import ToolResultMessage
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call

@@ -10,7 +10,7 @@ from cubeloop.hitl import types as cl
 from cubeloop.hitl.ask_user import _format_answers
 from cubeloop.hitl.channel import InMemoryChannel, _derive_question_id
 
-from core import hitl
+from core import hitl, hitl_replies, hitl_results
 from core.errors import AnswerMismatchError, UnreadableRequestError
 
 # The ask the probe's cubeloop run left pending (/tmp/hitl/a_pending.db, hitl-spec.md §2).
@@ -71,10 +71,10 @@ def test_a_request_built_here_is_byte_identical_to_cubeloops() -> None:
 def test_answers_dump_as_cubeloop_stores_them() -> None:
     values = [True, False, {"target": "src/ü.py", "env": ["a", "b"]}]
     for value in values:
-        assert hitl.dump_answer(value) == _serialize_structured_value(value)
+        assert hitl_replies.dump_answer(value) == _serialize_structured_value(value)
     ours = hitl.ApprovalAnswer(decision="edit", edited_args={"path": "/tmp/x"}, reason=None)
     theirs = cl.ApproveAnswer(decision="edit", edited_args={"path": "/tmp/x"})
-    assert hitl.dump_answer(ours) == _serialize_structured_value(theirs) == theirs.model_dump_json()
+    assert hitl_replies.dump_answer(ours) == _serialize_structured_value(theirs) == theirs.model_dump_json()
 
 
 def test_question_ids_follow_cubeloops_formula() -> None:
@@ -121,90 +121,101 @@ def test_an_unreadable_request_is_one_sentence() -> None:
 def test_replies_to_an_approval() -> None:
     request = hitl.parse_request(PROBE_APPROVE)
     assert (
-        hitl.answer_json_for(request, hitl.ApproveReply()) == '{"decision":"approve","edited_args":null,"reason":null}'
+        hitl_replies.answer_json_for(request, hitl_replies.ApproveReply())
+        == '{"decision":"approve","edited_args":null,"reason":null}'
     )
-    denied = hitl.answer_json_for(request, hitl.DenyReply("not on prod"))
+    denied = hitl_replies.answer_json_for(request, hitl_replies.DenyReply("not on prod"))
     assert cl.ApproveAnswer.model_validate_json(denied) == cl.ApproveAnswer(decision="deny", reason="not on prod")
-    edited = hitl.answer_json_for(request, hitl.EditReply({"path": "/tmp/k"}))
-    assert hitl.check_answer(request, edited) == hitl.ApprovalAnswer(decision="edit", edited_args={"path": "/tmp/k"})
+    edited = hitl_replies.answer_json_for(request, hitl_replies.EditReply({"path": "/tmp/k"}))
+    assert hitl_replies.check_answer(request, edited) == hitl.ApprovalAnswer(
+        decision="edit", edited_args={"path": "/tmp/k"}
+    )
     with pytest.raises(AnswerMismatchError, match="takes approve, deny or edit, not text"):
-        hitl.answer_json_for(request, hitl.TextReply("yes"))
+        hitl_replies.answer_json_for(request, hitl_replies.TextReply("yes"))
 
 
 def test_replies_to_a_confirm() -> None:
     request = hitl.parse_request(_confirm())
-    assert hitl.answer_json_for(request, hitl.YesNoReply(True)) == "true"
-    assert hitl.answer_json_for(request, hitl.YesNoReply(False)) == "false"
+    assert hitl_replies.answer_json_for(request, hitl_replies.YesNoReply(True)) == "true"
+    assert hitl_replies.answer_json_for(request, hitl_replies.YesNoReply(False)) == "false"
     with pytest.raises(AnswerMismatchError, match=r"^This request takes yes or no, not text\.$"):
-        hitl.answer_json_for(request, hitl.TextReply("sure"))
+        hitl_replies.answer_json_for(request, hitl_replies.TextReply("sure"))
     with pytest.raises(AnswerMismatchError, match="true or false"):
-        hitl.check_answer(request, '"yes"')
+        hitl_replies.check_answer(request, '"yes"')
 
 
 def test_replies_to_an_ask_of_two_questions() -> None:
     request = hitl.parse_request(PROBE_ASK)
-    built = hitl.answer_json_for(request, hitl.KeyedReply({"target": "src/cli.py", "env": "Prod"}))
+    built = hitl_replies.answer_json_for(request, hitl_replies.KeyedReply({"target": "src/cli.py", "env": "Prod"}))
     assert json.loads(built) == {"target": "src/cli.py", "env": "prod"}, "a label is answered with its value"
     # "Other" allows input, so free text fits the second question.
-    assert hitl.check_answer(request, '{"target": "a", "env": "the moon"}') == {"target": "a", "env": "the moon"}
+    assert hitl_replies.check_answer(request, '{"target": "a", "env": "the moon"}') == {
+        "target": "a",
+        "env": "the moon",
+    }
     with pytest.raises(AnswerMismatchError, match=r"asks 2 questions; answer each by key \('target', 'env'\)"):
-        hitl.answer_json_for(request, hitl.TextReply("src/cli.py"))
+        hitl_replies.answer_json_for(request, hitl_replies.TextReply("src/cli.py"))
     with pytest.raises(AnswerMismatchError, match=r"^Question 'env' \(Where\?\) needs an answer\.$"):
-        hitl.answer_json_for(request, hitl.KeyedReply({"target": "x"}))
+        hitl_replies.answer_json_for(request, hitl_replies.KeyedReply({"target": "x"}))
     with pytest.raises(AnswerMismatchError, match="has no question 'tagret'"):
-        hitl.answer_json_for(request, hitl.KeyedReply({"tagret": "x", "env": "prod"}))
+        hitl_replies.answer_json_for(request, hitl_replies.KeyedReply({"tagret": "x", "env": "prod"}))
 
 
 def test_choices() -> None:
     single = _choice_ask()
-    assert json.loads(hitl.answer_json_for(single, hitl.ChoiceReply(("stage",)))) == {"env": "stage"}
+    assert json.loads(hitl_replies.answer_json_for(single, hitl_replies.ChoiceReply(("stage",)))) == {"env": "stage"}
     with pytest.raises(
         AnswerMismatchError, match=r"'mars' is not an option of question 'env' \(its options: 'prod', 'stage'\)"
     ):
-        hitl.answer_json_for(single, hitl.ChoiceReply(("mars",)))
+        hitl_replies.answer_json_for(single, hitl_replies.ChoiceReply(("mars",)))
     with pytest.raises(AnswerMismatchError, match="takes one answer, not 2"):
-        hitl.answer_json_for(single, hitl.ChoiceReply(("prod", "stage")))
+        hitl_replies.answer_json_for(single, hitl_replies.ChoiceReply(("prod", "stage")))
     multi = _choice_ask(multi=True)
-    assert json.loads(hitl.answer_json_for(multi, hitl.ChoiceReply(("Prod", "stage")))) == {"env": ["prod", "stage"]}
+    assert json.loads(hitl_replies.answer_json_for(multi, hitl_replies.ChoiceReply(("Prod", "stage")))) == {
+        "env": ["prod", "stage"]
+    }
     open_ended = _choice_ask(allow_input=True)
-    assert json.loads(hitl.answer_json_for(open_ended, hitl.TextReply("mars"))) == {"env": "mars"}
+    assert json.loads(hitl_replies.answer_json_for(open_ended, hitl_replies.TextReply("mars"))) == {"env": "mars"}
 
 
 def test_a_reply_to_a_free_text_question_must_say_something() -> None:
     q = hitl.Question(key="name", prompt="Name?")
     request = hitl.HumanRequest(question_id="q", thread_id="t", payload=hitl.AskRequest(questions=[q]), created_at=0)
-    assert hitl.answer_json_for(request, hitl.TextReply("Ada")) == '{"name":"Ada"}'
+    assert hitl_replies.answer_json_for(request, hitl_replies.TextReply("Ada")) == '{"name":"Ada"}'
     with pytest.raises(AnswerMismatchError, match="needs an answer"):
-        hitl.answer_json_for(request, hitl.TextReply("  "))
+        hitl_replies.answer_json_for(request, hitl_replies.TextReply("  "))
 
 
 def test_edit_needs_arguments_and_only_edit_gives_them() -> None:
     request = hitl.parse_request(PROBE_APPROVE)
     with pytest.raises(AnswerMismatchError, match="must give the tool's new arguments"):
-        hitl.check_answer(request, '{"decision":"edit"}')
+        hitl_replies.check_answer(request, '{"decision":"edit"}')
     with pytest.raises(AnswerMismatchError, match="Only an edit gives new arguments, not approve"):
-        hitl.check_answer(request, '{"decision":"approve","edited_args":{"a":1}}')
+        hitl_replies.check_answer(request, '{"decision":"approve","edited_args":{"a":1}}')
     # cubeloop's respond() path stores a plain dict for a denial; it reads as one here.
-    assert hitl.check_answer(request, '{"decision": "deny", "reason": "not on prod"}').reason == "not on prod"
+    assert hitl_replies.check_answer(request, '{"decision": "deny", "reason": "not on prod"}').reason == "not on prod"
 
 
 def test_decision_results_are_cubeloops() -> None:
     """The texts and details cubeloop's middleware and ask_user give (hitl-spec.md §1 table)."""
     args = {"path": "/etc/k"}
-    deny = hitl.approval_result(hitl.ApprovalAnswer(decision="deny", reason="no"), args)
+    deny = hitl_results.approval_result(hitl.ApprovalAnswer(decision="deny", reason="no"), args)
     assert (deny.text, deny.is_error, deny.hitl) == ("no", True, {"decision": "human_deny", "reason": "no"})
-    bare = hitl.approval_result(hitl.ApprovalAnswer(decision="deny"), args)
+    bare = hitl_results.approval_result(hitl.ApprovalAnswer(decision="deny"), args)
     assert bare.text == "Tool execution was blocked" and bare.hitl == {"decision": "human_deny", "reason": None}
-    approve = hitl.approval_result(hitl.ApprovalAnswer(decision="approve"), args)
+    approve = hitl_results.approval_result(hitl.ApprovalAnswer(decision="approve"), args)
     assert approve.runs_tool and approve.hitl == {"decision": "human_approve"}
-    edit = hitl.approval_result(hitl.ApprovalAnswer(decision="edit", edited_args={"path": "/tmp"}), args)
+    edit = hitl_results.approval_result(hitl.ApprovalAnswer(decision="edit", edited_args={"path": "/tmp"}), args)
     assert edit.runs_tool and edit.hitl == {"decision": "edit", "original_args": args, "edited_args": {"path": "/tmp"}}
-    assert hitl.approval_timeout_result().text == "approval_timeout"
-    assert hitl.approval_cancelled_result("quit").text == "cancelled: quit"
-    assert hitl.aborted_result("stop").hitl == {"decision": "aborted", "reason": "stop"}
+    assert hitl_results.approval_timeout_result().text == "approval_timeout"
+    assert hitl_results.approval_cancelled_result("quit").text == "cancelled: quit"
+    assert hitl_results.aborted_result("stop").hitl == {"decision": "aborted", "reason": "stop"}
     answers = {"target": "ü", "env": ["a"]}
-    assert hitl.ask_answered_result(answers).text == _format_answers(answers)
-    assert hitl.ask_timeout_result(5.0).text == "timed out after 5.0 seconds"
-    assert hitl.ask_cancelled_result("bye").hitl == {"outcome": "cancelled", "reason": "bye"}
-    assert hitl.with_hitl({"a": 1}, {"decision": "human_approve"}) == {"a": 1, "hitl": {"decision": "human_approve"}}
-    assert hitl.with_hitl("x", {"d": 1}) == {"_non_dict_details": "x", "hitl": {"d": 1}}
+    assert hitl_results.ask_answered_result(answers).text == _format_answers(answers)
+    assert hitl_results.ask_timeout_result(5.0).text == "timed out after 5.0 seconds"
+    assert hitl_results.ask_cancelled_result("bye").hitl == {"outcome": "cancelled", "reason": "bye"}
+    assert hitl_results.with_hitl({"a": 1}, {"decision": "human_approve"}) == {
+        "a": 1,
+        "hitl": {"decision": "human_approve"},
+    }
+    assert hitl_results.with_hitl("x", {"d": 1}) == {"_non_dict_details": "x", "hitl": {"d": 1}}

@@ -38,7 +38,8 @@ from core.approvals import ALWAYS, always
 from core.checkpoint.locations import open_store
 from core.errors import AlreadyAnsweredError
 from core.events import HumanRequestStarted
-from core.hitl import ApprovalAnswer, dump_answer
+from core.hitl import ApprovalAnswer
+from core.hitl_replies import dump_answer
 from core.messages import AssistantMessage, ToolResultMessage
 from core.providers.base import ModelRequest
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call

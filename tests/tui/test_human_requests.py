@@ -14,16 +14,8 @@ import pytest
 from core.answers import answer
 from core.checkpoint.memory import MemoryCheckpointer
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.hitl import (
-    ApproveRequest,
-    AskRequest,
-    DenyReply,
-    HumanRequest,
-    Option,
-    Question,
-    RequestPayload,
-    question_id_for,
-)
+from core.hitl import ApproveRequest, AskRequest, HumanRequest, Option, Question, RequestPayload, question_id_for
+from core.hitl_replies import DenyReply
 from core.messages import AssistantMessage, TextContent, ToolCall, user_text
 from core.owners import UNOWNED
 from tests.helpers.cubeloop_threads import run_cubeloop

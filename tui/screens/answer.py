@@ -11,7 +11,7 @@ What it asks, by the request's kind (:mod:`core.hitl`):
   question, free text where the question takes it or an option allows it.
 
 ``ctrl+s`` (or Enter in a text field, or the Send button) sends; the reply is checked
-against the request first (:func:`core.hitl.answer_json_for`: a required question left
+against the request first (:func:`core.hitl_replies.answer_json_for`: a required question left
 out, an option that does not exist), and a reply that does not fit keeps the dialog open
 with the sentence. The dialog never writes: :func:`answer_pending` records the reply
 through the session (:func:`core.answers.answer`, exactly once), and turns its refusals
@@ -32,21 +32,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Input, RadioButton, RadioSet, SelectionList, Static, TextArea
 
 from core.errors import AnswerMismatchError, CubepiError, UnreadableRequestError
-from core.hitl import (
-    ApproveReply,
-    ApproveRequest,
-    AskRequest,
-    ConfirmRequest,
-    DenyReply,
-    EditReply,
-    HumanRequest,
-    KeyedReply,
-    Question,
-    Reply,
-    YesNoReply,
-    answer_json_for,
-    parse_request,
-)
+from core.hitl import ApproveRequest, AskRequest, ConfirmRequest, HumanRequest, Question, parse_request
+from core.hitl_replies import ApproveReply, DenyReply, EditReply, KeyedReply, Reply, YesNoReply, answer_json_for
 from tui.screens.modals import ConfirmModal, LineInput, OnceModal
 from tui.text import clean, literal
 from tui.widgets.pending_request import pretty_json
@@ -89,7 +76,7 @@ class NumberedSelectionList(SelectionList[str]):
 
 class AnswerModal(OnceModal[Reply | None]):
     """Ask the person for the answer to ``request`` (a pending request of ``thread_id``);
-    dismisses with the :data:`~core.hitl.Reply` (checked to fit the request), or ``None``
+    dismisses with the :data:`~core.hitl_replies.Reply` (checked to fit the request), or ``None``
     on Escape. See the module docstring for the keys."""
 
     BINDINGS = [

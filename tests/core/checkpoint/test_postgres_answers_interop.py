@@ -24,7 +24,7 @@ from cubeloop.providers.faux import faux_tool_call
 from core.answers import answer
 from core.checkpoint.postgres import PostgresCheckpointer
 from core.errors import AlreadyAnsweredError
-from core.hitl import DenyReply, YesNoReply
+from core.hitl_replies import DenyReply, YesNoReply
 from core.owners import UNOWNED
 from tests.helpers import cubeloop_child as child
 from tests.helpers.pg import make_cubeloop_schema
