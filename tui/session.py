@@ -58,7 +58,7 @@ from core.owners import UNOWNED
 from core.recovery import DanglingCall, Diagnosis, ResumePlan, SettleChoice, ThreadState, diagnose, step_words
 from core.supervisor import Supervisor
 from core.tool_execution import call_job_key
-from tui.attention import Alerts, AttentionWatch, waiting_for_you, waiting_label
+from tui.attention import Alerts, AttentionWatch, answered_label, waiting_for_you, waiting_label
 from tui.whole_diagnoses import WholeDiagnoses
 from tui.whole_diagnoses import version as thread_version
 
@@ -80,7 +80,8 @@ def state_label(diagnosis: Diagnosis, view: LeaseView | None, *, running: bool) 
     ("running on box (pid 42, beat 1 s ago)"); a crash's point, then the host it died on
     when its lease says so ("crashed at point 3 (mid-tool) on box (lease expired 40 s ago)");
     else the diagnosis label. A thread waiting for an answer reads "waiting for you: QUESTION"
-    whoever holds its run (it waits on the person: :mod:`tui.attention`). Host, notes and
+    whoever holds its run (it waits on the person: :mod:`tui.attention`); one whose answer
+    is stored and that nobody runs, "answered — resume to apply: QUESTION". Host, notes and
     question come from the store: show the text literally."""
     if waiting_for_you(diagnosis):
         return waiting_label(diagnosis)
@@ -90,7 +91,7 @@ def state_label(diagnosis: Diagnosis, view: LeaseView | None, *, running: bool) 
         return view.label
     if view is not None and view.state is LeaseState.CRASHED and diagnosis.state is ThreadState.CRASHED:
         return f"{diagnosis.label} {view.crash_place}"
-    return diagnosis.label
+    return answered_label(diagnosis)
 
 
 @dataclass(frozen=True, slots=True)

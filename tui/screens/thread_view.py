@@ -60,6 +60,7 @@ from core.owners import owner_label
 from core.providers.retry import retry_label
 from core.recovery import Diagnosis
 from core.request import repair_words
+from tui.attention import answered_label
 from tui.covering import covered
 from tui.flush_gate import FlushGate
 from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, ThreadLoaded
@@ -484,7 +485,7 @@ class ThreadView(Screen[None]):
         repairs.display = bool(words)
         repairs.update(repairs_line(words))
         if diagnosis is not None:
-            self.status_bar.run_state = diagnosis.label
+            self.status_bar.run_state = answered_label(diagnosis)
             self.transcript.mark_dangling(diagnosis)
         self.query_one(CrashBanner).steps = {}
         if diagnosis is not None and diagnosis.dangling:
