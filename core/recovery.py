@@ -262,7 +262,7 @@ def diagnose(
     *,
     problems: Sequence[CorruptRow] = (),
     pending: PendingRequest | None = None,
-    answer_stored: bool = False,
+    answer_stored: bool | None = None,
     deadline_passed: bool = False,
     tail_only: bool = False,
 ) -> Diagnosis:
@@ -276,7 +276,8 @@ def diagnose(
     believed only for an assistant message whose metadata carries :data:`JOURNALED_KEY`
     (its writer journaled its calls). ``problems`` are the thread's unreadable rows and
     ``pending`` its pending human request, ``answer_stored`` whether its answer is in the
-    store (``HumanAnswers.load_answer``), ``deadline_passed`` whether its
+    store (``HumanAnswers.load_answer``; ``None``: as the store said when it read the
+    request, ``pending.answered``), ``deadline_passed`` whether its
     ``created_at + timeout_seconds`` is past (the asker then takes its default, or ends
     waiting again). Returns a :class:`Diagnosis`; never raises.
     The same as :func:`diagnosis_of` a :class:`~core.recovery_fold.HistoryFold` fed
@@ -314,13 +315,15 @@ def diagnosis_of(
     *,
     problems: Sequence[CorruptRow] = (),
     pending: PendingRequest | None = None,
-    answer_stored: bool = False,
+    answer_stored: bool | None = None,
     deadline_passed: bool = False,
 ) -> Diagnosis:
     """:func:`diagnose` of the history ``fold`` was fed (whole, or its tail when the fold
     was made with ``tail=True``); the other arguments are :func:`diagnose`'s. Cost grows
     with the open part of the history and the number of repairs, not with its length, so a
     follower can diagnose again after each message it reads. Never raises."""
+    if answer_stored is None:
+        answer_stored = pending is not None and pending.answered
     tail_only = fold.tail
     built = fold.built()
     notes = _notes(fold.unknown, built, problems, tail_only)

@@ -4,7 +4,9 @@ One place for the rules the picker, its needs-attention toggle and the bell shar
 
 * **waiting for you**: the thread's pending human request has no answer yet
   (:func:`waiting_for_you`); such rows sort first (:func:`waiting_first`) and read
-  :data:`WAITING_WORDS` instead of the diagnosis' "waiting for an answer";
+  :data:`WAITING_WORDS` instead of the diagnosis' "waiting for an answer". Once its answer
+  is stored (and until a run applies it) the person's part is done: the row reads
+  :data:`ANSWERED_WORDS`, sorts with the others and needs no attention;
 * **needs attention** (the picker's ``!``): waiting for you, or crashed, failed or aborted
   and run by nobody now (:func:`needs_attention`);
 * **alerts**: when a thread starts waiting for you or its runner dies, :class:`AttentionWatch`
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from core.lease_status import LeaseState
+from core.recovery import ANSWERED_WORDS as RECOVERY_ANSWERED
 from core.recovery import Diagnosis, ThreadState
 
 if TYPE_CHECKING:
@@ -29,6 +32,10 @@ if TYPE_CHECKING:
 
 WAITING_WORDS = "waiting for you"
 """A picker row's state while its thread waits for an answer nobody gave yet."""
+
+ANSWERED_WORDS = "answered — resume to apply"
+"""A picker row's state, and the thread screen's, while its thread's answer is stored and
+no run has applied it yet (a run waiting on it applies it at once; else resuming does)."""
 
 ATTENTION_STATES = frozenset({ThreadState.CRASHED, ThreadState.FAILED, ThreadState.ABORTED})
 """The states besides waiting for you that the needs-attention toggle keeps (issue 11, item 2),
@@ -45,12 +52,26 @@ def waiting_for_you(diagnosis: Diagnosis) -> bool:
     return diagnosis.state is ThreadState.WAITING and not diagnosis.resumable
 
 
+def answer_to_apply(diagnosis: Diagnosis) -> bool:
+    """Whether ``diagnosis`` is a pending request whose answer is stored, not yet applied."""
+    return diagnosis.state is ThreadState.WAITING and diagnosis.answer_stored
+
+
 def waiting_label(diagnosis: Diagnosis) -> str:
     """``diagnosis.label`` with "waiting for an answer" said as :data:`WAITING_WORDS`
     ("waiting for you: Which file?"); any other label as it is."""
     if not waiting_for_you(diagnosis):
         return diagnosis.label
     return diagnosis.label.replace(ThreadState.WAITING.value, WAITING_WORDS, 1)
+
+
+def answered_label(diagnosis: Diagnosis) -> str:
+    """``diagnosis.label`` with an answered request's "answered" said as
+    :data:`ANSWERED_WORDS` ("answered — resume to apply: Which file?"); any other label,
+    "waiting for an answer: ..." included, as it is."""
+    if not answer_to_apply(diagnosis):
+        return diagnosis.label
+    return diagnosis.label.replace(RECOVERY_ANSWERED, ANSWERED_WORDS, 1)
 
 
 def needs_attention(row: ThreadRow) -> bool:

@@ -17,7 +17,7 @@ from core.checkpoint.base import Checkpointer, ThreadSummary
 from core.follow import ThreadsSnapshot
 from core.lease_status import LeaseState, LeaseView
 from core.recovery import Diagnosis, ThreadState, diagnose
-from tui.attention import waiting_for_you, waiting_label
+from tui.attention import answered_label, waiting_for_you, waiting_label
 from tui.whole_diagnoses import WholeDiagnoses
 from tui.whole_diagnoses import version as thread_version
 
@@ -27,7 +27,8 @@ def state_label(diagnosis: Diagnosis, view: LeaseView | None, *, running: bool) 
     ("running on box (pid 42, beat 1 s ago)"); a crash's point, then the host it died on
     when its lease says so ("crashed at point 3 (mid-tool) on box (lease expired 40 s ago)");
     else the diagnosis label. A thread waiting for an answer reads "waiting for you: QUESTION"
-    whoever holds its run (it waits on the person: :mod:`tui.attention`). Host, notes and
+    whoever holds its run (it waits on the person: :mod:`tui.attention`); one whose answer
+    is stored and that nobody runs, "answered — resume to apply: QUESTION". Host, notes and
     question come from the store: show the text literally."""
     if waiting_for_you(diagnosis):
         return waiting_label(diagnosis)
@@ -37,7 +38,7 @@ def state_label(diagnosis: Diagnosis, view: LeaseView | None, *, running: bool) 
         return view.label
     if view is not None and view.state is LeaseState.CRASHED and diagnosis.state is ThreadState.CRASHED:
         return f"{diagnosis.label} {view.crash_place}"
-    return diagnosis.label
+    return answered_label(diagnosis)
 
 
 @dataclass(frozen=True, slots=True)

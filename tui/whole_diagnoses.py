@@ -40,10 +40,12 @@ def version(summary: ThreadSummary) -> Hashable:
     """What identifies one state of a stored thread, from its summary alone.
 
     Stores are append-only, so the row count and the newest activity move with every
-    message; runs (claims and completions), the pending human request and the count of
-    undecodable tail rows cover the rest of what a diagnosis reads."""
-    pending = summary.pending_request.request_json if summary.pending_request is not None else None
-    return (summary.message_count, summary.last_activity, summary.runs, pending, len(summary.problems))
+    message; runs (claims and completions), the pending human request (with whether its
+    answer is stored) and the count of undecodable tail rows cover the rest of what a
+    diagnosis reads."""
+    pending = summary.pending_request
+    asked = None if pending is None else (pending.request_json, pending.answered)
+    return (summary.message_count, summary.last_activity, summary.runs, asked, len(summary.problems))
 
 
 class WholeDiagnoses:

@@ -88,12 +88,17 @@ class PendingRequest:
     ``request_json`` is the row as cubeloop wrote it (``HitlRequest.model_dump_json()``:
     ``question_id``, ``thread_id``, ``payload`` of kind ``confirm`` / ``approve`` /
     ``ask``, ``created_at``), kept as is and never rewritten here; ``run_id`` the run that
-    asked; ``created_at`` unix seconds (``None`` if unknown).
+    asked; ``created_at`` unix seconds (``None`` if unknown); ``answered`` whether the
+    store holds the answer to this request (its run and question id in
+    ``thread_hitl_answers``), read in the same query as the request itself: an answer
+    recorded that the run has not applied yet (applying it settles the request, and the
+    request and its answer go together).
     """
 
     request_json: str
     run_id: str | None = None
     created_at: float | None = None
+    answered: bool = False
 
     @property
     def question(self) -> str:

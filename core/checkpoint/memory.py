@@ -62,7 +62,7 @@ from core.checkpoint.codec import copy_message
 from core.checkpoint.listing import in_listing_order, prompt_line
 from core.checkpoint.memory_pages import MemoryPages
 from core.errors import AlreadyAnsweredError, StaleAnswerError
-from core.hitl import is_pending, run_key
+from core.hitl import is_pending, question_id_of, run_key
 from core.messages import AnyMessage, AssistantMessage, UserMessage
 from core.owners import UNOWNED, resolve_owner
 
@@ -202,7 +202,7 @@ class MemoryCheckpointer(MemoryPages, SupervisedStore, HumanRequests, HumanAnswe
             runs=list(t.runs.values()),
             message_ids=t.ids[start:],
             journal=dict(self._d.journal.get(thread_id, {})),
-            pending_request=t.pending,
+            pending_request=self._pending(thread_id, t),
             extra_revision=t.extra_revision,
             meta=self._meta(thread_id),
         )
@@ -264,7 +264,7 @@ class MemoryCheckpointer(MemoryPages, SupervisedStore, HumanRequests, HumanAnswe
                     t.extra_revision,
                     t.touched,
                     tuple(t.runs.values()),
-                    t.pending,
+                    self._pending(tid, t),
                     self._d.leases.get(tid),
                     self._d.records[tid].revision,
                 )
@@ -289,7 +289,7 @@ class MemoryCheckpointer(MemoryPages, SupervisedStore, HumanRequests, HumanAnswe
                 tail=tuple(copy_message(m) for m in _tail(t.messages)),
                 first_prompt=_first_prompt(t.messages),
                 lease=self._d.leases.get(tid),
-                pending_request=t.pending,
+                pending_request=self._pending(tid, t),
             )
             for tid, t in self._d.threads.items()
             if (only is None or tid in only) and self._visible(tid)
@@ -310,6 +310,15 @@ class MemoryCheckpointer(MemoryPages, SupervisedStore, HumanRequests, HumanAnswe
             self._bump()
 
     # --- human answers --------------------------------------------------------------------------
+
+    def _pending(self, thread_id: str, t: _Thread) -> PendingRequest | None:
+        """The thread's pending request as read, with whether its answer is stored (lock held)."""
+        pending = t.pending
+        if pending is None:
+            return None
+        question_id = question_id_of(pending.request_json)
+        stored = question_id is not None and (thread_id, run_key(pending.run_id), question_id) in self._d.answers
+        return replace(pending, answered=True) if stored else pending
 
     def _pending_is(self, thread_id: str, run_id: str | None, question_id: str) -> bool:
         """Whether the visible thread's pending request is ``question_id`` of ``run_id`` (lock held)."""

@@ -28,6 +28,15 @@ Connection = Any
 _PENDING_WHERE = "thread_id = $1 AND coalesce(run_id, '') = $2 AND pending_request->>'question_id' = $3"
 """The thread row when its pending request is question ``$3`` of run ``$2``."""
 
+ANSWER_STORED = (
+    "(t.pending_request IS NOT NULL AND EXISTS (SELECT 1 FROM cubepi_hitl_answers AS a"
+    " WHERE a.thread_id = t.thread_id AND a.run_id = coalesce(t.run_id, '')"
+    " AND a.question_id = t.pending_request->>'question_id')) AS answered"
+)
+"""The select-list column ``answered``: whether the pending request of thread row ``t`` has
+its answer stored (one probe of the answers' key, as ``_PENDING_WHERE`` names the request:
+its run, ``''`` for none, and ``question_id``; false with no request, without a probe)."""
+
 _STORED = "SELECT answer::text FROM cubepi_hitl_answers WHERE thread_id = $1 AND run_id = $2 AND question_id = $3"
 
 

@@ -19,7 +19,8 @@ index, filtering every row of every thread: at 2,000 threads it touched 11,421 b
 
 Thread versions (:func:`thread_versions`) are read from what the writes leave: the stats
 row (count, newest seq), the thread row's ``updated_at`` and pending request, the runs
-claimed and completed, the lease row, our pending text and the record's revisions.
+claimed and completed, the lease row, our pending text, the record's revisions and whether
+the pending request's answer is stored.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from core.checkpoint import postgres_rows as rows
 from core.checkpoint import postgres_schema as schema
 from core.checkpoint.base import CorruptRow, RunRecord, ThreadSummary
 from core.checkpoint.listing import in_listing_order, prompt_line, prompt_text, tail_from
+from core.checkpoint.postgres_answers import ANSWER_STORED
 from core.checkpoint.postgres_queries import pending_join, pending_ours
 from core.checkpoint.postgres_schema import Scope
 from core.checkpoint.postgres_supervised import all_leases
@@ -197,7 +199,12 @@ def _summary(
         first_prompt=first_prompt,
         lease=leases.get(tid),
         pending_request=rows.pending_request(
-            thread["pending"], thread["our_text"], thread["run_id"], thread["our_at"], thread["updated_at"]
+            thread["pending"],
+            thread["our_text"],
+            thread["run_id"],
+            thread["our_at"],
+            thread["updated_at"],
+            thread["answered"],
         ),
     )
 
@@ -221,7 +228,7 @@ async def thread_versions(conn: Connection, scope: Scope, ours: bool) -> dict[st
     found = await conn.fetch(
         "SELECT mine.thread_id, s.n, s.last_seq, t.updated_at::text, md5(t.pending_request::text), t.run_id,"
         " (SELECT row(count(*), count(u.completed_at))::text FROM cubepi_runs AS u WHERE u.thread_id = mine.thread_id),"
-        f" {lease}, {pending}, {record}"
+        f" {lease}, {pending}, {record}, {ANSWER_STORED}"
         f" FROM ({scope.threads('$1')}) AS mine JOIN cubepi_threads AS t ON t.thread_id = mine.thread_id"
         f" LEFT JOIN {_stats(ours)} AS s ON s.thread_id = t.thread_id",
         scope.owner,

@@ -28,6 +28,7 @@ from core.checkpoint.base import (
     run_never_claimed,
     run_taken,
 )
+from core.checkpoint.postgres_answers import ANSWER_STORED
 from core.checkpoint.postgres_schema import Scope
 from core.checkpoint.postgres_supervised import admit, fence, read_journal
 from core.owners import UNOWNED
@@ -89,7 +90,12 @@ async def thread_parts(conn: Connection, scope: Scope, thread_id: str, ours: boo
         if problem is not None:
             data.problems.append(problem)
         data.pending_request = rows.pending_request(
-            thread["pending"], thread["our_text"], thread["run_id"], thread["our_at"], thread["updated_at"]
+            thread["pending"],
+            thread["our_text"],
+            thread["run_id"],
+            thread["our_at"],
+            thread["updated_at"],
+            thread["answered"],
         )
     return data, thread is not None
 
@@ -113,8 +119,11 @@ def _record_join(scope: Scope, of: str = "t") -> str:
 
 
 def pending_ours(ours: bool) -> str:
-    """The select-list fragment of our pending-request text and time (``NULL`` without our tables)."""
-    return "p.request_text AS our_text, p.created_at AS our_at" if ours else "NULL AS our_text, NULL AS our_at"
+    """The select-list fragment of our pending-request text and time (``NULL`` without our
+    tables) and whether the request's answer is stored (``answered``: cubeloop's table, so
+    with or without ours)."""
+    texts = "p.request_text AS our_text, p.created_at AS our_at" if ours else "NULL AS our_text, NULL AS our_at"
+    return f"{texts}, {ANSWER_STORED}"
 
 
 def pending_join(ours: bool) -> str:

@@ -176,18 +176,24 @@ def step_record(row: Sequence[Any]) -> StepRecord:
 
 
 def pending_request(
-    jsonb_text: str | None, our_text: str | None, run_id: str | None, our_at: float | None, updated_at: float | None
+    jsonb_text: str | None,
+    our_text: str | None,
+    run_id: str | None,
+    our_at: float | None,
+    updated_at: float | None,
+    answered: bool,
 ) -> PendingRequest | None:
     """The thread's pending request: our exact text when it still is what the row holds
     (``our_text`` is given only then), else the row's JSONB text as cubeloop wrote it, dated
-    by its ``created_at`` (``HitlRequest.created_at``) or else the thread row's ``updated_at``."""
+    by its ``created_at`` (``HitlRequest.created_at``) or else the thread row's ``updated_at``;
+    ``answered`` whether its answer is stored."""
     if jsonb_text is None:
         return None
     if our_text is not None:
-        return PendingRequest(our_text, run_id, our_at)
+        return PendingRequest(our_text, run_id, our_at, answered)
     try:
         asked = json.loads(jsonb_text).get("created_at")  # cubeloop's HitlRequest.created_at, unix seconds
     except (ValueError, AttributeError):
         asked = None
     at = float(asked) if isinstance(asked, (int, float)) and not isinstance(asked, bool) else updated_at
-    return PendingRequest(jsonb_text, run_id, at)
+    return PendingRequest(jsonb_text, run_id, at, answered)

@@ -213,7 +213,10 @@ def answer_prefix(run_key: str) -> str:
 
 
 def answer_field(run_key: str, question_id: str) -> str:
-    """The ``tui:answers`` field of ``question_id`` of run ``run_key``."""
+    """The ``tui:answers`` field of ``question_id`` of run ``run_key``. The scripts that
+    read a pending request build the same field in Lua (``answer_stored`` of
+    :data:`core.checkpoint.redis_scripts.PENDING_OF`), counting the run key's characters
+    as ``len`` does; tests/core/checkpoint/test_contract_answers.py holds the two together."""
     return answer_prefix(run_key) + question_id
 
 

@@ -14,9 +14,9 @@ vouch for it).
 
 Thread versions (``VERSIONS_CHUNK``): a digest of the index score (last activity), the
 list's length, the runs and the total length of their records (a completion lengthens its
-record), the lease and pending request as stored, the record's revisions and whether an
-extra exists - what every write that changes a summary leaves behind - no entry read, one
-string back per 500 threads.
+record), the lease and pending request as stored, the record's revisions, whether an
+extra exists and whether the pending request's answer is stored - what every write that
+changes a summary leaves behind - no entry read, one string back per 500 threads.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ async def _summaries(
     tids = [tid for tid, _ in found]
     ours = version is not None
     cached_first = ours and version >= FIRST_PROMPT_VERSION  # type: ignore[operator]
-    script_keys = [key for tid in tids for key in (keys.msgs(tid), keys.runs(tid), keys.record(tid))]
+    script_keys = [key for tid in tids for key in (keys.msgs(tid), keys.runs(tid), keys.record(tid), keys.answers(tid))]
     replies = await chunk_script(
         keys=[*script_keys, keys.leases(owner), keys.pending, keys.first],
         args=[TAIL_WINDOW, "0" if cached_first else "1", owner, *tids],
@@ -102,7 +102,7 @@ async def _summaries(
         if reply == 0:
             # Its record names another owner (deleted and made again since the index was read).
             continue
-        count, start, raws, runs_flat, first_raw, lease_raw, pending_raw, head = reply
+        count, start, raws, runs_flat, first_raw, lease_raw, pending_raw, head, answered = reply
         tail, problems = await _tail(r, keys, tid, int(start), raws)
         if cached_first:
             first = prompt_line(records.text(first_raw)) if first_raw is not None else ""
@@ -118,7 +118,7 @@ async def _summaries(
                 problems=tuple(problems),
                 first_prompt=first,
                 lease=records.decode_lease(lease_raw) if ours else None,
-                pending_request=records.decode_pending(pending_raw) if ours else None,
+                pending_request=records.decode_pending(pending_raw, answered=bool(answered)) if ours else None,
             )
         )
     return summaries
@@ -196,7 +196,11 @@ async def thread_versions(
     out: dict[str, Hashable] = {}
     for at in range(0, len(tids), _CHUNK):
         part = tids[at : at + _CHUNK]
-        script_keys = [k for tid in part for k in (keys.msgs(tid), keys.runs(tid), keys.record(tid), keys.extra(tid))]
+        script_keys = [
+            k
+            for tid in part
+            for k in (keys.msgs(tid), keys.runs(tid), keys.record(tid), keys.extra(tid), keys.answers(tid))
+        ]
         reply = await versions_script(
             keys=[*script_keys, keys.leases(owner), keys.pending, keys.index(owner)], args=[owner, *part], client=r
         )

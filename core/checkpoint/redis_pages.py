@@ -23,7 +23,7 @@ from core.checkpoint.capabilities import PagedReads
 from core.checkpoint.pages import READ_CHUNK, Decoded, MessagePage, RowReader, RowSink, check_limit, read_rows
 from core.checkpoint.redis_keys import Keys
 from core.checkpoint.redis_read import decode_rows, thread_parts
-from core.checkpoint.redis_scripts import _READ, _SCOPE
+from core.checkpoint.redis_scripts import _READ, _SCOPE, PENDING_OF
 
 PAGE = (
     _READ
@@ -45,14 +45,17 @@ return {start, redis.call('LRANGE', KEYS[2], start, stop - 1)}
 HEAD = (
     _READ
     + _SCOPE
+    + PENDING_OF
     + """
 -- A streamed read's first look: {length, entries 0..ARGV[3], then LOAD's other parts},
--- or 0 when the thread is not this owner's.   KEYS: scope (11)   ARGV: thread_id, owner, last index
+-- or 0 when the thread is not this owner's.
+-- KEYS: scope (11), answers   ARGV: thread_id, owner, last index
 if scope() ~= 'ok' then return 0 end
+local pending = redis.call('HGET', KEYS[5], ARGV[1])
 return {
   redis.call('LLEN', KEYS[2]), redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[3])), redis.call('GET', KEYS[3]),
-  redis.call('HGETALL', KEYS[4]), redis.call('HGET', KEYS[5], ARGV[1]), redis.call('HGETALL', KEYS[6]),
-  redis.call('HGETALL', KEYS[1]),
+  redis.call('HGETALL', KEYS[4]), pending, redis.call('HGETALL', KEYS[6]), redis.call('HGETALL', KEYS[1]),
+  answer_stored(pending, KEYS[12]),
 }
 """
 )
@@ -109,7 +112,8 @@ class RedisPages(PagedReads):
         client, keys, owner = self._live_client(), self._keys.scope(thread_id), self._owner
         head, chunk = self._paging("HEAD"), self._paging("CHUNK")
         args = [thread_id, owner, READ_CHUNK - 1]
-        reply = await self._call("load", lambda: head(keys=keys, args=args, client=client))
+        head_keys = [*keys, self._keys.answers(thread_id)]
+        reply = await self._call("load", lambda: head(keys=head_keys, args=args, client=client))
         if not reply:
             return None
         length, raws, *parts = reply

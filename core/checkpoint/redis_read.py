@@ -49,7 +49,9 @@ async def load(
     nothing at all or is another owner's; with ``after`` only entries after that id (and
     never ``None``: empty data then)."""
     start = 0 if after is None else max(int(after), 0)
-    reply = await script(keys=keys.scope(thread_id), args=[thread_id, owner, start], client=r)
+    reply = await script(
+        keys=[*keys.scope(thread_id), keys.answers(thread_id)], args=[thread_id, owner, start], client=r
+    )
     if not reply:
         return None if after is None else CheckpointData()
     raws, *parts = reply
@@ -69,13 +71,14 @@ def thread_parts(
     pending_raw: bytes | None,
     journal_flat: list[bytes],
     record_flat: list[bytes],
+    answered: int,
 ) -> tuple[CheckpointData, bool]:
     """Everything :func:`load` reads of a thread but its messages, from the ``LOAD``
-    script's reply after the list (extra, runs, pending request, journal, record), with the
-    problems of an unreadable extra or record; and whether the thread has an extra, runs or
-    a pending request."""
+    script's reply after the list (extra, runs, pending request, journal, record, whether
+    the request's answer is stored), with the problems of an unreadable extra or record;
+    and whether the thread has an extra, runs or a pending request."""
     runs = records.decode_runs(runs_flat)
-    data = CheckpointData(runs=runs, pending_request=records.decode_pending(pending_raw))
+    data = CheckpointData(runs=runs, pending_request=records.decode_pending(pending_raw, answered=bool(answered)))
     data.extra, problem = parse_extra(extra_raw, thread_id)
     if problem is not None:
         data.problems.append(problem)

@@ -98,12 +98,13 @@ def encode_pending(request_json: str, run_id: str | None, created_at: float) -> 
     return dumps({"request_json": request_json, "run_id": run_id, "created_at": created_at})
 
 
-def decode_pending(raw: bytes | str | None) -> PendingRequest | None:
-    """The pending request in ``raw``, ``None`` for none."""
+def decode_pending(raw: bytes | str | None, *, answered: bool = False) -> PendingRequest | None:
+    """The pending request in ``raw``, ``None`` for none; ``answered`` whether its answer is
+    stored (read beside it by the same script: ``PENDING_OF``'s ``answer_stored``)."""
     if raw is None:
         return None
     data = json.loads(raw)
-    return PendingRequest(str(data["request_json"]), data.get("run_id"), data.get("created_at"))
+    return PendingRequest(str(data["request_json"]), data.get("run_id"), data.get("created_at"), answered)
 
 
 def decode_runs(fields: dict[bytes, bytes] | Sequence[bytes]) -> list[RunRecord]:

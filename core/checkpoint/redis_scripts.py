@@ -364,22 +364,44 @@ return {'ok'}
 """
 )
 
-_PENDING_IS = """
--- Whether the thread's pending request (its tui:pending field, JSON built in Python whose
--- request_json is cubeloop's text) is question `qid` of run `run` ('' for none); only
--- reads: a field that is not such JSON is no question.
-local function pending_is(pending, thread_id, run, qid)
-  local raw = redis.call('HGET', pending, thread_id)
-  if not raw then return false end
+PENDING_OF = """
+-- The run key ('' for none) and question id of a tui:pending field (JSON built in Python
+-- whose request_json is cubeloop's text), or nil for no field or one that is no question;
+-- only reads.
+local function pending_of(raw)
+  if not raw then return nil end
   local ok, record = pcall(cjson.decode, raw)
-  if not ok or type(record) ~= 'table' or type(record['request_json']) ~= 'string' then return false end
-  local asked = record['run_id']
-  if type(asked) ~= 'string' then asked = '' end
-  if asked ~= run then return false end
+  if not ok or type(record) ~= 'table' or type(record['request_json']) ~= 'string' then return nil end
+  local run = record['run_id']
+  if type(run) ~= 'string' then run = '' end
   local ok2, request = pcall(cjson.decode, record['request_json'])
-  return ok2 and type(request) == 'table' and request['question_id'] == qid
+  if not ok2 or type(request) ~= 'table' or type(request['question_id']) ~= 'string' then return nil end
+  return run, request['question_id']
+end
+-- 1 when the pending request in the tui:pending field `raw` has its answer in the thread's
+-- tui:answers hash `answers`, else 0. The field is redis_keys.answer_field's: the run key's
+-- length as Python counts it (characters: UTF-8 continuation bytes left out), ':', the run
+-- key, the question id.
+local function answer_stored(raw, answers)
+  local run, qid = pending_of(raw)
+  if not run then return 0 end
+  local _, chars = string.gsub(run, '[^\\128-\\191]', '')
+  return redis.call('HEXISTS', answers, chars .. ':' .. run .. qid)
 end
 """
+"""Lua helpers of every script that reads a pending request: its run and question, and
+whether its answer is stored (the listing, the versions, the loads, answering, settling)."""
+
+_PENDING_IS = (
+    PENDING_OF
+    + """
+-- Whether the thread's pending request is question `qid` of run `run` ('' for none).
+local function pending_is(pending, thread_id, run, qid)
+  local asked, question = pending_of(redis.call('HGET', pending, thread_id))
+  return asked == run and question == qid
+end
+"""
+)
 
 ANSWER = (
     _PROLOGUE
@@ -505,13 +527,15 @@ return {state, redis.call('HGET', KEYS[1], 'xrev') or '0', redis.call('GET', KEY
 LOAD = (
     _READ
     + _SCOPE
+    + PENDING_OF
     + """
 -- One thread in one consistent view, 0 when it is not this owner's (as for a missing one).
--- KEYS: scope (11; the journal is KEYS[6])   ARGV: thread_id, owner, first list index
+-- KEYS: scope (11; the journal is KEYS[6]), answers   ARGV: thread_id, owner, first list index
 if scope() ~= 'ok' then return 0 end
+local pending = redis.call('HGET', KEYS[5], ARGV[1])
 return {
   redis.call('LRANGE', KEYS[2], tonumber(ARGV[3]), -1), redis.call('GET', KEYS[3]), redis.call('HGETALL', KEYS[4]),
-  redis.call('HGET', KEYS[5], ARGV[1]), redis.call('HGETALL', KEYS[6]), redis.call('HGETALL', KEYS[1]),
+  pending, redis.call('HGETALL', KEYS[6]), redis.call('HGETALL', KEYS[1]), answer_stored(pending, KEYS[12]),
 }
 """
 )
@@ -571,23 +595,25 @@ end
 LIST_CHUNK = (
     _READ
     + _ROLE
+    + PENDING_OF
     + """
 -- What a listing needs of each of n threads, in one round trip and one consistent view.
--- KEYS: msgs, runs and record of each thread (3n), then leases, pending, first
+-- KEYS: msgs, runs, record and answers of each thread (4n), then leases, pending, first
 -- ARGV: window, with_head ('1': also the first user entry), owner, thread ids...
 -- Reply per thread: {count, tail start (list index from 0), the entries from there on,
 --                    runs (flat HGETALL), first prompt, lease, pending request,
---                    {index, entry} of the first user entry or {}}, or 0 when the
---                    thread's record does not name this owner (it is left out).
+--                    {index, entry} of the first user entry or {}, whether the pending
+--                    request's answer is stored (1/0)}, or 0 when the thread's record
+--                    does not name this owner (it is left out).
 -- The tail starts at the last assistant entry, found walking back window entries at a
 -- time (only those rows are read); with none it is every entry.
 local window, with_head, owner = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3]
 local n = #ARGV - 3
-local leases, pending, first = KEYS[3 * n + 1], KEYS[3 * n + 2], KEYS[3 * n + 3]
+local leases, pending, first = KEYS[4 * n + 1], KEYS[4 * n + 2], KEYS[4 * n + 3]
 local out = {}
 for i = 1, n do
-  local tid, msgs = ARGV[i + 3], KEYS[3 * i - 2]
-  if (redis.call('HGET', KEYS[3 * i], 'owner') or '') ~= owner then
+  local tid, msgs = ARGV[i + 3], KEYS[4 * i - 3]
+  if (redis.call('HGET', KEYS[4 * i - 1], 'owner') or '') ~= owner then
     out[i] = 0
   else
     local count = redis.call('LLEN', msgs)
@@ -616,9 +642,10 @@ for i = 1, n do
         lo = lo + window
       end
     end
+    local asked = redis.call('HGET', pending, tid)
     out[i] = {
-      count, start, tail or redis.call('LRANGE', msgs, start, -1), redis.call('HGETALL', KEYS[3 * i - 1]),
-      redis.call('HGET', first, tid), redis.call('HGET', leases, tid), redis.call('HGET', pending, tid), head,
+      count, start, tail or redis.call('LRANGE', msgs, start, -1), redis.call('HGETALL', KEYS[4 * i - 2]),
+      redis.call('HGET', first, tid), redis.call('HGET', leases, tid), asked, head, answer_stored(asked, KEYS[4 * i]),
     }
   end
 end
@@ -628,32 +655,34 @@ return out
 
 VERSIONS_CHUNK = (
     _READ
+    + PENDING_OF
     + """
 -- What each of n threads' writes leave behind, for its version: no entry is read.
--- KEYS: msgs, runs, record and extra of each thread (4n), then leases, pending, index
+-- KEYS: msgs, runs, record, extra and answers of each thread (5n), then leases, pending, index
 -- ARGV: owner, thread ids...
 -- Reply: one string, the threads' versions in order, separated by spaces: each the SHA-1
 -- of its index score (last activity), list length, runs, the total length of the run
--- records (a completion lengthens its record), lease, pending request, record revisions
--- and whether it has an extra, each length-prefixed; '-' when the thread's record does not
--- name this owner. One string: a reply of many small values costs the client more to read
--- than the script costs the server.
+-- records (a completion lengthens its record), lease, pending request, record revisions,
+-- whether it has an extra and whether the pending request's answer is stored, each
+-- length-prefixed; '-' when the thread's record does not name this owner. One string: a
+-- reply of many small values costs the client more to read than the script costs the server.
 local owner = ARGV[1]
 local n = #ARGV - 1
-local leases, pending, index = KEYS[4 * n + 1], KEYS[4 * n + 2], KEYS[4 * n + 3]
+local leases, pending, index = KEYS[5 * n + 1], KEYS[5 * n + 2], KEYS[5 * n + 3]
 local out = {}
 for i = 1, n do
-  local tid, record = ARGV[i + 1], KEYS[4 * i - 1]
+  local tid, record = ARGV[i + 1], KEYS[5 * i - 2]
   if (redis.call('HGET', record, 'owner') or '') ~= owner then
     out[i] = '-'
   else
     local size = 0
-    for _, run in ipairs(redis.call('HVALS', KEYS[4 * i - 2])) do size = size + #run end
+    for _, run in ipairs(redis.call('HVALS', KEYS[5 * i - 3])) do size = size + #run end
     local revisions = redis.call('HMGET', record, 'xrev', 'rev')
+    local asked = redis.call('HGET', pending, tid)
     local parts = {
-      redis.call('ZSCORE', index, tid) or '', redis.call('LLEN', KEYS[4 * i - 3]), redis.call('HLEN', KEYS[4 * i - 2]),
-      size, redis.call('HGET', leases, tid) or '', redis.call('HGET', pending, tid) or '', revisions[1] or '',
-      revisions[2] or '', redis.call('EXISTS', KEYS[4 * i]),
+      redis.call('ZSCORE', index, tid) or '', redis.call('LLEN', KEYS[5 * i - 4]), redis.call('HLEN', KEYS[5 * i - 3]),
+      size, redis.call('HGET', leases, tid) or '', asked or '', revisions[1] or '',
+      revisions[2] or '', redis.call('EXISTS', KEYS[5 * i - 1]), answer_stored(asked, KEYS[5 * i]),
     }
     for j = 1, #parts do
       local text = tostring(parts[j])

@@ -22,13 +22,31 @@ from core.checkpoint.sqlite_supervised import fence
 from core.errors import AlreadyAnsweredError, StaleAnswerError
 from core.hitl import run_key
 
-# The thread's pending row when it is this question of this run; the question id is NULL
-# for a row that is not JSON (json_extract would raise on it).
+
+def _question_of(request_json: str) -> str:
+    """SQL for the question id in column ``request_json`` of a pending row: ``NULL`` for a
+    row that is not JSON (json_extract would raise on it)."""
+    return f"CASE WHEN json_valid({request_json}) THEN json_extract({request_json}, '$.question_id') END"
+
+
+# The thread's pending row when it is this question of this run.
 _PENDING_WHERE = (
     "thread_pending_request WHERE thread_id = :thread AND coalesce(run_id, '') = :run"
-    " AND CASE WHEN json_valid(request_json) THEN json_extract(request_json, '$.question_id') END = :question"
+    f" AND {_question_of('request_json')} = :question"
 )
 _STORED = "SELECT answer_json FROM thread_hitl_answers WHERE thread_id = :thread AND run_id = :run AND question_id = :question"
+
+
+def answer_stored(layout: Layout, row: str, run: str) -> str:
+    """SQL (0 or 1) for whether pending row alias ``row``, of run column ``run`` (``NULL``
+    for a table without one), has its answer stored: the row's run (``''`` for none) and
+    question id in ``thread_hitl_answers``, one probe of its key; 0 without that table."""
+    if not layout.has("thread_hitl_answers"):
+        return "0"
+    return (
+        f"EXISTS (SELECT 1 FROM thread_hitl_answers AS a WHERE a.thread_id = {row}.thread_id"
+        f" AND a.run_id = coalesce({run}, '') AND a.question_id = {_question_of(f'{row}.request_json')})"
+    )
 
 
 def _args(owner: str, thread_id: str, run_id: str | None, question_id: str) -> dict[str, str]:

@@ -39,7 +39,7 @@ Thread versions (:func:`thread_versions`) are read from what the writes leave, n
 at write time, so they hold for every writer of the file (cubeloop's rows included) and
 for a browse-only file: the newest message id (ids only grow: AUTOINCREMENT), the runs
 claimed and completed, the extra row's presence and revisions, the lease row, the pending
-request row.
+request row and whether its answer is stored.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from core.checkpoint.listing import (
     stored_value,
     tail_from,
 )
+from core.checkpoint.sqlite_answers import answer_stored
 from core.checkpoint.sqlite_owners import mine_of, owned, this_thread
 from core.checkpoint.sqlite_queries import decode_rows, julianday_to_unix, pending_requests, runs_of
 from core.checkpoint.sqlite_schema import LEASES, RECORDS, Layout, read_txn
@@ -431,7 +432,8 @@ def _versions(c: sqlite3.Connection, layout: Layout, owner: str) -> dict[str, Ha
     lease_columns = "holder_id, acquired_at, heartbeat_at, expires_at, run_id" + (
         ", revision" if has(LEASES, "revision") else ""
     )
-    pending_columns = "request_json, created_at" + (", run_id" if has("thread_pending_request", "run_id") else "")
+    run = "p.run_id" if has("thread_pending_request", "run_id") else "NULL"
+    pending_columns = f"p.request_json, p.created_at, {run}, {answer_stored(layout, 'p', run)}"
     record = (
         f"(SELECT json_array(r.extra_revision, r.fingerprints_revision) FROM {RECORDS} AS r"
         " WHERE r.thread_id = mine.thread_id)"

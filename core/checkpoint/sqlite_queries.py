@@ -29,6 +29,7 @@ from core.checkpoint.base import (
     run_never_claimed,
     run_taken,
 )
+from core.checkpoint.sqlite_answers import answer_stored
 from core.checkpoint.sqlite_owners import admit, mine_of, this_thread
 from core.checkpoint.sqlite_records import read_meta
 from core.checkpoint.sqlite_schema import RECORDS, Layout, read_txn, write_txn
@@ -177,12 +178,13 @@ def pending_requests(
     c: sqlite3.Connection, layout: Layout, owner: str, thread_id: str | None, among: str | None = None
 ) -> dict[str, PendingRequest]:
     """cubeloop's ``thread_pending_request`` rows of ``owner``'s threads (of one thread, or
-    with ``None`` of all, or of those ``among`` names: a JSON array of ids) by thread id;
-    read only, the row is never changed here."""
+    with ``None`` of all, or of those ``among`` names: a JSON array of ids) by thread id,
+    each with whether its answer is stored (in the same query); read only, the row is
+    never changed here."""
     if not layout.has("thread_pending_request"):
         return {}
-    run = "run_id" if layout.has("thread_pending_request", "run_id") else "NULL"
-    sql = f"SELECT p.thread_id, request_json, {run}, created_at FROM "
+    run = "p.run_id" if layout.has("thread_pending_request", "run_id") else "NULL"
+    sql = f"SELECT p.thread_id, p.request_json, {run}, p.created_at, {answer_stored(layout, 'p', run)} FROM "
     args = {"thread": thread_id, "owner": owner, "among": among}
     if thread_id is not None:
         sql += f"thread_pending_request AS p WHERE p.thread_id = {this_thread(layout)}"
@@ -191,8 +193,10 @@ def pending_requests(
             f"({mine_of(layout, among)}) AS mine CROSS JOIN thread_pending_request AS p ON p.thread_id = mine.thread_id"
         )
     return {
-        tid: PendingRequest(str(raw), run_id, julianday_to_unix(created) if isinstance(created, (int, float)) else None)
-        for tid, raw, run_id, created in c.execute(sql, args)
+        tid: PendingRequest(
+            str(raw), run_id, julianday_to_unix(created) if isinstance(created, (int, float)) else None, bool(answered)
+        )
+        for tid, raw, run_id, created, answered in c.execute(sql, args)
     }
 
 

@@ -525,6 +525,25 @@ def test_an_answered_thread_is_diagnosed_as_such_and_its_plan_says_what_resume_d
     assert "deadline passed" in due.detail
 
 
+def test_without_answer_stored_the_diagnosis_takes_what_the_store_read_with_the_request():
+    from dataclasses import replace
+
+    from core.messages import AssistantMessage, ToolCall, user_text
+    from core.recovery import diagnose
+
+    messages = [
+        user_text("go", run_id="R"),
+        AssistantMessage(content=[ToolCall(id="a", name="t", arguments={})], stop_reason="tool_use", run_id="R"),
+    ]
+    read_answered = replace(_pending("a", "R"), answered=True)
+    assert diagnose(messages, pending=read_answered) == diagnose(messages, pending=read_answered, answer_stored=True)
+    assert diagnose(messages, pending=read_answered).action is ResumeAction.APPLY_ANSWER
+    assert diagnose(messages, pending=_pending("a", "R")).action is ResumeAction.NONE
+    # A caller that knows better (the agent, from the answer it loaded) says so, and is believed.
+    told = diagnose(messages, pending=read_answered, answer_stored=False)
+    assert told.state is ThreadState.WAITING and told.action is ResumeAction.NONE and not told.answer_stored
+
+
 async def test_a_body_question_with_a_timeout_takes_its_default_and_the_result_says_so():
     store, effects = answer_store(), Effects()
 

@@ -9,9 +9,17 @@ from dataclasses import replace
 from core.checkpoint.base import Lease, PendingRequest
 from core.hitl import ConfirmRequest, HumanRequest
 from core.lease_status import LeaseState, LeaseView
-from core.recovery import Diagnosis, ResumeAction, ThreadState
-from tui.attention import AttentionWatch, alert_key, needs_attention, waiting_first, waiting_label
-from tui.session import ThreadRow
+from core.recovery import Diagnosis, ResumeAction, ThreadState, diagnose
+from tui.attention import (
+    AttentionWatch,
+    alert_key,
+    answered_label,
+    needs_attention,
+    waiting_first,
+    waiting_for_you,
+    waiting_label,
+)
+from tui.session import ThreadRow, state_label
 from tui.widgets.pending_request import describe_request, waited_words
 
 NOW = 1_795_954_400.0
@@ -47,6 +55,25 @@ def test_a_waiting_thread_reads_waiting_for_you_until_its_answer_is_stored() -> 
     answered = replace(WAITING, action=ResumeAction.CALL_MODEL)
     assert waiting_label(answered) == answered.label  # resumable: the person's part is done
     assert waiting_label(DONE) == "completed"
+
+
+def test_an_answered_request_reads_answered_sorts_with_the_rest_and_needs_no_attention() -> None:
+    """Its answer stored (the store read it with the request), the person's part is done
+    until a run applies it: "answered — resume to apply", not first, not for ``!``, no alert."""
+    answered = diagnose([], pending=replace(_pending(), answered=True))
+    assert answered.action is ResumeAction.APPLY_ANSWER and not waiting_for_you(answered)
+    assert answered_label(answered) == "answered — resume to apply: Ship it?"
+    assert state_label(answered, None, running=False) == "answered — resume to apply: Ship it?"
+    runs_there = LeaseView(LeaseState.RUNNING_ELSEWHERE, _stale().lease)
+    assert state_label(answered, runs_there, running=False) == runs_there.label  # the run there applies it
+    assert state_label(answered, None, running=True) == "running here"
+    assert answered_label(WAITING) == WAITING.label == "waiting for an answer: Ship it?"
+    assert answered_label(DONE) == "completed"
+    rows = [_row("a", answered), _row("d", DONE), _row("w", WAITING)]
+    ordered, waiting = waiting_first(rows)
+    assert ([r.thread_id for r in ordered], waiting) == (["w", "a", "d"], 1)
+    assert not needs_attention(rows[0]) and needs_attention(rows[2])
+    assert alert_key(rows[0]) is None
 
 
 def test_waiting_first_keeps_the_order_within_each_part() -> None:

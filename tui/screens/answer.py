@@ -46,6 +46,9 @@ __all__ = ["DECISIONS", "AnswerModal", "answer_pending"]
 DECISIONS = ("approve", "deny", "edit")
 """An approval's choices, in the order the dialog lists them (keys ``a``, ``d``, ``e``)."""
 
+MIN_REQUEST_ROWS = 3
+"""Rows the request's part keeps however short the terminal (then the buttons may not fit)."""
+
 _DECISION_LABELS = {"approve": "Approve (a)", "deny": "Deny (d)", "edit": "Edit the arguments (e)"}
 
 
@@ -90,7 +93,7 @@ class AnswerModal(OnceModal[Reply | None]):
     ]
 
     DEFAULT_CSS = """
-    AnswerModal .dialog > VerticalScroll { height: auto; max-height: 24; }
+    AnswerModal .dialog > VerticalScroll { height: auto; max-height: 50%; }
     AnswerModal .question { margin: 1 0 0 0; height: auto; }
     AnswerModal RadioSet, AnswerModal SelectionList { width: 100%; height: auto; }
     AnswerModal TextArea { height: 10; }
@@ -193,6 +196,29 @@ class AnswerModal(OnceModal[Reply | None]):
         if first:
             first.first().focus()
 
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit)
+
+    def _fit(self) -> None:
+        """Let the request's part (the scroll) take at most the rows the dialog has left,
+        within its share of the screen (its ``max-height``), once its title, the error line,
+        the hint and the buttons are drawn: whatever the terminal's height, Send and Cancel
+        stay on screen and the request scrolls instead (at 80x24 a fixed height cut them off)."""
+        if not self.is_attached:
+            return
+        dialog = self.query_one(".dialog", Vertical)
+        scroll = dialog.query_one(VerticalScroll)
+        share = dialog.styles.max_height
+        most = self.size.height if share is None else int(share.resolve(self.size, self.app.size))
+        # Margins summed, not collapsed as the layout does: never more rows than they take.
+        others = sum(
+            child.outer_size.height + child.styles.margin.top + child.styles.margin.bottom
+            for child in dialog.children
+            if child is not scroll and child.display
+        )
+        rows = most - dialog.styles.gutter.height - others - scroll.styles.margin.top - scroll.styles.margin.bottom
+        scroll.styles.max_height = max(MIN_REQUEST_ROWS, rows)
+
     # --- choosing ---------------------------------------------------------------------------
 
     def action_decide(self, decision: str) -> None:
@@ -214,10 +240,11 @@ class AnswerModal(OnceModal[Reply | None]):
         edit = self.query_one("#edited-args", TextArea)
         reason.display = decision == "deny"
         edit.display = decision == "edit"
-        if decision == "deny":
-            reason.focus()
-        elif decision == "edit":
-            edit.focus()
+        shown = reason if decision == "deny" else edit if decision == "edit" else None
+        if shown is not None:
+            shown.focus()
+            # Shown just now, it has no place in the layout yet: scrolled to once it has one.
+            self.call_after_refresh(shown.scroll_visible)
         self._say("")
 
     # --- sending ----------------------------------------------------------------------------
@@ -241,6 +268,7 @@ class AnswerModal(OnceModal[Reply | None]):
 
     def _say(self, sentence: str) -> None:
         self.query_one("#answer-error", Static).update(literal(sentence))
+        self.call_after_refresh(self._fit)  # a sentence of two lines takes a row from the request
 
     def reply(self) -> Reply:
         """The reply the dialog holds now. Raises :class:`~core.errors.AnswerMismatchError`

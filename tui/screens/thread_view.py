@@ -57,6 +57,7 @@ from core.outline import usage_of
 from core.owners import owner_label
 from core.recovery import Diagnosis
 from core.request import repair_words
+from tui.attention import answered_label
 from tui.covering import covered
 from tui.flush_gate import FlushGate
 from tui.messages import AgentEventReceived, CloseThread, FollowerChanged, ThreadLoaded
@@ -481,7 +482,7 @@ class ThreadView(Screen[None]):
         repairs.display = bool(words)
         repairs.update(repairs_line(words))
         if diagnosis is not None:
-            self.status_bar.run_state = diagnosis.label
+            self.status_bar.run_state = answered_label(diagnosis)
             self.transcript.mark_dangling(diagnosis)
         self.query_one(CrashBanner).steps = {}
         if diagnosis is not None and diagnosis.dangling:

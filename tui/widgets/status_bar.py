@@ -17,6 +17,7 @@ _STATE_STYLES = {
     "crashed": "bold $error",
     "running on": "bold magenta",  # a run elsewhere: LeaseView.label names its host
     "waiting for an answer": "bold $warning",
+    "answered": "bold $success",  # its answer stored, not yet applied: tui.attention.ANSWERED_WORDS
 }
 _PREFIXES = sorted(_STATE_STYLES, key=len, reverse=True)
 

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from core.checkpoint.base import Lease
-from core.checkpoint.capabilities import HumanAnswers, supports
+from core.checkpoint.base import Lease, PendingRequest
+from core.checkpoint.capabilities import HumanAnswers, ThreadVersions, supports
 from core.errors import AlreadyAnsweredError, LeaseLostError, StaleAnswerError, ThreadNotFoundError
 from core.hitl import ApproveRequest, HumanRequest
 from core.messages import AssistantMessage, TextContent, ToolCall, user_text
+from core.outline import read_outline
 
 Reopen = Callable[[str], Awaitable[Any]]
 
@@ -241,3 +242,89 @@ async def test_deleting_a_thread_deletes_its_answers(checkpointer: Any) -> None:
     await asking(checkpointer)
     await checkpointer.answer("t", "run-1", "call_1", DENY)
     assert json.loads(await checkpointer.load_answer("t", "run-1", "call_1")) == json.loads(DENY)
+
+
+# --- the listing and every read of a pending request say whether its answer is stored ---------
+
+
+async def _every_read(store: Any, thread_id: str = "t") -> dict[str, PendingRequest | None]:
+    """The thread's pending request as each read that carries one gives it: the listing,
+    the named summaries (when the store has thread versions), a load, and an outline read
+    (the streamed read, on a store with paged reads)."""
+    found: dict[str, PendingRequest | None] = {}
+    by_id = {s.thread_id: s for s in await store.list_threads()}
+    found["list_threads"] = by_id[thread_id].pending_request
+    if supports(store, ThreadVersions):
+        (summary,) = await store.summaries([thread_id])
+        found["summaries"] = summary.pending_request
+    data = await store.load(thread_id)
+    found["load"] = data.pending_request
+    outlined = await read_outline(store, thread_id)
+    assert outlined is not None
+    found["outline"] = outlined[0].pending_request
+    return found
+
+
+def _answered(reads: dict[str, PendingRequest | None]) -> dict[str, bool | None]:
+    return {name: None if pending is None else pending.answered for name, pending in reads.items()}
+
+
+async def _version(store: Any, thread_id: str = "t") -> object:
+    return (await store.thread_versions())[thread_id] if supports(store, ThreadVersions) else None
+
+
+async def test_every_read_of_a_pending_request_says_whether_its_answer_is_stored(checkpointer: Any) -> None:
+    await asking(checkpointer, "t")
+    await asking(checkpointer, "u", call_id="call_u")
+    before = await _version(checkpointer)
+    unanswered = await _every_read(checkpointer)
+    assert set(_answered(unanswered).values()) == {False}, _answered(unanswered)
+
+    await checkpointer.answer("t", "run-1", "call_1", APPROVE)
+    answered = await _every_read(checkpointer)
+    assert set(_answered(answered).values()) == {True}, _answered(answered)
+    for name, pending in answered.items():  # the flag is all that changed
+        assert pending is not None and (pending.request_json, pending.run_id) == (
+            unanswered[name].request_json,  # type: ignore[union-attr]
+            unanswered[name].run_id,  # type: ignore[union-attr]
+        ), name
+    assert set(_answered(await _every_read(checkpointer, "u")).values()) == {False}, "another thread's is not"
+    if supports(checkpointer, ThreadVersions):
+        assert await _version(checkpointer) != before, "an answer is a new version: the picker reads the row again"
+
+    assert await checkpointer.settle_request("t", "run-1", "call_1")
+    assert set((await _every_read(checkpointer)).values()) == {None}
+
+
+async def test_the_flag_is_of_the_question_pending_now(checkpointer: Any) -> None:
+    """The answer of call_1 stays stored (until the run is settled) when the run asks call_2:
+    call_2 is not answered; call_1 asked again is."""
+    await asking(checkpointer)
+    await checkpointer.answer("t", "run-1", "call_1", APPROVE)
+    await checkpointer.save_pending_request("t", request("t", "call_2"), run_id="run-1")
+    assert set(_answered(await _every_read(checkpointer)).values()) == {False}
+    await checkpointer.save_pending_request("t", request("t", "call_1"), run_id="run-2")
+    assert set(_answered(await _every_read(checkpointer)).values()) == {False}, "another run's question"
+    await checkpointer.save_pending_request("t", request("t", "call_1"), run_id="run-1")
+    assert set(_answered(await _every_read(checkpointer)).values()) == {True}
+
+
+@pytest.mark.parametrize("run_id", [None, "rün-ß-日本"])
+async def test_a_request_of_no_run_or_of_a_non_ascii_run_reads_answered(checkpointer: Any, run_id: str | None) -> None:
+    """The answer's key is found as the answer was written: the empty run for none; on Redis
+    a field whose run id is length-prefixed in characters, not bytes."""
+    await asking(checkpointer, run_id=run_id)
+    assert set(_answered(await _every_read(checkpointer)).values()) == {False}
+    await checkpointer.answer("t", run_id, "call_1", DENY)
+    assert set(_answered(await _every_read(checkpointer)).values()) == {True}
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '{"question_id": 7}', '{"payload": {"kind": "poll"}}'])
+async def test_a_request_this_version_cannot_read_is_read_unanswered(checkpointer: Any, text: str) -> None:
+    """No question id to look the answer up by (JSON that is not an object, a question id
+    that is not text): read as it is, unanswered, and nothing fails on it."""
+    await checkpointer.append("t", [user_text("hello")])
+    await checkpointer.save_pending_request("t", text, run_id="run-1")
+    reads = await _every_read(checkpointer)
+    assert set(_answered(reads).values()) == {False}
+    assert {json.loads(p.request_json) == json.loads(text) for p in reads.values() if p is not None} == {True}
