@@ -198,14 +198,7 @@ def _summary(
         problems=tuple(problems),
         first_prompt=first_prompt,
         lease=leases.get(tid),
-        pending_request=rows.pending_request(
-            thread["pending"],
-            thread["our_text"],
-            thread["run_id"],
-            thread["our_at"],
-            thread["updated_at"],
-            thread["answered"],
-        ),
+        pending_request=rows.pending_of(thread),
     )
 
 

@@ -89,14 +89,7 @@ async def thread_parts(conn: Connection, scope: Scope, thread_id: str, ours: boo
         data.extra, problem = parse_extra(thread["extra"], thread_id)
         if problem is not None:
             data.problems.append(problem)
-        data.pending_request = rows.pending_request(
-            thread["pending"],
-            thread["our_text"],
-            thread["run_id"],
-            thread["our_at"],
-            thread["updated_at"],
-            thread["answered"],
-        )
+        data.pending_request = rows.pending_of(thread)
     return data, thread is not None
 
 

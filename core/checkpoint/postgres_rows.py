@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgpack
@@ -197,3 +197,17 @@ def pending_request(
         asked = None
     at = float(asked) if isinstance(asked, (int, float)) and not isinstance(asked, bool) else updated_at
     return PendingRequest(jsonb_text, run_id, at, answered)
+
+
+def pending_of(thread: Mapping[str, Any]) -> PendingRequest | None:
+    """:func:`pending_request` of a thread row read with the pending columns (``pending``,
+    ``our_text``, ``run_id``, ``our_at``, ``updated_at``, ``answered``), as the load and
+    the listing both read them."""
+    return pending_request(
+        thread["pending"],
+        thread["our_text"],
+        thread["run_id"],
+        thread["our_at"],
+        thread["updated_at"],
+        thread["answered"],
+    )
