@@ -32,7 +32,6 @@ Redis (default 20).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import random
@@ -57,6 +56,7 @@ from tests.crash.stepped import (
     prompt_text,
     result_text,
 )
+from tests.helpers.children import signal_unreaped
 from tests.helpers.crash_report import REPORT
 from tests.helpers.store_backends import settle
 from tests.helpers.store_locations import open_location
@@ -144,10 +144,9 @@ async def run_child(run: Run, request: dict[str, Any], delay: float, log: Path) 
         try:
             await asyncio.wait_for(child.wait(), delay)
         except TimeoutError:
-            # The child may end on its own between the timeout and the signal; asyncio's
-            # send_signal then raises ProcessLookupError and its return code tells what happened.
-            with contextlib.suppress(ProcessLookupError):
-                child.send_signal(signal.SIGKILL)
+            # The child may end on its own between the timeout and the signal; its return
+            # code then tells what happened.
+            signal_unreaped(child, signal.SIGKILL)
         await child.wait()
         await asyncio.wait_for(reader, OPEN_TIMEOUT)
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -72,3 +74,19 @@ def run_marked(
     elif proc.returncode != 0 or "done" not in marks:
         raise ChildFailed(f"{what} ended {proc.returncode} (marks {marks}): {stderr[-2000:]}")
     return marks
+
+
+def signal_unreaped(proc: asyncio.subprocess.Process, sig: int) -> None:
+    """Send ``sig`` to an asyncio child by pid, unless it is known to have ended already.
+
+    ``asyncio.subprocess.Process.send_signal`` (and ``kill``, ``terminate``) on Python before
+    3.13 go through ``subprocess.Popen.send_signal``, which first polls the child with
+    ``waitpid``; when the child has just exited, that poll reaps it under the event loop's
+    child watcher, and the watcher then reports return code 255 ("Unknown child process
+    pid") in place of the real one (CPython gh-87744, fixed in 3.13 by signalling by pid).
+    ``os.kill`` never reaps: a child that ended first stays a zombie until the watcher
+    reaps it, so its real return code is kept and its pid cannot be reused meanwhile.
+    """
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)

@@ -14,7 +14,7 @@ import pytest
 
 from core.checkpoint.base import CheckpointData
 from core.messages import AssistantMessage, ToolResultMessage
-from tests.helpers.children import CHILD_TIMEOUT, REPO_ROOT
+from tests.helpers.children import CHILD_TIMEOUT, REPO_ROOT, signal_unreaped
 from tests.helpers.hitl_child import CALL_ID
 
 THREAD = "hitl-1"
@@ -72,7 +72,7 @@ class Child:
 
     async def kill(self) -> None:
         """SIGKILL the child and check it died of that signal."""
-        self.proc.send_signal(signal.SIGKILL)
+        signal_unreaped(self.proc, signal.SIGKILL)
         assert await self.proc.wait() == -signal.SIGKILL
 
     async def stop(self) -> None:
