@@ -45,7 +45,7 @@ async def per_call_ms(length: int, turns: int) -> tuple[float, float]:
     queue = [user_text(f"follow-up {i}") for i in range(turns - 1)]
     stamps: list[float] = []
 
-    def follow_ups() -> list[UserMessage]:
+    async def follow_ups() -> list[UserMessage]:
         return [queue.pop()] if queue else []
 
     def answer(request: object) -> object:

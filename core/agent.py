@@ -27,7 +27,7 @@ import inspect
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -96,6 +96,11 @@ _log = logging.getLogger(__name__)
 
 OnPlan = Callable[[ResumePlan], None]
 """Told the resume plan a resume carries out, before it does (see ``Agent.resume``)."""
+
+Claim = Callable[[list[UserMessage]], Awaitable[list[UserMessage]]]
+"""Given the queued messages the loop takes now (a turn boundary, or the agent about to
+stop), returns those still to deliver, in order, each possibly replaced (its text edited
+meanwhile); one it leaves out is not delivered (cancelled meanwhile). See ``Agent.claim_with``."""
 
 _STANDING: dict[ThreadState, RunOutcome] = {
     ThreadState.COMPLETED: "completed",
@@ -277,11 +282,27 @@ class Agent:
         self._interrupt = asyncio.Event()
         self._stop_after_turn = False
         self._turn_coming = False  # a model call follows the next steering poll anyway
+        self._queue_claim: Claim | None = None
 
     @property
     def state(self) -> AgentState:
         """The live state (see :class:`AgentState`)."""
         return self._state
+
+    def claim_with(self, claim: Claim) -> Callable[[], None]:
+        """Have ``claim`` decide, at the moment the loop takes queued steers, notes and
+        follow-ups, which of them are delivered (a queue kept in a store marks them taken
+        there then, so they stay editable until that moment; :class:`~core.supervisor.Supervisor`).
+        One claim at a time: a second replaces the first. Returns a function that removes
+        it (safe to call twice). ``claim`` must not raise; what it raises ends the run as
+        failed."""
+        self._queue_claim = claim
+
+        def release() -> None:
+            if self._queue_claim is claim:
+                self._queue_claim = None
+
+        return release
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` (sync or async) with every event, in order, after it is folded
@@ -751,25 +772,33 @@ class Agent:
         if not self._state.is_running:
             raise RunError("No run is in progress; send it as a new prompt.")
 
-    def _take_steers(self) -> list[UserMessage]:
+    async def _take_steers(self) -> list[UserMessage]:
         taken, self._state.pending_steers = self._state.pending_steers, []
+        taken = await self._claimed(taken)
         # Notes ride along only when a model call comes anyway: a prompt, a steer, or tool
         # results to answer; never alone, so they never wake an agent that is done.
         coming, self._turn_coming = self._turn_coming, False
         messages = self._state.messages
         if taken or coming or (messages and isinstance(messages[-1], ToolResultMessage)):
-            taken = [*taken, *self._take_notes()]
+            taken = [*taken, *await self._take_notes()]
         return self._stamped(taken)
 
-    def _take_follow_ups(self) -> list[UserMessage]:
+    async def _take_follow_ups(self) -> list[UserMessage]:
         taken, self._state.pending_follow_ups = self._state.pending_follow_ups, []
+        taken = await self._claimed(taken)
         if taken:
-            taken = [*taken, *self._take_notes()]
+            taken = [*taken, *await self._take_notes()]
         return self._stamped(taken)
 
-    def _take_notes(self) -> list[UserMessage]:
+    async def _take_notes(self) -> list[UserMessage]:
         taken, self._state.pending_notes = self._state.pending_notes, []
-        return taken
+        return await self._claimed(taken)
+
+    async def _claimed(self, taken: list[UserMessage]) -> list[UserMessage]:
+        # Claimed after the decision to take and before the notes' decision, so a steer
+        # cancelled meanwhile never lets a note wake an agent that is done.
+        claim = self._queue_claim
+        return await claim(taken) if taken and claim is not None else taken
 
     def _stamped(self, messages: list[UserMessage]) -> list[UserMessage]:
         # Queued messages belong to the run that delivers them.

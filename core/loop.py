@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -76,7 +76,7 @@ async def settle_interrupted(calls: Sequence[ToolCall], run_id: str | None) -> l
     ]
 
 
-def _nothing() -> list[UserMessage]:
+async def _nothing() -> list[UserMessage]:
     return []
 
 
@@ -85,9 +85,10 @@ class LoopConfig:
     """Everything one run of the loop needs, fixed for the run.
 
     ``abort_grace`` is in seconds. Callbacks (supplied by the agent; none may raise):
-    ``get_steering()`` returns (and dequeues) user messages to deliver at the next turn
-    boundary; ``get_follow_ups()`` returns messages to deliver when the agent would
-    otherwise stop.
+    ``await get_steering()`` returns (and dequeues) user messages to deliver at the next
+    turn boundary; ``await get_follow_ups()`` returns messages to deliver when the agent
+    would otherwise stop. Both are awaited at that moment, so a queue kept in a store is
+    claimed only when its messages are really taken (:class:`~core.supervisor.Supervisor`).
 
     Dangling tool calls (of a crashed run) are settled before every model call: by
     default a known idempotent tool is re-run (through ``jobs``, so a done job's result
@@ -115,8 +116,8 @@ class LoopConfig:
     tool_execution: ToolExecutionMode = "parallel"
     abort_grace: float = 5.0
     run_id: str | None = None
-    get_steering: Callable[[], list[UserMessage]] = _nothing
-    get_follow_ups: Callable[[], list[UserMessage]] = _nothing
+    get_steering: Callable[[], Awaitable[list[UserMessage]]] = _nothing
+    get_follow_ups: Callable[[], Awaitable[list[UserMessage]]] = _nothing
     stop_after_turn: Callable[[], bool] = bool
     """Asked after each turn's tools: true ends the run there (no further model call)."""
     interrupt: asyncio.Event | None = None
@@ -180,7 +181,7 @@ async def run_loop(
     emit = _recording(messages, emit, config.run_id, keep_unstamped)
     builder = RequestBuilder()
     await emit(AgentStart(config.run_id or ""))
-    pending = [*prompts, *_poll(config.get_steering, signal)]
+    pending = [*prompts, *await _poll(config.get_steering, signal)]
     has_tool_calls = True
     while True:
         while has_tool_calls or pending:
@@ -205,8 +206,8 @@ async def run_loop(
                 stopped = _aborted(AssistantMessage(content=[]), STOPPED_TEXT)
                 await publish(stopped, emit)
                 return await _end(stopped, config, emit)
-            pending = _poll(config.get_steering, signal)
-        pending = _poll(config.get_follow_ups, signal)
+            pending = await _poll(config.get_steering, signal)
+        pending = await _poll(config.get_follow_ups, signal)
         if not pending:
             break
     await emit(AgentEnd(config.run_id or "", "completed"))
@@ -231,10 +232,10 @@ def _recording(messages: list[AnyMessage], emit: Emit, run_id: str | None, keep_
     return record
 
 
-def _poll(get: Callable[[], list[UserMessage]], signal: asyncio.Event) -> list[UserMessage]:
+async def _poll(get: Callable[[], Awaitable[list[UserMessage]]], signal: asyncio.Event) -> list[UserMessage]:
     # After an abort, queued messages stay queued with the agent rather than being
     # taken and dropped.
-    return [] if signal.is_set() else list(get())
+    return [] if signal.is_set() else list(await get())
 
 
 async def _settle_dangling(

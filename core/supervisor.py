@@ -14,10 +14,14 @@ heartbeats it, see :mod:`core.leases`):
   run ends;
 * watches the command table (the store's change signals + change token, a fallback check every
   ``command_poll`` seconds) and applies abort, steer and follow-up commands, moving each
-  ``pending`` -> ``delivered`` (read and handed to the agent) -> ``applied`` (abort: the
-  run stopped; steer/follow-up: its user message was persisted, the note naming the turn
-  of the run that read it, :func:`~core.commands.turn_note`), or ``refused`` with a
-  note (an abort that came too late). A steer or follow-up the run ended before
+  ``pending`` -> ``delivered`` -> ``applied`` (abort: the run stopped; steer/follow-up:
+  its user message was persisted, the note naming the turn of the run that read it,
+  :func:`~core.commands.turn_note`), or ``refused`` with a note (an abort that came too
+  late). An abort, a stop or an interrupting steer is ``delivered`` when it is read (it
+  acts at once); a steer, note or follow-up is ``delivered`` only when the loop takes it
+  at a turn boundary (or when the agent would stop), so until then it can be edited or
+  cancelled (:func:`~core.commands.edit`, :func:`~core.commands.cancel`) and the edit is
+  what the model reads; a crash before that leaves it ``pending``. A steer or follow-up the run ended before
   delivering (an abort, a provider error, the last turn over) is never refused: it stays
   ``pending``, or ``delivered`` when the agent had it but its message was never saved, and
   after the run :func:`core.commands.undelivered` offers it again (send or discard). A command settled meanwhile by
@@ -47,14 +51,21 @@ from core.changes import StoreWatch
 from core.checkpoint.base import TEXTLESS_KINDS, Command, CommandStatus
 from core.checkpoint.capabilities import LIVE, LiveStore, lacking
 from core.commands import ABORT_TOO_LATE, discard, settle, turn_note, undelivered
-from core.errors import AgentBusyError, EmptyMessageError, RunError
+from core.errors import AgentBusyError, CommandTransitionError, ConflictError, EmptyMessageError, RunError
 from core.events import AgentEnd, AgentEvent, AgentStart, MessageEnd, MessageStart, RunOutcome, TurnStart
 from core.lease_status import lease_status
 from core.live import BATCH_INTERVAL, KEEP, LiveLog
-from core.messages import UserMessage
+from core.messages import UserMessage, user_text
 from core.recovery import ResumePlan, SettleChoice
 
 _log = logging.getLogger(__name__)
+
+_CLAIMED_KINDS = frozenset({"steer", "note", "follow_up"})
+"""Kinds that wait in the agent's queue still pending (editable) until the loop takes them."""
+
+_CLAIM_TRIES = 5
+"""Compare-and-set attempts to claim one command that keeps being edited meanwhile (each
+edit is a person typing, so a handful is plenty; after that it stays with the user)."""
 
 STALE_ABORT = "sent to an earlier run that had already ended"
 """The note on an abort left pending by an earlier run, refused when the next run starts."""
@@ -115,7 +126,10 @@ class Supervisor:
         self._ending = False
         self._seen: set[int] = set()
         self._aborts: list[int] = []
-        self._inflight: dict[int, UserMessage] = {}  # command seq -> the queued user message
+        # command seq -> its user message with the agent: queued (the command still pending,
+        # claimed when the loop takes it) or in flight (delivered, applied once saved)
+        self._queued: dict[int, UserMessage] = {}
+        self._inflight: dict[int, UserMessage] = {}
         self._carry: list[Command] = []
         self._turns = 0  # turns begun in this run: an applied steer's note names its turn
 
@@ -205,10 +219,12 @@ class Supervisor:
             self._carry = await undelivered(self.store, self.thread_id)
         live = self.live = LiveLog(self.store, self.thread_id, interval=self.batch_interval, keep=self.keep)
         unsubscribe = self.agent.subscribe(self._on_event)
+        unclaim = self.agent.claim_with(self._claim)
         watcher = asyncio.create_task(self._watch_commands(), name=f"commands {self.thread_id}")
         try:
             return await run()
         finally:
+            unclaim()
             unsubscribe()
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
@@ -298,12 +314,13 @@ class Supervisor:
                     await self._update(seq, "refused", f"{ABORT_TOO_LATE} (it {outcome})")
             self._aborts = []
             state = self.agent.state
-            for message in self._inflight.values():
+            for message in [*self._queued.values(), *self._inflight.values()]:
                 # Never delivered: take it back so it cannot wake a later run unasked. It stays
-                # `delivered` with no message saved, so `undelivered` offers it again.
+                # `pending` (or `delivered` with no message saved), so `undelivered` offers it again.
                 state.pending_steers[:] = [m for m in state.pending_steers if m is not message]
                 state.pending_follow_ups[:] = [m for m in state.pending_follow_ups if m is not message]
                 state.pending_notes[:] = [m for m in state.pending_notes if m is not message]
+            self._queued.clear()
             self._inflight.clear()
 
     # --- commands --------------------------------------------------------------------------
@@ -334,13 +351,19 @@ class Supervisor:
                 await self._hand_over(c)
 
     async def _hand_over(self, c: Command) -> None:
-        """Give one command to the agent (lock held). Delivered is written before the agent
-        sees it, so "applied" (written when its message is saved) always comes later; a
-        command settled meanwhile (discarded from another window) is not handed over."""
+        """Give one command to the agent (lock held). An abort, a stop or an interrupting
+        steer acts at once, so it is marked delivered before the agent sees it; a steer,
+        note or follow-up waits in the agent's queue still ``pending`` (editable and
+        cancellable) until the loop takes it (:meth:`_claim`). "Applied" (written when its
+        message is saved) always comes after "delivered"; a command settled meanwhile
+        (discarded from another window) is not handed over."""
         if self._ending or not self.agent.state.is_running:
             if c.kind in TEXTLESS_KINDS:
                 await self._update(c.seq, "refused", ABORT_TOO_LATE)
             return  # a steer or follow-up stays pending for the user (`undelivered`)
+        if c.kind in _CLAIMED_KINDS:
+            self._queue(c)
+            return
         if not await self._update(c.seq, "delivered"):
             return
         if self._ending:  # the run ended while the update was written
@@ -353,8 +376,22 @@ class Supervisor:
             (agent.abort if c.kind == "abort" else agent.stop_after_turn)()
             return
         try:
-            if c.kind in ("steer", "interrupt"):
-                (agent.steer if c.kind == "steer" else agent.interrupt)(c.text)
+            agent.interrupt(c.text)
+        except EmptyMessageError as exc:
+            await self._update(c.seq, "refused", str(exc))
+            return
+        except RunError:
+            return  # the run ended first: delivered with no message saved, offered again
+        message = agent.state.pending_steers[-1]
+        message.metadata["command_seq"] = c.seq
+        self._inflight[c.seq] = message
+
+    def _queue(self, c: Command) -> None:
+        """Put a steer, note or follow-up in the agent's queue, its command left as it is."""
+        agent = self.agent
+        try:
+            if c.kind == "steer":
+                agent.steer(c.text)
                 message = agent.state.pending_steers[-1]
             elif c.kind == "note":
                 agent.note(c.text)
@@ -362,13 +399,70 @@ class Supervisor:
             else:
                 agent.follow_up(c.text)
                 message = agent.state.pending_follow_ups[-1]
-        except EmptyMessageError as exc:
-            await self._update(c.seq, "refused", str(exc))
+        except (EmptyMessageError, RunError):
+            # Empty (the store refuses those at `send`) or the run just ended: it stays
+            # with the user (`undelivered`), never refused for them.
             return
-        except RunError:
-            return  # the run ended first: delivered with no message saved, offered again
         message.metadata["command_seq"] = c.seq
-        self._inflight[c.seq] = message
+        self._queued[c.seq] = message
+        _log.debug(
+            "command %s (%s) queued with the agent for its next turn", c.seq, c.kind, extra={"command_seq": c.seq}
+        )
+
+    async def _claim(self, taken: list[UserMessage]) -> list[UserMessage]:
+        """The agent's :data:`~core.agent.Claim`: mark each queued command among ``taken``
+        delivered now, by compare-and-set at its revision as stored, with its text as
+        stored (an edit made while it waited wins); one discarded meanwhile is dropped.
+        A store error delivers the message as queued (the run goes on; it is logged)."""
+        async with self._lock:
+            if not any(m.metadata.get("command_seq") in self._queued for m in taken):
+                return taken
+            try:
+                rows = {c.seq: c for c in await self.store.list_commands(self.thread_id, ["pending", "delivered"])}
+            except Exception:
+                _log.warning("could not read the commands of thread %s; delivering as queued", self.thread_id)
+                rows = None
+            kept: list[UserMessage] = []
+            for message in taken:
+                seq = message.metadata.get("command_seq")
+                if seq not in self._queued:
+                    kept.append(message)
+                    continue
+                del self._queued[seq]
+                claimed = message if rows is None else await self._claimed(rows.get(seq), message)
+                if claimed is not None:
+                    self._inflight[seq] = claimed
+                    kept.append(claimed)
+            return kept
+
+    async def _claimed(self, row: Command | None, message: UserMessage) -> UserMessage | None:
+        """``message`` as its command ``row`` now reads, marked delivered; ``None`` when the
+        command is no longer the agent's to take (discarded, or edited and then discarded)."""
+        for _ in range(_CLAIM_TRIES):
+            if row is None:
+                return None
+            try:
+                row = await self.store.update_command(row.seq, "delivered", expected_revision=row.revision)
+            except (CommandTransitionError, ConflictError):
+                row = next(
+                    (
+                        c
+                        for c in await self.store.list_commands(self.thread_id, ["pending", "delivered"])
+                        if c.seq == row.seq
+                    ),
+                    None,
+                )
+                continue
+            except Exception:
+                _log.warning("could not mark command %s delivered", row.seq, exc_info=True)
+            if row.text != message.text:
+                edited = user_text(row.text, kind=message.metadata.get("kind", row.kind))
+                edited.metadata.update({**message.metadata, "kind": edited.metadata["kind"]})
+                edited.run_id = message.run_id
+                return edited
+            return message
+        _log.warning("command %s kept changing while it was delivered; it stays with the user", row and row.seq)
+        return None
 
     async def _update(self, seq: int, status: CommandStatus, note: str = "") -> bool:
         """Move a command to ``status``; False only when it was settled meanwhile (the

@@ -15,8 +15,8 @@ the zone pinned to UTC. It saves ``screenshots/NAME.svg`` for:
   progress;
 * ``picker``: the thread list, one thread "running here", one run by a headless runner
   child (``tests.helpers.scene_runner``) on host ``build-7``, one crashed on ``build-3``;
-* ``elsewhere``: the thread the child process runs, followed live, with a steer delivered
-  to it (the commands bar shows how far it got);
+* ``elsewhere``: the thread the child process runs, followed live, with a steer sent to
+  it (the commands bar lists it pending: editable until the run's next turn boundary);
 * ``resume``: the resume confirmation of a thread killed with three tool calls in flight
   (one re-run, one reused, one to choose for);
 * ``owners``: at 80x24, the thread list of owner ``alice`` ("threads of alice · 3") on a

@@ -302,7 +302,11 @@ async def test_abort_during_a_tool_ends_with_an_aborted_assistant_message():
 async def test_steering_arrives_after_the_tool_results_before_the_next_call():
     steers = [[], [user_text("use n=3 next time", kind="steer")], []]
     provider = FauxProvider([faux_reply(faux_tool_call("count", {"n": 1})), "Noted."])
-    run = Run(provider, get_steering=lambda: steers.pop(0) if steers else [])
+
+    async def get_steering() -> list[UserMessage]:
+        return steers.pop(0) if steers else []
+
+    run = Run(provider, get_steering=get_steering)
     await run("go")
     second = provider.requests[1].messages
     assert [m.role for m in second] == ["user", "assistant", "tool_result", "user"]
@@ -314,7 +318,11 @@ async def test_steering_arrives_after_the_tool_results_before_the_next_call():
 async def test_follow_ups_only_when_the_agent_would_stop():
     follow_ups = [[user_text("and then?", kind="follow_up")]]
     provider = FauxProvider([faux_reply(faux_tool_call("count", {"n": 1})), "First answer.", "Second answer."])
-    run = Run(provider, get_follow_ups=lambda: follow_ups.pop(0) if follow_ups else [])
+
+    async def get_follow_ups() -> list[UserMessage]:
+        return follow_ups.pop(0) if follow_ups else []
+
+    run = Run(provider, get_follow_ups=get_follow_ups)
     assert await run("go") == "completed"
     assert [m.role for m in run.messages] == ["user", "assistant", "tool_result", "assistant", "user", "assistant"]
     assert run.messages[3].text == "First answer."

@@ -309,9 +309,11 @@ async def test_a_steer_is_delivered_only_after_the_dangling_calls_are_settled():
     ]
     steers = [[user_text("also check b", kind="steer")]]
     model = provider("ok")
-    config = LoopConfig(
-        model, tools=tuple(tools_for(world)), run_id="r", get_steering=lambda: steers.pop() if steers else []
-    )
+
+    async def get_steering() -> list[UserMessage]:
+        return steers.pop() if steers else []
+
+    config = LoopConfig(model, tools=tuple(tools_for(world)), run_id="r", get_steering=get_steering)
     messages = list(history)
 
     async def emit(event) -> None:

@@ -239,7 +239,9 @@ async def test_abort_steer_and_follow_up_through_the_command_table() -> None:
     await started.wait()
     steer = await send(store, "t", "steer", "Go left.")
     follow = await send(store, "t", "follow_up", "And then?")
-    await wait_until(lambda: _both_delivered(store, steer.seq, follow.seq), "delivery")
+    await wait_until(lambda: _both_queued(agent), "both queued with the agent")
+    # Queued while the tool runs, they are still the user's to edit or cancel.
+    assert [c.status for c in await store.list_commands("t")] == ["pending", "pending"]
     gate.set()
     assert await run == "completed"
     messages = (await store.load("t")).messages
@@ -260,8 +262,12 @@ async def test_abort_steer_and_follow_up_through_the_command_table() -> None:
     ]
 
 
-async def _both_delivered(store: MemoryCheckpointer, *seqs: int) -> bool:
-    return all(c.status == "delivered" for c in await store.list_commands("t") if c.seq in seqs)
+async def _both_queued(agent: Agent) -> bool:
+    return bool(agent.state.pending_steers and agent.state.pending_follow_ups)
+
+
+async def _queued(agent: Agent, steers: int) -> bool:
+    return len(agent.state.pending_steers) == steers
 
 
 async def test_an_abort_command_stops_the_run() -> None:
@@ -450,23 +456,16 @@ async def test_one_supervisor_runs_one_run_at_a_time() -> None:
 
 
 class SavesNoSteer(MemoryCheckpointer):
-    """A store that cannot save a steer's message (``fail`` raises), and says when a command is delivered."""
+    """A store that cannot save a steer's message (``fail`` raises)."""
 
     def __init__(self, fail) -> None:  # type: ignore[no-untyped-def]
         super().__init__()
         self.fail = fail
-        self.delivered = asyncio.Event()
 
     async def append(self, thread_id, messages, **fence):  # type: ignore[no-untyped-def]
         if any(isinstance(m, UserMessage) and m.metadata.get("kind") == "steer" for m in messages):
             await self.fail(self)
         await super().append(thread_id, messages, **fence)
-
-    async def update_command(self, seq, status, note=""):  # type: ignore[no-untyped-def]
-        command = await super().update_command(seq, status, note)
-        if status == "delivered":
-            self.delivered.set()
-        return command
 
 
 async def disk_full(_store: MemoryCheckpointer) -> None:
@@ -480,13 +479,14 @@ async def taken_over(store: MemoryCheckpointer) -> None:
 
 
 async def steered_run(store: SavesNoSteer) -> tuple[Agent, int]:
-    """Run a prompt whose tool waits until a steer has been delivered; return the agent and the steer's seq."""
+    """Run a prompt whose tool waits until a steer is queued with the agent (it is delivered
+    at the next turn boundary, then not saved); return the agent and the steer's seq."""
     gate, started = asyncio.Event(), asyncio.Event()
     agent = Agent(provider_with_tool("Steered."), store, "t", tools=[gated_tool(gate, started)])
     run = asyncio.create_task(Supervisor(agent).prompt("Start."))
     await asyncio.wait_for(started.wait(), 30)
     steer = await send(store, "t", "steer", "Go left.")
-    await asyncio.wait_for(store.delivered.wait(), 30)
+    await wait_until(lambda: _queued(agent, 1), "the steer queued with the agent")
     gate.set()
     assert await asyncio.wait_for(run, 30) == "failed"
     return agent, steer.seq
@@ -498,7 +498,17 @@ async def test_a_steer_whose_message_could_not_be_saved_stays_undelivered() -> N
     assert agent.state.error == "Could not save a message, so the run stopped: OSError: disk full"
     assert [m.role for m in (await store.load("t")).messages] == ["user", "assistant", "tool_result"]
     assert await status_of(store, "t", seq) == "delivered"
-    assert [c.seq for c in await undelivered(store, "t")] == [seq], "offered again, never dropped"
+    [offered] = await undelivered(store, "t")
+    assert offered.seq == seq, "offered again, never dropped"
+    # No longer pending, so an edit is queued as a new command and the old one discarded.
+    from core.commands import edit
+
+    replaced = await edit(store, offered, "Go right.")
+    assert replaced.seq > seq and (replaced.status, replaced.text) == ("pending", "Go right.")
+    assert [(c.seq, c.status, c.note) for c in await store.list_commands("t")] == [
+        (seq, "discarded", f"replaced by #{replaced.seq}"),
+        (replaced.seq, "pending", ""),
+    ]
 
 
 async def test_a_steer_refused_by_the_lease_fence_stays_undelivered() -> None:
@@ -602,17 +612,6 @@ def test_a_view_of_a_run_elsewhere_ages_without_a_new_read() -> None:
 # --- the durable queue: edit, cancel, kept across an abort (issue 11 item 4) ----------------
 
 
-class HeldBack(MemoryCheckpointer):
-    """Keeps pending commands from the runner's look until ``held`` is cleared, so the user
-    edits or cancels them while they are still pending, however fast the runner is."""
-
-    held = True
-
-    async def list_commands(self, thread_id, statuses=None, *, after=0):  # type: ignore[no-untyped-def]
-        found = await super().list_commands(thread_id, statuses, after=after)
-        return [] if self.held and statuses == ["pending"] else found
-
-
 def _texts_seen(provider: FauxProvider) -> list[str]:
     return [m.text for request in provider.requests for m in request.messages if isinstance(m, UserMessage)]
 
@@ -621,7 +620,7 @@ async def test_an_edited_steer_is_what_the_model_sees_and_a_cancelled_one_never_
     from core.commands import cancel, edit
     from core.errors import CommandRaced
 
-    store = HeldBack()
+    store = MemoryCheckpointer()
     gate, started = asyncio.Event(), asyncio.Event()
     provider = provider_with_tool("Steered reply.")
     agent = Agent(provider, store, "t", tools=[gated_tool(gate, started)])
@@ -629,24 +628,54 @@ async def test_an_edited_steer_is_what_the_model_sees_and_a_cancelled_one_never_
     await started.wait()
     steer = await send(store, "t", "steer", "Go left.")
     dropped = await send(store, "t", "steer", "Go up.")
+    # Both are with the agent, queued for the next turn boundary, and still the user's.
+    await wait_until(lambda: _queued(agent, 2), "both steers queued with the agent")
     edited = await edit(store, steer, "Go right.")
     assert (edited.text, edited.status, edited.revision) == ("Go right.", "pending", steer.revision + 1)
     cancelled = await cancel(store, dropped)
     assert cancelled.status == "discarded"
-    store.held = False
-    await wait_until(lambda: _both_delivered(store, steer.seq), "delivery")
-    # Delivered now: an edit from a window that saw the first text loses, in one sentence.
-    with pytest.raises(CommandRaced, match=r"^Steer #\d+ was delivered meanwhile, as first written") as raced:
-        await edit(store, edited, "Go down.")
-    assert raced.value.text == "Go down."  # kept, so the screen can offer it again
     gate.set()
     assert await run == "completed"
+    # Taken at the turn boundary: an edit from a window that saw the first text loses, in one sentence.
+    with pytest.raises(CommandRaced, match=r"^Steer #\d+ was applied meanwhile, as first written") as raced:
+        await edit(store, edited, "Go down.")
+    assert raced.value.text == "Go down."  # kept, so the screen can offer it again
     seen = _texts_seen(provider)
     assert "Go right." in seen and "Go left." not in seen and "Go up." not in seen and "Go down." not in seen
-    assert [(c.text, c.status) for c in await store.list_commands("t")] == [
-        ("Go right.", "applied"),
-        ("Go up.", "discarded"),
+    assert [(c.text, c.status, c.note) for c in await store.list_commands("t")] == [
+        ("Go right.", "applied", "delivered at turn 2"),
+        ("Go up.", "discarded", "cancelled by the user before delivery"),
     ]
+
+
+async def test_an_edit_landing_while_the_loop_takes_the_steer_is_what_the_model_reads() -> None:
+    class EditedAtTheBoundary(MemoryCheckpointer):
+        """The user's edit lands between the runner's read of the steer and its claim."""
+
+        async def update_command(self, seq, status, note="", *, expected_revision=None):  # type: ignore[no-untyped-def]
+            if status == "delivered" and expected_revision is not None and not self.raced:
+                self.raced = True
+                [row] = [c for c in await self.list_commands("t") if c.seq == seq]
+                await self.edit_command(seq, "Go right.", expected_revision=row.revision)
+            return await super().update_command(seq, status, note, expected_revision=expected_revision)
+
+    store = EditedAtTheBoundary()
+    store.raced = False
+    gate, started = asyncio.Event(), asyncio.Event()
+    provider = provider_with_tool("Steered reply.")
+    agent = Agent(provider, store, "t", tools=[gated_tool(gate, started)])
+    run = asyncio.create_task(Supervisor(agent, command_poll=0.02).prompt("Start."))
+    await started.wait()
+    await send(store, "t", "steer", "Go left.")
+    await wait_until(lambda: _queued(agent, 1), "the steer queued with the agent")
+    gate.set()
+    assert await run == "completed" and store.raced
+    seen = _texts_seen(provider)
+    assert "Go right." in seen and "Go left." not in seen
+    [command] = await store.list_commands("t")
+    assert (command.text, command.status, command.revision) == ("Go right.", "applied", 4)
+    [steer] = [m for m in (await store.load("t")).messages if m.metadata.get("kind") == "steer"]
+    assert steer.metadata["command_seq"] == command.seq and steer.text == "Go right."
 
 
 async def test_a_steer_queued_before_an_abort_is_offered_edited_and_sent_with_the_next_run() -> None:
@@ -662,19 +691,17 @@ async def test_a_steer_queued_before_an_abort_is_offered_edited_and_sent_with_th
     run = asyncio.create_task(sup.prompt("Start."))
     await started.wait()
     steer = await send(store, "t", "steer", "Focus on europe.")
-    await wait_until(lambda: _both_delivered(store, steer.seq), "delivery")
+    await wait_until(lambda: _queued(agent, 1), "the steer queued with the agent")
     agent.abort()
     assert await run == "aborted"
-    # Not refused: the agent had it, but its message was never saved, so it is offered.
+    # Not refused: the agent had it queued, never delivered, so it is offered, still pending.
     [offered] = await undelivered(store, "t")
-    assert (offered.seq, offered.status, offered.note) == (steer.seq, "delivered", "")
-    replaced = await edit(store, offered, "Focus on asia.")
-    assert replaced.seq > steer.seq and replaced.status == "pending"
+    assert (offered.seq, offered.status, offered.note) == (steer.seq, "pending", "")
+    assert agent.state.pending_steers == [], "taken back, so it cannot wake a later run unasked"
+    edited = await edit(store, offered, "Focus on asia.")
+    assert edited.seq == steer.seq and edited.status == "pending"
     assert [c.text for c in await undelivered(store, "t")] == ["Focus on asia."]
     assert await sup.prompt("Go on.", include_pending=True) == "completed"
     seen = _texts_seen(provider)
     assert "Focus on asia." in seen and "Focus on europe." not in seen
-    assert [(c.seq, c.status) for c in await store.list_commands("t")] == [
-        (steer.seq, "discarded"),
-        (replaced.seq, "applied"),
-    ]
+    assert [(c.seq, c.status) for c in await store.list_commands("t")] == [(steer.seq, "applied")]

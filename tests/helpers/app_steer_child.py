@@ -2,8 +2,9 @@
 steer while a tool is held, and waits to be SIGKILLed once the steer is in the store.
 
 Usage: ``python -m tests.helpers.app_steer_child DB_PATH`` (from the repository root).
-Marks: ``thread:ID`` (the new thread), then ``queued`` once the app's bar shows the steer
-taken by its Supervisor (``delivered``): the parent kills the whole app there.
+Marks: ``thread:ID`` (the new thread), then ``queued`` once the app's Supervisor has put
+the steer in its agent's queue for the next turn boundary (the bar shows it still
+``pending``: it is delivered only when the loop takes it): the parent kills the whole app there.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ async def main(db_path: str) -> None:
         assert isinstance(screen, ThreadScreen)
         mark(f"thread:{screen.thread_id}")
         await send_via_dialog(pilot, "s", STEER)
-        await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "delivered", timeout=60, what="delivered")
+        agent = session.agents[screen.thread_id]
+        await wait_for(pilot, lambda: bool(agent.state.pending_steers), timeout=60, what="queued with the agent")
+        await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "pending", timeout=60, what="shown pending")
         mark("queued")
         await asyncio.sleep(3600)
 

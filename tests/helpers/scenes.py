@@ -16,7 +16,7 @@ deterministic the same way:
   (:data:`PAUSED_AT`) until the run is aborted, instead of a live percentage;
 * the app is given its store as a path relative to its working directory (the scene's
   own), so the picker's title reads ``threads.sqlite`` on every machine;
-* each waits for a known state (rows shown, tools at their step, a steer delivered), then
+* each waits for a known state (rows shown, tools at their step, a steer queued), then
   dismisses notifications (their lifetime is real seconds) and refreshes the footer's keys
   before the screen is taken. The time zone is the caller's to pin (``TZ=UTC``).
 """
@@ -368,7 +368,7 @@ async def _picker(pilot: Pilot[Any], stage: Stage) -> None:
 
 async def _elsewhere(pilot: Pilot[Any], stage: Stage) -> None:
     """After :func:`_picker`: the child's thread followed, its tools at their paused step,
-    a steer sent and delivered to it."""
+    a steer sent to it, queued until its next turn boundary (still pending, so editable)."""
     app = pilot.app
     await _picker(pilot, stage)
     await open_from_picker(pilot, RUNNER_THREAD)
@@ -379,7 +379,7 @@ async def _elsewhere(pilot: Pilot[Any], stage: Stage) -> None:
     await _until(pilot, lambda: isinstance(app.screen, TextInputModal), "the steer dialog")
     app.screen.query_one("Input").value = STEER  # type: ignore[attr-defined]
     await pilot.press("enter")
-    await _until(pilot, lambda: screen.commands_bar.status_of(1) == "delivered", "the steer delivered")
+    await _until(pilot, lambda: screen.commands_bar.status_of(1) == "pending", "the steer listed pending")
     await _settled(pilot)
 
 

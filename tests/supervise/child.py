@@ -15,6 +15,9 @@ pauses each reply ``k`` halfway through its text until ``resume-k`` exists, and
 ``resume-k``, ``resume-k-2``, ..., ``resume-k-n`` exist (:func:`pause_points`, :func:`pause_gate`:
 a test knows exactly which text a follower must show at each pause);
 ``CUBEPI_TEST_STUBBORN=1`` makes the tool ignore an abort until ``honor-abort`` exists.
+When the runner's Supervisor queues a steer, note or follow-up with its agent (to be
+delivered at the next turn boundary), ``queued-SEQ`` is written (its debug log, read by
+:class:`QueuedMarks`), so a test knows the runner has it before it lets the tool end.
 
 Reply ``k`` (1-based) streams :func:`reply_text` in 4-character deltas, then calls ``work``
 with ``label="k"``; the tool writes ``started-k``, reports progress every 0.05 s and
@@ -24,6 +27,7 @@ returns once ``release-k`` exists. The final reply quotes every steer it saw.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -45,6 +49,20 @@ FILLER = (
 
 def _gates() -> Path:
     return Path(os.environ.get("CUBEPI_TEST_GATES", "."))
+
+
+class QueuedMarks(logging.Handler):
+    """Writes ``queued-SEQ`` in the gate directory for each command the Supervisor queues."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        seq = getattr(record, "command_seq", None)
+        if seq is not None:
+            (_gates() / f"queued-{seq}").write_text("")
+
+
+_supervisor_log = logging.getLogger("core.supervisor")
+_supervisor_log.addHandler(QueuedMarks(logging.DEBUG))
+_supervisor_log.setLevel(logging.DEBUG)  # the runner's own handler still shows warnings only
 
 
 DELTA = 4

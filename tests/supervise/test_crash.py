@@ -16,7 +16,7 @@ from core.lease_status import LeaseState
 from core.messages import ToolResultMessage, UserMessage
 from core.recovery import ThreadState
 from core.supervisor import Supervisor
-from tests.helpers.supervise import SIGKILL, SIGSTOP, until, until_status
+from tests.helpers.supervise import SIGKILL, SIGSTOP, until
 
 from .child import GatedProvider, work
 
@@ -79,12 +79,12 @@ async def test_killed_runner_elsewhere_stays_running_until_its_lease_expires(
 
 
 async def _crash_with_undelivered_steers(db: Path, store, spawn, thread: str):
-    """A runner that took steer A (delivered, not yet in the conversation), was frozen, got
-    steer B (pending: nobody reads it), and was killed."""
+    """A runner that took steer A (queued with its agent for the next turn boundary, so
+    still pending), was frozen, got steer B (pending: nobody reads it), and was killed."""
     runner = spawn(db, thread, "Do the work.", "--lease-ttl", "4", "--heartbeat", "0.5")
     await runner.file("started-1")
     a = await send(store, thread, "steer", "Steer A.")
-    await until_status(store, thread, a.seq, {"delivered"})
+    await runner.file(f"queued-{a.seq}")
     runner.signal(SIGSTOP)
     b = await send(store, thread, "steer", "Steer B.")  # its lease is still live: accepted
     runner.signal(SIGKILL)
@@ -96,7 +96,7 @@ async def test_undelivered_steers_after_a_crash_go_with_the_resume(db: Path, sto
     a, b = await _crash_with_undelivered_steers(db, store, spawn, "t-outbox")
     pending = await undelivered(store, "t-outbox")
     assert [(c.seq, c.text, c.status) for c in pending] == [
-        (a.seq, "Steer A.", "delivered"),
+        (a.seq, "Steer A.", "pending"),
         (b.seq, "Steer B.", "pending"),
     ]
 

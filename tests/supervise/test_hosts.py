@@ -118,8 +118,8 @@ async def test_each_command_is_applied_by_the_runner_holding_its_threads_lease(s
     # Steers, sent the way the app sends them, while both tools run.
     steer_a = await send(store, "t-a", "steer", "Steer for build-7.")
     steer_b = await send(store, "t-b", "steer", "Steer for build-8.")
-    await until_status(store, "t-a", steer_a.seq, {"delivered"})  # type: ignore[arg-type]
-    await until_status(store, "t-b", steer_b.seq, {"delivered"})  # type: ignore[arg-type]
+    await a.file(f"queued-{steer_a.seq}")  # each runner has its steer queued for the turn boundary
+    await b.file(f"queued-{steer_b.seq}")
     a.gate("release-1")
     b.gate("release-1")
     assert (await until_status(store, "t-a", steer_a.seq, {"applied"}))[-1] == "applied"  # type: ignore[arg-type]

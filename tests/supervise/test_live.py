@@ -12,7 +12,7 @@ from core.follow import ThreadFollower
 from core.lease_status import LeaseState
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState
-from tests.helpers.supervise import until, until_status
+from tests.helpers.supervise import command_status, until, until_status
 
 from .child import pause_gate, pause_points, reply_text
 
@@ -120,8 +120,10 @@ async def test_a_steer_lands_at_the_next_turn_boundary(db: Path, store, spawn) -
     async with ThreadFollower(store, "t-steer") as follower:
         await until(follower, lambda m: m.running_tools, "the tool to run", runner=runner)
         command = await send(store, "t-steer", "steer", "Use the 2024 figures.")
-        await until_status(store, "t-steer", command.seq, {"delivered"})
-        # Delivered, not yet in the conversation: the tool still runs.
+        await runner.file(f"queued-{command.seq}")
+        # Queued with the agent, not yet in the conversation: the tool still runs, and the
+        # steer is still the user's to edit or cancel.
+        assert await command_status(store, "t-steer", command.seq) == "pending"
         assert not any(
             isinstance(m, UserMessage) and m.metadata.get("kind") == "steer" for m in follower.model.messages
         )

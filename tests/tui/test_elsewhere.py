@@ -246,15 +246,14 @@ async def test_a_steer_sent_to_a_runner_that_then_crashed_is_sent_with_the_resum
         await fill_dialog(pilot, "s", "focus on europe")
         await wait_for_text(pilot, "It goes to process")  # drawn after the push
         await pilot.press("enter")
-        # The runner reads it (delivered) but its tool never reaches a turn boundary.
-        await wait_for(
-            pilot, lambda: screen.commands_bar.status_of(1) == "delivered", timeout=TIMEOUT, what="delivered"
-        )
+        # The runner queues it with its agent, but its tool never reaches a turn boundary.
+        await wait_for(pilot, lambda: (child.gates / "queued-1").exists(), timeout=TIMEOUT, what="queued")
         await wait_for(
             pilot,
-            lambda: "steer #1 “focus on europe”: pending → delivered" in squeezed_lines(screen_text(app)),
+            lambda: "steer #1 “focus on europe”: pending" in squeezed_lines(screen_text(app)),
             what="the commands bar drawn",
         )
+        assert screen.commands_bar.status_of(1) == "pending"
         child.kill()
         await wait_for_text(pilot, "Crashed mid-tool (point 3)", timeout=TIMEOUT)
         assert screen.elsewhere is None

@@ -210,7 +210,8 @@ async def test_quitting_keeps_a_queued_steer_in_the_database_for_later(db: Db) -
         screen = await _start_thread(pilot, "build a report")
         await wait_for(pilot, lambda: running_tool(app), what="a tool running")
         await send_via_dialog(pilot, "s", "focus on europe")
-        await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "delivered", what="delivered")
+        agent = session.agents[screen.thread_id]
+        await wait_for(pilot, lambda: bool(agent.state.pending_steers), what="queued with the agent")
         await pilot.press("q")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
         await pilot.press("q")

@@ -69,7 +69,7 @@ def test_the_picker_with_runs_here_and_elsewhere(snap_compare: Any, stage: Stage
     assert _compare(snap_compare, stage, "picker")
 
 
-def test_a_thread_another_process_runs_with_a_steer_delivered(snap_compare: Any, stage: Stage) -> None:
+def test_a_thread_another_process_runs_with_a_steer_queued(snap_compare: Any, stage: Stage) -> None:
     assert _compare(snap_compare, stage, "elsewhere")
 
 

@@ -61,8 +61,7 @@ async def test_a_steer_queued_when_the_app_is_sigkilled_is_listed_after_restart_
         await wait_for(
             pilot,
             lambda: (
-                "steer #1 “focus on europe”: delivered (not delivered: the run ended)"
-                in squeezed_lines(screen_text(app))
+                "steer #1 “focus on europe”: pending (not delivered: the run ended)" in squeezed_lines(screen_text(app))
             ),
             timeout=TIMEOUT,
             what="the steer listed after the restart",
@@ -95,7 +94,9 @@ async def _aborted_with_a_steer(pilot, app, text: str) -> ThreadScreen:  # type:
     screen = app.screen
     assert isinstance(screen, ThreadScreen)
     await send_via_dialog(pilot, "s", text)
-    await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "delivered", timeout=TIMEOUT, what="taken")
+    agent = session.agents[screen.thread_id]
+    await wait_for(pilot, lambda: bool(agent.state.pending_steers), timeout=TIMEOUT, what="queued with the agent")
+    assert screen.commands_bar.status_of(1) == "pending"
     await pilot.press("a")
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), timeout=TIMEOUT, what="the offer")
     await wait_for_text(pilot, "The run ended before 1 steer or follow-up reached the agent")
@@ -114,7 +115,7 @@ async def test_a_steer_queued_before_an_abort_is_offered_and_the_model_gets_it_a
         await type_text(pilot, "focus on asia")
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), timeout=TIMEOUT, what="offered again")
-        assert "Steer #2: focus on asia" in screen_text(app)
+        assert "Steer #1: focus on asia" in screen_text(app)
         await pilot.press("y")
         await wait_for_text(pilot, "focus on asia", timeout=TIMEOUT)
         await wait_for(pilot, lambda: not screen.running and screen.diagnosis is not None, timeout=TIMEOUT, what="ran")
@@ -122,7 +123,8 @@ async def test_a_steer_queued_before_an_abort_is_offered_and_the_model_gets_it_a
     data = await db.load(thread_id)
     texts = _user_texts(data)
     assert ("focus on asia", "prompt") in texts and not any("europe" in t for t, _ in texts)
-    assert [(c.seq, c.status) for c in await _commands(db, thread_id)] == [(1, "discarded"), (2, "discarded")]
+    # Still pending, it was edited in place, then sent as the new prompt.
+    assert [(c.seq, c.text, c.status) for c in await _commands(db, thread_id)] == [(1, "focus on asia", "discarded")]
 
 
 async def test_a_steer_cancelled_before_it_is_sent_never_reaches_the_model(db: Db) -> None:

@@ -124,7 +124,8 @@ async def test_o_sends_a_note_that_rides_with_the_next_turn(db: Db) -> None:
     async with app.run_test(size=(130, 44)) as pilot:
         screen = await _running(pilot, "build a report")
         await send_via_dialog(pilot, "o", "by the way, no rush")
-        await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "delivered", timeout=TIMEOUT, what="taken")
+        agent = session.agents[screen.thread_id]
+        await wait_for(pilot, lambda: bool(agent.state.pending_notes), timeout=TIMEOUT, what="queued")
         gate.set()
         await wait_for(pilot, lambda: not screen.running, timeout=TIMEOUT, what="the run over")
         thread_id = screen.thread_id
