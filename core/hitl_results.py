@@ -98,3 +98,15 @@ def with_hitl(details: Any, hitl: Mapping[str, Any]) -> Any:
     if isinstance(details, dict):
         return {**details, "hitl": dict(hitl)}
     return {"_non_dict_details": details, "hitl": dict(hitl)}
+
+
+_DENIALS = frozenset({"human_deny", "policy_deny"})
+"""The ``details["hitl"]["decision"]`` values of a call that was denied, not run."""
+
+
+def was_denied(details: Any) -> bool:
+    """Whether a tool result's ``details`` say its call was denied (by a person or by the
+    approval policy) rather than run: ``details["hitl"]["decision"]`` as :func:`approval_result`
+    and :func:`policy_denial_result` write it, and as cubeloop does. Any other shape: ``False``."""
+    hitl = details.get("hitl") if isinstance(details, dict) else None
+    return isinstance(hitl, dict) and hitl.get("decision") in _DENIALS

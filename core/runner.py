@@ -65,6 +65,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -87,6 +88,7 @@ from core.errors import (
 )
 from core.events import AgentEnd, AgentEvent, MessageEnd, MessageUpdate, RetryWait, RunOutcome
 from core.fingerprints import check_workflow
+from core.hitl_results import was_denied
 from core.leases import LeaseHolder, delete_thread, deleted_sentence
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.owners import UNOWNED, check_owner, default_owner, resolve_owner
@@ -291,7 +293,7 @@ async def run_headless(
             say(
                 err,
                 f"Thread {thread_id!r} waits for an answer{question}: answer it with "
-                f"'cubepi-tui answer --thread {thread_id}', then run it again with --resume.",
+                f"'{answer_hint(db_path, thread_id, owner)} …', then run it again with --resume.",
             )
         return EXIT_CODES.get(outcome, 1)
     except asyncio.CancelledError:
@@ -521,9 +523,26 @@ def describe(message: Any) -> str | None:
             parts.append("(cut off at the length limit)")
         return " ".join(parts)
     if isinstance(message, ToolResultMessage):
-        verb = "failed" if message.is_error else "returned"
+        verb = "denied" if was_denied(message.details) else "failed" if message.is_error else "returned"
         return f"tool {plain(message.tool_name or '?')} {verb}: {plain(message.text)}"
     return None
+
+
+def answer_hint(db_path: str | os.PathLike[str] | None, thread_id: str, owner: str | None) -> str:
+    """The start of the shell command that answers ``thread_id`` in the same store and for
+    the same owner as this run (``--db`` when one was given, its password left out as in
+    every sentence, :func:`~core.checkpoint.locations.describe_location`; ``--unowned`` or
+    ``--owner`` unless the default owner), each word quoted for a POSIX shell; the reply
+    option (``--approve``, ...) is the caller's to add."""
+    words = ["cubepi-tui", "answer"]
+    if db_path is not None:
+        words += ["--db", describe_location(db_path)]
+    if owner == UNOWNED:
+        words.append("--unowned")
+    elif owner is not None and owner != default_owner():
+        words += ["--owner", owner]
+    words += ["--thread", thread_id]
+    return shlex.join(words)
 
 
 def describe_plan(plan: ResumePlan) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from core.events import RetryWait
 from core.follow import ThreadChange, ThreadFollower
 from core.lease_status import LeaseState
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
-from core.runner import describe, describe_wait, main, plain
+from core.runner import answer_hint, describe, describe_wait, main, plain
 from tests.helpers import retrying_agent
 from tests.helpers.supervise import ROOT, runner_argv, until
 
@@ -82,12 +83,33 @@ async def test_a_run_whose_approval_times_out_exits_waiting_and_says_how_to_go_o
     assert await runner.wait() == 3  # core.runner.EXIT_CODES["waiting"]
     out, err = runner.output()
     assert out.splitlines()[-1] == "run waiting: No answer in 1 s and no default: the run ends waiting for one."
+    hint = f"cubepi-tui answer --db {shlex.quote(str(db))} --thread t-ask"
     assert err.splitlines() == [
         "Thread 't-ask' waits for an answer (approve delete_file (call_del_1)?): answer it with "
-        "'cubepi-tui answer --thread t-ask', then run it again with --resume."
+        f"'{hint} …', then run it again with --resume."
     ]
     data = await store.load("t-ask")
     assert data is not None and data.pending_request is not None  # kept for the answer
+    # The command as hinted, given a reply, answers it in the same store, from anywhere.
+    command = [str(Path(sys.executable).parent / "cubepi-tui"), *shlex.split(hint)[1:], "--deny", "not now"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=db.parent)
+    assert done.returncode == 0, done.stderr
+    data = await store.load("t-ask")
+    assert data is not None and data.pending_request is not None and data.pending_request.answered
+
+
+def test_the_answer_hint_names_the_store_and_an_owner_other_than_the_default() -> None:
+    from core.owners import UNOWNED, default_owner
+
+    assert answer_hint(None, "t 1", None) == "cubepi-tui answer --thread 't 1'"
+    assert answer_hint(None, "t", default_owner()) == "cubepi-tui answer --thread t"
+    assert (
+        answer_hint("/tmp/a b.sqlite", "t", UNOWNED) == "cubepi-tui answer --db '/tmp/a b.sqlite' --unowned --thread t"
+    )
+    assert (
+        answer_hint("postgresql://me:secret@db/agents", "t", "alice")
+        == "cubepi-tui answer --db postgresql://me@db/agents --owner alice --thread t"
+    )
 
 
 @pytest.mark.parametrize(
@@ -136,6 +158,8 @@ def test_lines_escape_control_characters() -> None:
         tool_call_id="c1", tool_name="ls", content=[TextContent(text="\x1b[2Jboom")], is_error=True
     )
     assert describe(result) == "tool ls failed: \\x1b[2Jboom"
+    denied = result.model_copy(update={"details": {"hitl": {"decision": "human_deny", "reason": "too risky"}}})
+    assert describe(denied) == "tool ls denied: \\x1b[2Jboom"  # a person said no; nothing failed
     assert describe(user_text("Go", kind="follow_up")) == "follow-up: Go"
     wait = RetryWait(11.2, "rate\x1b[2J limited", 1, 5)
     assert describe_wait(wait) == "model call: rate\\x1b[2J limited, retrying in 12 s (attempt 2 of 5)"

@@ -110,3 +110,19 @@ async def test_a_short_request_makes_a_dialog_no_taller_than_it_needs() -> None:
         assert scroll.max_scroll_y == 0 and scroll.size.height == scroll.virtual_size.height
         assert dialog.query_one(".dialog").outer_size.height < 21, "not stretched to its share of the screen"
         assert _inside(app, "#send") and _inside(app, "#cancel")
+
+
+@pytest.mark.parametrize("multi", [False, True])
+async def test_option_labels_are_shown_exactly_as_the_agent_wrote_them(multi: bool) -> None:
+    options = [
+        Option(label="[b]prod[/b]", value="prod", description="[red]all[/red] users"),
+        Option(label="stage\x1b[2J", value="stage"),
+    ]
+    question = Question(key="env", prompt="Which one?", options=options, multi_select=multi)
+    app = make_app(fast_session(await _waiting_store(AskRequest(questions=[question]))))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _dialog(pilot)
+        text = screen_text(app)  # "N  label": the dialog's lines (the panel behind has "N label (value)")
+        assert "1  [b]prod[/b]" in text and "2  stage␛[2J" in text, text
+        if not multi:  # a single choice's description is beside its label, literally too
+            assert "1  [b]prod[/b] - [red]all[/red] users" in text, text

@@ -32,7 +32,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Input, RadioButton, RadioSet, SelectionList, Static, TextArea
 
 from core.errors import AnswerMismatchError, CubepiError, UnreadableRequestError
-from core.hitl import ApproveRequest, AskRequest, ConfirmRequest, HumanRequest, Question, parse_request
+from core.hitl import ApproveRequest, AskRequest, ConfirmRequest, HumanRequest, Option, Question, parse_request
 from core.hitl_replies import ApproveReply, DenyReply, EditReply, KeyedReply, Reply, YesNoReply, answer_json_for
 from tui.screens.modals import ConfirmModal, LineInput, OnceModal
 from tui.text import clean, literal
@@ -178,15 +178,13 @@ class AnswerModal(OnceModal[Reply | None]):
         options = question.options or []
         if options and question.multi_select:
             yield NumberedSelectionList(
-                *((f"{n}  {clean(o.label)}", o.value) for n, o in enumerate(options, 1)), id=f"choices-{index}"
+                *((_option_label(n, o, described=False), o.value) for n, o in enumerate(options, 1)),
+                id=f"choices-{index}",
             )
         elif options:
             with NumberedRadioSet(id=f"choices-{index}"):
                 for n, option in enumerate(options, 1):
-                    label = f"{n}  {clean(option.label)}"
-                    if option.description:
-                        label += f" - {clean(option.description)}"
-                    yield RadioButton(label)
+                    yield RadioButton(_option_label(n, option, described=True))
         if not options or any(o.allow_input for o in options):
             placeholder = "your answer" if not options else "or your own text (for the option that allows it)"
             yield LineInput(placeholder=placeholder, id=f"text-{index}")
@@ -363,3 +361,15 @@ async def answer_pending(view: ThreadView) -> None:
     else:
         view.notify(clean(answered.sentence), timeout=8, markup=False)
     view.reload_pending()
+
+
+def _option_label(n: int, option: Option, *, described: bool) -> Text:
+    """Option ``n`` of a question as its dialog lists it: the number, then the label (and,
+    ``described``, its description) exactly as the agent wrote them, never parsed as
+    markup (a string label would be: ``[b]x[/b]`` would show bold)."""
+    label = Text(f"{n}  ")
+    label.append_text(literal(option.label))
+    if described and option.description:
+        label.append(" - ")
+        label.append_text(literal(option.description))
+    return label
