@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.checkpoint.base import Checkpointer, PendingRequest, ThreadSummary
-from core.checkpoint.capabilities import HumanAnswers, ThreadVersions, supports
+from core.checkpoint.base import Checkpointer, PendingRequest, ThreadSummary, thread_unavailable
+from core.checkpoint.capabilities import HumanAnswers, OwnerScoped, ThreadVersions, supports
 from core.errors import NotWaitingError, StaleAnswerError
 from core.hitl import ApprovalAnswer, ApproveRequest, AskRequest, HumanRequest, parse_request
 from core.hitl_replies import Reply, answer_json_for, check_answer
+from core.owners import UNOWNED
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +58,17 @@ async def pending_request(store: Checkpointer, thread_id: str) -> PendingRequest
     """The thread's pending request as stored, ``None`` when it has none (or is unavailable
     to the store's owner); from the thread's summary where the store gives one (no message
     decoded but its tail), else from a whole ``load``."""
+    _found, pending = await _pending_of(store, thread_id)
+    return pending
+
+
+async def _pending_of(store: Checkpointer, thread_id: str) -> tuple[bool, PendingRequest | None]:
+    """Whether the store's owner sees ``thread_id`` at all, and its pending request."""
     if supports(store, ThreadVersions):
         summaries: list[ThreadSummary] = await store.summaries([thread_id])
-        return summaries[0].pending_request if summaries else None
+        return (True, summaries[0].pending_request) if summaries else (False, None)
     data = await store.load(thread_id)
-    return None if data is None else data.pending_request
+    return (False, None) if data is None else (True, data.pending_request)
 
 
 async def answer(store: Checkpointer, thread_id: str, reply: Reply, *, question_id: str | None = None) -> Answered:
@@ -73,8 +80,9 @@ async def answer(store: Checkpointer, thread_id: str, reply: Reply, *, question_
     ``KeyedReply({key: text | [texts]})`` for any ask. ``question_id``, when given, must be
     the pending request's (so an answer meant for one question never lands on the next).
 
-    Raises (each one sentence): ``NotWaitingError`` when the thread has no pending request
-    or is unavailable to the store's owner; ``StaleAnswerError`` when ``question_id`` is
+    Raises (each one sentence): ``ThreadNotFoundError`` when the thread is missing or
+    another owner's (:func:`~core.checkpoint.base.thread_unavailable`: the same sentence
+    for both); ``NotWaitingError`` when it has no pending request; ``StaleAnswerError`` when ``question_id`` is
     not the pending one, or the request was settled or replaced between the read and the
     write; ``UnreadableRequestError`` for a request this version cannot read;
     ``AnswerMismatchError`` when the reply does not fit the request; ``AlreadyAnsweredError``
@@ -84,7 +92,9 @@ async def answer(store: Checkpointer, thread_id: str, reply: Reply, *, question_
     """
     if not supports(store, HumanAnswers):
         raise TypeError(f"{type(store).__name__} does not record human answers (HumanAnswers).")
-    pending = await pending_request(store, thread_id)
+    found, pending = await _pending_of(store, thread_id)
+    if not found:
+        raise thread_unavailable(thread_id, store.owner if supports(store, OwnerScoped) else UNOWNED)
     if pending is None:
         raise NotWaitingError.of(thread_id)
     request = parse_request(pending.request_json)

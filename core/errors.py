@@ -275,8 +275,8 @@ class HumanAnswerError(CubepiError):
 
 
 class NotWaitingError(HumanAnswerError):
-    """Raised by :func:`core.answers.answer` when the thread has no pending request (or is
-    unavailable to this owner: the same sentence, so nothing tells them apart)."""
+    """Raised by :func:`core.answers.answer` when the thread has no pending request (a
+    thread missing or another owner's is ``ThreadNotFoundError`` there, one sentence for both)."""
 
     @classmethod
     def of(cls, thread_id: str) -> NotWaitingError:

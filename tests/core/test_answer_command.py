@@ -68,6 +68,14 @@ async def _waiting(location: str, payload: RequestPayload, thread_id: str = "t1"
     return qid
 
 
+async def _idle(location: str, thread_id: str) -> None:
+    store = await open_store(location, create=False, owner="alice")
+    try:
+        await store.append(thread_id, [user_text("hello")])
+    finally:
+        await store.close()
+
+
 async def _stored(location: str, thread_id: str, qid: str) -> object:
     store = await open_store(location, create=False, owner="alice")
     try:
@@ -164,11 +172,16 @@ async def test_bad_replies_are_one_sentence_and_record_nothing(tmp_path: Path) -
 async def test_a_thread_not_waiting_or_another_owners(tmp_path: Path) -> None:
     db = str(tmp_path / "a.sqlite")
     await _waiting(db, APPROVAL)
+    # Another owner's thread and a missing one read the same sentence.
     assert _refused(_answer("--db", db, "--owner", "bob", "--thread", "t1", "--approve")) == (
-        "Thread 't1' is not waiting for an answer."
+        "Thread 't1' is unavailable: owner bob has no such thread."
     )
     assert _refused(_answer("--db", db, "--owner", "alice", "--thread", "t9", "--approve")) == (
-        "Thread 't9' is not waiting for an answer."
+        "Thread 't9' is unavailable: owner alice has no such thread."
+    )
+    await _idle(db, "t2")
+    assert _refused(_answer("--db", db, "--owner", "alice", "--thread", "t2", "--approve")) == (
+        "Thread 't2' is not waiting for an answer."
     )
     stale = _refused(_answer("--db", db, "--owner", "alice", "--thread", "t1", "--question", "call_0", "--approve"))
     assert stale.startswith("Thread 't1' has no pending question 'call_0'; ")

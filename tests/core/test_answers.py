@@ -17,6 +17,7 @@ from core.errors import (
     AnswerMismatchError,
     NotWaitingError,
     StaleAnswerError,
+    ThreadNotFoundError,
     UnreadableRequestError,
 )
 from core.hitl import (
@@ -123,19 +124,24 @@ async def test_a_reply_that_does_not_fit_records_nothing(store: Any) -> None:
 
 async def test_a_thread_not_waiting_is_one_sentence(store: Any) -> None:
     await store.append("idle", [user_text("hello")])
-    for thread in ("idle", "nobody"):
-        with pytest.raises(NotWaitingError, match=rf"^Thread '{thread}' is not waiting for an answer\.$"):
-            await answer(store, thread, ApproveReply())
+    with pytest.raises(NotWaitingError, match=r"^Thread 'idle' is not waiting for an answer\.$"):
+        await answer(store, "idle", ApproveReply())
+    with pytest.raises(ThreadNotFoundError, match=r"^Thread 'nobody' is unavailable: owner .* has no such thread\.$"):
+        await answer(store, "nobody", ApproveReply())
 
 
-async def test_another_owners_waiting_thread_reads_as_not_waiting(store: Any) -> None:
-    await waiting(store, APPROVAL)
+async def test_another_owners_waiting_thread_reads_as_a_missing_one(store: Any) -> None:
+    qid = await waiting(store, APPROVAL)
     bob = MemoryCheckpointer("bob", shared=store) if isinstance(store, MemoryCheckpointer) else None
     if bob is None:
         bob = await SQLiteCheckpointer.open(store.path, create=False, owner="bob")
     try:
-        with pytest.raises(NotWaitingError):
+        with pytest.raises(ThreadNotFoundError) as foreign:
             await answer(bob, "t1", ApproveReply())
+        with pytest.raises(ThreadNotFoundError) as missing:
+            await answer(bob, "t9", ApproveReply())
+        assert str(foreign.value) == str(missing.value).replace("t9", "t1"), "nothing tells them apart"
+        assert await store.load_answer("t1", "run-1", qid) is None
     finally:
         await bob.close()
 
