@@ -446,9 +446,10 @@ def check_command_edit(current: Command) -> None:
 class Command:
     """A command to a thread's runner, kept durably: the outbox of steers and follow-ups.
 
-    ``seq`` orders commands in the store; ``status`` moves pending -> delivered (the runner
-    read it) -> applied (it took effect), or to refused (with ``note``) or discarded (the
-    user dropped it); see :data:`COMMAND_TRANSITIONS`. Times are unix seconds.
+    ``seq`` orders commands in the store; ``status`` moves pending -> delivered (its run
+    took it: see :mod:`core.supervisor`) -> applied (it took effect), or to refused (with
+    ``note``) or discarded (the user dropped it); see :data:`COMMAND_TRANSITIONS`. Times
+    are unix seconds.
     """
 
     seq: int

@@ -1,7 +1,8 @@
 """CommandsBar: the thread's queued steers, follow-ups and aborts, and how far each got.
 
-A command moves pending → delivered (its runner read it) → applied (it took effect), or
-ends refused (with the runner's note) or discarded. The bar shows the most recent few,
+A command moves pending → delivered (its run took it: a steer, note or follow-up at a turn
+boundary, an abort, stop or interrupt as soon as it was read) → applied (it took effect),
+or ends refused (with the runner's note) or discarded. The bar shows the most recent few,
 each with every status seen, so the user can tell an abort that is on its way from one
 that landed; it lists the commands of a run in this app and of one elsewhere alike (both
 go through the store's command table). One queued command can be selected (the thread
@@ -19,6 +20,12 @@ from tui.text import clean, one_line
 
 SHOWN = 4
 """Commands listed at most (the most recent)."""
+
+TEXT_CHARS = 40
+"""Characters of a command's text shown at most (fewer when the line would not fit)."""
+
+_TEXT_AT_LEAST = 6
+"""Below this many characters of room the text is left out (a stub says nothing)."""
 
 _STYLES = {"applied": "bold green", "refused": "bold red", "discarded": "dim", "delivered": "cyan", "pending": "yellow"}
 KIND_WORDS = {
@@ -106,23 +113,32 @@ class CommandsBar(Static):
         recent = sorted(set(waiting[-SHOWN:]) | set(sorted(self.commands)[-max(SHOWN - len(waiting), 0) :]))
         if len(waiting) >= SHOWN:
             recent = waiting[-SHOWN:]
-        text = Text()
+        # One line per command, never wrapped: the quoted text gives way first, so the
+        # statuses and the note stay readable on a narrow terminal.
+        width = self.content_size.width or TEXT_CHARS * 3
+        text = Text(no_wrap=True, overflow="ellipsis")
         for n, seq in enumerate(recent):
             command = self.commands[seq]
             if n:
                 text.append("\n")
-            text.append("▶ " if seq == self.selected and command in editable else "  ")
-            text.append(f"{KIND_WORDS.get(command.kind, command.kind).lower()} #{seq}", style="bold")
-            if command.text:
-                text.append(f" “{one_line(command.text, 40)}”")
-            text.append(": ")
+            head = Text("▶ " if seq == self.selected and command in editable else "  ")
+            head.append(f"{KIND_WORDS.get(command.kind, command.kind).lower()} #{seq}", style="bold")
+            tail = Text(": ")
             for i, status in enumerate(self.history.get(seq, [command.status])):
                 if i:
-                    text.append(" → ", style="dim")
-                text.append(status, style=_STYLES.get(status, ""))
+                    tail.append(" → ", style="dim")
+                tail.append(status, style=_STYLES.get(status, ""))
             if command.note:
-                text.append(f" ({clean(command.note)})", style="italic")
+                tail.append(f" ({clean(command.note)})", style="italic")
             if self.idle and command in editable:
-                text.append(" (not delivered: the run ended)", style="italic")
+                tail.append(" (not delivered: the run ended)", style="italic")
+            room = min(TEXT_CHARS, width - head.cell_len - tail.cell_len - 3)
+            text.append_text(head)
+            if command.text and room >= _TEXT_AT_LEAST:
+                text.append(f" “{one_line(command.text, room)}”")
+            text.append_text(tail)
         self.update(text)
         self.set_class(bool(recent), "-shown")
+
+    def on_resize(self) -> None:
+        self._redraw()
