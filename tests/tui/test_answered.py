@@ -13,6 +13,7 @@ from pathlib import Path
 
 from core.checkpoint.sqlite import SQLiteCheckpointer
 from core.messages import AssistantMessage, TextContent, user_text
+from core.recovery import ThreadState
 from tests.helpers.supervise import ROOT, runner_argv
 from tests.helpers.tui import fast_session, open_from_picker, screen_text, squeezed, wait_for
 from tui.app import CubepiApp, make_app
@@ -22,7 +23,7 @@ from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
 from tui.widgets.pending_request import PendingRequestPanel
 from tui.widgets.status_bar import StatusBar
-from tui.widgets.thread_table import ThreadTable
+from tui.widgets.thread_table import ANSWERED_STYLE, STATE_STYLES, ThreadTable, state_style
 
 TIMEOUT = 60.0
 """Seconds any wait may take (generous: a loaded 2-core machine)."""
@@ -100,6 +101,8 @@ async def test_an_answer_not_yet_applied_reads_answered_in_the_status_bar_and_th
             what="the picker's row answered, not first",
         )
         assert "waiting for you" not in screen_text(app)
+        [row] = [r for r in app.screen.rows if r.thread_id == "t-ask"]
+        assert state_style(row) == ANSWERED_STYLE != STATE_STYLES[ThreadState.WAITING], "not coloured as waiting"
         await pilot.press("exclamation_mark")
         await wait_for(pilot, lambda: _rows(app) == [], timeout=TIMEOUT, what="nothing needing attention")
         await pilot.press("exclamation_mark")

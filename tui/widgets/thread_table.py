@@ -39,7 +39,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from core.recovery import ThreadState
-from tui.attention import needs_attention, waiting_for_you
+from tui.attention import answer_to_apply, needs_attention, waiting_for_you
 from tui.session import ThreadRow
 from tui.text import clean, one_line, relative_time
 
@@ -53,6 +53,10 @@ STATE_STYLES = {
 }
 """The colour of a state cell by the diagnosis' state (a run here is bold cyan, one
 elsewhere bold magenta: :func:`state_style`)."""
+
+ANSWERED_STYLE = "bold green"
+"""The state cell of a thread whose answer is stored, not yet applied: the person's part is
+done (as the status bar's "answered", :mod:`tui.widgets.status_bar`), not waiting's yellow."""
 
 HEADINGS = ("thread", "state", "msgs", "last activity", "first prompt")
 """The column headings, left to right."""
@@ -78,13 +82,16 @@ def state_style(row: ThreadRow) -> str:
     run here, bold magenta for a run elsewhere, else by the diagnosis (:data:`STATE_STYLES`).
     The text itself (a lease's host, the diagnosis' notes, a question asked) comes from
     another program: it is drawn cleaned, as a plain Text. A thread waiting for you is
-    coloured as waiting whoever holds its run (:func:`tui.attention.waiting_for_you`)."""
+    coloured as waiting whoever holds its run (:func:`tui.attention.waiting_for_you`); one
+    answered, no run applying it yet, :data:`ANSWERED_STYLE`."""
     if waiting_for_you(row.diagnosis):
         return STATE_STYLES[ThreadState.WAITING]
     if row.running:
         return "bold cyan"
     if row.elsewhere:
         return "bold magenta"
+    if answer_to_apply(row.diagnosis):
+        return ANSWERED_STYLE
     return STATE_STYLES.get(row.diagnosis.state, "")
 
 
