@@ -143,3 +143,53 @@ async def test_a_steer_cancelled_before_it_is_sent_never_reaches_the_model(db: D
     assert not any("europe" in t for t, _ in _user_texts(data))
     [command] = await _commands(db, thread_id)
     assert (command.status, command.note) == ("discarded", "cancelled by the user before delivery")
+
+
+async def test_a_steer_edited_and_another_cancelled_while_the_run_goes_on(db: Db) -> None:
+    """Queued with the running agent, a steer is still the user's until the next turn
+    boundary: E edits it (the model reads the edit), D cancels another (the model reads nothing)."""
+    import asyncio
+
+    session = fast_session(path=db.path, speed=3.0)
+    tool = next(t for t in session.config.tools if t.name == "train_model")
+    invoke, gate = tool.invoke, asyncio.Event()
+
+    async def held(ctx, params):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await invoke(ctx, params)
+
+    tool.invoke = held  # type: ignore[method-assign]
+    app = make_app(session)
+    async with app.run_test(size=(130, 44)) as pilot:
+        await send_via_dialog(pilot, "n", "build a report")
+        await wait_for(pilot, lambda: running_tool(app), timeout=TIMEOUT, what="a tool running")
+        screen = app.screen
+        assert isinstance(screen, ThreadScreen)
+        await send_via_dialog(pilot, "s", "focus on europe")
+        await send_via_dialog(pilot, "s", "and skip the charts")
+        agent = session.agents[screen.thread_id]
+        await wait_for(pilot, lambda: len(agent.state.pending_steers) == 2, timeout=TIMEOUT, what="both queued")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: "▶ steer #1" in screen_text(app), what="the first selected")
+        await pilot.press("E")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="the edit dialog")
+        app.screen.query_one("Input").value = ""  # type: ignore[attr-defined]
+        await type_text(pilot, "focus on asia")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "“focus on asia”: pending" in screen_text(app), what="the edit listed")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: "▶ steer #2" in screen_text(app), what="the second selected")
+        await pilot.press("D")
+        await wait_for(pilot, lambda: screen.commands_bar.status_of(2) == "discarded", what="cancelled")
+        assert screen.running, "all while the run goes on"
+        gate.set()
+        await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "applied", timeout=TIMEOUT, what="applied")
+        await wait_for(pilot, lambda: not screen.running, timeout=TIMEOUT, what="the run over")
+        thread_id = screen.thread_id
+    texts = _user_texts(await db.load(thread_id))
+    assert ("focus on asia", "steer") in texts
+    assert not any("europe" in t or "charts" in t for t, _ in texts)
+    assert [(c.seq, c.text, c.status) for c in await _commands(db, thread_id)] == [
+        (1, "focus on asia", "applied"),
+        (2, "and skip the charts", "discarded"),
+    ]
