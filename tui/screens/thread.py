@@ -544,7 +544,7 @@ class ThreadScreen(ThreadView):
     @work(exclusive=True, exit_on_error=False, group="input")
     async def _edit_queued(self, command: Command, value: str | None = None) -> None:
         words = KIND_WORDS[command.kind]
-        hint = f"Edit {words.lower()} #{command.seq}; it is sent as edited unless its runner delivered it first."
+        hint = f"Edit {words.lower()} #{command.seq}; it is sent as edited unless the run took it at a turn boundary first."
         text = await self.app.push_screen_wait(
             TextInputModal(f"{words} #{command.seq}", hint, value=command.text if value is None else value)
         )
