@@ -705,3 +705,31 @@ async def test_a_steer_queued_before_an_abort_is_offered_edited_and_sent_with_th
     seen = _texts_seen(provider)
     assert "Focus on asia." in seen and "Focus on europe." not in seen
     assert [(c.seq, c.status) for c in await store.list_commands("t")] == [(steer.seq, "applied")]
+
+
+async def test_an_edit_or_cancel_that_loses_to_another_windows_edit_says_it_was_edited() -> None:
+    from core.commands import cancel, edit
+    from core.errors import CommandRaced
+
+    store = MemoryCheckpointer()
+    steer = await store.send_command("t", "steer", "Go left.")
+    await edit(store, steer, "Go right.")  # window A
+    with pytest.raises(CommandRaced) as raced:
+        await edit(store, steer, "Go up.")  # window B, as it saw the steer before A's edit
+    assert (
+        str(raced.value)
+        == "Steer #1 was edited meanwhile, so your edit was not applied; edit it again to replace that text."
+    )
+    assert (raced.value.command.text, raced.value.command.status, raced.value.text) == (
+        "Go right.",
+        "pending",
+        "Go up.",
+    )
+    with pytest.raises(CommandRaced) as raced:
+        await cancel(store, steer)
+    assert (
+        str(raced.value)
+        == "Steer #1 was edited meanwhile, so it was not cancelled; cancel it again to drop it as edited."
+    )
+    [command] = await store.list_commands("t")
+    assert (command.text, command.status) == ("Go right.", "pending")
