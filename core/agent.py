@@ -774,6 +774,9 @@ class Agent:
 
     async def _take_steers(self) -> list[UserMessage]:
         taken, self._state.pending_steers = self._state.pending_steers, []
+        # An interrupt's steer is among those taken now: it has done its work (or found no
+        # tool running), so it must not abort the tools of a later turn.
+        self._interrupt.clear()
         taken = await self._claimed(taken)
         # Notes ride along only when a model call comes anyway: a prompt, a steer, or tool
         # results to answer; never alone, so they never wake an agent that is done.

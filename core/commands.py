@@ -220,12 +220,13 @@ async def edit(store: CommandStore, command: Command, text: str) -> Command:
 def _edit_raced(current: Command, text: str) -> CommandRaced:
     """The error for an edit of ``current`` (as now stored) that lost to its runner or to
     another window: it keeps the ``text`` typed, so nothing is lost."""
-    return CommandRaced(
-        f"{_kind_words(current.kind).capitalize()} #{current.seq} was {current.status} meanwhile, "
-        "as first written, so your edit was not applied.",
-        command=current,
-        text=text,
-    )
+    words = f"{_kind_words(current.kind).capitalize()} #{current.seq}"
+    if current.status == "pending":
+        # Still queued, so nobody delivered it: another window changed its text first.
+        sentence = f"{words} was edited meanwhile, so your edit was not applied; edit it again to replace that text."
+    else:
+        sentence = f"{words} was {current.status} meanwhile, as first written, so your edit was not applied."
+    return CommandRaced(sentence, command=current, text=text)
 
 
 async def _replace(store: CommandStore, command: Command, text: str) -> Command:
@@ -270,9 +271,11 @@ async def cancel(store: Commands, command: Command) -> Command:
         return await store.update_command(command.seq, "discarded", CANCELLED, expected_revision=command.revision)
     except (CommandTransitionError, ConflictError):
         current = await _current(store, command)
+        words = f"{_kind_words(command.kind).capitalize()} #{command.seq}"
         raise CommandRaced(
-            f"{_kind_words(command.kind).capitalize()} #{command.seq} was {current.status} meanwhile, "
-            "so it could not be cancelled.",
+            f"{words} was edited meanwhile, so it was not cancelled; cancel it again to drop it as edited."
+            if current.status == "pending"
+            else f"{words} was {current.status} meanwhile, so it could not be cancelled.",
             command=current,
             text=command.text,
         ) from None

@@ -498,7 +498,7 @@ def _abort_on_signals(sup: Supervisor) -> Callable[[], None]:
 
 # --- output --------------------------------------------------------------------------------
 
-_KIND_LABELS = {"steer": "steer", "follow_up": "follow-up"}
+_KIND_LABELS = {"steer": "steer", "follow_up": "follow-up", "note": "note"}
 
 
 def describe(message: Any) -> str | None:

@@ -42,8 +42,8 @@ from core.checkpoint.capabilities import (
 )
 from core.checkpoint.pages import MessagePage
 from core.checkpoint.reconnect import StoreStatus, reconnect_notice
-from core.commands import cancel, discard, edit, refuse_orphaned_aborts, send, settle, undelivered
-from core.errors import CubepiError, UnreadableRequestError
+from core.commands import cancel, discard, edit, refuse_orphaned_aborts, send, undelivered
+from core.errors import CommandRaced, CommandTransitionError, ConflictError, CubepiError, UnreadableRequestError
 from core.events import RunOutcome
 from core.follow import ThreadFollower, ThreadsSnapshot, watch_threads
 from core.hitl import parse_request
@@ -806,8 +806,23 @@ class Session:
         others go with it (``Supervisor.prompt(include_pending=True)``: steers first,
         follow-ups after). Called again for the same ``first`` (a retry, e.g. after the
         agent's changed definition was accepted) it only runs the prompt. Raises what
-        :meth:`prompt` raises."""
-        await settle(self._live(), first.seq, "discarded", SENT_AS_PROMPT)  # None: a retry, done already
+        :meth:`prompt` raises, and ``CommandRaced`` (nothing run) when ``first`` was edited or
+        settled meanwhile, in another window say: a cancelled one is never sent, and an edit
+        made there is never overwritten by the text shown here."""
+        store = self._live()
+        try:
+            await store.update_command(first.seq, "discarded", SENT_AS_PROMPT, expected_revision=first.revision)
+        except (CommandTransitionError, ConflictError):
+            current = next((c for c in await store.list_commands(thread_id) if c.seq == first.seq), first)
+            if not (current.status == "discarded" and current.note == SENT_AS_PROMPT and current.text == first.text):
+                words = first.kind.replace("_", "-").capitalize()
+                change = "edited" if current.status == "pending" else current.status
+                raise CommandRaced(
+                    f"{words} #{first.seq} was {change} meanwhile, so it was not sent; nothing ran.",
+                    command=current,
+                    text=first.text,
+                ) from None
+            # Else a retry of this send: the steer is marked sent already; run the prompt.
         return await self.prompt(
             thread_id, first.text, on_start=on_start, accept_changes=accept_changes, include_pending=True
         )

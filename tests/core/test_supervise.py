@@ -21,7 +21,7 @@ from core.errors import (
     ThreadNotFoundError,
     ThreadNotRunningError,
 )
-from core.events import AgentEnd
+from core.events import AgentEnd, MessageStart
 from core.lease_status import LeaseState, lease_status
 from core.leases import LeaseHolder, host_id, is_stale
 from core.live import LiveFold
@@ -705,3 +705,92 @@ async def test_a_steer_queued_before_an_abort_is_offered_edited_and_sent_with_th
     seen = _texts_seen(provider)
     assert "Focus on asia." in seen and "Focus on europe." not in seen
     assert [(c.seq, c.status) for c in await store.list_commands("t")] == [(steer.seq, "applied")]
+
+
+async def test_an_edit_or_cancel_that_loses_to_another_windows_edit_says_it_was_edited() -> None:
+    from core.commands import cancel, edit
+    from core.errors import CommandRaced
+
+    store = MemoryCheckpointer()
+    steer = await store.send_command("t", "steer", "Go left.")
+    await edit(store, steer, "Go right.")  # window A
+    with pytest.raises(CommandRaced) as raced:
+        await edit(store, steer, "Go up.")  # window B, as it saw the steer before A's edit
+    assert (
+        str(raced.value)
+        == "Steer #1 was edited meanwhile, so your edit was not applied; edit it again to replace that text."
+    )
+    assert (raced.value.command.text, raced.value.command.status, raced.value.text) == (
+        "Go right.",
+        "pending",
+        "Go up.",
+    )
+    with pytest.raises(CommandRaced) as raced:
+        await cancel(store, steer)
+    assert (
+        str(raced.value)
+        == "Steer #1 was edited meanwhile, so it was not cancelled; cancel it again to drop it as edited."
+    )
+    [command] = await store.list_commands("t")
+    assert (command.text, command.status) == ("Go right.", "pending")
+
+
+async def test_an_interrupt_sent_with_the_resume_aborts_no_tool_of_the_new_run() -> None:
+    """An interrupt a crashed runner had taken (delivered, its steer never saved) is sent
+    with the next run: there are no tools of its own to stop, so its steer is read and
+    the tools the model calls next run, rather than being aborted by the leftover interrupt."""
+    store = MemoryCheckpointer()
+    command = await store.send_command("t", "interrupt", "Focus on asia.")
+    await store.update_command(command.seq, "delivered")
+    assert [c.seq for c in await undelivered(store, "t")] == [command.seq]
+
+    @tool
+    async def quick(ctx: ToolContext) -> str:
+        """Return after a moment, or say it was stopped."""
+        await asyncio.sleep(0.05)
+        return "stopped" if ctx.signal.is_set() else "quick done"
+
+    provider = FauxProvider(
+        [faux_reply(faux_text("Calling the tool."), faux_tool_call("quick", {}, id="call_q")), "Finished."]
+    )
+    agent = Agent(provider, store, "t", tools=[quick])
+    assert await Supervisor(agent).prompt("Start.", include_pending=True) == "completed"
+    messages = (await store.load("t")).messages
+    assert [m.text for m in messages if isinstance(m, UserMessage)] == ["Start.", "Focus on asia."]
+    [result] = [m for m in messages if m.role == "tool_result"]
+    assert (result.text, result.is_error) == ("quick done", False)
+    assert await status_of(store, "t", command.seq) == "applied"
+
+
+async def test_an_interrupt_whose_steer_was_read_aborts_no_later_tool() -> None:
+    """Pressed while no tool runs (the model's reply streaming, no tool called), an
+    interrupt's steer is read at the next boundary; the tools of a later turn still run."""
+
+    @tool
+    async def quick(ctx: ToolContext) -> str:
+        """Return after a moment, or say it was stopped."""
+        await asyncio.sleep(0.05)
+        return "stopped" if ctx.signal.is_set() else "quick done"
+
+    store = MemoryCheckpointer()
+    provider = FauxProvider(
+        [
+            "Thinking it over.",
+            faux_reply(faux_text("Calling the tool."), faux_tool_call("quick", {}, id="call_q")),
+            "Finished.",
+        ]
+    )
+    agent = Agent(provider, store, "t", tools=[quick])
+
+    async def interrupt_on_first_reply(event) -> None:  # type: ignore[no-untyped-def]
+        # Once, as the first reply (which calls no tool) starts streaming.
+        first = not agent.state.pending_steers and not any(m.role == "assistant" for m in agent.state.messages)
+        if isinstance(event, MessageStart) and event.message.role == "assistant" and first:
+            agent.interrupt("Call the tool now.")
+
+    agent.subscribe(interrupt_on_first_reply)
+    assert await agent.prompt("Start.") == "completed"
+    messages = agent.state.messages
+    assert [m.text for m in messages if isinstance(m, UserMessage)] == ["Start.", "Call the tool now."]
+    [result] = [m for m in messages if m.role == "tool_result"]
+    assert (result.text, result.is_error) == ("quick done", False)

@@ -161,6 +161,7 @@ def test_lines_escape_control_characters() -> None:
     denied = result.model_copy(update={"details": {"hitl": {"decision": "human_deny", "reason": "too risky"}}})
     assert describe(denied) == "tool ls denied: \\x1b[2Jboom"  # a person said no; nothing failed
     assert describe(user_text("Go", kind="follow_up")) == "follow-up: Go"
+    assert describe(user_text("FYI", kind="note")) == "note: FYI"  # a note is no prompt of the user's
     wait = RetryWait(11.2, "rate\x1b[2J limited", 1, 5)
     assert describe_wait(wait) == "model call: rate\\x1b[2J limited, retrying in 12 s (attempt 2 of 5)"
 

@@ -45,3 +45,30 @@ async def test_each_command_is_one_line_with_its_statuses_and_note_at_any_width(
             assert "“compare" in first and "…”" in first, "the text is cut, not the statuses"
         if width == 200:
             assert f"“{LONG[:39]}…”" in first, "at most 40 characters of it"
+
+
+WIDE = "比較每個地區與去年同一晚的數據並標記任何超過百分之十的異常情況請務必仔細檢查所有"
+
+
+@pytest.mark.parametrize(
+    ("width", "text", "note"),
+    [
+        (40, LONG, "delivered at turn 2"),  # the statuses alone are wider than the bar
+        (80, WIDE, "delivered at turn 2"),  # wide characters take two cells each
+        (80, "short", "a note\nover two lines"),  # a stored note is untrusted text
+    ],
+)
+async def test_no_command_wraps_onto_a_second_line(width: int, text: str, note: str) -> None:
+    app = BarApp()
+    async with app.run_test(size=(width, 12)) as pilot:
+        bar = app.query_one(CommandsBar)
+        bar.track(_command(1, "pending", text=text))
+        bar.track(_command(1, "delivered", text=text))
+        bar.track(_command(1, "applied", text=text, note=note))
+        bar.track(_command(2, "refused", text="", kind="abort", note="sent after the run ended"))
+        await pilot.pause()
+        lines = [line.rstrip() for line in screen_text(app).splitlines() if line.strip()]
+        assert len(lines) == 2, lines
+        assert "#1" in lines[0] and "#2" in lines[1], lines
+        if width >= 80:
+            assert lines[0].endswith(f"applied ({' '.join(note.split())})"), "the text is cut, not the statuses"

@@ -193,3 +193,59 @@ async def test_a_steer_edited_and_another_cancelled_while_the_run_goes_on(db: Db
         (1, "focus on asia", "applied"),
         (2, "and skip the charts", "discarded"),
     ]
+
+
+async def test_an_edit_that_loses_to_another_windows_edit_is_offered_again_on_the_same_steer(db: Db) -> None:
+    """Two windows edit one queued steer: the later edit loses (its revision is stale) and
+    is offered again as an edit of that steer as it reads now, never as a second steer."""
+    import asyncio
+
+    from core.commands import edit
+
+    session = fast_session(path=db.path, speed=3.0)
+    tool = next(t for t in session.config.tools if t.name == "train_model")
+    invoke, gate = tool.invoke, asyncio.Event()
+
+    async def held(ctx, params):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await invoke(ctx, params)
+
+    tool.invoke = held  # type: ignore[method-assign]
+    app = make_app(session)
+    async with app.run_test(size=(130, 44)) as pilot:
+        await send_via_dialog(pilot, "n", "build a report")
+        await wait_for(pilot, lambda: running_tool(app), timeout=TIMEOUT, what="a tool running")
+        screen = app.screen
+        assert isinstance(screen, ThreadScreen)
+        await send_via_dialog(pilot, "s", "focus on europe")
+        agent = session.agents[screen.thread_id]
+        await wait_for(pilot, lambda: len(agent.state.pending_steers) == 1, timeout=TIMEOUT, what="queued")
+        await pilot.press("E")
+        await wait_for(pilot, lambda: isinstance(app.screen, TextInputModal), what="the edit dialog")
+        # Meanwhile another window edits the same steer.
+        [seen] = await _commands(db, screen.thread_id)
+        other = await SQLiteCheckpointer.open(db.path, create=False)
+        try:
+            await edit(other, seen, "focus on africa")
+        finally:
+            await other.close()
+        app.screen.query_one("Input").value = ""  # type: ignore[attr-defined]
+        await type_text(pilot, "focus on asia")
+        await pilot.press("enter")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, TextInputModal) and app.screen.query_one("Input").value == "focus on asia",  # type: ignore[attr-defined]
+            what="the edit offered again",
+        )
+        assert "Steer #1" in screen_text(app)
+        assert any("Steer #1 was edited meanwhile" in n.message for n in app._notifications)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "“focus on asia”: pending" in screen_text(app), what="the edit listed")
+        gate.set()
+        await wait_for(pilot, lambda: screen.commands_bar.status_of(1) == "applied", timeout=TIMEOUT, what="applied")
+        await wait_for(pilot, lambda: not screen.running, timeout=TIMEOUT, what="the run over")
+        thread_id = screen.thread_id
+    texts = _user_texts(await db.load(thread_id))
+    assert ("focus on asia", "steer") in texts
+    assert not any("europe" in t or "africa" in t for t, _ in texts)
+    assert [(c.seq, c.text, c.status) for c in await _commands(db, thread_id)] == [(1, "focus on asia", "applied")]

@@ -553,7 +553,14 @@ class ThreadScreen(ThreadView):
         try:
             edited = await self.session.edit_command(command, text)
         except CommandRaced as raced:
-            self._command_seen(raced.command)  # type: ignore[arg-type]
+            current: Command = raced.command  # type: ignore[assignment]
+            self._command_seen(current)
+            if current.status == "pending":
+                # Edited from another window meanwhile, still queued: edit it again, as it
+                # reads now, with the text typed here (a new steer would send both).
+                self.notify(clean(raced), severity="warning", timeout=8, markup=False)
+                self._edit_queued(current, raced.text)
+                return
             # Nothing lost: the edit is offered again, as a new message of the same kind.
             self._send_queued(command.kind, raced.text, str(raced))
             return

@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from core.checkpoint.base import TEXTLESS_KINDS, Command
-from tui.text import clean, one_line
+from tui.text import one_line
 
 SHOWN = 4
 """Commands listed at most (the most recent)."""
@@ -49,6 +49,8 @@ class CommandsBar(Static):
         padding: 0 1;
         background: $boost;
         display: none;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
         &.-shown { display: block; }
     }
     """
@@ -129,13 +131,16 @@ class CommandsBar(Static):
                     tail.append(" → ", style="dim")
                 tail.append(status, style=_STYLES.get(status, ""))
             if command.note:
-                tail.append(f" ({clean(command.note)})", style="italic")
+                tail.append(f" ({one_line(command.note, len(command.note))})", style="italic")
             if self.idle and command in editable:
                 tail.append(" (not delivered: the run ended)", style="italic")
             room = min(TEXT_CHARS, width - head.cell_len - tail.cell_len - 3)
             text.append_text(head)
             if command.text and room >= _TEXT_AT_LEAST:
-                text.append(f" “{one_line(command.text, room)}”")
+                # Cut by cells, not characters: a wide character (CJK, emoji) takes two.
+                quoted = Text(one_line(command.text, room))
+                quoted.truncate(room, overflow="ellipsis")
+                text.append(f" “{quoted.plain}”")
             text.append_text(tail)
         self.update(text)
         self.set_class(bool(recent), "-shown")
