@@ -119,7 +119,9 @@ class LoopConfig:
     get_steering: Callable[[], Awaitable[list[UserMessage]]] = _nothing
     get_follow_ups: Callable[[], Awaitable[list[UserMessage]]] = _nothing
     stop_after_turn: Callable[[], bool] = bool
-    """Asked after each turn's tools: true ends the run there (no further model call)."""
+    """Asked after each turn's tools: true ends the run there (no further model call): after
+    tool results "aborted" (the results kept), after a final reply "completed", what is
+    queued left untaken either way."""
     interrupt: asyncio.Event | None = None
     """Set to abort the running (or about to run) tools only, as an abort does; the run
     goes on at the turn boundary (with the steer that came with it). Cleared per batch."""
@@ -183,6 +185,7 @@ async def run_loop(
     await emit(AgentStart(config.run_id or ""))
     pending = [*prompts, *await _poll(config.get_steering, signal)]
     has_tool_calls = True
+    stopping = False
     while True:
         while has_tool_calls or pending:
             builder.update(messages)
@@ -201,13 +204,18 @@ async def run_loop(
             results = await _run_tools(reply, config, emit, signal)
             await emit(TurnEnd(reply, tuple(results)))
             has_tool_calls = bool(results)
-            if has_tool_calls and config.stop_after_turn():
+            if config.stop_after_turn():
+                if not has_tool_calls:
+                    # A final reply: the run is done here. Queued steers and follow-ups are
+                    # not taken (no further model call); they wait for the next run.
+                    stopping = True
+                    break
                 # The results are kept; ending as an abort does reads "aborted" (not a crash).
                 stopped = _aborted(AssistantMessage(content=[]), STOPPED_TEXT)
                 await publish(stopped, emit)
                 return await _end(stopped, config, emit)
             pending = await _poll(config.get_steering, signal)
-        pending = await _poll(config.get_follow_ups, signal)
+        pending = [] if stopping else await _poll(config.get_follow_ups, signal)
         if not pending:
             break
     await emit(AgentEnd(config.run_id or "", "completed"))

@@ -125,7 +125,7 @@ class Supervisor:
         self._started = asyncio.Event()
         self._ending = False
         self._seen: set[int] = set()
-        self._aborts: list[int] = []
+        self._aborts: list[tuple[int, str]] = []  # (seq, kind) of aborts and stops delivered
         # command seq -> its user message with the agent: queued (the command still pending,
         # claimed when the loop takes it) or in flight (delivered, applied once saved)
         self._queued: dict[int, UserMessage] = {}
@@ -306,9 +306,10 @@ class Supervisor:
     async def _on_end(self, outcome: RunOutcome) -> None:
         async with self._lock:
             self._ending = True
-            for seq in self._aborts:
-                # An abort or a stop after the turn: both end the run "aborted".
-                if outcome == "aborted":
+            for seq, kind in self._aborts:
+                # An abort ends the run "aborted"; a stop after the turn too, or "completed"
+                # when that turn gave the final reply (no further model call either way).
+                if outcome == "aborted" or (kind == "stop" and outcome == "completed"):
                     await self._update(seq, "applied")
                 else:
                     await self._update(seq, "refused", f"{ABORT_TOO_LATE} (it {outcome})")
@@ -372,7 +373,7 @@ class Supervisor:
             return  # delivered with no message saved: `undelivered` offers it again
         agent = self.agent
         if c.kind in TEXTLESS_KINDS:
-            self._aborts.append(c.seq)
+            self._aborts.append((c.seq, c.kind))
             (agent.abort if c.kind == "abort" else agent.stop_after_turn)()
             return
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from core.agent import Agent
 from core.checkpoint.memory import MemoryCheckpointer
 from core.events import MessageUpdate
@@ -54,6 +56,52 @@ async def test_stop_after_this_turn_keeps_the_tools_results_and_makes_no_further
     last = data.messages[3]
     assert isinstance(last, AssistantMessage) and (last.stop_reason, last.error_message) == ("aborted", STOPPED_TEXT)
     assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED  # not read as a crash
+
+
+@pytest.mark.parametrize("kind", ["steer", "follow_up"])
+async def test_stop_after_a_turn_that_gave_the_final_reply_takes_nothing_queued(kind: str) -> None:
+    store = MemoryCheckpointer()
+    provider = FauxProvider(["First reply, no tools.", "Never asked for."])
+    agent = Agent(provider, store, "t")
+
+    def queue_then_stop(event: object) -> None:
+        if isinstance(event, MessageUpdate) and not agent.state.pending_steers + agent.state.pending_follow_ups:
+            (agent.steer if kind == "steer" else agent.follow_up)("Also this.")
+            agent.stop_after_turn()
+
+    agent.subscribe(queue_then_stop)
+    assert await agent.prompt("Go.") == "completed"  # the reply was final: nothing was cut short
+    assert len(provider.requests) == 1, "no further model call"
+    data = await store.load("t")
+    assert [m.role for m in data.messages] == ["user", "assistant"]
+    queued = agent.state.pending_steers if kind == "steer" else agent.state.pending_follow_ups
+    assert [m.text for m in queued] == ["Also this."], "kept for the next run, not dropped"
+
+
+async def test_a_stop_command_whose_turn_gave_the_final_reply_is_applied() -> None:
+    from core.commands import send
+    from core.supervisor import Supervisor
+
+    store = MemoryCheckpointer()
+    provider = FauxProvider(["First reply, no tools.", "Never asked for."])
+    agent = Agent(provider, store, "t")
+    sent: list[int] = []
+
+    async def queue_then_stop(event: object) -> None:
+        if isinstance(event, MessageUpdate) and not sent:
+            sent.append((await send(store, "t", "steer", "Also this.")).seq)
+            sent.append((await send(store, "t", "stop")).seq)
+            # The runner took both: the steer queued for the next turn, the stop delivered at once.
+            while not agent.state.pending_steers or "pending" in {
+                c.status for c in (await store.list_commands("t"))[1:]
+            }:
+                await asyncio.sleep(0.01)
+
+    agent.subscribe(queue_then_stop)
+    assert await Supervisor(agent, command_poll=0.02).prompt("Go.") == "completed"
+    assert len(provider.requests) == 1
+    commands = {c.kind: (c.status, c.note) for c in await store.list_commands("t")}
+    assert commands == {"steer": ("pending", ""), "stop": ("applied", "")}, "the steer offered again, never sent"
 
 
 async def test_interrupt_aborts_the_running_tool_then_delivers_the_steer_and_goes_on() -> None:
