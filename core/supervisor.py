@@ -63,9 +63,13 @@ _log = logging.getLogger(__name__)
 _CLAIMED_KINDS = frozenset({"steer", "note", "follow_up"})
 """Kinds that wait in the agent's queue still pending (editable) until the loop takes them."""
 
+_LATER = object()
+"""What :meth:`Supervisor._claimed` gives for a command to try again at the next turn boundary."""
+
 _CLAIM_TRIES = 5
-"""Compare-and-set attempts to claim one command that keeps being edited meanwhile (each
-edit is a person typing, so a handful is plenty; after that it stays with the user)."""
+"""Compare-and-set attempts to claim one command that keeps being edited meanwhile at one
+turn boundary (each edit is a person typing, so a handful is plenty; after that it waits
+for the next boundary)."""
 
 STALE_ABORT = "sent to an earlier run that had already ended"
 """The note on an abort left pending by an earlier run, refused when the next run starts."""
@@ -414,14 +418,16 @@ class Supervisor:
         """The agent's :data:`~core.agent.Claim`: mark each queued command among ``taken``
         delivered now, by compare-and-set at its revision as stored, with its text as
         stored (an edit made while it waited wins); one discarded meanwhile is dropped.
-        A store error delivers the message as queued (the run goes on; it is logged)."""
+        One that cannot be claimed now (the store failed, or it kept being edited) goes
+        back to the agent's queue for the next boundary, still pending: never delivered
+        while its row says otherwise, never lost (logged)."""
         async with self._lock:
             if not any(m.metadata.get("command_seq") in self._queued for m in taken):
                 return taken
             try:
                 rows = {c.seq: c for c in await self.store.list_commands(self.thread_id, ["pending", "delivered"])}
             except Exception:
-                _log.warning("could not read the commands of thread %s; delivering as queued", self.thread_id)
+                _log.warning("could not read the commands of thread %s; they wait for the next turn", self.thread_id)
                 rows = None
             kept: list[UserMessage] = []
             for message in taken:
@@ -429,41 +435,52 @@ class Supervisor:
                 if seq not in self._queued:
                     kept.append(message)
                     continue
+                claimed = _LATER if rows is None else await self._claimed(rows.get(seq), message)
+                if claimed is _LATER:
+                    self._requeue(message)
+                    continue
                 del self._queued[seq]
-                claimed = message if rows is None else await self._claimed(rows.get(seq), message)
-                if claimed is not None:
+                if isinstance(claimed, UserMessage):
                     self._inflight[seq] = claimed
                     kept.append(claimed)
             return kept
 
-    async def _claimed(self, row: Command | None, message: UserMessage) -> UserMessage | None:
+    def _requeue(self, message: UserMessage) -> None:
+        """Put a queued command's message back in the agent's queue (it stays in ``_queued``)."""
+        state = self.agent.state
+        queue = {"steer": state.pending_steers, "note": state.pending_notes}.get(
+            message.metadata.get("kind", ""), state.pending_follow_ups
+        )
+        queue.append(message)
+
+    async def _claimed(self, row: Command | None, message: UserMessage) -> UserMessage | object | None:
         """``message`` as its command ``row`` now reads, marked delivered; ``None`` when the
-        command is no longer the agent's to take (discarded, or edited and then discarded)."""
+        command is no longer the agent's to take (discarded, or edited and then discarded);
+        :data:`_LATER` when it cannot be claimed now (see :meth:`_claim`)."""
         for _ in range(_CLAIM_TRIES):
             if row is None:
                 return None
             try:
                 row = await self.store.update_command(row.seq, "delivered", expected_revision=row.revision)
-            except (CommandTransitionError, ConflictError):
-                row = next(
-                    (
-                        c
-                        for c in await self.store.list_commands(self.thread_id, ["pending", "delivered"])
-                        if c.seq == row.seq
-                    ),
-                    None,
-                )
-                continue
-            except Exception:
-                _log.warning("could not mark command %s delivered", row.seq, exc_info=True)
-            if row.text != message.text:
+                if row.text == message.text:
+                    return message
                 edited = user_text(row.text, kind=message.metadata.get("kind", row.kind))
                 edited.metadata.update({**message.metadata, "kind": edited.metadata["kind"]})
                 edited.run_id = message.run_id
                 return edited
-            return message
-        _log.warning("command %s kept changing while it was delivered; it stays with the user", row and row.seq)
-        return None
+            except (CommandTransitionError, ConflictError):
+                try:
+                    current = await self.store.list_commands(self.thread_id, ["pending", "delivered"])
+                except Exception:
+                    break
+                row = next((c for c in current if c.seq == row.seq), None)
+            except Exception:
+                _log.warning("could not mark command %s delivered", row.seq, exc_info=True)
+                break
+        _log.warning(
+            "command %s could not be claimed at this turn; it waits for the next", message.metadata.get("command_seq")
+        )
+        return _LATER
 
     async def _update(self, seq: int, status: CommandStatus, note: str = "") -> bool:
         """Move a command to ``status``; False only when it was settled meanwhile (the

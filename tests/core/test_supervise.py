@@ -794,3 +794,45 @@ async def test_an_interrupt_whose_steer_was_read_aborts_no_later_tool() -> None:
     assert [m.text for m in messages if isinstance(m, UserMessage)] == ["Start.", "Call the tool now."]
     [result] = [m for m in messages if m.role == "tool_result"]
     assert (result.text, result.is_error) == ("quick done", False)
+
+
+async def test_a_steer_the_store_could_not_claim_waits_for_the_next_turn_still_pending() -> None:
+    class FailsOnce(MemoryCheckpointer):
+        """The first claim of a steer fails in the store (a write error), as a busy disk would."""
+
+        failed = False
+
+        async def update_command(self, seq, status, note="", *, expected_revision=None):  # type: ignore[no-untyped-def]
+            if status == "delivered" and not self.failed:
+                self.failed = True
+                raise OSError("disk busy")
+            return await super().update_command(seq, status, note, expected_revision=expected_revision)
+
+    store = FailsOnce()
+    gate, started = asyncio.Event(), asyncio.Event()
+    provider = FauxProvider(
+        [
+            faux_reply(faux_tool_call("wait_for_gate", {}, id="call_1")),
+            faux_reply(faux_tool_call("wait_for_gate", {}, id="call_2")),
+            "Done.",
+        ]
+    )
+    agent = Agent(provider, store, "t", tools=[gated_tool(gate, started)])
+    run = asyncio.create_task(Supervisor(agent, command_poll=0.02).prompt("Start."))
+    await started.wait()
+    steer = await send(store, "t", "steer", "Go left.")
+    await wait_until(lambda: _queued(agent, 1), "the steer queued with the agent")
+    gate.set()
+    assert await run == "completed" and store.failed
+    messages = (await store.load("t")).messages
+    assert [(m.role, (m.metadata or {}).get("kind")) for m in messages] == [
+        ("user", "prompt"),
+        ("assistant", None),
+        ("tool_result", None),
+        ("assistant", None),  # the first boundary could not claim it: not sent, still pending
+        ("tool_result", None),
+        ("user", "steer"),
+        ("assistant", None),
+    ]
+    [command] = await store.list_commands("t")
+    assert (command.seq, command.status, command.note) == (steer.seq, "applied", "delivered at turn 3")
