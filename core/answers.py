@@ -13,13 +13,15 @@ owner is :data:`core.owners.UNOWNED`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from core.checkpoint.base import Checkpointer, PendingRequest, ThreadSummary, thread_unavailable
-from core.checkpoint.capabilities import HumanAnswers, OwnerScoped, ThreadVersions, supports
+from core.checkpoint.capabilities import HumanAnswers, Leases, OwnerScoped, ThreadVersions, supports
 from core.errors import NotWaitingError, StaleAnswerError
 from core.hitl import ApprovalAnswer, ApproveRequest, AskRequest, HumanRequest, parse_request
 from core.hitl_replies import Reply, answer_json_for, check_answer
+from core.lease_status import lease_status
 from core.owners import UNOWNED
 
 
@@ -32,6 +34,9 @@ class Answered:
     run_id: str | None
     request: HumanRequest
     answer_json: str
+    live: bool = True
+    """Whether a run held the thread's live lease just after the answer was stored (it then
+    applies the answer at once); ``False``: resuming the thread applies it."""
 
     @property
     def sentence(self) -> str:
@@ -51,7 +56,8 @@ class Answered:
         else:
             what = "the question"
             said = "answered yes" if value is True else "answered no"
-        return f"Thread {self.thread_id!r}: {what} {said}; the run that asked goes on with it."
+        then = "the run that asked goes on with it" if self.live else "resume the thread to apply it"
+        return f"Thread {self.thread_id!r}: {what} {said}; {then}."
 
 
 async def pending_request(store: Checkpointer, thread_id: str) -> PendingRequest | None:
@@ -102,4 +108,15 @@ async def answer(store: Checkpointer, thread_id: str, reply: Reply, *, question_
         raise StaleAnswerError.of(thread_id, question_id)
     answer_json = answer_json_for(request, reply)
     await store.answer(thread_id, pending.run_id, request.question_id, answer_json)
-    return Answered(thread_id, pending.run_id, request, answer_json)
+    return Answered(thread_id, pending.run_id, request, answer_json, await _live(store, thread_id))
+
+
+async def _live(store: Checkpointer, thread_id: str) -> bool:
+    """Whether a run holds ``thread_id``'s live lease now (:func:`core.lease_status.lease_status`);
+    a store that keeps no leases, or fails to say, reads as live (the run may be there)."""
+    if not supports(store, Leases):
+        return True
+    try:
+        return lease_status(await store.get_lease(thread_id), (), time.time()).live
+    except Exception:
+        return True

@@ -74,7 +74,7 @@ from typing import Any, TextIO
 
 from core.agent import Agent, check_user_text
 from core.approvals import Approvals
-from core.checkpoint.base import Checkpointer, thread_unavailable
+from core.checkpoint.base import Checkpointer, PendingRequest, thread_unavailable
 from core.checkpoint.capabilities import FileBacked, SchemaUpgrade, ThreadDeletion, supports
 from core.checkpoint.locations import ENV_VAR, chosen_location, describe_location, open_store
 from core.checkpoint.reconnect import OnStatus, StoreStatus, reconnect_notice
@@ -88,6 +88,7 @@ from core.errors import (
 )
 from core.events import AgentEnd, AgentEvent, MessageEnd, MessageUpdate, RetryWait, RunOutcome
 from core.fingerprints import check_workflow
+from core.hitl import ApproveRequest, AskRequest, ConfirmRequest, RequestPayload, parse_request
 from core.hitl_results import was_denied
 from core.leases import LeaseHolder, delete_thread, deleted_sentence
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
@@ -292,8 +293,8 @@ async def run_headless(
             question = f" ({pending.question})" if pending is not None else ""
             say(
                 err,
-                f"Thread {thread_id!r} waits for an answer{question}: answer it with "
-                f"'{answer_hint(db_path, thread_id, owner)} …', then run it again with --resume.",
+                f"Thread {thread_id!r} waits for an answer{question}; answer it, then run it again with "
+                f"--resume: {answer_hint(db_path, thread_id, owner, _payload_of(pending))}",
             )
         return EXIT_CODES.get(outcome, 1)
     except asyncio.CancelledError:
@@ -528,21 +529,46 @@ def describe(message: Any) -> str | None:
     return None
 
 
-def answer_hint(db_path: str | os.PathLike[str] | None, thread_id: str, owner: str | None) -> str:
-    """The start of the shell command that answers ``thread_id`` in the same store and for
-    the same owner as this run (``--db`` when one was given, its password left out as in
-    every sentence, :func:`~core.checkpoint.locations.describe_location`; ``--unowned`` or
-    ``--owner`` unless the default owner), each word quoted for a POSIX shell; the reply
-    option (``--approve``, ...) is the caller's to add."""
+def answer_hint(
+    db_path: str | os.PathLike[str] | None, thread_id: str, owner: str, payload: RequestPayload | None
+) -> str:
+    """The shell command that answers ``thread_id`` in the same store and for the same
+    owner as this run, from any shell: ``--db`` when one was given (its password left out,
+    as in every sentence: :func:`~core.checkpoint.locations.describe_location`), always
+    ``--unowned`` or ``--owner NAME`` (``owner`` as resolved, so a ``$CUBEPI_OWNER`` of this
+    shell is not needed there), each word quoted for a POSIX shell, then the first reply
+    that fits ``payload`` and, in parentheses, the others (``None``: an unreadable request,
+    ``--approve`` and the rest named only by ``--help``)."""
     words = ["cubepi-tui", "answer"]
     if db_path is not None:
         words += ["--db", describe_location(db_path)]
-    if owner == UNOWNED:
-        words.append("--unowned")
-    elif owner is not None and owner != default_owner():
-        words += ["--owner", owner]
+    words += ["--unowned"] if owner == UNOWNED else ["--owner", owner]
     words += ["--thread", thread_id]
-    return shlex.join(words)
+    first, others = _replies_for(payload)
+    return shlex.join(words) + f" {first}" + (f" (or {others})" if others else "")
+
+
+def _payload_of(pending: PendingRequest | None) -> RequestPayload | None:
+    """The payload of a pending request, ``None`` when there is none or it cannot be read."""
+    if pending is None:
+        return None
+    try:
+        return parse_request(pending.request_json).payload
+    except CubepiError:
+        return None
+
+
+def _replies_for(payload: RequestPayload | None) -> tuple[str, str]:
+    """The reply options of ``cubepi-tui answer`` that fit ``payload``: the first, the others."""
+    if isinstance(payload, ApproveRequest):
+        return "--approve", "--deny REASON, --edit JSON"
+    if isinstance(payload, ConfirmRequest):
+        return "--yes", "--no"
+    if isinstance(payload, AskRequest) and len(payload.questions) == 1:
+        return "--text TEXT", "--choice VALUE" if payload.questions[0].options else ""
+    if isinstance(payload, AskRequest):
+        return " ".join(f"--answer {shlex.quote(q.key)}=VALUE" for q in payload.questions), ""
+    return "REPLY", "see cubepi-tui answer --help"
 
 
 def describe_plan(plan: ResumePlan) -> str:

@@ -97,7 +97,7 @@ async def test_an_approval_answered_from_the_shell_on_every_backend(location: st
     assert done.returncode == 0, done.stderr
     assert (
         done.stdout
-        == "Thread 't1': the call delete_file (call_1) denied: not on prod; the run that asked goes on with it.\n"
+        == "Thread 't1': the call delete_file (call_1) denied: not on prod; resume the thread to apply it.\n"
     )
     assert await _stored(location, "t1", qid) == {"decision": "deny", "edited_args": None, "reason": "not on prod"}
     again = _refused(_answer("--db", location, "--owner", "alice", "--thread", "t1", "--approve"))

@@ -70,6 +70,21 @@ async def test_an_approval_is_answered_and_recorded(store: Any) -> None:
     assert (done.thread_id, done.run_id, done.request.question_id) == ("t1", "run-1", qid)
     assert await store.load_answer("t1", "run-1", qid) == done.answer_json
     assert json.loads(done.answer_json) == {"decision": "approve", "edited_args": None, "reason": None}
+    # Nobody runs the thread: resuming applies it, and the sentence says so.
+    assert done.live is False
+    assert done.sentence == "Thread 't1': the call delete_file (call_1) approved; resume the thread to apply it."
+
+
+async def test_an_answer_to_a_run_holding_its_lease_says_the_run_goes_on(store: Any) -> None:
+    from core.checkpoint.base import Lease
+
+    await waiting(store, APPROVAL)
+    now = time.time()
+    await store.acquire_lease(
+        Lease("t1", "runner", 7, "build-7", "run-1", now, now, now + 30), is_stale=lambda _l: True
+    )
+    done = await answer(store, "t1", ApproveReply())
+    assert done.live is True
     assert done.sentence == "Thread 't1': the call delete_file (call_1) approved; the run that asked goes on with it."
 
 

@@ -308,8 +308,7 @@ async def test_a_cubeloop_approval_approved_here_runs_the_tool_once_in_cubeloop(
         result = answer_cli(db, "--thread", "k", "--approve")
         assert result.returncode == 0, result.stderr
         assert (
-            result.stdout
-            == "Thread 'k': the call delete_file (call_del_1) approved; the run that asked goes on with it.\n"
+            result.stdout == "Thread 'k': the call delete_file (call_del_1) approved; resume the thread to apply it.\n"
         )
 
     marks = run_cubeloop(db, "respond_stored", "k")
@@ -478,8 +477,8 @@ async def test_a_crash_we_settled_by_resume_passes_cubeloops_checks_per_run_and_
 
 
 def test_the_kill_left_both_calls_unanswered(tmp_path: Path) -> None:
-    # The crash above is real: the child is SIGKILLed while slow_step runs, after read_file
-    # finished, and the parallel batch's results were never saved.
+    # The crash above is real: the child is SIGKILLed while both calls of the parallel batch
+    # run (read_file's body has run), and neither result was saved.
     db = tmp_path / "ours.sqlite"
     run_marked(
         [sys.executable, "-m", "tests.helpers.our_child", str(db), "mid_tool", "ours"],

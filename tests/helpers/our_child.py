@@ -3,9 +3,10 @@ SIGKILLed by its parent at a known mark (see ``tests/helpers/children.py``).
 
 Usage: ``python -m tests.helpers.our_child DB_PATH SCENARIO THREAD_ID`` (from the repository root)
 
-Scenarios: ``mid_tool`` - the model calls ``read_file`` (idempotent, finishes) and
-``slow_step`` (not idempotent), in parallel; ``slow_step`` prints ``MARK
-tool_started:slow_step`` once ``read_file`` is done, then waits to be killed.
+Scenarios: ``mid_tool`` - the model calls ``read_file`` (idempotent) and ``slow_step`` (not
+idempotent), in parallel; ``slow_step`` prints ``MARK tool_started:slow_step`` once
+``read_file``'s body has run, and both wait to be killed, so neither result is saved (a
+finished result is saved at once: were ``read_file`` to return, the kill would race its save).
 """
 
 from __future__ import annotations
@@ -26,14 +27,16 @@ def mark(name: str) -> None:
 
 
 def our_tools(read_done: asyncio.Event | None = None) -> list[AgentTool]:
-    """``read_file`` (idempotent) and ``slow_step`` (not); ``slow_step`` waits for
-    ``read_done`` (when given), marks, and sleeps for an hour."""
+    """``read_file`` (idempotent) and ``slow_step`` (not). With ``read_done`` (the child's
+    run): ``read_file`` sets it and sleeps for an hour; ``slow_step`` waits for it, marks, and
+    sleeps for an hour. Without: both return at once."""
 
     @tool(idempotent=True)
     async def read_file(path: str, ctx: ToolContext) -> str:
         """Read a file."""
         if read_done is not None:
             read_done.set()
+            await asyncio.sleep(3600)
         return f"contents of {path}"
 
     @tool

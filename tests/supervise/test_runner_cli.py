@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from core.events import RetryWait
 from core.follow import ThreadChange, ThreadFollower
 from core.lease_status import LeaseState
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
+from core.owners import UNOWNED, default_owner
 from core.runner import answer_hint, describe, describe_wait, main, plain
 from tests.helpers import retrying_agent
 from tests.helpers.supervise import ROOT, runner_argv, until
@@ -83,33 +85,41 @@ async def test_a_run_whose_approval_times_out_exits_waiting_and_says_how_to_go_o
     assert await runner.wait() == 3  # core.runner.EXIT_CODES["waiting"]
     out, err = runner.output()
     assert out.splitlines()[-1] == "run waiting: No answer in 1 s and no default: the run ends waiting for one."
-    hint = f"cubepi-tui answer --db {shlex.quote(str(db))} --thread t-ask"
+    owner = shlex.quote(default_owner())
+    command = f"cubepi-tui answer --db {shlex.quote(str(db))} --owner {owner} --thread t-ask --approve"
     assert err.splitlines() == [
-        "Thread 't-ask' waits for an answer (approve delete_file (call_del_1)?): answer it with "
-        f"'{hint} …', then run it again with --resume."
+        "Thread 't-ask' waits for an answer (approve delete_file (call_del_1)?); answer it, then run it again "
+        f"with --resume: {command} (or --deny REASON, --edit JSON)"
     ]
     data = await store.load("t-ask")
     assert data is not None and data.pending_request is not None  # kept for the answer
-    # The command as hinted, given a reply, answers it in the same store, from anywhere.
-    command = [str(Path(sys.executable).parent / "cubepi-tui"), *shlex.split(hint)[1:], "--deny", "not now"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=db.parent)
+    # The command as hinted answers it in the same store, from another directory and a shell
+    # without this one's owner variable.
+    argv = [str(Path(sys.executable).parent / "cubepi-tui"), *shlex.split(command)[1:]]
+    env = {k: v for k, v in os.environ.items() if k not in ("CUBEPI_OWNER", "CUBEPI_DB")}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=db.parent, env=env)
     assert done.returncode == 0, done.stderr
     data = await store.load("t-ask")
     assert data is not None and data.pending_request is not None and data.pending_request.answered
 
 
-def test_the_answer_hint_names_the_store_and_an_owner_other_than_the_default() -> None:
-    from core.owners import UNOWNED, default_owner
+def test_the_answer_hint_names_the_store_the_owner_and_the_replies_that_fit() -> None:
+    from core.hitl import ApproveRequest, AskRequest, ConfirmRequest, Option, Question
 
-    assert answer_hint(None, "t 1", None) == "cubepi-tui answer --thread 't 1'"
-    assert answer_hint(None, "t", default_owner()) == "cubepi-tui answer --thread t"
-    assert (
-        answer_hint("/tmp/a b.sqlite", "t", UNOWNED) == "cubepi-tui answer --db '/tmp/a b.sqlite' --unowned --thread t"
+    approval = ApproveRequest(tool_name="rm", tool_call_id="c1", args={})
+    assert answer_hint(None, "t 1", "alice", approval) == (
+        "cubepi-tui answer --owner alice --thread 't 1' --approve (or --deny REASON, --edit JSON)"
     )
-    assert (
-        answer_hint("postgresql://me:secret@db/agents", "t", "alice")
-        == "cubepi-tui answer --db postgresql://me@db/agents --owner alice --thread t"
+    assert answer_hint("/tmp/a b.sqlite", "t", UNOWNED, ConfirmRequest(prompt="Ship?")) == (
+        "cubepi-tui answer --db '/tmp/a b.sqlite' --unowned --thread t --yes (or --no)"
     )
+    one = AskRequest(questions=[Question(key="env", prompt="Where?", options=[Option(label="prod", value="prod")])])
+    assert answer_hint("postgresql://me:secret@db/agents", "t", "it's", one) == (
+        "cubepi-tui answer --db postgresql://me@db/agents --owner 'it'\"'\"'s' --thread t --text TEXT (or --choice VALUE)"
+    )
+    two = AskRequest(questions=[Question(key="a", prompt="A?"), Question(key="b c", prompt="B?")])
+    assert answer_hint(None, "t", "alice", two).endswith("--thread t --answer a=VALUE --answer 'b c'=VALUE")
+    assert answer_hint(None, "t", "alice", None).endswith("--thread t REPLY (or see cubepi-tui answer --help)")
 
 
 @pytest.mark.parametrize(
