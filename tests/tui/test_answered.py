@@ -83,7 +83,13 @@ async def test_an_answer_not_yet_applied_reads_answered_in_the_status_bar_and_th
         # Nobody runs the thread: the answer waits to be applied, and the screen says so.
         answered = f"answered — resume to apply: {QUESTION}"
         await wait_for(pilot, lambda: _status(app) == answered, timeout=TIMEOUT, what="the status bar answered")
-        assert "Answered, not applied yet" in str(app.screen.query_one(PendingRequestPanel).render())
+        # The panel follows (its answer's text is read after the request): the same, in time.
+        await wait_for(
+            pilot,
+            lambda: "Answered, not applied yet" in str(app.screen.query_one(PendingRequestPanel).render()),
+            timeout=TIMEOUT,
+            what="the panel answered",
+        )
         assert "waiting for an answer" not in screen_text(app)
         await pilot.press("r")  # what resuming does, without resuming
         await wait_for(pilot, lambda: isinstance(app.screen, ResumeModal), timeout=TIMEOUT, what="the resume plan")

@@ -3,6 +3,7 @@ and the pending-request panel's words, without an app."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import replace
 
@@ -131,6 +132,11 @@ def test_the_panel_says_how_long_it_waited_and_when_the_asker_gives_up() -> None
     assert "its time limit has passed" in late
     answered = describe_request(_pending(), answer_json="true", now=NOW).plain
     assert answered.startswith("Answered, not applied yet") and "answer: true" in answered
+    # The store's flag alone says it too, before the answer's text is read.
+    flagged = dataclasses.replace(_pending(timeout=60), answered=True)
+    text = describe_request(flagged, now=NOW).plain
+    assert text.startswith("Answered, not applied yet") and "answer:" not in text and "y: answer it" not in text
+    assert "time limit" not in text and "r resumes it" in text
 
 
 def test_a_request_this_version_cannot_read_is_said_in_one_sentence() -> None:

@@ -71,8 +71,8 @@ def describe_request(
     pending: PendingRequest, *, answer_json: str | None = None, now: float | None = None, key: str = ANSWER_KEY
 ) -> Text:
     """The panel's text for ``pending`` (see the module docstring); ``answer_json`` the
-    answer already stored for it (then the panel says it was answered and is not yet
-    applied); ``now`` unix seconds (default: the clock); ``key`` the key that answers.
+    answer already stored for it, shown when given (the panel says it was answered and is
+    not yet applied then, and whenever ``pending.answered`` says so); ``now`` unix seconds (default: the clock); ``key`` the key that answers.
     A request this version cannot read is said so, in one sentence."""
     now = time.time() if now is None else now
     text = Text()
@@ -83,19 +83,23 @@ def describe_request(
         text.append("  ")
         text.append_text(literal(str(error)))
         return text
-    headline = "Answered, not applied yet" if answer_json is not None else _headline(request)
+    # The store's flag says so with the request itself; the answer's text is read after it.
+    answered = answer_json is not None or pending.answered
+    headline = "Answered, not applied yet" if answered else _headline(request)
     text.append(headline, style="bold")
     waited = waited_words(now - request.created_at)
     text.append(f"  · asked {waited}" if waited == "just now" else f"  · asked {waited} ago", style="dim")
-    if request.timeout_seconds is not None and answer_json is None:
+    if request.timeout_seconds is not None and not answered:
         left = request.created_at + request.timeout_seconds - now
         text.append(f" · gives up in {waited_words(left)}" if left > 0 else " · its time limit has passed", style="dim")
     _body(text, request)
     text.append("\n")
-    if answer_json is not None:
-        text.append("answer: ", style="bold")
-        text.append_text(literal(answer_json))
-        text.append("  (the run that asked applies it; if nobody runs the thread, r resumes it)", style="dim")
+    if answered:
+        if answer_json is not None:
+            text.append("answer: ", style="bold")
+            text.append_text(literal(answer_json))
+            text.append("  ")
+        text.append("(the run that asked applies it; if nobody runs the thread, r resumes it)", style="dim")
     else:
         text.append(f"{key}: ", style="bold")
         text.append("answer it")
