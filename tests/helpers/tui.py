@@ -175,3 +175,18 @@ async def leased_elsewhere(
     lease = Lease(thread_id, "holder", 4242, host, "r1", now - heartbeat_ago, now - heartbeat_ago, now + expires_in)
     await store.acquire_lease(lease, is_stale=lambda _l: True)
     return store
+
+
+def hold_tool(session: Any, name: str) -> asyncio.Event:
+    """Make the demo tool ``name`` of ``session`` (a :class:`tui.session.Session`) wait until
+    the returned event is set before it does its work (then as usual): a run whose batch the
+    test lets end when it chooses."""
+    tool = next(t for t in session.config.tools if t.name == name)
+    invoke, gate = tool.invoke, asyncio.Event()
+
+    async def held(ctx, params):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await invoke(ctx, params)
+
+    tool.invoke = held  # type: ignore[method-assign]
+    return gate

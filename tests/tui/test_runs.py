@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 
 import pytest
@@ -14,6 +13,7 @@ from tests.helpers.tui import (
     Db,
     fast_session,
     fill_dialog,
+    hold_tool,
     open_from_picker,
     screen_text,
     send_via_dialog,
@@ -25,7 +25,6 @@ from tui.messages import AgentEventReceived, RunFinished
 from tui.screens.modals import ConfirmModal
 from tui.screens.thread import ThreadScreen
 from tui.screens.threads import ThreadsScreen
-from tui.session import Session
 
 
 def _thread_screen(app: CubepiApp) -> ThreadScreen:
@@ -80,24 +79,10 @@ async def test_abort_during_a_live_run(db: Db) -> None:
     assert diagnose(data.messages, data.runs).state is ThreadState.ABORTED
 
 
-def _hold(session: Session, name: str) -> asyncio.Event:
-    """Make the tool ``name`` wait until the returned event is set before it works."""
-    tool = next(t for t in session.config.tools if t.name == name)
-    invoke = tool.invoke
-
-    async def held(ctx, params):  # type: ignore[no-untyped-def]
-        await gate.wait()
-        return await invoke(ctx, params)
-
-    gate = asyncio.Event()
-    tool.invoke = held  # type: ignore[method-assign]
-    return gate
-
-
 async def test_steer_lands_in_the_conversation_and_follow_up_comes_after(db: Db) -> None:
     session = fast_session(path=db.path, speed=3.0)
     # Both are queued while the first tool batch is held, however slowly the keys go in.
-    batch_done = _hold(session, "train_model")
+    batch_done = hold_tool(session, "train_model")
     app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "build a report")
@@ -204,7 +189,7 @@ async def test_quitting_keeps_a_queued_steer_in_the_database_for_later(db: Db) -
     from core.commands import undelivered
 
     session = fast_session(path=db.path, speed=3.0)
-    _hold(session, "train_model")  # the steer stays queued: the batch never ends
+    hold_tool(session, "train_model")  # the steer stays queued: the batch never ends
     app = make_app(session)
     async with app.run_test(size=(110, 40)) as pilot:
         screen = await _start_thread(pilot, "build a report")

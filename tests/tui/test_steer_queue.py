@@ -13,6 +13,7 @@ from tests.helpers.screens import running_tool
 from tests.helpers.tui import (
     Db,
     fast_session,
+    hold_tool,
     open_from_picker,
     screen_text,
     send_via_dialog,
@@ -148,17 +149,8 @@ async def test_a_steer_cancelled_before_it_is_sent_never_reaches_the_model(db: D
 async def test_a_steer_edited_and_another_cancelled_while_the_run_goes_on(db: Db) -> None:
     """Queued with the running agent, a steer is still the user's until the next turn
     boundary: E edits it (the model reads the edit), D cancels another (the model reads nothing)."""
-    import asyncio
-
     session = fast_session(path=db.path, speed=3.0)
-    tool = next(t for t in session.config.tools if t.name == "train_model")
-    invoke, gate = tool.invoke, asyncio.Event()
-
-    async def held(ctx, params):  # type: ignore[no-untyped-def]
-        await gate.wait()
-        return await invoke(ctx, params)
-
-    tool.invoke = held  # type: ignore[method-assign]
+    gate = hold_tool(session, "train_model")
     app = make_app(session)
     async with app.run_test(size=(130, 44)) as pilot:
         await send_via_dialog(pilot, "n", "build a report")
@@ -198,19 +190,10 @@ async def test_a_steer_edited_and_another_cancelled_while_the_run_goes_on(db: Db
 async def test_an_edit_that_loses_to_another_windows_edit_is_offered_again_on_the_same_steer(db: Db) -> None:
     """Two windows edit one queued steer: the later edit loses (its revision is stale) and
     is offered again as an edit of that steer as it reads now, never as a second steer."""
-    import asyncio
-
     from core.commands import edit
 
     session = fast_session(path=db.path, speed=3.0)
-    tool = next(t for t in session.config.tools if t.name == "train_model")
-    invoke, gate = tool.invoke, asyncio.Event()
-
-    async def held(ctx, params):  # type: ignore[no-untyped-def]
-        await gate.wait()
-        return await invoke(ctx, params)
-
-    tool.invoke = held  # type: ignore[method-assign]
+    gate = hold_tool(session, "train_model")
     app = make_app(session)
     async with app.run_test(size=(130, 44)) as pilot:
         await send_via_dialog(pilot, "n", "build a report")

@@ -10,7 +10,7 @@ from core.loop import STOPPED_TEXT
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState, diagnose
 from tests.helpers.screens import running_tool
-from tests.helpers.tui import Db, fast_session, screen_text, send_via_dialog, wait_for, wait_for_text
+from tests.helpers.tui import Db, fast_session, hold_tool, screen_text, send_via_dialog, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.modals import HelpScreen
 from tui.screens.thread import ThreadScreen
@@ -18,19 +18,6 @@ from tui.session import Session
 
 TIMEOUT = 60.0
 """Seconds any wait may take (generous: a loaded 2-core machine)."""
-
-
-def _gate(session: Session, name: str) -> asyncio.Event:
-    """Hold the tool ``name`` until the returned event is set (its work then done as usual)."""
-    tool = next(t for t in session.config.tools if t.name == name)
-    invoke, gate = tool.invoke, asyncio.Event()
-
-    async def held(ctx, params):  # type: ignore[no-untyped-def]
-        await gate.wait()
-        return await invoke(ctx, params)
-
-    tool.invoke = held  # type: ignore[method-assign]
-    return gate
 
 
 def _until_aborted(session: Session, name: str) -> None:
@@ -66,7 +53,7 @@ async def _commands(db: Db, thread_id: str) -> list[tuple[str, str]]:
 
 async def _stops_after_the_turn(db: Db, key: str, keymap: dict[str, str] | None = None) -> None:
     session = fast_session(path=db.path, speed=3.0)
-    gate = _gate(session, "train_model")
+    gate = hold_tool(session, "train_model")
     app = make_app(session)
     async with app.run_test(size=(130, 44)) as pilot:
         if keymap:
@@ -119,7 +106,7 @@ async def test_S_aborts_the_running_tools_then_delivers_the_steer_and_goes_on(db
 
 async def test_o_sends_a_note_that_rides_with_the_next_turn(db: Db) -> None:
     session = fast_session(path=db.path, speed=3.0)
-    gate = _gate(session, "train_model")
+    gate = hold_tool(session, "train_model")
     app = make_app(session)
     async with app.run_test(size=(130, 44)) as pilot:
         screen = await _running(pilot, "build a report")
