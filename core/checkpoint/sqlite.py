@@ -133,7 +133,9 @@ class SQLiteCheckpointer(
         self._check_writable()
         rows = [(thread_id, codec.encode(m), getattr(m, "run_id", None)) for m in messages]
         owner = self._owner
-        await self._run(lambda c: queries.append(c, owner, thread_id, rows, holder_id, self.locked_since), "append")
+        await self._run_short(
+            lambda c: queries.append(c, owner, thread_id, rows, holder_id, self.locked_since), "append"
+        )
 
     async def save_extra(self, thread_id: str, extra: dict[str, Any], *, expected_revision: int | None = None) -> int:
         """See ``CheckedExtra.save_extra``: the revision's compare-and-set and the merge inside
@@ -154,13 +156,15 @@ class SQLiteCheckpointer(
         """See ``Checkpointer.claim_run``; ``claimed_at`` is stored as ``julianday('now')``."""
         self._check_writable()
         owner = self._owner
-        await self._run(lambda c: queries.claim_run(c, owner, thread_id, run_id, holder_id, self.locked_since), "claim")
+        await self._run_short(
+            lambda c: queries.claim_run(c, owner, thread_id, run_id, holder_id, self.locked_since), "claim"
+        )
 
     async def mark_run_complete(self, thread_id: str, run_id: str, *, holder_id: str | None = None) -> None:
         """See ``Checkpointer.mark_run_complete``: ``completion_seq`` is the thread's next number."""
         self._check_writable()
         owner = self._owner
-        await self._run(
+        await self._run_short(
             lambda c: queries.mark_run_complete(c, owner, thread_id, run_id, holder_id, self.locked_since),
             "completion",
         )
@@ -378,7 +382,7 @@ class SQLiteCheckpointer(
         self._check_writable()
         when = time.time() if at is None else at
         owner = self._owner
-        await self._run(
+        await self._run_short(
             lambda c: supervised.record_tool_event(
                 c, owner, thread_id, tool_call_id, phase, tool_name, run_id, job_key, when, holder_id, self.locked_since
             ),
@@ -460,7 +464,7 @@ class SQLiteCheckpointer(
         Times move on by a wait for another program's lock, as in :meth:`acquire_lease`."""
         self._check_writable()
         called_at, owner = time.time(), self._owner
-        return await self._run(
+        return await self._run_short(
             lambda c: supervised.renew_lease(c, owner, thread_id, holder_id, heartbeat_at, expires_at, called_at),
             "heartbeat",
         )
@@ -496,7 +500,7 @@ class SQLiteCheckpointer(
         texts = [json.dumps(e, separators=(",", ":")) for e in events]  # TypeError before any write
         self._check_writable()
         at, owner = time.time(), self._owner
-        await self._run(
+        await self._run_short(
             lambda c: supervised.append_live_events(c, owner, thread_id, run_id, texts, at, keep), "live events"
         )
 

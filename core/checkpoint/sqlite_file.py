@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar
 import aiosqlite
 
 from core.checkpoint import sqlite_schema as schema
+from core.checkpoint.sqlite_gate import NOT_RUN, Gate, call
 from core.errors import (
     CheckpointError,
     DatabaseGoneError,
@@ -93,6 +94,8 @@ class SQLiteFile:
         self._identity = _identity(path)
         self._lock_waits: list[float] = []  # unix start times of the calls retrying a locked file now
         self._locked_since: float | None = None  # the earliest of them
+        self._gate = Gate(busy_timeout)
+        self._in_place: bool | None = None  # whether short writes may run in place; known at the first
 
     # --- opening -------------------------------------------------------------------------
 
@@ -204,6 +207,7 @@ class SQLiteFile:
             raise ReadOnlyStoreError(f"{self._path} cannot be upgraded: the file or its directory is not writable.")
         old = self._db
         self._db = await connect(self._path, read_only=False, busy_timeout=self._busy_timeout)
+        self._in_place = None
         if old is not None:
             await old.close()
         try:
@@ -298,7 +302,7 @@ class SQLiteFile:
             return
         if self._identity is not None and _identity(self._path) != self._identity:
             with contextlib.suppress(sqlite3.Error):
-                await call(db, lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+                await self._gate.queued(db, lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
         await db.close()
 
     async def __aenter__(self) -> Self:
@@ -334,7 +338,7 @@ class SQLiteFile:
                 if db is None:
                     raise CheckpointError(f"The store {self._path} is closed.")
                 try:
-                    result = await call(db, fn)
+                    result = await self._gate.queued(db, fn)
                     self.check_file()
                     return result
                 except sqlite3.Error as exc:
@@ -354,6 +358,32 @@ class SQLiteFile:
         finally:
             if attempt:
                 self._waiting(called_at, False)
+
+    async def _run_short(self, fn: Callable[[sqlite3.Connection], T], what: str) -> T:
+        """:meth:`_run` for a write of a few statements (an append, a journal entry): run in
+        place on the caller's thread when the connection is idle (:mod:`core.checkpoint.sqlite_gate`:
+        two thread wake-ups cost more than the write), else queued as every call is.
+
+        In place only on a WAL file with ``synchronous=NORMAL`` (a commit then writes the
+        WAL without an fsync; ``durable`` syncs every commit) and outside a wait for another
+        program's lock. A file locked by another connection sends the call to the queue,
+        which waits and retries; other errors are :meth:`_run`'s."""
+        db = self._db
+        if self._in_place is None and db is not None:
+            self._in_place = not self._durable and self._writable and await self._run(_is_wal, "open")
+        if db is not None and self._in_place and not self._lock_waits and db is self._db:
+            try:
+                result = self._gate.in_place(db, fn)
+            except sqlite3.Error as exc:
+                self.check_file()
+                if not is_busy(exc):
+                    raise call_error(self._path, exc, what, waited=0.0, read_only=self.read_only) from None
+                result = NOT_RUN
+            if result is not NOT_RUN:
+                self.check_file()
+                await asyncio.sleep(0)  # a caller writing in a loop still lets other tasks run
+                return result
+        return await self._run(fn, what)
 
     def _waiting(self, called_at: float, start: bool) -> None:
         # Only the event loop's thread changes the list; the connection thread reads the
@@ -379,7 +409,11 @@ async def connect(path: Path, *, read_only: bool, busy_timeout: float, immutable
     query = "mode=ro&immutable=1" if immutable else "mode=ro"
     target = f"file:{urllib.parse.quote(str(path))}?{query}" if read_only else str(path)
     try:
-        db = await aiosqlite.connect(target, uri=read_only, isolation_level=None, timeout=busy_timeout)
+        # check_same_thread: a short write may run on the caller's thread (sqlite_gate), never
+        # at the same time as a call on the connection's own thread.
+        db = await aiosqlite.connect(
+            target, uri=read_only, isolation_level=None, timeout=busy_timeout, check_same_thread=False
+        )
     except sqlite3.Error as exc:
         raise open_error(path, exc) from None
     return db
@@ -407,23 +441,9 @@ async def _read_existing(path: Path, busy_timeout: float) -> tuple[aiosqlite.Con
         raise open_error(path, exc) from None
 
 
-async def call(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run ``fn(connection)`` on aiosqlite's connection thread in one hop.
-
-    aiosqlite's public calls cost one thread hop each (~30 µs here); a whole transaction
-    in one queued function keeps an append to one hop. ``_execute`` and ``_conn`` are the
-    queue and connection every public aiosqlite call goes through.
-
-    The result crosses in a one-item list emptied here: aiosqlite's worker keeps the value
-    its last function returned (a local) until its next function returns, so a result
-    handed over as is stays alive after its caller dropped it and is freed on the
-    connection thread, inside whichever call comes next. Measured (``load`` of a
-    10,000-message thread 25 times, each result dropped before the next call; CPU ms,
-    medians, three runs each on a busy 2-core machine): 85-95 handed over as is, 64-69
-    through the list, and dropping a result then costs its caller 16-21.
-    """
-    box = await db._execute(lambda: [fn(db._conn)])
-    return box.pop()
+def _is_wal(c: sqlite3.Connection) -> bool:
+    """Whether the file is in WAL mode (``PRAGMA journal_mode``)."""
+    return str(c.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

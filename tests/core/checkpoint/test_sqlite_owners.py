@@ -25,7 +25,7 @@ import pytest
 from core.checkpoint import sqlite_schema
 from core.checkpoint.base import CheckpointData, Fingerprints, Lease, StepRecord, ThreadMeta, thread_unavailable
 from core.checkpoint.sqlite import MIGRATIONS, SQLiteCheckpointer
-from core.checkpoint.sqlite_file import call
+from core.checkpoint.sqlite_gate import call
 from core.errors import ConflictError, ThreadNotFoundError
 from core.messages import AssistantMessage, TextContent, user_text
 from core.owners import UNOWNED
