@@ -96,6 +96,7 @@ class SQLiteFile:
         self._locked_since: float | None = None  # the earliest of them
         self._gate = Gate(busy_timeout)
         self._in_place: bool | None = None  # whether short writes may run in place; known at the first
+        self._checkpoint: asyncio.Future[None] | None = None  # the queued WAL checkpoint, while it runs
 
     # --- opening -------------------------------------------------------------------------
 
@@ -300,6 +301,9 @@ class SQLiteFile:
         db, self._db = self._db, None
         if db is None:
             return
+        if self._checkpoint is not None:
+            with contextlib.suppress(Exception):
+                await self._checkpoint
         if self._identity is not None and _identity(self._path) != self._identity:
             with contextlib.suppress(sqlite3.Error):
                 await self._gate.queued(db, lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
@@ -381,9 +385,22 @@ class SQLiteFile:
                 result = NOT_RUN
             if result is not NOT_RUN:
                 self.check_file()
+                if self._gate.checkpoint_due and self._checkpoint is None:
+                    self._gate.checkpointed()
+                    self._checkpoint = asyncio.ensure_future(self._run_checkpoint())
                 await asyncio.sleep(0)  # a caller writing in a loop still lets other tasks run
                 return result
         return await self._run(fn, what)
+
+    async def _run_checkpoint(self) -> None:
+        """A passive WAL checkpoint on the connection thread, for the writes run in place
+        (:mod:`core.checkpoint.sqlite_gate`). One that fails changes nothing: SQLite
+        checkpoints at a later commit, or the next one here does."""
+        try:
+            with contextlib.suppress(CheckpointError, sqlite3.Error):
+                await self._run(lambda c: c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall(), "checkpoint")
+        finally:
+            self._checkpoint = None
 
     def _waiting(self, called_at: float, start: bool) -> None:
         # Only the event loop's thread changes the list; the connection thread reads the

@@ -18,7 +18,12 @@ The rules that keep this as safe as the queue:
 * never block the caller on another process: SQLite's busy timeout is 0 for a call in
   place, and the caller sends a call that found the file locked to the queue (which waits
   and retries);
-* only writes that do no fsync (the caller knows its ``synchronous`` setting).
+* no fsync on the caller's thread: only for a file whose commits do none (WAL with
+  ``synchronous=NORMAL``; the caller knows its settings), and with SQLite's automatic
+  checkpoint off for the call, since a checkpoint syncs the database file (measured, 6,000
+  appends in place with it on: 21 over 1 ms, up to 4.6 ms, against 1 over 1 ms with it
+  off); the caller runs the checkpoint on the connection thread instead once
+  :attr:`Gate.checkpoint_due` (every :data:`CHECKPOINT_EVERY` writes in place).
 
 The connection must be opened with ``check_same_thread=False`` (aiosqlite's thread made it).
 """
@@ -33,6 +38,15 @@ from typing import Any, TypeVar
 import aiosqlite
 
 T = TypeVar("T")
+
+CHECKPOINT_EVERY = 100
+"""Writes in place between two checkpoints on the connection thread. SQLite checkpoints by
+itself once the WAL holds 1,000 pages (``wal_autocheckpoint``'s default); a short write
+adds a few pages, so this keeps the WAL near what SQLite would keep."""
+
+AUTOCHECKPOINT_PAGES = 1000
+"""SQLite's default ``wal_autocheckpoint`` (https://www.sqlite.org/pragma.html#pragma_wal_autocheckpoint),
+restored after each write in place; this project never sets another."""
 
 NOT_RUN: Any = object()
 """What :meth:`Gate.in_place` gives when the call was not run (something is queued or
@@ -50,6 +64,8 @@ class Gate:
         self.pending = 0
         """Calls queued on the connection thread and not yet finished."""
         self._restore = f"PRAGMA busy_timeout = {round(busy_timeout * 1000)}"
+        self.in_place_writes = 0
+        """Writes run in place since the last :meth:`checkpointed`."""
 
     async def queued(self, db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
         """:func:`call` of ``fn``, counted in :attr:`pending` until it has run, holding :attr:`busy` while it runs."""
@@ -77,12 +93,25 @@ class Gate:
         try:
             conn = db._conn
             conn.execute("PRAGMA busy_timeout = 0")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
             try:
-                return fn(conn)
+                result = fn(conn)
             finally:
                 conn.execute(self._restore)
+                conn.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
+            self.in_place_writes += 1
+            return result
         finally:
             self.busy.release()
+
+    @property
+    def checkpoint_due(self) -> bool:
+        """Whether the caller should queue a WAL checkpoint now (see the module docstring)."""
+        return self.in_place_writes >= CHECKPOINT_EVERY
+
+    def checkpointed(self) -> None:
+        """A checkpoint was queued: count writes in place from 0 again."""
+        self.in_place_writes = 0
 
 
 async def call(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
