@@ -1,6 +1,7 @@
 """One open SQLite file: how it was opened (read-write, new, browse-only), its upgrade,
-and the retrying one-hop call every store method goes through; plus the path checks and
-open errors in one sentence.
+and the retrying one-hop call every store method goes through (a short write runs in place
+when the connection is idle: :mod:`core.checkpoint.sqlite_gate`); plus the path checks
+and open errors in one sentence.
 
 :class:`SQLiteFile` is the base of :class:`~core.checkpoint.sqlite.SQLiteCheckpointer`,
 which adds the store's methods. With :mod:`core.checkpoint.sqlite` this is the only
