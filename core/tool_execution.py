@@ -23,6 +23,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from signal import SIGINT, default_int_handler, getsignal
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -39,7 +40,7 @@ from core.events import (
 from core.hitl import ApprovalAnswer, ApproveRequest
 from core.hitl_replies import check_answer, dump_answer
 from core.hitl_results import HumanOutcome, aborted_result, approval_result, policy_denial_result, with_hitl
-from core.human_wait import AbortedWhileWaiting, CallHuman, EndedWaiting, HumanDesk, default_note
+from core.human_wait import AbortedWhileWaiting, CallHuman, EndedWaiting, HumanDesk, WaitEnded, default_note
 from core.jobs import Jobs, key_for
 from core.messages import ContentBlock, TextContent, ToolCall, ToolResultMessage, error_tool_result
 from core.steps import StepLogs
@@ -140,6 +141,95 @@ class _Suspended:
 
 def _blocked(outcome: HumanOutcome) -> AgentToolResult:
     return AgentToolResult(outcome.text or "", details={"hitl": outcome.hitl}, is_error=outcome.is_error)
+
+
+async def call_tool(tool: AgentTool, ctx: ToolContext, params: BaseModel) -> AgentToolResult:
+    """Run ``tool``'s body for one call: the one place the executor calls tool code, and
+    the one rule for what that code may raise through it.
+
+    Tool code is untrusted: it runs in the host's process (the app, ``cubepi-tui run``,
+    any program running an agent), and whatever it raises must end *its call*, never the
+    host. An ``Exception`` propagates to the caller, which makes it the call's error
+    result (its text) and, for a job, records the job failed. Of the ``BaseException``
+    subclasses that are not ``Exception`` (Python's exception hierarchy,
+    https://docs.python.org/3/library/exceptions.html#exception-hierarchy), only what the
+    host itself raises through the tool propagates:
+
+    * ``asyncio.CancelledError`` while this call's task is being cancelled
+      (``Task.cancelling()``): the abort's grace ran out, or the batch is torn down. One
+      the tool raised or let through from something else it awaited, its own task not
+      cancelled, is no abort; it becomes the call's error result.
+    * :class:`~core.human_wait.WaitEnded`: the run's wait for a person ended, raised
+      through the body by ``ctx.human`` (a ``BaseException`` so the body cannot swallow it).
+    * ``KeyboardInterrupt`` where SIGINT's handler raises it, so it may be the user's
+      Ctrl-C and must win: Python's default handler, or ``asyncio.Runner``'s on a second
+      Ctrl-C (its first cancels the main task: "Handling Keyboard Interruption",
+      https://docs.python.org/3/library/asyncio-runner.html#handling-keyboard-interruption).
+      The app and ``cubepi-tui run`` handle SIGINT themselves (it aborts the run), so
+      there a ``KeyboardInterrupt`` can only be the tool's own and is its error result.
+
+    Anything else becomes the call's error result in one sentence, the run going on:
+    ``SystemExit`` (``sys.exit()``; asyncio re-raises it and ``KeyboardInterrupt`` out of
+    a task through the event loop, which would end the host at once and skip every
+    save and abort on the way), ``GeneratorExit`` and a tool's own ``BaseException``
+    subclasses (without this rule their task would end with no result and the batch
+    would wait for it forever). ``GeneratorExit`` is asyncio's only when it closes the
+    coroutine of a pending task lost to garbage collection, which the batch's reference
+    to every running task rules out; here it is the tool's own. A tool can still end the
+    process by other means (``os._exit``, a signal, an exception raised in a task of its
+    own): those are outside what an exception rule can hold.
+    """
+    try:
+        return await tool.invoke(ctx, params)
+    except (Exception, WaitEnded):
+        raise  # the caller's: an error result with the text, or the run's wait ended
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise
+        return AgentToolResult(escaped_sentence(asyncio.CancelledError()), is_error=True)
+    except KeyboardInterrupt as exc:
+        if _sigint_raises():
+            raise
+        return AgentToolResult(escaped_sentence(exc), is_error=True)
+    except BaseException as exc:
+        return AgentToolResult(escaped_sentence(exc), is_error=True)
+
+
+def escaped_sentence(exc: BaseException) -> str:
+    """The error result text of a call whose tool raised ``exc``, a ``BaseException`` a
+    tool may not end its host with (see :func:`call_tool`)."""
+    if isinstance(exc, SystemExit):
+        code = "" if exc.code is None else repr(exc.code)
+        return (
+            f"The tool called sys.exit({code}); a tool cannot end the program that runs it, "
+            "so this call failed and the run goes on."
+        )
+    if isinstance(exc, KeyboardInterrupt):
+        return (
+            "The tool raised KeyboardInterrupt; only the user's Ctrl-C stops a run, "
+            "so this call failed and the run goes on."
+        )
+    if isinstance(exc, asyncio.CancelledError):
+        return (
+            "The tool raised asyncio.CancelledError although nothing cancelled its call; "
+            "this call failed and the run goes on."
+        )
+    detail = f" ({exc})" if str(exc) else ""
+    return (
+        f"The tool raised {type(exc).__name__}{detail}, which no tool may end the run with; "
+        "this call failed and the run goes on."
+    )
+
+
+def _sigint_raises() -> bool:
+    """Whether SIGINT's current handler raises ``KeyboardInterrupt`` (see :func:`call_tool`)."""
+    handler = getsignal(SIGINT)
+    if handler is default_int_handler:
+        return True
+    # asyncio.Runner installs functools.partial(runner._on_sigint, main_task=...).
+    owner = getattr(getattr(handler, "func", None), "__self__", None)
+    return isinstance(owner, asyncio.Runner)
 
 
 class _Batch:
@@ -300,7 +390,7 @@ class _Batch:
             if key is not None and self.jobs is not None:
                 result, reused = await self._run_job(tool, ctx, params, key)
             else:
-                result = await tool.invoke(ctx, params)
+                result = await call_tool(tool, ctx, params)
         except EndedWaiting as ended:
             self.queue.put_nowait(_Suspended(call, ended))
             return
@@ -336,7 +426,7 @@ class _Batch:
         fresh: list[AgentToolResult] = []
 
         async def work() -> tuple[Any, bool]:
-            result = await tool.invoke(ctx, params)
+            result = await call_tool(tool, ctx, params)
             fresh.append(result)
             # A result produced while the run was being aborted may be a tool's
             # "stopped early" answer rather than the real work: never reuse it.
@@ -479,7 +569,8 @@ async def execute_tool_calls(
 
     Unknown tools, invalid arguments, arguments that could not be read
     (``ToolCall.arguments_error``: the tool is never called) and exceptions become error
-    results, never raise.
+    results, never raise; so does any ``BaseException`` a tool may not end its host with
+    (``sys.exit()`` among them: the rule is :func:`call_tool`'s).
     When ``signal`` is set, tools are expected to return; one still running
     ``abort_grace`` seconds later is cancelled and gets an error result starting
     "aborted" (``{"settled": "aborted"}``). Calls not yet started when the abort came

@@ -117,7 +117,8 @@ class AgentTool:
 
         ``signal`` is set when the user aborts: return soon after. ``on_update(progress,
         text)`` reports progress. Raise any exception to fail the call: its message
-        becomes the error result's text.
+        becomes the error result's text (what else a tool may raise, ``sys.exit()``
+        included: :func:`core.tool_execution.call_tool`).
         """
         raise NotImplementedError
 

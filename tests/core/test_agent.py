@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import sys
 
 import pytest
 
@@ -15,6 +17,7 @@ from core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMes
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import CrashPoint, ResumeAction, ThreadState, diagnose
 from core.tools import ToolContext, tool
+from tests.helpers.own_loop import run_in_own_loop
 from tests.helpers.transcripts import assert_every_call_answered, squash
 
 WAIT = 10.0  # seconds; reached only by a failing test
@@ -642,3 +645,74 @@ async def test_a_tool_whose_start_cannot_be_journaled_never_runs():
     data = await stored(agent)
     verdict = diagnose(data.messages, data.runs, data.journal)
     assert verdict.crash_point is CrashPoint.MID_TOOL and verdict.dangling[0].status_words == "never started"
+
+
+# --- a tool that tries to end the program ---------------------------------------------------
+
+
+@tool
+async def quit_program(how: str) -> str:
+    """End the program the way a script would: ``sys.exit(0)`` or ``raise SystemExit("x")``."""
+    if how == "exit0":
+        sys.exit(0)
+    raise SystemExit("x")
+
+
+QUIT_TEXTS = {
+    "exit0": "The tool called sys.exit(0); a tool cannot end the program that runs it, "
+    "so this call failed and the run goes on.",
+    "message": "The tool called sys.exit('x'); a tool cannot end the program that runs it, "
+    "so this call failed and the run goes on.",
+}
+
+
+def quitting_provider(how: str) -> FauxProvider:
+    """A model that calls ``quit_program`` once, then answers what the result said."""
+    return FauxProvider(
+        [
+            faux_reply("Quitting.", faux_tool_call("quit_program", {"how": how}, id="call_quit")),
+            lambda request: faux_reply(f"The tool said: {request.messages[-1].text}"),
+        ]
+    )
+
+
+@pytest.mark.parametrize("how", ["exit0", "message"])
+def test_a_tool_ending_the_program_fails_its_call_and_the_run_completes(how):
+    # Before: SystemExit left the event loop, the run was never ended and the thread read crashed mid-tool.
+    agent = make_agent(quitting_provider(how), tools=(quit_program,))
+
+    async def scenario() -> None:
+        assert await asyncio.wait_for(agent.prompt("quit"), WAIT) == "completed"
+        data = await stored(agent)
+        assert [m.role for m in data.messages] == ["user", "assistant", "tool_result", "assistant"]
+        result = data.messages[2]
+        assert isinstance(result, ToolResultMessage) and result.is_error and result.text == QUIT_TEXTS[how]
+        assert data.messages[3].text == f"The tool said: {QUIT_TEXTS[how]}"  # the model read it and went on
+        assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
+        assert [r.completed for r in data.runs] == [True]
+
+    run_in_own_loop(scenario())
+
+
+def test_an_idempotent_tool_ending_the_program_leaves_its_job_failed_not_started():
+    from core.jobs import idempotent, job_key
+
+    store = MemoryCheckpointer()
+    agent = make_agent(quitting_provider("exit0"), store, tools=(idempotent(quit_program),))
+
+    async def scenario() -> None:
+        assert await asyncio.wait_for(agent.prompt("quit"), WAIT) == "completed"
+        job = await store.job_get("t1", job_key("quit_program", {"how": "exit0"}))
+        assert job is not None and job.status == "failed"  # a later call runs it again; resume never trusts it
+
+    run_in_own_loop(scenario())
+
+
+def test_the_headless_runner_survives_a_tool_ending_the_program(tmp_path):
+    from core.runner import AgentSpec, run_headless
+
+    out, err = io.StringIO(), io.StringIO()
+    spec = AgentSpec(quitting_provider("exit0"), tools=[quit_program])
+    run = run_headless(tmp_path / "t.sqlite", "t1", "quit", agent=lambda: spec, out=out, err=err, handle_signals=True)
+    assert run_in_own_loop(run) == 0, err.getvalue()
+    assert QUIT_TEXTS["exit0"] in out.getvalue()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 from typing import Annotated
 
 import pytest
@@ -11,8 +13,9 @@ from pydantic import BaseModel, Field
 from core.errors import ToolDefinitionError
 from core.events import MessageEnd, MessageStart, ToolExecutionEnd, ToolExecutionStart, ToolExecutionUpdate
 from core.messages import ToolCall, ToolResultMessage
-from core.tool_execution import execute_tool_calls
+from core.tool_execution import call_tool, execute_tool_calls
 from core.tools import AgentTool, AgentToolResult, ToolContext, tool
+from tests.helpers.own_loop import run_in_own_loop
 
 WAIT = 5.0  # seconds; only ever reached when a test is about to fail
 
@@ -396,3 +399,136 @@ async def test_parallel_batch_after_abort_runs_nothing():
     assert all(r.is_error and r.text.startswith("Not run") for r in results)
     assert not any(isinstance(e, ToolExecutionStart) for e in emit.events)
     assert [type(e) for e in emit.events] == [MessageStart, MessageEnd, MessageStart, MessageEnd]
+
+
+# --- what a tool may raise through its host (core.tool_execution.call_tool) ---------------------
+
+
+class ToolsOwnEnd(BaseException):
+    """A tool's own BaseException subclass."""
+
+
+def raiser(name: str, make) -> AgentTool:  # type: ignore[no-untyped-def]
+    """A tool named ``name`` whose body raises ``make()`` (a fresh exception per call)."""
+
+    async def body() -> str:
+        raise make()
+
+    body.__doc__ = f"Raise what {name} raises."
+    return tool(body, name=name)
+
+
+async def leaks_a_cancellation() -> str:
+    """Await a future something else cancelled: its CancelledError is no abort of this call."""
+    future = asyncio.get_running_loop().create_future()
+    future.cancel()
+    await future
+    return "never"
+
+
+@tool
+async def exit_zero() -> str:
+    """Call sys.exit(0), as a script would."""
+    sys.exit(0)
+
+
+@pytest.fixture
+def host_handles_sigint():  # type: ignore[no-untyped-def]
+    """SIGINT handled by the host itself, as the app and ``cubepi-tui run`` do: a
+    KeyboardInterrupt can then only come from code."""
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_sys_exit_0_in_a_tool_is_its_error_result_and_the_siblings_finish():
+    results, recorder = run_in_own_loop(run([call("exit_zero"), call("search", query="x")], [exit_zero, search]))
+    by_name = {r.tool_name: r for r in results}
+    assert by_name["exit_zero"].is_error
+    assert by_name["exit_zero"].text == (
+        "The tool called sys.exit(0); a tool cannot end the program that runs it, "
+        "so this call failed and the run goes on."
+    )
+    assert not by_name["search"].is_error and by_name["search"].text == "x:10:False"
+    assert recorder.kinds("id_exit_zero") == [
+        "tool_execution_start",
+        "tool_execution_end",
+        "message_start",
+        "message_end",
+    ]
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+def test_raise_system_exit_with_a_message_is_the_calls_error_result(mode):
+    quits = raiser("quits", lambda: SystemExit("x"))
+    results, _ = run_in_own_loop(run([call("quits"), call("search", query="y")], [quits, search], mode=mode))
+    assert [r.is_error for r in results if r.tool_name == "quits"] == [True]
+    assert results[0].text.startswith("The tool called sys.exit('x'); a tool cannot end the program")
+    assert {r.tool_name for r in results} == {"quits", "search"}
+
+
+@pytest.mark.parametrize(
+    ("make", "text"),
+    [
+        (GeneratorExit, "The tool raised GeneratorExit, which no tool may end the run with;"),
+        (lambda: ToolsOwnEnd("bye"), "The tool raised ToolsOwnEnd (bye), which no tool may end the run with;"),
+    ],
+)
+def test_other_base_exceptions_of_a_tool_are_its_error_result(make, text):
+    # Before: the tool's task ended with no result and the batch waited for it for ever.
+    ending = raiser("ending", make)
+    results, _ = run_in_own_loop(run([call("ending")], [ending]))
+    assert results[0].is_error and results[0].text.startswith(text), results[0].text
+
+
+def test_a_cancellation_the_tool_let_through_is_its_error_not_an_abort():
+    leaky = tool(leaks_a_cancellation, name="leaky")
+    results, _ = run_in_own_loop(run([call("leaky")], [leaky]))
+    assert results[0].is_error
+    assert results[0].text.startswith("The tool raised asyncio.CancelledError although nothing cancelled its call")
+    assert results[0].metadata == {}  # not settled as aborted
+
+
+def test_keyboard_interrupt_from_a_tool_is_its_error_where_the_host_handles_sigint(host_handles_sigint):
+    interrupts = raiser("interrupts", KeyboardInterrupt)
+    results, _ = run_in_own_loop(run([call("interrupts")], [interrupts]))
+    assert results[0].is_error
+    assert results[0].text == (
+        "The tool raised KeyboardInterrupt; only the user's Ctrl-C stops a run, so this call failed and the run goes on."
+    )
+
+
+def _context() -> ToolContext:
+    return ToolContext("c1", asyncio.Event(), lambda progress, text: None)
+
+
+def test_keyboard_interrupt_propagates_where_sigint_raises_it():
+    # Python's default handler: the KeyboardInterrupt may be the user's Ctrl-C, which must win.
+    # Driven by hand (no event loop), so the interrupt never reaches pytest's own loop.
+    interrupts = raiser("interrupts", KeyboardInterrupt)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        body = call_tool(interrupts, _context(), interrupts.parameters())
+        with pytest.raises(KeyboardInterrupt):
+            body.send(None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_keyboard_interrupt_propagates_under_asyncio_runners_sigint_handler():
+    # asyncio.Runner's handler raises KeyboardInterrupt on a second Ctrl-C (its first cancels the main task).
+    interrupts = raiser("interrupts", KeyboardInterrupt)
+
+    async def outcome() -> str:
+        try:
+            await call_tool(interrupts, _context(), interrupts.parameters())
+        except KeyboardInterrupt:
+            return "propagated"
+        return "swallowed"
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Runner installs its own only over this
+    try:
+        with asyncio.Runner() as runner:
+            assert runner.run(outcome()) == "propagated"
+    finally:
+        signal.signal(signal.SIGINT, previous)
