@@ -106,6 +106,37 @@ async def test_x_expands_to_the_whole_output_in_a_box_and_collapses_and_a_click_
         assert app.is_running
 
 
+def _box_in_sight(app, view: ToolCallView) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the expanded box and the call's header are wholly inside the transcript's view."""
+    shown = app.screen.transcript.scrollable_content_region
+    box = view.query_one(OutputView).region
+    header = view.query_one("#tool-header").region
+    return bool(box) and shown.y <= header.y and box.bottom <= shown.bottom
+
+
+async def test_end_in_the_box_shows_the_last_line_on_a_short_terminal() -> None:
+    """At 80x24 the transcript shows 21 rows: a 20-row box below the call's header, status
+    and note ran below the screen, so End inside it scrolled to rows nobody could see."""
+    app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
+    async with app.run_test(size=(80, 24)) as pilot:
+        view = await _open(pilot, app)
+        await pilot.press("t", "x")
+        await wait_for(pilot, lambda: bool(view.query(OutputView)), what="expanded")
+        box = view.query_one(OutputView)
+        await wait_for(pilot, lambda: box.row_count == LINES, what="box laid out")
+        await pilot.press("end")
+        await wait_for_text(pilot, "row 49999 of the output")
+        await wait_for(pilot, lambda: _box_in_sight(app, view), what="the box and its header on screen")
+        height = box.size.height
+        assert height < EXPANDED_ROWS and "⚙ list_all" in screen_text(app)
+
+        await pilot.resize_terminal(80, 16)  # shorter still: the box shrinks to fit again
+        await wait_for(pilot, lambda: box.size.height <= height - 8, what="the box refitted")
+        await pilot.press("home", "end")
+        await wait_for(pilot, lambda: _box_in_sight(app, view), what="the box on screen after the resize")
+        assert "row 49999 of the output" in screen_text(app)
+
+
 async def test_a_short_result_offers_no_expand() -> None:
     app = make_app(fast_session(await _thread_with_output("one\ntwo")), thread_id="t1")
     async with app.run_test(size=(110, 40)) as pilot:

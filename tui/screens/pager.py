@@ -217,10 +217,19 @@ class OutputView(ScrollView, can_focus=True):
     def _laid_out(self) -> None:
         """The rows changed (more lines, another width): size, height and redraw follow."""
         self.virtual_size = Size(self._wrapped_at, len(self._rows))
-        if self.max_rows is not None:
-            self.styles.height = max(1, min(len(self._rows), self.max_rows))
+        self._fit_height()
         self.refresh()
         self.post_message(self.Moved())
+
+    def limit_rows(self, max_rows: int) -> None:
+        """Make the view at most ``max_rows`` tall from now on (see :attr:`max_rows`)."""
+        if max_rows != self.max_rows:
+            self.max_rows = max_rows
+            self._fit_height()
+
+    def _fit_height(self) -> None:
+        if self.max_rows is not None:
+            self.styles.height = max(1, min(len(self._rows), self.max_rows))
 
     def row_of(self, line: int, column: int) -> int:
         """The screen row showing character ``column`` of ``line`` (0 when there are no lines)."""
