@@ -4,6 +4,7 @@ Escape), and progress text capped for display."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 from textual.widgets import Input, Static
 
@@ -197,6 +198,80 @@ async def test_the_pager_opens_searches_steps_and_closes() -> None:
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="pager closed")
         assert app.screen.query_one(ToolCallView) is view
+
+
+def _pager_status(app) -> str:  # type: ignore[no-untyped-def]
+    return app.screen.query_one("#pager-status", Static).content.plain  # type: ignore[no-any-return]
+
+
+def _range_on_screen(app, pattern: str) -> str:  # type: ignore[no-untyped-def]
+    """ "lines A–B" of the lines numbered by ``pattern`` (a regex, group 1 the 0-based number) on screen."""
+    numbers = [int(m.group(1)) for m in re.finditer(pattern, screen_text(app))]
+    return f"lines {min(numbers) + 1:,}–{max(numbers) + 1:,} "
+
+
+async def _search(pilot, query: str) -> None:  # type: ignore[no-untyped-def]
+    await pilot.press("slash")
+    await wait_for(pilot, lambda: isinstance(pilot.app.focused, Input), what="search box")
+    pilot.app.screen.search_box.value = query
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: not pilot.app.screen.search_box.display, what="search box closed")
+
+
+async def test_the_pager_says_the_lines_shown_after_a_search() -> None:
+    """The search box docked below the view made it shorter; hidden again on Enter, the view
+    grew back but the range kept its old bottom ("lines 11–27 of 43" with 21 rows shown)
+    until the next key."""
+    output = "\n".join(f"[red]row {i}[/red] text" for i in range(43))
+    app = make_app(fast_session(await _thread_with_output(output)), thread_id="t1")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _open(pilot, app)
+        await pilot.press("t", "p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await wait_for(pilot, lambda: app.screen.view.loaded, what="output read")  # type: ignore[attr-defined]
+        row = r"\[red\]row (\d+)\["
+        await wait_for(pilot, lambda: _range_on_screen(app, row) == "lines 1–21 ", what="21 rows shown")
+        for query in ("row 30", "text"):  # one far below the top, then one on the top line
+            await _search(pilot, query)
+            await wait_for(pilot, lambda: app.screen.view.current is not None, what=f"a match for {query}")  # type: ignore[attr-defined]
+            await wait_for(
+                pilot,
+                lambda: _pager_status(app).startswith(_range_on_screen(app, row)),
+                what=f"the range shown after searching {query!r}",
+            )
+
+
+async def test_the_pager_says_which_rows_of_a_wrapped_line_are_shown() -> None:
+    blob = "x" * 200_000
+    app = make_app(fast_session(await _thread_with_output(blob)), thread_id="t1")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _open(pilot, app)
+        await pilot.press("t", "p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        pager = app.screen
+        assert isinstance(pager, PagerScreen)
+        await wait_for(pilot, lambda: pager.view.loaded, what="output read")
+        rows = pager.view.row_count
+        await wait_for(pilot, lambda: _pager_status(app) == f"line 1 of 1, rows 1–21 of {rows:,}", what="top rows")
+        await pilot.press("pagedown")
+        await wait_for(pilot, lambda: _pager_status(app) == f"line 1 of 1, rows 22–42 of {rows:,}", what="next page")
+        await pilot.press("end")
+        await wait_for(
+            pilot, lambda: _pager_status(app) == f"line 1 of 1, rows {rows - 20:,}–{rows:,} of {rows:,}", what="end"
+        )
+
+
+async def test_the_search_box_says_it_is_smart_case() -> None:
+    app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _open(pilot, app)
+        await pilot.press("t", "p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await pilot.press("slash")
+        await wait_for_text(pilot, "any case, unless you type a capital")
+        await pilot.press("escape")
+        await _search(pilot, "ROW 0499")
+        await wait_for_text(pilot, "not found: ROW 0499 (case-sensitive: it has a capital)")
 
 
 async def test_escape_in_the_search_box_closes_only_the_box() -> None:
