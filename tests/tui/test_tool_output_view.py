@@ -152,6 +152,54 @@ async def test_a_short_result_offers_no_expand() -> None:
         assert "More" not in footer and "p Pager" in footer
 
 
+async def _notice_after(pilot, key: str, words: str) -> str:  # type: ignore[no-untyped-def]
+    """Press ``key``; return the notice holding ``words`` it brought."""
+    app = pilot.app
+    app.clear_notifications()
+    await pilot.press(key)
+    notices = lambda: [n.message for n in app._notifications if words in n.message]  # noqa: E731
+    await wait_for(pilot, lambda: bool(notices()), what=f"a notice with {words!r} after {key}")
+    return notices()[0]  # type: ignore[no-any-return]
+
+
+async def test_x_and_p_say_why_they_do_nothing() -> None:
+    """On a running call and on a short result they did nothing, silently."""
+    gate = asyncio.Event()
+
+    @tool
+    async def slow(ctx: ToolContext) -> str:
+        """Report, then wait for the gate."""
+        ctx.report(progress=0.5, text="half way")
+        await gate.wait()
+        return "one\ntwo"
+
+    session = fast_session(
+        MemoryCheckpointer(),
+        tools=[slow],
+        make_provider=lambda: FauxProvider(
+            [faux_reply(faux_tool_call("slow", {}, id="s1")), "Slow done."], delay=0.001
+        ),
+    )
+    app = make_app(session)
+    async with app.run_test(size=(110, 30)) as pilot:
+        await send_via_dialog(pilot, "n", "Go slow.")
+        await wait_for_text(pilot, "half way")
+        view = app.screen.query_one(ToolCallView)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is view, what="the running call focused")
+        running = "yet: the tool is still running, and its output comes with its result."
+        assert await _notice_after(pilot, "x", "Nothing to expand") == f"Nothing to expand {running}"
+        assert await _notice_after(pilot, "p", "Nothing to open") == f"Nothing to open in the pager {running}"
+        assert not view.expanded and isinstance(app.screen, ThreadScreen)
+        gate.set()
+        await wait_for_text(pilot, "Slow done.")
+        notice = await _notice_after(pilot, "x", "Nothing more")
+        assert notice == "Nothing more to show: the whole output is shown already (p opens the pager)."
+        assert not view.expanded
+        await pilot.press("p")  # the pager still opens
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+
+
 async def test_the_pager_opens_searches_steps_and_closes() -> None:
     app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
     async with app.run_test(size=(100, 30)) as pilot:

@@ -24,7 +24,7 @@ from textual.widget import Widget
 from textual.widgets import ProgressBar, Static
 
 from core.messages import ToolCall, ToolResultMessage
-from tui.actions import TOOL, bindings
+from tui.actions import TOOL, Availability, bindings, bound_action, current_keymap, key_names, tool_availability
 from tui.screens.pager import OutputView, PagerScreen
 from tui.text import clean, clock, content_text, short_json
 from tui.tool_output import COLLAPSED, MARK_STYLE, PROGRESS, Excerpt, count_lines, excerpt
@@ -214,24 +214,36 @@ class ToolCallView(Widget, can_focus=True):
 
     # --- keys ---------------------------------------------------------------------------
 
+    def _availability(self, action: str) -> Availability:
+        return tool_availability(action, self, key_names(current_keymap(self.app)))
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # Hidden from the footer until there is a result worth expanding or paging.
-        if action == "expand":
-            return self._shown is not None and (self.expanded or not self._shown.complete)
-        if action == "pager":
-            return bool(self._body)
-        return True
+        """Hide x and p from the footer until there is a result worth expanding or paging,
+        as :func:`tui.actions.tool_availability` rules."""
+        return self._availability(action)[0]
+
+    def on_key(self, event: events.Key) -> None:
+        """x or p (whatever keys the keymap binds to them) pressed while they do nothing
+        says in one sentence why, as the thread's keys do."""
+        action = bound_action(self.screen, event.key, self)
+        if action is None or self.check_action(action, ()):
+            return
+        reason = self._availability(action)[1]
+        if reason is not None:
+            # Stopped here, the key never reaches the bindings, which would ignore it silently.
+            event.stop()
+            event.prevent_default()
+            self.notify(reason, timeout=6, markup=False)
 
     def action_expand(self) -> None:
         """Show more of the result, or (expanded already) less."""
-        if self._shown is not None and (self.expanded or not self._shown.complete):
+        if self.check_action("expand", ()):
             self.expanded = not self.expanded
 
     def action_pager(self) -> None:
         """Open the whole result in the pager."""
-        if not self._body:
-            return
-        self.app.push_screen(PagerScreen(f"{self.tool_name}  {self.call_id}", self._body))
+        if self.check_action("pager", ()):
+            self.app.push_screen(PagerScreen(f"{self.tool_name}  {self.call_id}", self._body))
 
     def on_click(self, event: events.Click) -> None:
         if event.widget is not None and event.widget.id == "tool-result":
