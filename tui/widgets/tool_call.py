@@ -420,7 +420,7 @@ class ToolCallView(Widget, can_focus=True):
             if not shown.complete:
                 text.append(f"\n{count_lines(shown.lines)} · x: all · p: pager, searchable", style=MARK_STYLE)
         self.query_one("#tool-result", Static).update(text)
-        offered = (bool(self._body), self.expanded or not shown.complete)
+        offered = (self.check_action("pager", ()) is True, self.check_action("expand", ()) is True)
         if offered != self._offered:
             self._offered = offered
             # The footer shows these keys only while this call has focus (a focus change
