@@ -55,15 +55,31 @@ events and drawn whole. 4,096 characters keep the last lines of a log or the lat
 frame of a redrawn progress bar with room to spare; the app shows less still
 (``tui.tool_output.PROGRESS``)."""
 
+_BOUNDARY = re.compile(r"[\r\n]+")
+"""Where a frame (after ``\\r``) or a line (after ``\\n``) starts: :func:`cap_progress_text` cuts there."""
+
 
 def cap_progress_text(text: str | None) -> str | None:
-    """``text`` cut to its last :data:`PROGRESS_TEXT_LIMIT` characters, after a note of how
-    many came before (``"… 2,093,056 earlier characters cut … "``); shorter text and
-    ``None`` are returned as they are. The end is kept because it is the newest output.
-    Costs O(:data:`PROGRESS_TEXT_LIMIT`), whatever the length of ``text``."""
+    """``text`` cut to at most its last :data:`PROGRESS_TEXT_LIMIT` characters, below a line
+    saying how many came before (``"… 2,093,056 earlier characters cut …"``); shorter text
+    and ``None`` are returned as they are. The end is kept because it is the newest output.
+
+    The cut falls where a ``\\r`` frame or a line starts, when the kept end holds such a
+    start with something after it: a display collapses frames as a terminal does (each
+    ``\\r`` overwrites from column 0, ``tui.tool_output.collapse_frames``), so a frame cut in
+    the middle would be drawn from column 0 and show through the frames after it (a stray
+    ``]`` behind a progress bar), and the note on the same line would be overwritten. The
+    note is a line of its own for the same reason. Only text with no such start (2 MB
+    without a newline or ``\\r``, or one frame longer than the limit) is cut mid-frame: that
+    frame is the newest, and nothing after it overwrites the note. Costs
+    O(:data:`PROGRESS_TEXT_LIMIT`), whatever the length of ``text``."""
     if text is None or len(text) <= PROGRESS_TEXT_LIMIT:
         return text
-    return f"… {len(text) - PROGRESS_TEXT_LIMIT:,} earlier characters cut … " + text[-PROGRESS_TEXT_LIMIT:]
+    kept = text[-PROGRESS_TEXT_LIMIT:]
+    boundary = _BOUNDARY.search(kept)
+    if boundary is not None and boundary.end() < len(kept):
+        kept = kept[boundary.end() :]
+    return f"… {len(text) - len(kept):,} earlier characters cut …\n" + kept
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from core.checkpoint.base import PendingRequest
     from core.lease_status import LeaseView
     from core.recovery import Diagnosis
+    from tui.tool_output import Excerpt
 
 Availability = tuple[bool | None, str | None]
 """``(enabled, why_not)``: ``enabled`` as Textual's ``check_action`` takes it (``True``
@@ -217,6 +218,49 @@ def _resume(facts: ThreadFacts, key: KeyName) -> Availability:
     return None, why
 
 
+class ToolFacts(Protocol):
+    """What a tool call's rules read (:class:`~tui.widgets.tool_call.ToolCallView`)."""
+
+    status: str
+    expanded: bool
+
+    @property
+    def output(self) -> str:
+        """The result's whole text ("" before the result)."""
+        ...
+
+    @property
+    def shown(self) -> Excerpt | None:
+        """What the collapsed result shows (``None`` before the result)."""
+        ...
+
+
+_NO_RESULT_YET = ("streaming", "pending", "running")
+
+
+def _no_output(facts: ToolFacts, what: str) -> str:
+    """Why a call has no output to ``what`` (expand, open in the pager), in one sentence."""
+    if facts.status in _NO_RESULT_YET:
+        return f"Nothing to {what} yet: the tool is still running, and its output comes with its result."
+    if facts.shown is None:
+        return f"Nothing to {what}: this call has no result."
+    return f"Nothing to {what}: the tool returned no output."
+
+
+def _expand(facts: ToolFacts, key: KeyName) -> Availability:
+    # Hidden from the footer until there is a result worth expanding.
+    shown = facts.shown
+    if shown is not None and (facts.expanded or not shown.complete):
+        return ENABLED
+    if shown is not None and facts.output:
+        return False, f"Nothing more to show: the whole output is shown already ({key('tool.pager')} opens the pager)."
+    return False, _no_output(facts, "expand")
+
+
+def _pager(facts: ToolFacts, key: KeyName) -> Availability:
+    return ENABLED if facts.output else (False, _no_output(facts, "open in the pager"))
+
+
 def _filter_open(facts: PickerFacts, key: KeyName) -> Availability:
     return facts.filter_open, None  # Escape is only ours while a filter is open
 
@@ -290,9 +334,9 @@ PICKER: tuple[Action[PickerFacts], ...] = (
 )
 """The picker's keys (:class:`~tui.screens.threads.ThreadsScreen`)."""
 
-TOOL: tuple[Action[object], ...] = (
-    Action("tool.expand", "expand", "x", "All/less", "The whole output here, scrolling (again: less)"),
-    Action("tool.pager", "pager", "p", "Pager", "The whole output in a pager, with search"),
+TOOL: tuple[Action[ToolFacts], ...] = (
+    Action("tool.expand", "expand", "x", "All/less", "The whole output here, scrolling (again: less)", rule=_expand),
+    Action("tool.pager", "pager", "p", "Pager", "The whole output in a pager, with search", rule=_pager),
 )
 """A focused tool call's keys (:class:`~tui.widgets.tool_call.ToolCallView`), named in the thread's help."""
 
@@ -493,16 +537,17 @@ _PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z_]+)\}")
 """An action id in braces, in a table's help line."""
 
 
-def bound_action(screen: DOMNode, key: str) -> str | None:
-    """The action of ``screen``'s own bindings that ``key`` would run now, as Textual resolves
-    it (the focused widget first, the keymap applied); ``None`` when the key is some other
-    node's, or nobody's."""
+def bound_action(screen: DOMNode, key: str, owner: DOMNode | None = None) -> str | None:
+    """The action of ``owner``'s own bindings (by default ``screen``'s) that ``key`` would
+    run now on ``screen``, as Textual resolves it (the focused widget first, the keymap
+    applied); ``None`` when the key is some other node's, or nobody's."""
+    owner = screen if owner is None else owner
     # Textual's binding chain is where it resolves a key (keymap applied, keys a focused
     # Input consumes removed); it has no public form.
     for namespace, bindings_map in screen._binding_chain:  # type: ignore[attr-defined]
         found = bindings_map.key_to_bindings.get(key)
         if found:
-            return found[0].action if namespace is screen else None
+            return found[0].action if namespace is owner else None
     return None
 
 
@@ -517,6 +562,16 @@ def thread_availability(action: str, facts: ThreadFacts, key: KeyName) -> Availa
     ``facts``, and if not why, naming keys by ``key`` (an action id → its keys now); an
     action of no row of :data:`THREAD` is available."""
     row = _THREAD_BY_NAME.get(action)
+    return ENABLED if row is None else row.availability(facts, key)
+
+
+_TOOL_BY_NAME: Mapping[str, Action[ToolFacts]] = {action.name: action for action in TOOL}
+
+
+def tool_availability(action: str, facts: ToolFacts, key: KeyName) -> Availability:
+    """Whether a tool call's ``action`` is available with ``facts``, and if not why, naming
+    keys by ``key``; an action of no row of :data:`TOOL` is available."""
+    row = _TOOL_BY_NAME.get(action)
     return ENABLED if row is None else row.availability(facts, key)
 
 

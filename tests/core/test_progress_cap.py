@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from core.agent import Agent
 from core.checkpoint.memory import MemoryCheckpointer
 from core.events import ToolExecutionUpdate
@@ -11,6 +13,7 @@ from core.follow import ThreadFollower
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.supervisor import Supervisor
 from core.tools import PROGRESS_TEXT_LIMIT, ToolContext, cap_progress_text, tool
+from tui.tool_output import collapse_frames
 
 WAIT = 10.0  # seconds; reached only by a failing test
 BLOB = "".join(chr(ord("a") + i % 26) for i in range(2 * 1024 * 1024))  # 2 MiB, no newline
@@ -28,7 +31,7 @@ def test_long_text_keeps_its_end_and_says_how_much_was_cut() -> None:
     capped = cap_progress_text(BLOB)
     assert capped is not None
     assert capped.endswith(BLOB[-PROGRESS_TEXT_LIMIT:])
-    assert capped.startswith(f"… {len(BLOB) - PROGRESS_TEXT_LIMIT:,} earlier characters cut … ")
+    assert capped.startswith(f"… {len(BLOB) - PROGRESS_TEXT_LIMIT:,} earlier characters cut …\n")
     assert len(capped) <= PROGRESS_TEXT_LIMIT + NOTE_ROOM
 
 
@@ -36,6 +39,53 @@ def test_latest_frame_of_a_redrawn_line_survives_the_cap() -> None:
     frames = "".join(f"\rprogress {i:5d}/10000" for i in range(1, 10_001))
     capped = cap_progress_text(frames)
     assert capped is not None and capped.endswith("\rprogress 10000/10000")
+
+
+def _shown(capped: str) -> list[str]:
+    """The lines of ``capped`` as a terminal (and the app) shows them: frames collapsed."""
+    return [collapse_frames(line) for line in capped.split("\n")]
+
+
+def _note(cut: int) -> str:
+    return f"… {cut:,} earlier characters cut …"
+
+
+BAR = "".join(f"\rprogress {i:5d}/10000 [{'#' * (i * 12 // 10_000):<12}]" for i in range(1, 10_001))
+"""A progress bar redrawn 10,000 times (the tester's): each frame shorter than the note."""
+
+
+@pytest.mark.parametrize(
+    "cut", [BAR.index(f"progress {i:5d}") + shift for i in range(1000, 10_001, 1000) for shift in (0, 7, 19)]
+)
+def test_a_capped_bar_shows_its_latest_frame_whole_and_the_note_intact(cut: int) -> None:
+    """Wherever the report ends, the cap keeps whole frames only: the line shows exactly
+    what the whole report shows (no stray ``]`` of a frame cut in the middle), and the
+    note is a line of its own that no frame overwrites."""
+    text = BAR[: cut + 40]
+    capped = cap_progress_text(text)
+    assert capped is not None
+    note, line = _shown(capped)
+    assert line == collapse_frames(text)
+    kept = capped.split("\n", 1)[1]
+    assert note == _note(len(text) - len(kept)) and text.endswith(kept)
+    assert kept.startswith("progress") and len(kept) <= PROGRESS_TEXT_LIMIT
+
+
+def test_a_short_latest_frame_after_a_long_one_is_not_overwritten_by_the_note() -> None:
+    text = "x" * 5000 + "\rdone"
+    assert _shown(cap_progress_text(text) or "") == [_note(5001), "done"]
+
+
+def test_a_log_is_cut_at_a_line_start() -> None:
+    log = "\n".join(f"log line {i}" for i in range(50_000))
+    note, first, *rest = _shown(cap_progress_text(log) or "")
+    assert first.startswith("log line ") and log.endswith("\n".join([first, *rest]))
+    assert rest[-1] == "log line 49999" and note == _note(len(log) - len("\n".join([first, *rest])))
+
+
+def test_one_frame_longer_than_the_limit_keeps_its_end_below_the_note() -> None:
+    text = "old\r" + "y" * (PROGRESS_TEXT_LIMIT + 10) + "\n"  # the only line start is at the very end
+    assert _shown(cap_progress_text(text) or "") == [_note(15), "y" * (PROGRESS_TEXT_LIMIT - 1), ""]
 
 
 async def test_a_tool_reporting_2_mb_is_capped_in_events_state_and_live_events() -> None:

@@ -4,6 +4,7 @@ Escape), and progress text capped for display."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 from textual.widgets import Input, Static
 
@@ -106,6 +107,37 @@ async def test_x_expands_to_the_whole_output_in_a_box_and_collapses_and_a_click_
         assert app.is_running
 
 
+def _box_in_sight(app, view: ToolCallView) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the expanded box and the call's header are wholly inside the transcript's view."""
+    shown = app.screen.transcript.scrollable_content_region
+    box = view.query_one(OutputView).region
+    header = view.query_one("#tool-header").region
+    return bool(box) and shown.y <= header.y and box.bottom <= shown.bottom
+
+
+async def test_end_in_the_box_shows_the_last_line_on_a_short_terminal() -> None:
+    """At 80x24 the transcript shows 21 rows: a 20-row box below the call's header, status
+    and note ran below the screen, so End inside it scrolled to rows nobody could see."""
+    app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
+    async with app.run_test(size=(80, 24)) as pilot:
+        view = await _open(pilot, app)
+        await pilot.press("t", "x")
+        await wait_for(pilot, lambda: bool(view.query(OutputView)), what="expanded")
+        box = view.query_one(OutputView)
+        await wait_for(pilot, lambda: box.row_count == LINES, what="box laid out")
+        await pilot.press("end")
+        await wait_for_text(pilot, "row 49999 of the output")
+        await wait_for(pilot, lambda: _box_in_sight(app, view), what="the box and its header on screen")
+        height = box.size.height
+        assert height < EXPANDED_ROWS and "⚙ list_all" in screen_text(app)
+
+        await pilot.resize_terminal(80, 16)  # shorter still: the box shrinks to fit again
+        await wait_for(pilot, lambda: box.size.height <= height - 8, what="the box refitted")
+        await pilot.press("home", "end")
+        await wait_for(pilot, lambda: _box_in_sight(app, view), what="the box on screen after the resize")
+        assert "row 49999 of the output" in screen_text(app)
+
+
 async def test_a_short_result_offers_no_expand() -> None:
     app = make_app(fast_session(await _thread_with_output("one\ntwo")), thread_id="t1")
     async with app.run_test(size=(110, 40)) as pilot:
@@ -118,6 +150,54 @@ async def test_a_short_result_offers_no_expand() -> None:
         assert not view.expanded
         footer = screen_text(app).splitlines()[-1]
         assert "More" not in footer and "p Pager" in footer
+
+
+async def _notice_after(pilot, key: str, words: str) -> str:  # type: ignore[no-untyped-def]
+    """Press ``key``; return the notice holding ``words`` it brought."""
+    app = pilot.app
+    app.clear_notifications()
+    await pilot.press(key)
+    notices = lambda: [n.message for n in app._notifications if words in n.message]  # noqa: E731
+    await wait_for(pilot, lambda: bool(notices()), what=f"a notice with {words!r} after {key}")
+    return notices()[0]  # type: ignore[no-any-return]
+
+
+async def test_x_and_p_say_why_they_do_nothing() -> None:
+    """On a running call and on a short result they did nothing, silently."""
+    gate = asyncio.Event()
+
+    @tool
+    async def slow(ctx: ToolContext) -> str:
+        """Report, then wait for the gate."""
+        ctx.report(progress=0.5, text="half way")
+        await gate.wait()
+        return "one\ntwo"
+
+    session = fast_session(
+        MemoryCheckpointer(),
+        tools=[slow],
+        make_provider=lambda: FauxProvider(
+            [faux_reply(faux_tool_call("slow", {}, id="s1")), "Slow done."], delay=0.001
+        ),
+    )
+    app = make_app(session)
+    async with app.run_test(size=(110, 30)) as pilot:
+        await send_via_dialog(pilot, "n", "Go slow.")
+        await wait_for_text(pilot, "half way")
+        view = app.screen.query_one(ToolCallView)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.focused is view, what="the running call focused")
+        running = "yet: the tool is still running, and its output comes with its result."
+        assert await _notice_after(pilot, "x", "Nothing to expand") == f"Nothing to expand {running}"
+        assert await _notice_after(pilot, "p", "Nothing to open") == f"Nothing to open in the pager {running}"
+        assert not view.expanded and isinstance(app.screen, ThreadScreen)
+        gate.set()
+        await wait_for_text(pilot, "Slow done.")
+        notice = await _notice_after(pilot, "x", "Nothing more")
+        assert notice == "Nothing more to show: the whole output is shown already (p opens the pager)."
+        assert not view.expanded
+        await pilot.press("p")  # the pager still opens
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
 
 
 async def test_the_pager_opens_searches_steps_and_closes() -> None:
@@ -166,6 +246,80 @@ async def test_the_pager_opens_searches_steps_and_closes() -> None:
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="pager closed")
         assert app.screen.query_one(ToolCallView) is view
+
+
+def _pager_status(app) -> str:  # type: ignore[no-untyped-def]
+    return app.screen.query_one("#pager-status", Static).content.plain  # type: ignore[no-any-return]
+
+
+def _range_on_screen(app, pattern: str) -> str:  # type: ignore[no-untyped-def]
+    """ "lines A–B" of the lines numbered by ``pattern`` (a regex, group 1 the 0-based number) on screen."""
+    numbers = [int(m.group(1)) for m in re.finditer(pattern, screen_text(app))]
+    return f"lines {min(numbers) + 1:,}–{max(numbers) + 1:,} "
+
+
+async def _search(pilot, query: str) -> None:  # type: ignore[no-untyped-def]
+    await pilot.press("slash")
+    await wait_for(pilot, lambda: isinstance(pilot.app.focused, Input), what="search box")
+    pilot.app.screen.search_box.value = query
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: not pilot.app.screen.search_box.display, what="search box closed")
+
+
+async def test_the_pager_says_the_lines_shown_after_a_search() -> None:
+    """The search box docked below the view made it shorter; hidden again on Enter, the view
+    grew back but the range kept its old bottom ("lines 11–27 of 43" with 21 rows shown)
+    until the next key."""
+    output = "\n".join(f"[red]row {i}[/red] text" for i in range(43))
+    app = make_app(fast_session(await _thread_with_output(output)), thread_id="t1")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _open(pilot, app)
+        await pilot.press("t", "p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await wait_for(pilot, lambda: app.screen.view.loaded, what="output read")  # type: ignore[attr-defined]
+        row = r"\[red\]row (\d+)\["
+        await wait_for(pilot, lambda: _range_on_screen(app, row) == "lines 1–21 ", what="21 rows shown")
+        for query in ("row 30", "text"):  # one far below the top, then one on the top line
+            await _search(pilot, query)
+            await wait_for(pilot, lambda: app.screen.view.current is not None, what=f"a match for {query}")  # type: ignore[attr-defined]
+            await wait_for(
+                pilot,
+                lambda: _pager_status(app).startswith(_range_on_screen(app, row)),
+                what=f"the range shown after searching {query!r}",
+            )
+
+
+async def test_the_pager_says_which_rows_of_a_wrapped_line_are_shown() -> None:
+    blob = "x" * 200_000
+    app = make_app(fast_session(await _thread_with_output(blob)), thread_id="t1")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _open(pilot, app)
+        await pilot.press("t", "p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        pager = app.screen
+        assert isinstance(pager, PagerScreen)
+        await wait_for(pilot, lambda: pager.view.loaded, what="output read")
+        rows = pager.view.row_count
+        await wait_for(pilot, lambda: _pager_status(app) == f"line 1 of 1, rows 1–21 of {rows:,}", what="top rows")
+        await pilot.press("pagedown")
+        await wait_for(pilot, lambda: _pager_status(app) == f"line 1 of 1, rows 22–42 of {rows:,}", what="next page")
+        await pilot.press("end")
+        await wait_for(
+            pilot, lambda: _pager_status(app) == f"line 1 of 1, rows {rows - 20:,}–{rows:,} of {rows:,}", what="end"
+        )
+
+
+async def test_the_search_box_says_it_is_smart_case() -> None:
+    app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _open(pilot, app)
+        await pilot.press("t", "p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await pilot.press("slash")
+        await wait_for_text(pilot, "any case, unless you type a capital")
+        await pilot.press("escape")
+        await _search(pilot, "ROW 0499")
+        await wait_for_text(pilot, "not found: ROW 0499 (case-sensitive: it has a capital)")
 
 
 async def test_escape_in_the_search_box_closes_only_the_box() -> None:

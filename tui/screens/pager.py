@@ -2,7 +2,7 @@
 
 | Key | Action |
 | :- | :- |
-| / | search (Enter finds the first match from the top of the screen) |
+| / | search, smart case (Enter finds the first match from the top of the screen) |
 | n / N | next / previous match (wraps around the ends) |
 | ↑ ↓ PgUp PgDn Home End | scroll |
 | Escape, q | close the search box, else the pager |
@@ -199,6 +199,9 @@ class OutputView(ScrollView, can_focus=True):
     def on_resize(self) -> None:
         # Also the first layout: the width is known only from then on.
         self._wrap()
+        # Taller or shorter (the search box docked below it, then hidden) shows other rows
+        # even when the width, so the wrapping, stayed: whoever says which rows must hear it.
+        self.post_message(self.Moved())
 
     def _wrap(self) -> None:
         if self.scrollable_content_region.width <= 0:
@@ -217,10 +220,19 @@ class OutputView(ScrollView, can_focus=True):
     def _laid_out(self) -> None:
         """The rows changed (more lines, another width): size, height and redraw follow."""
         self.virtual_size = Size(self._wrapped_at, len(self._rows))
-        if self.max_rows is not None:
-            self.styles.height = max(1, min(len(self._rows), self.max_rows))
+        self._fit_height()
         self.refresh()
         self.post_message(self.Moved())
+
+    def limit_rows(self, max_rows: int) -> None:
+        """Make the view at most ``max_rows`` tall from now on (see :attr:`max_rows`)."""
+        if max_rows != self.max_rows:
+            self.max_rows = max_rows
+            self._fit_height()
+
+    def _fit_height(self) -> None:
+        if self.max_rows is not None:
+            self.styles.height = max(1, min(len(self._rows), self.max_rows))
 
     def row_of(self, line: int, column: int) -> int:
         """The screen row showing character ``column`` of ``line`` (0 when there are no lines)."""
@@ -239,14 +251,20 @@ class OutputView(ScrollView, can_focus=True):
         row = min(round(self.scroll_y), len(rows) - 1)
         return rows.line[row], rows.start[row]
 
-    def shown_lines(self) -> tuple[int, int]:
-        """The first and last line (0-based) with a row on screen; (0, -1) when empty."""
+    def shown_rows(self) -> tuple[int, int]:
+        """The first and last screen row (0-based) on screen; (0, -1) when empty."""
         rows = self._rows
         if not len(rows):
             return 0, -1
         top = min(round(self.scroll_y), len(rows) - 1)
-        bottom = min(top + max(self.scrollable_content_region.height, 1), len(rows)) - 1
-        return rows.line[top], rows.line[bottom]
+        return top, min(top + max(self.scrollable_content_region.height, 1), len(rows)) - 1
+
+    def shown_lines(self) -> tuple[int, int]:
+        """The first and last line (0-based) with a row on screen; (0, -1) when empty."""
+        top, bottom = self.shown_rows()
+        if bottom < 0:
+            return 0, -1
+        return self._rows.line[top], self._rows.line[bottom]
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
@@ -342,6 +360,10 @@ class OutputView(ScrollView, can_focus=True):
         return sum(1 for _ in itertools.islice(found, MATCH_COUNT_LIMIT + 1))
 
 
+SEARCH_HINT = "Find: any case, unless you type a capital (Enter searches, Escape cancels)"
+"""The search box's placeholder: it says the smart case of :func:`search_pattern`."""
+
+
 def search_pattern(query: str) -> re.Pattern[str]:
     """``query`` as a literal pattern: case-insensitive unless it holds a capital ("smart
     case", as in less and vim), so ``error`` finds ``Error`` and ``Error`` finds only it."""
@@ -381,7 +403,7 @@ class PagerScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(literal(self._title, style="bold"), id="pager-title")
         yield self.view
-        yield Input(placeholder="Find (Enter searches, Escape cancels)", id="pager-search")
+        yield Input(placeholder=SEARCH_HINT, id="pager-search")
         yield Static(id="pager-status")
         yield Footer()
 
@@ -437,7 +459,8 @@ class PagerScreen(Screen[None]):
         top = self.view.top_position() or (0, 0)
         found, _ = self.view.find(top[0], top[1] - 1)
         if found is None:
-            self._said = f"not found: {query}"
+            capital = self.view.pattern.flags & re.IGNORECASE == 0
+            self._said = f"not found: {query}" + (" (case-sensitive: it has a capital)" if capital else "")
             self.view.refresh()
             self._show_status()
             return
@@ -474,7 +497,15 @@ class PagerScreen(Screen[None]):
         first, last = view.shown_lines()
         count = len(view.lines)
         if last >= 0:
-            status = Text(f"lines {first + 1:,}–{last + 1:,} of {count:,}")
+            status = Text(
+                f"line {first + 1:,} of {count:,}"
+                if first == last
+                else f"lines {first + 1:,}–{last + 1:,} of {count:,}"
+            )
+            if view.row_count > count:
+                # Lines wrap: a 2 MB line is "line 1 of 1" wherever one is in it, so say the rows too.
+                top, bottom = view.shown_rows()
+                status.append(f", rows {top + 1:,}–{bottom + 1:,} of {view.row_count:,}")
         else:
             status = Text("no output" if view.loaded else "reading…")
         if not view.loaded and count:

@@ -18,19 +18,21 @@ from typing import Any
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
+from textual.containers import ScrollableContainer
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import ProgressBar, Static
 
 from core.messages import ToolCall, ToolResultMessage
-from tui.actions import TOOL, bindings
+from tui.actions import TOOL, Availability, bindings, bound_action, current_keymap, key_names, tool_availability
 from tui.screens.pager import OutputView, PagerScreen
 from tui.text import clean, clock, content_text, short_json
 from tui.tool_output import COLLAPSED, MARK_STYLE, PROGRESS, Excerpt, count_lines, excerpt
 
 EXPANDED_ROWS = 20
 """Screen rows of an expanded result's box at most; the box scrolls for the rest (and the
-pager shows it full screen). 20 rows keep the call's neighbours in view on a 40-row terminal."""
+pager shows it full screen). 20 rows keep the call's neighbours in view on a 40-row terminal;
+a shorter one gets a shorter box (:meth:`ToolCallView.fit_box`)."""
 
 
 def settled_as(result: ToolResultMessage) -> str | None:
@@ -128,6 +130,7 @@ class ToolCallView(Widget, can_focus=True):
         self._shown: Excerpt | None = None  # what the result view shows of it now
         self._offered = (False, False)  # whether p and x are offered (see check_action)
         self._box: OutputView | None = None  # the whole result, while expanded
+        self._showing_box = False  # a scroll to show the box waits for the next layout
         self._note = note
         self._ready = False  # children exist (set in on_mount, before is_mounted turns true)
         self._bar: ProgressBar | None = None  # made when the call first runs (see _progress_bar)
@@ -211,24 +214,36 @@ class ToolCallView(Widget, can_focus=True):
 
     # --- keys ---------------------------------------------------------------------------
 
+    def _availability(self, action: str) -> Availability:
+        return tool_availability(action, self, key_names(current_keymap(self.app)))
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # Hidden from the footer until there is a result worth expanding or paging.
-        if action == "expand":
-            return self._shown is not None and (self.expanded or not self._shown.complete)
-        if action == "pager":
-            return bool(self._body)
-        return True
+        """Hide x and p from the footer until there is a result worth expanding or paging,
+        as :func:`tui.actions.tool_availability` rules."""
+        return self._availability(action)[0]
+
+    def on_key(self, event: events.Key) -> None:
+        """x or p (whatever keys the keymap binds to them) pressed while they do nothing
+        says in one sentence why, as the thread's keys do."""
+        action = bound_action(self.screen, event.key, self)
+        if action is None or self.check_action(action, ()):
+            return
+        reason = self._availability(action)[1]
+        if reason is not None:
+            # Stopped here, the key never reaches the bindings, which would ignore it silently.
+            event.stop()
+            event.prevent_default()
+            self.notify(reason, timeout=6, markup=False)
 
     def action_expand(self) -> None:
         """Show more of the result, or (expanded already) less."""
-        if self._shown is not None and (self.expanded or not self._shown.complete):
+        if self.check_action("expand", ()):
             self.expanded = not self.expanded
 
     def action_pager(self) -> None:
         """Open the whole result in the pager."""
-        if not self._body:
-            return
-        self.app.push_screen(PagerScreen(f"{self.tool_name}  {self.call_id}", self._body))
+        if self.check_action("pager", ()):
+            self.app.push_screen(PagerScreen(f"{self.tool_name}  {self.call_id}", self._body))
 
     def on_click(self, event: events.Click) -> None:
         if event.widget is not None and event.widget.id == "tool-result":
@@ -250,6 +265,60 @@ class ToolCallView(Widget, can_focus=True):
             if self.has_focus:
                 self._box.focus()  # arrow keys scroll it; x and p still reach this view
         self._render_result()
+        if expanded:
+            # The rows above the box (the note just rendered) are measured in the next layout.
+            self.call_after_refresh(self.fit_box)
+
+    def fit_box(self) -> None:
+        """Make the expanded box short enough to show whole on screen below the call's
+        header, status and note (at most :data:`EXPANDED_ROWS` rows): a box running below
+        the screen scrolls inside to its end while its last rows stay out of sight. Called
+        on expanding and whenever the transcript's view changes size; nothing when collapsed."""
+        box, view = self._box, self._scroller()
+        if box is None or view is None or not box.is_attached:
+            return
+        above = 0
+        for child in self.children:
+            if child is box:
+                break
+            if child.display:
+                above += child.outer_size.height
+        box.limit_rows(max(3, min(EXPANDED_ROWS, view.scrollable_content_region.height - above)))
+        if box.has_focus:
+            self._keep_box_in_sight()
+
+    def on_output_view_moved(self) -> None:
+        # The focused box grew (its lines read) or scrolled: keep it in sight, or End inside
+        # it scrolls to rows below the screen.
+        if self._box is not None and self._box.has_focus:
+            self._keep_box_in_sight()
+
+    def _scroller(self) -> ScrollableContainer | None:
+        """The view this call scrolls in (the transcript), if any."""
+        return next((a for a in self.ancestors if isinstance(a, ScrollableContainer)), None)
+
+    def _keep_box_in_sight(self) -> None:
+        # Once per layout: the regions it reads are those of the last layout, so a second
+        # scroll before the next one would move the view twice.
+        if not self._showing_box:
+            self._showing_box = True
+            self.call_after_refresh(self._show_box)
+
+    def _show_box(self) -> None:
+        """Scroll the transcript the least that shows the whole box, and the header above
+        it too when both fit (:meth:`fit_box` makes them fit)."""
+        self._showing_box = False
+        box, view = self._box, self._scroller()
+        if box is None or view is None or not box.is_attached or not box.region:
+            return
+        shown = view.scrollable_content_region
+        at_least = box.region.bottom - shown.bottom  # scroll down this far to see its last row
+        at_most = self.query_one("#tool-header").region.y - shown.y  # and no further, to see the header
+        if at_least > at_most:
+            at_most = box.region.y - shown.y  # the header does not fit too: the box's first row
+        by = at_least if at_least > 0 else min(at_most, 0)
+        if by:
+            view.scroll_to(y=view.scroll_y + by, animate=False, immediate=True)
 
     # --- rendering ----------------------------------------------------------------------
 
@@ -351,7 +420,7 @@ class ToolCallView(Widget, can_focus=True):
             if not shown.complete:
                 text.append(f"\n{count_lines(shown.lines)} · x: all · p: pager, searchable", style=MARK_STYLE)
         self.query_one("#tool-result", Static).update(text)
-        offered = (bool(self._body), self.expanded or not shown.complete)
+        offered = (self.check_action("pager", ()) is True, self.check_action("expand", ()) is True)
         if offered != self._offered:
             self._offered = offered
             # The footer shows these keys only while this call has focus (a focus change

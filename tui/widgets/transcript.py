@@ -196,6 +196,8 @@ class Transcript(BlankLines, CoarseIndex, VerticalScroll, can_focus=True):
         # thread's owner and definition, a problem, the commands bar): pin it then too,
         # or what is added next lands below the view.
         self._pin_when_tall()
+        for view in self.query(ToolCallView):
+            view.fit_box()  # an expanded box must still fit the view
 
     def _pin_when_tall(self) -> None:
         # Follow the tail only once there is more than a screenful: an anchored widget
