@@ -114,6 +114,22 @@ async def wait_for_text(pilot: Pilot[object], text: str, timeout: float = 30.0) 
     await wait_for(pilot, lambda: text in screen_text(pilot.app), timeout, repr(text))
 
 
+async def burst(pilot: Pilot[object], key: str, count: int) -> None:
+    """Press ``key`` ``count`` times as a terminal delivers a burst (a held key, fast
+    typing): every key is queued before the app handles the first. ``Pilot.press`` lets
+    each key's refresh and animations finish before the next, which hides what a burst
+    does. Returns once the app is idle again."""
+    from textual import events
+
+    app = pilot.app
+    assert app._driver is not None
+    for _ in range(count):
+        event = events.Key(key, key if len(key) == 1 else None)
+        event.set_sender(app)
+        app._driver.send_message(event)
+    await pilot.pause()
+
+
 async def type_text(pilot: Pilot[object], text: str) -> None:
     """Fill the modal's input with ``text`` (typing key by key is too slow for live runs)."""
     from textual.widgets import Input

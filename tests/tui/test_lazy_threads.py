@@ -80,7 +80,7 @@ async def test_opening_a_long_thread_reads_and_mounts_only_its_newest_page(tmp_p
         assert transcript.shown_count <= WINDOW and len(transcript.held) <= WINDOW
         follower = app.screen._follower
         assert follower is not None and len(follower.model.messages) <= WINDOW and follower.model.count == 3000
-        assert f"{3000 - len(transcript.held)} earlier messages hidden" in str(transcript.query_one("#earlier").label)
+        assert f"{3000 - len(transcript.held):,} earlier messages hidden" in str(transcript.query_one("#earlier").label)
 
 
 async def test_scrolling_up_pages_in_every_earlier_message_once_in_order(tmp_path: Path) -> None:

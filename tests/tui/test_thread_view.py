@@ -99,7 +99,7 @@ async def test_long_thread_mounts_only_the_tail_and_shows_earlier_on_demand() ->
         assert transcript.shown_count == WINDOW
         assert "answer 599" in screen_text(app)  # the tail is in view
         earlier = transcript.query_one("#earlier", Button)
-        assert earlier.display and f"{1200 - WINDOW} earlier messages hidden" in str(earlier.label)
+        assert earlier.display and f"{1200 - WINDOW:,} earlier messages hidden" in str(earlier.label)
         await pilot.press("e")
         await wait_for(pilot, lambda: transcript.shown_count == 2 * WINDOW, what="earlier shown")
 

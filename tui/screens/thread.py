@@ -362,7 +362,7 @@ class ThreadScreen(ThreadView):
         if not self.transcript.has_earlier:
             self.notify("Every message of this thread is shown already.", timeout=3, markup=False)
             return
-        self.run_worker(self.transcript.show_earlier(), exclusive=True, group="earlier")
+        self.transcript.request_earlier()
 
     def action_tool_call(self) -> None:
         """Focus the last tool call shown, or the one before the focused one (round to the last)."""

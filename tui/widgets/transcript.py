@@ -18,7 +18,8 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.geometry import Size
+from textual.geometry import Region, Size
+from textual.layout import DockArrangeResult
 from textual.widget import Widget
 from textual.widgets import Button, Static
 
@@ -96,6 +97,11 @@ class _Hidden:
     count: int
 
 
+def _top_of(arrangement: DockArrangeResult, view: Widget) -> int | None:
+    """Where ``view`` is placed in ``arrangement`` (its top row), if it is."""
+    return next((p.region.y for p in arrangement.placements if p.widget is view), None)
+
+
 def _same(a: Entry, b: Entry) -> bool:
     """Whether two entries are the same stored row (cheap: role, ids and text, not every field)."""
     if isinstance(a, CorruptRow) or isinstance(b, CorruptRow):
@@ -150,6 +156,14 @@ class Transcript(BlankLines, CoarseIndex, VerticalScroll, can_focus=True):
         self._paging = False  # a page-in is under way
         self._earlier = asyncio.Lock()  # one "show earlier" at a time: each reads below the last
         self._placing = False  # the view is being scrolled by this widget, not by the user
+        # Scroll anchoring (see arrange): the entry at the top of the view, its top row in
+        # the arrangement last seen and the scroll it was taken at; that arrangement; the
+        # entry whose screenful above is to be revealed next; and the rows PageUps asked to
+        # go above the entries mounted (gone up once more are paged in, see _spend_owed).
+        self._at_top: tuple[Widget, int, int] | None = None
+        self._arranged: DockArrangeResult | None = None
+        self._reveal: Widget | None = None
+        self._owed = 0
         self._results: dict[str, ToolResultMessage] = {}
         # The window's views above the first screenful, and the view they go above: mounted
         # once the first frame is painted (see _replace).
@@ -179,8 +193,120 @@ class Transcript(BlankLines, CoarseIndex, VerticalScroll, can_focus=True):
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
+        if new_value > old_value:
+            self._owed = 0  # the user went down: what a PageUp still owed is void
         if new_value < old_value and new_value <= PAGE_IN_LINES and self.has_earlier and not self._placing:
             self._page_in()
+
+    def action_page_up(self) -> None:
+        """Scroll a screen up; above the first entry mounted, once earlier ones are paged in."""
+        self._page_by(-self.scrollable_content_region.height)
+
+    def action_page_down(self) -> None:
+        """Scroll a screen down."""
+        self._page_by(self.scrollable_content_region.height)
+
+    def _page_by(self, rows: int) -> None:
+        """Scroll ``rows`` from where the last page key left the view, at once.
+
+        Textual's page keys scroll from ``scroll_y`` after the next refresh, animated: every
+        key of a burst read the same ``scroll_y`` and asked for the same place, so 20 quick
+        PageUps moved one page. Here each key starts from the last one's target, and the
+        scroll is immediate, so a page-in sees the view where the keys left it."""
+        if rows > 0 and self._owed:
+            paid = min(rows, self._owed)
+            self._owed -= paid
+            rows -= paid
+        target = self.scroll_target_y + rows
+        if rows < 0 and (self._owed or (target < 0 and self.has_earlier)):
+            # Above the entries mounted: the whole move waits for the page-in (_spend_owed).
+            # Scrolled to the top at once, the page came in two steps, a frame apart.
+            self._owed -= rows
+            self.release_anchor()  # no longer following the tail (which voids what is owed)
+            self._page_in()
+            return
+        self.scroll_to(y=target, animate=False, immediate=True)
+
+    def _spend_owed(self, seen: DockArrangeResult | None = None, waits: int = 0) -> None:
+        """Scroll up by what PageUps asked for above the entries that were mounted, once a
+        page-in has mounted more and their layout settled (and page in again while some is
+        left); ``seen``: the arrangement at the last look.
+
+        Not spent before: a reply's tool calls fill in their output in their own mount, so
+        the first layouts have them 6-7 rows high that end 18 (measured, benchmark thread),
+        and a page spent then skipped the rows they grew."""
+        if not self._owed or not self.is_mounted or self._paging:
+            return
+        if waits < FILL_WAITS and self._arranged is not seen:
+            self.call_after_refresh(self._spend_owed, self._arranged, waits + 1)
+            return
+        owed, self._owed = self._owed, 0
+        self._page_by(-owed)
+
+    def arrange(self, size: Size, optimal: bool = False) -> DockArrangeResult:
+        """Textual's arrangement, with scroll anchoring applied before it is drawn.
+
+        Entries mounted above the view (a page-in, "show earlier", the window's deferred
+        views) and views above it that grow once laid out (a Markdown body rendered after
+        its mount) would push what the user reads down the screen. Here, where Textual's own
+        anchor (to the end) also acts, the scroll moves by as many rows as the entry at the
+        top of the view moved, so that entry stays on the same screen row in the same frame.
+        A "show earlier" places the screenful above its old first entry in view instead."""
+        arrangement = super().arrange(size, optimal)
+        self._arranged, arranged = arrangement, self._arranged
+        if self._anchored and not self._anchor_released:
+            # Pinned to the end: Textual scrolls it there right after this. The entry at the
+            # top there is the anchor still: a PageUp and a page-in can come before the next
+            # layout, and the rows that page-in mounts must move the view too.
+            self._reveal, self._owed = None, 0
+            self._at_top = self._top_entry(arrangement, size, max(0, arrangement.total_region.bottom - size.height))
+            return arrangement
+        if arrangement is not arranged:
+            self._follow_anchor(arrangement, size.height)
+        if self._at_top is None or self._at_top[2] != round(self.scroll_y):
+            # Taken again only once the view scrolled: the views a page-in mounts take
+            # several layouts to reach their height (composed, then their calls filled in),
+            # and one of them taken as the anchor meanwhile let those below it push on.
+            self._at_top = self._top_entry(arrangement, size, round(self.scroll_y))
+        return arrangement
+
+    def _follow_anchor(self, arrangement: DockArrangeResult, height: int) -> None:
+        """Scroll for a new ``arrangement`` so the anchor entry stays on its screen row (or
+        the asked-for screenful is revealed)."""
+        bottom = max(0, arrangement.total_region.bottom - height)
+        reveal, self._reveal = self._reveal, None
+        top = _top_of(arrangement, reveal) if reveal is not None else None
+        if top is not None:
+            self._set_scroll(min(bottom, max(0, top - height)))
+            self._at_top = None
+            return
+        if self._at_top is None:
+            return
+        view, was, _ = self._at_top
+        now = _top_of(arrangement, view)
+        if now is None:
+            self._at_top = None  # removed (a fresh show): nothing to keep in place
+            return
+        y = min(bottom, max(0, round(self.scroll_y) + now - was))
+        self._set_scroll(y)
+        self._at_top = view, now, y
+
+    def _set_scroll(self, y: float) -> None:
+        """Set the scroll during a layout, as Textual's anchor does: no watcher (this is no
+        user scroll) and no second frame (the compositor reads it right after)."""
+        self.set_reactive(VerticalScroll.scroll_y, y)
+        self.set_reactive(VerticalScroll.scroll_target_y, y)
+        self.vertical_scrollbar._reactive_position = y
+
+    def _top_entry(self, arrangement: DockArrangeResult, size: Size, y: int) -> tuple[Widget, int, int] | None:
+        """The first entry view in sight at the top of the view scrolled to ``y``, its top
+        row and ``y`` (the "earlier" line never: entries are mounted below it)."""
+        placed = arrangement.get_visible_placements(Region(0, y, max(size.width, 1), max(size.height, 1)))
+        entries = [p for p in placed if p.widget.id != "earlier" and p.region.bottom > y]
+        if not entries:
+            return None
+        first = min(entries, key=lambda p: p.region.y)
+        return first.widget, first.region.y, y
 
     def _place(self, y: float) -> None:
         """Scroll to ``y`` for the user (after a mount), without it counting as the user
@@ -332,14 +458,13 @@ class Transcript(BlankLines, CoarseIndex, VerticalScroll, can_focus=True):
         self._first_shown = start
         first = next((c for c in self.children if c.id != "earlier"), None)
         if views:
-            top = first.virtual_region.y if first is not None else 0
             await self.mount_all(views, before=first) if first else await self.mount_all(views)
-            if first is not None and not at_tail:
-                if keep_view:
-                    self.call_after_refresh(self._keep_view, first, top, self.scroll_y)
-                else:
-                    # A view pinned to the end would stay there and nothing would seem to happen.
-                    self.call_after_refresh(self._reveal_above, first)
+            if first is not None and not keep_view and not at_tail:
+                # Placed by the next layout (arrange); released, since a view pinned to the
+                # end would stay there and nothing would seem to happen. A page-in (keep_view)
+                # needs nothing: scroll anchoring keeps what was in view where it was.
+                self.release_anchor()
+                self._reveal = first
         self._update_earlier()
         return bool(views)
 
@@ -381,14 +506,11 @@ class Transcript(BlankLines, CoarseIndex, VerticalScroll, can_focus=True):
                 mounted = await self._show_earlier(keep_view=True, at_tail=at_tail)
         finally:
             self._paging = False
-        if mounted:
+        if not mounted:
+            self._owed = 0  # the thread's start is in: there is nothing above to go to
+        else:
+            self.call_after_refresh(self._spend_owed)
             self.call_after_refresh(self._fill)  # still short of the view's height: page on
-
-    def _keep_view(self, boundary: Widget, top: int, scroll_y: float) -> None:
-        """Scroll by the height mounted above ``boundary`` (whose top was at ``top`` when the
-        view was at ``scroll_y``), so what the user was reading stays in view."""
-        if boundary.is_attached:
-            self._place(scroll_y + boundary.virtual_region.y - top)
 
     def _fill(self, waits: int = 0) -> None:
         """Page earlier entries in while the mounted ones do not fill the view (nothing to
@@ -408,12 +530,6 @@ class Transcript(BlankLines, CoarseIndex, VerticalScroll, can_focus=True):
         elif self.is_anchored:
             self.anchor(False)
             self._place(0)
-
-    def _reveal_above(self, boundary: Widget) -> None:
-        """Scroll so the screenful just above ``boundary`` (the entries just mounted) is in view."""
-        if boundary.is_attached:
-            top = boundary.virtual_region.y - self.scrollable_content_region.height
-            self._place(max(0, top))
 
     def _window_start(self, end: int) -> int:
         start = max(0, end - WINDOW)
@@ -458,7 +574,15 @@ class Transcript(BlankLines, CoarseIndex, VerticalScroll, can_focus=True):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "earlier":
             event.stop()
-            self.run_worker(self.show_earlier(), exclusive=True, group="earlier")
+            self.request_earlier()
+
+    def request_earlier(self) -> None:
+        """Show earlier entries (:meth:`show_earlier`) for a key or a click, in a worker.
+
+        Each request runs: they queue on one lock and each mounts a window above the last.
+        An exclusive worker cancelled the one before, so a burst of ten showed one window
+        (and a cancel mid-mount could lose the entries counted as shown)."""
+        self.run_worker(self.show_earlier(), group="earlier")
 
     # --- live updates -------------------------------------------------------------------
 
