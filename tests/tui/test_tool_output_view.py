@@ -11,11 +11,12 @@ from textual.widgets import Input, Static
 from core.checkpoint.memory import MemoryCheckpointer
 from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, user_text
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
-from core.tools import ToolContext, tool
+from core.tools import AgentTool, ToolContext, tool
 from tests.helpers.tui import fast_session, screen_text, send_via_dialog, wait_for, wait_for_text
 from tui.app import make_app
 from tui.screens.pager import OutputView, PagerScreen
 from tui.screens.thread import ThreadScreen
+from tui.session import Session
 from tui.tool_output import COLLAPSED, PROGRESS
 from tui.widgets.tool_call import EXPANDED_ROWS, ToolCallView
 
@@ -35,6 +36,17 @@ async def _thread_with_output(output: str) -> MemoryCheckpointer:
         ],
     )
     return store
+
+
+def _calling(agent_tool: AgentTool, call_id: str, reply: str) -> Session:
+    """A session whose model calls ``agent_tool`` once (no arguments, id ``call_id``), then says ``reply``."""
+    return fast_session(
+        MemoryCheckpointer(),
+        tools=[agent_tool],
+        make_provider=lambda: FauxProvider(
+            [faux_reply(faux_tool_call(agent_tool.name, {}, id=call_id)), reply], delay=0.001
+        ),
+    )
 
 
 async def _open(pilot, app) -> ToolCallView:  # type: ignore[no-untyped-def]
@@ -173,14 +185,7 @@ async def test_x_and_p_say_why_they_do_nothing() -> None:
         await gate.wait()
         return "one\ntwo"
 
-    session = fast_session(
-        MemoryCheckpointer(),
-        tools=[slow],
-        make_provider=lambda: FauxProvider(
-            [faux_reply(faux_tool_call("slow", {}, id="s1")), "Slow done."], delay=0.001
-        ),
-    )
-    app = make_app(session)
+    app = make_app(_calling(slow, "s1", "Slow done."))
     async with app.run_test(size=(110, 30)) as pilot:
         await send_via_dialog(pilot, "n", "Go slow.")
         await wait_for_text(pilot, "half way")
@@ -383,14 +388,7 @@ async def test_progress_text_is_capped_for_display_while_the_tool_runs() -> None
         await gate.wait()
         return "flooded"
 
-    session = fast_session(
-        MemoryCheckpointer(),
-        tools=[flood],
-        make_provider=lambda: FauxProvider(
-            [faux_reply(faux_tool_call("flood", {}, id="f1")), "All done."], delay=0.001
-        ),
-    )
-    app = make_app(session)
+    app = make_app(_calling(flood, "f1", "All done."))
     async with app.run_test(size=(110, 40)) as pilot:
         await send_via_dialog(pilot, "n", "Flood it.")
         await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="thread open")
@@ -414,14 +412,7 @@ async def test_a_long_progress_log_shows_its_last_lines() -> None:
         await gate.wait()
         return "done"
 
-    session = fast_session(
-        MemoryCheckpointer(),
-        tools=[chatty],
-        make_provider=lambda: FauxProvider(
-            [faux_reply(faux_tool_call("chatty", {}, id="c1")), "Finished."], delay=0.001
-        ),
-    )
-    app = make_app(session)
+    app = make_app(_calling(chatty, "c1", "Finished."))
     async with app.run_test(size=(110, 40)) as pilot:
         await send_via_dialog(pilot, "n", "Talk.")
         await wait_for_text(pilot, "log line 49999")
