@@ -387,7 +387,6 @@ class SQLiteFile:
             if result is not NOT_RUN:
                 self.check_file()
                 if self._gate.checkpoint_due and self._checkpoint is None:
-                    self._gate.checkpointed()
                     self._checkpoint = asyncio.ensure_future(self._run_checkpoint())
                 await asyncio.sleep(0)  # a caller writing in a loop still lets other tasks run
                 return result
@@ -397,10 +396,14 @@ class SQLiteFile:
         """A passive WAL checkpoint on the connection thread, for the writes run in place
         (:mod:`core.checkpoint.sqlite_gate`). One that fails changes nothing: SQLite
         checkpoints at a later commit, or the next one here does."""
+        log_frames = backfilled = 0
         try:
             with contextlib.suppress(CheckpointError, sqlite3.Error):
-                await self._run(lambda c: c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall(), "checkpoint")
+                _, log_frames, backfilled = await self._run(
+                    lambda c: c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone(), "checkpoint"
+                )
         finally:
+            self._gate.checkpointed(log_frames, backfilled)
             self._checkpoint = None
 
     def _waiting(self, called_at: float, start: bool) -> None:

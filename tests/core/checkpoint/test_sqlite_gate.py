@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from core.checkpoint.sqlite import SQLiteCheckpointer
-from core.checkpoint.sqlite_gate import call
+from core.checkpoint.sqlite_gate import CHECKPOINT_EVERY, call
 from core.messages import user_text
 
 
@@ -138,3 +138,35 @@ async def test_a_call_queued_from_another_thread_waits_for_the_one_running_in_pl
         assert gate.in_place(db, in_place) is None
         thread_holder[0].join(5)
         assert events == ["in place done", "queued ran"]
+
+
+async def test_a_reader_holding_an_old_snapshot_makes_every_write_ask_for_a_checkpoint(tmp_path: Path) -> None:
+    """While a checkpoint cannot copy every frame back, the next write in place asks for
+    another (as SQLite's own is tried at each commit past its threshold); once one copies
+    everything, checkpoints are spaced again. Spaced only, the WAL grew to ~800 MB beside
+    such a reader."""
+    path = tmp_path / "s.sqlite"
+    async with await SQLiteCheckpointer.open(path) as store:
+        await store.append("t", [user_text("first")])
+        seen = await _trace_threads(store)
+
+        def checkpoints() -> int:
+            return sum("wal_checkpoint(PASSIVE)" in sql for _, sql in seen)
+
+        reader = sqlite3.connect(path, isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM messages").fetchone()  # holds this snapshot
+        try:
+            for i in range(2 * CHECKPOINT_EVERY):
+                await store.append("t", [user_text(f"held {i}")])
+            await asyncio.sleep(0.05)
+            held = checkpoints()
+        finally:
+            reader.execute("COMMIT")
+            reader.close()
+        for i in range(3 * CHECKPOINT_EVERY):
+            await store.append("t", [user_text(f"free {i}")])
+        await asyncio.sleep(0.05)
+        free = checkpoints() - held
+        assert held >= CHECKPOINT_EVERY // 4, f"only {held} checkpoints while the reader held its snapshot"
+        assert 1 <= free <= 6, f"{free} checkpoints for {3 * CHECKPOINT_EVERY} writes once nothing held one back"
