@@ -38,6 +38,21 @@ async def _thread_with_output(output: str) -> MemoryCheckpointer:
     return store
 
 
+def _held_reporter(text: str, result: str, *, progress: float | None = None) -> tuple[AgentTool, asyncio.Event]:
+    """A tool that reports ``text`` (and ``progress``), then returns ``result`` once the
+    returned event is set: a call that stays running until the test lets it end."""
+    gate = asyncio.Event()
+
+    @tool
+    async def reporter(ctx: ToolContext) -> str:
+        """Report, then wait for the gate."""
+        ctx.report(progress=progress, text=text)
+        await gate.wait()
+        return result
+
+    return reporter, gate
+
+
 def _calling(agent_tool: AgentTool, call_id: str, reply: str) -> Session:
     """A session whose model calls ``agent_tool`` once (no arguments, id ``call_id``), then says ``reply``."""
     return fast_session(
@@ -176,15 +191,7 @@ async def _notice_after(pilot, key: str, words: str) -> str:  # type: ignore[no-
 
 async def test_x_and_p_say_why_they_do_nothing() -> None:
     """On a running call and on a short result they did nothing, silently."""
-    gate = asyncio.Event()
-
-    @tool
-    async def slow(ctx: ToolContext) -> str:
-        """Report, then wait for the gate."""
-        ctx.report(progress=0.5, text="half way")
-        await gate.wait()
-        return "one\ntwo"
-
+    slow, gate = _held_reporter("half way", "one\ntwo", progress=0.5)
     app = make_app(_calling(slow, "s1", "Slow done."))
     async with app.run_test(size=(110, 30)) as pilot:
         await send_via_dialog(pilot, "n", "Go slow.")
@@ -403,15 +410,7 @@ async def test_progress_text_is_capped_for_display_while_the_tool_runs() -> None
 
 
 async def test_a_long_progress_log_shows_its_last_lines() -> None:
-    gate = asyncio.Event()
-
-    @tool
-    async def chatty(ctx: ToolContext) -> str:
-        """Report a long log, then wait for the gate."""
-        ctx.report(text="\n".join(f"log line {i}" for i in range(50_000)))
-        await gate.wait()
-        return "done"
-
+    chatty, gate = _held_reporter("\n".join(f"log line {i}" for i in range(50_000)), "done")
     app = make_app(_calling(chatty, "c1", "Finished."))
     async with app.run_test(size=(110, 40)) as pilot:
         await send_via_dialog(pilot, "n", "Talk.")
