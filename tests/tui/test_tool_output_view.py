@@ -70,6 +70,13 @@ async def _open(pilot, app) -> ToolCallView:  # type: ignore[no-untyped-def]
     return app.screen.query_one(ToolCallView)
 
 
+async def _open_pager(pilot, app) -> None:  # type: ignore[no-untyped-def]
+    """Open the thread's tool call in the pager (``t`` then ``p``)."""
+    await _open(pilot, app)
+    await pilot.press("t", "p")
+    await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+
+
 def _result_text(view: ToolCallView) -> str:
     return view.query_one("#tool-result", Static).content.plain  # type: ignore[union-attr]
 
@@ -285,9 +292,7 @@ async def test_the_pager_says_the_lines_shown_after_a_search() -> None:
     output = "\n".join(f"[red]row {i}[/red] text" for i in range(43))
     app = make_app(fast_session(await _thread_with_output(output)), thread_id="t1")
     async with app.run_test(size=(80, 24)) as pilot:
-        await _open(pilot, app)
-        await pilot.press("t", "p")
-        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await _open_pager(pilot, app)
         await wait_for(pilot, lambda: app.screen.view.loaded, what="output read")  # type: ignore[attr-defined]
         row = r"\[red\]row (\d+)\["
         await wait_for(pilot, lambda: _range_on_screen(app, row) == "lines 1–21 ", what="21 rows shown")
@@ -305,9 +310,7 @@ async def test_the_pager_says_which_rows_of_a_wrapped_line_are_shown() -> None:
     blob = "x" * 200_000
     app = make_app(fast_session(await _thread_with_output(blob)), thread_id="t1")
     async with app.run_test(size=(80, 24)) as pilot:
-        await _open(pilot, app)
-        await pilot.press("t", "p")
-        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await _open_pager(pilot, app)
         pager = app.screen
         assert isinstance(pager, PagerScreen)
         await wait_for(pilot, lambda: pager.view.loaded, what="output read")
@@ -324,9 +327,7 @@ async def test_the_pager_says_which_rows_of_a_wrapped_line_are_shown() -> None:
 async def test_the_search_box_says_it_is_smart_case() -> None:
     app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
     async with app.run_test(size=(100, 30)) as pilot:
-        await _open(pilot, app)
-        await pilot.press("t", "p")
-        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await _open_pager(pilot, app)
         await pilot.press("slash")
         await wait_for_text(pilot, "any case, unless you type a capital")
         await pilot.press("escape")
@@ -337,9 +338,7 @@ async def test_the_search_box_says_it_is_smart_case() -> None:
 async def test_escape_in_the_search_box_closes_only_the_box() -> None:
     app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
     async with app.run_test(size=(100, 30)) as pilot:
-        await _open(pilot, app)
-        await pilot.press("t", "p")
-        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await _open_pager(pilot, app)
         await pilot.press("slash")
         await wait_for(pilot, lambda: isinstance(app.focused, Input), what="search box")
         await pilot.press("n")  # typed into the box, not "next match"
@@ -354,9 +353,7 @@ async def test_escape_in_the_search_box_closes_only_the_box() -> None:
 async def test_the_pager_scrolls_to_the_end_of_50000_lines() -> None:
     app = make_app(fast_session(await _thread_with_output(OUTPUT)), thread_id="t1")
     async with app.run_test(size=(100, 30)) as pilot:
-        await _open(pilot, app)
-        await pilot.press("t", "p")
-        await wait_for(pilot, lambda: isinstance(app.screen, PagerScreen), what="pager open")
+        await _open_pager(pilot, app)
         await wait_for(pilot, lambda: app.screen.view.loaded, what="output read")  # type: ignore[attr-defined]
         await pilot.press("end")
         await wait_for_text(pilot, "row 49999 of the output")
