@@ -264,7 +264,12 @@ def split_url(url: str, prefix: str | None) -> tuple[str, str, str]:
     from_query = [v for k, v in query if k == "prefix"]
     rest = [(k, v) for k, v in query if k != "prefix"]
     chosen = prefix if prefix is not None else (from_query[-1] if from_query else DEFAULT_PREFIX)
-    return urlunsplit(parts._replace(query=urlencode(rest))), chosen, where
+    client_url = urlunsplit(parts._replace(query=urlencode(rest)))
+    if parts.scheme == "unix" and not parts.netloc:
+        # urlunsplit drops an empty authority ("unix:/run/redis.sock"), and redis-py 8.2
+        # accepts a socket URL only in the form "unix://" + path.
+        client_url = "unix://" + client_url.removeprefix("unix:")
+    return client_url, chosen, where
 
 
 def _masked(url: str) -> str:

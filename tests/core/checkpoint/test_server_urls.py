@@ -14,6 +14,7 @@ import pytest
 from core.checkpoint.addresses import port_problem
 from core.checkpoint.postgres import PostgresCheckpointer
 from core.checkpoint.redis import RedisCheckpointer
+from core.checkpoint.redis_keys import split_url
 from core.errors import DatabaseOpenError
 from tests.helpers.services import POSTGRES_URL, unavailable
 
@@ -70,6 +71,16 @@ def test_the_port_rule_reads_every_host_and_leaves_defaults_alone() -> None:
     assert port_problem("postgresql://u:99999@host/db") is None  # a password, not a port
     for fine in ("postgresql://", "postgresql:///db", "postgresql://[::1]/db", "redis://h:/0", "redis://h:0/0"):
         assert port_problem(fine) is None, fine
+
+
+def test_a_socket_url_reaches_redis_py_as_unix_slash_slash_and_the_path() -> None:
+    assert split_url("unix:///run/redis.sock?prefix=team:", None) == (
+        "unix:///run/redis.sock",
+        "team:",
+        "unix:///run/redis.sock",
+    )
+    assert split_url("unix:///run/redis.sock?db=2", "p:")[0] == "unix:///run/redis.sock?db=2"
+    assert split_url("unix://me:s3cret@/run/redis.sock", None)[0] == "unix://me:s3cret@/run/redis.sock"
 
 
 async def test_an_unreachable_server_has_the_same_reason_on_both_backends() -> None:
