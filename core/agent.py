@@ -87,7 +87,7 @@ from core.recovery import (
     plan_waiting,
     waiting_roles,
 )
-from core.request import blank, build_request
+from core.request import RequestBuilder, blank, build_request
 from core.tool_execution import call_job_key
 from core.tools import AgentTool, ToolExecutionMode
 
@@ -700,10 +700,12 @@ class Agent:
             config = dataclasses.replace(config, human=desk)
         self._desk = desk
         self._turn_coming = bool(prompts)
-        self._settling = self._crashed_runs(completed)
+        builder = RequestBuilder()
+        builder.update(self._state.messages)
+        self._settling = self._crashed_runs(completed, builder)
         self._state.error = None
         try:
-            await run_loop(self._state.messages, config, self._on_event, self._signal, prompts)
+            await run_loop(self._state.messages, config, self._on_event, self._signal, prompts, builder=builder)
         except EndedWaiting as ended:
             # The run stays open with its request pending: resuming once answered goes on.
             # A run that lost its lease meanwhile ended failed, whatever it waited for.
@@ -728,11 +730,12 @@ class Agent:
                 await self._load()
         return self._state.last_outcome or "failed"
 
-    def _crashed_runs(self, completed: frozenset[str]) -> set[str]:
+    def _crashed_runs(self, completed: frozenset[str], history: RequestBuilder) -> set[str]:
         """Claimed, open runs whose calls wait for results: this run settles them, under
-        their own run ids (see ``LoopConfig``)."""
+        their own run ids (see ``LoopConfig``). ``history``: the run's request builder, fed
+        the thread's messages."""
         claimed = {r.run_id for r in self._state.runs}
-        issuers = {u.message.run_id for u in build_request(self._state.messages).unanswered}
+        issuers = {u.message.run_id for u in history.unanswered()}
         return {r for r in issuers if r is not None and r in claimed and r not in completed}
 
     async def _close_settled(self) -> None:

@@ -13,9 +13,10 @@ from core.checkpoint.base import CorruptRow
 from core.checkpoint.memory import MemoryCheckpointer
 from core.errors import AgentBusyError, NothingToResumeError, RunError, UnreadableThreadError
 from core.events import AgentEnd, MessageEnd, MessageUpdate, ToolExecutionUpdate
-from core.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage, user_text
+from core.messages import AssistantMessage, TextContent, ToolCall, ToolResultMessage, UserMessage, user_text
 from core.providers.faux import FauxProvider, faux_reply, faux_tool_call
 from core.recovery import CrashPoint, ResumeAction, ThreadState, diagnose
+from core.request import RequestBuilder
 from core.tools import ToolContext, tool
 from tests.helpers.own_loop import run_in_own_loop
 from tests.helpers.transcripts import assert_every_call_answered, squash
@@ -163,6 +164,31 @@ async def test_each_run_reloads_what_other_writers_added():
     await store.append("t1", [user_text("written by another process")])
     await agent.prompt("second")
     assert [m.text for m in provider.requests[1].messages][-2:] == ["written by another process", "second"]
+
+
+async def test_a_run_reads_the_threads_history_once(monkeypatch: pytest.MonkeyPatch):
+    # A pass over the history costs ~3 us a message on the event loop (~0.3 s at 100,000):
+    # the crashed-run check and the loop share one request builder.
+    store = MemoryCheckpointer()
+    history = []
+    for i in range(200):
+        history += [user_text(f"question {i}"), AssistantMessage(content=[TextContent(text=f"answer {i}")])]
+    await store.append("t1", history)
+    read: list[int] = []
+    add = RequestBuilder._add
+
+    def counted(self: RequestBuilder, i: int, message: object) -> None:
+        read.append(i)
+        add(self, i, message)
+
+    monkeypatch.setattr(RequestBuilder, "_add", counted)
+    provider = FauxProvider(["done"])
+    agent = make_agent(provider, store)
+
+    assert await agent.prompt("one more") == "completed"
+
+    assert len(read) == len(set(read)) == 401, "a message was read twice"  # 400 + the prompt
+    assert [m.text for m in provider.requests[0].messages][-2:] == ["answer 199", "one more"]
 
 
 async def test_abort_during_streaming_then_a_new_prompt_works():
