@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
@@ -16,6 +16,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, ScreenResultType
+from textual.widget import Widget
 from textual.widgets import Button, Input, Static
 
 from tui.actions import APP, PICKER, THREAD, Action, current_keymap, fill_keys, help_line, key_names, shown_key
@@ -37,6 +38,25 @@ class OnceModal(ModalScreen[ScreenResultType]):
             return
         self._answered = True
         self.dismiss(result)
+
+
+def fit_scroll(modal: ModalScreen[Any], dialog: Widget, scroll: Widget, *, least: int) -> None:
+    """Let ``scroll``, the part of ``dialog`` that scrolls, take at most the rows the dialog
+    has left within its share of ``modal`` (its ``max-height``) once its other children are
+    drawn: whatever the terminal's height, the dialog's buttons stay on screen and that part
+    scrolls instead (at 80x24 a fixed height cut them off). It keeps ``least`` rows however
+    short the terminal (then the buttons may not fit). Call it after a refresh (the other
+    children's sizes are read) and again on each resize."""
+    share = dialog.styles.max_height
+    most = modal.size.height if share is None else int(share.resolve(modal.size, modal.app.size))
+    # Margins summed, not collapsed as the layout does: never more rows than they take.
+    others = sum(
+        child.outer_size.height + child.styles.margin.top + child.styles.margin.bottom
+        for child in dialog.children
+        if child is not scroll and child.display
+    )
+    rows = most - dialog.styles.gutter.height - others - scroll.styles.margin.top - scroll.styles.margin.bottom
+    scroll.styles.max_height = max(least, rows)
 
 
 class LineInput(Input):
