@@ -24,7 +24,7 @@ from textual.widgets import Button, RadioButton, RadioSet, Static
 
 from core.checkpoint.base import Command
 from core.recovery import CallPlan, ResumeAction, ResumePlan, SettleChoice
-from tui.screens.modals import OnceModal, fit_scroll
+from tui.screens.modals import MIN_BODY_ROWS, OnceModal, fit_scroll
 from tui.text import clean, literal, one_line, short_json
 from tui.widgets.commands import KIND_WORDS
 from tui.widgets.crash_banner import crash_headline, where_words
@@ -45,9 +45,6 @@ _SETTLE_HEADINGS = {
 
 RERUN_ANYWAY_WORDS = "re-run anyway (not idempotent: its effects may happen twice)"
 """The choice that runs a call of a non-idempotent tool again."""
-
-MIN_BODY_ROWS = 3
-"""Rows the calls' part keeps however short the terminal (then the buttons may not fit)."""
 
 SEND_WORDS = "send with the resume"
 DISCARD_WORDS = "discard"
