@@ -273,9 +273,10 @@ class CubepiApp(App[None]):
             self.notify(message.sentence, severity="warning", timeout=10, markup=False)
 
     def _forget_if_idle(self, thread_id: str) -> None:
-        """Drop a thread's screen once it is neither shown nor running."""
+        """Drop a thread's screen once it is neither shown nor running, nor about to run (a
+        prompt sent while it still loads the thread: the screen starts that run once loaded)."""
         screen = self._thread_screens.get(thread_id)
-        if screen is None or screen in self.screen_stack or self.session.is_running(thread_id):
+        if screen is None or screen in self.screen_stack or self.session.runs_here(thread_id):
             return
         del self._thread_screens[thread_id]
         self.uninstall_screen(screen)

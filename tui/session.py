@@ -539,7 +539,7 @@ class Session:
         ``RunAlreadyClaimedError`` (the same sentence's form for another process) while
         another process's run holds its lease, ``ReadOnlyStoreError`` on a browse-only store."""
         store = self._store()
-        if self.is_running(thread_id) or thread_id in self._pending_prompts or thread_id in self._runs:
+        if self.runs_here(thread_id):
             raise CubepiError(not_deleted_sentence(thread_id, here=True))
         if not supports(store, ThreadDeletion):
             raise CubepiError(f"{self._config.location or 'This database'} cannot delete threads.")
@@ -551,6 +551,12 @@ class Session:
         """Whether an agent of this app is running ``thread_id`` now."""
         agent = self._agents.get(thread_id)
         return agent is not None and agent.state.is_running
+
+    def runs_here(self, thread_id: str) -> bool:
+        """Whether this app runs ``thread_id`` or is about to: its agent runs, its run is still
+        taking the lease, or a prompt sent to it waits for its screen to load the thread
+        (:meth:`keep_pending_prompt`)."""
+        return self.is_running(thread_id) or thread_id in self._pending_prompts or thread_id in self._runs
 
     @property
     def needs_upgrade(self) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from textual.containers import VerticalScroll
+from textual.geometry import Region
 from textual.widgets import RadioButton
 
 from core.checkpoint.memory import MemoryCheckpointer
@@ -201,6 +203,22 @@ async def test_choosing_re_run_runs_the_non_idempotent_call_again(tmp_path: Path
     assert results["call_fetch"].metadata["settled"] == "rerun"
     assert results["call_train"].metadata["settled"] == "reused"
     assert sent == ["model ready"]
+
+
+async def test_at_80x24_the_confirmations_buttons_are_on_screen_and_the_calls_scroll(tmp_path: Path) -> None:
+    # The calls' part had a fixed most of 30 rows: at 80x24 it pushed Resume and Cancel below
+    # the dialog's edge, and the last call's outcome out of reach.
+    path = tmp_path / "threads.sqlite"
+    await _crash_in_a_file(path)
+    app = make_app(_session(path, []), thread_id=THREAD)
+    async with app.run_test(size=(80, 24)) as pilot:
+        modal = await _open_resume_modal(pilot)
+        await pilot.pause()
+        screen_region = Region(0, 0, *app.size)
+        for button in ("#resume", "#cancel"):
+            region = modal.query_one(button).region
+            assert region.area > 0 and screen_region.contains_region(region), (button, region, screen_text(app))
+        assert modal.query_one("#resume-body", VerticalScroll).max_scroll_y > 0, "the calls scroll instead"
 
 
 async def test_resume_of_a_foreign_tool_call_records_it_interrupted_and_finishes() -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 
 import pytest
 
+from core.follow import ThreadFollower
 from core.messages import AssistantMessage, ToolResultMessage, UserMessage
 from core.recovery import ThreadState, diagnose
 from tests.helpers.screens import running_tool
@@ -139,6 +141,35 @@ async def test_leaving_the_view_keeps_the_run_going_and_the_picker_says_so(db: D
         await wait_for_text(pilot, "completed")
         assert "running here" not in screen_text(app)
         assert app.thread_screen(screen.thread_id) is None  # its screen was let go
+
+
+async def test_leaving_a_new_thread_before_it_has_loaded_still_runs_its_prompt(
+    db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # q pressed in the instant after the first prompt's Enter: its screen was let go as idle
+    # (no run yet), so the prompt never ran and the picker listed no thread until quitting.
+    loaded = asyncio.Event()
+    start = ThreadFollower.start
+
+    async def held_start(self: ThreadFollower, **kwargs: object) -> object:
+        await loaded.wait()
+        return await start(self, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ThreadFollower, "start", held_start)
+    app = make_app(fast_session(path=db.path))
+    async with app.run_test(size=(110, 40)) as pilot:
+        await send_via_dialog(pilot, "n", "summarise sales")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadScreen), what="thread screen")
+        screen = _thread_screen(app)
+        assert not screen.loaded
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ThreadsScreen), what="picker")
+        loaded.set()
+        await wait_for(pilot, lambda: screen.thread_id in screen_text(app), timeout=20, what="the thread listed")
+        await wait_for_text(pilot, "completed", timeout=60)
+    data = await db.load(screen.thread_id)
+    assert data is not None
+    assert diagnose(data.messages, data.runs).state is ThreadState.COMPLETED
 
 
 async def test_two_threads_run_at_once(db: Db) -> None:

@@ -34,7 +34,7 @@ from textual.widgets import Button, Input, RadioButton, RadioSet, SelectionList,
 from core.errors import AnswerMismatchError, CubepiError, UnreadableRequestError
 from core.hitl import ApproveRequest, AskRequest, ConfirmRequest, HumanRequest, Option, Question, parse_request
 from core.hitl_replies import ApproveReply, DenyReply, EditReply, KeyedReply, Reply, YesNoReply, answer_json_for
-from tui.screens.modals import ConfirmModal, LineInput, OnceModal
+from tui.screens.modals import ConfirmModal, LineInput, OnceModal, fit_scroll
 from tui.text import clean, literal
 from tui.widgets.pending_request import pretty_json
 
@@ -198,24 +198,12 @@ class AnswerModal(OnceModal[Reply | None]):
         self.call_after_refresh(self._fit)
 
     def _fit(self) -> None:
-        """Let the request's part (the scroll) take at most the rows the dialog has left,
-        within its share of the screen (its ``max-height``), once its title, the error line,
-        the hint and the buttons are drawn: whatever the terminal's height, Send and Cancel
-        stay on screen and the request scrolls instead (at 80x24 a fixed height cut them off)."""
+        """Let the request's part (the scroll) take the rows the dialog has left once its
+        title, the error line, the hint and the buttons are drawn (:func:`fit_scroll`)."""
         if not self.is_attached:
             return
         dialog = self.query_one(".dialog", Vertical)
-        scroll = dialog.query_one(VerticalScroll)
-        share = dialog.styles.max_height
-        most = self.size.height if share is None else int(share.resolve(self.size, self.app.size))
-        # Margins summed, not collapsed as the layout does: never more rows than they take.
-        others = sum(
-            child.outer_size.height + child.styles.margin.top + child.styles.margin.bottom
-            for child in dialog.children
-            if child is not scroll and child.display
-        )
-        rows = most - dialog.styles.gutter.height - others - scroll.styles.margin.top - scroll.styles.margin.bottom
-        scroll.styles.max_height = max(MIN_REQUEST_ROWS, rows)
+        fit_scroll(self, dialog, dialog.query_one(VerticalScroll), least=MIN_REQUEST_ROWS)
 
     # --- choosing ---------------------------------------------------------------------------
 

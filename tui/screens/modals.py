@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
@@ -16,6 +16,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, ScreenResultType
+from textual.widget import Widget
 from textual.widgets import Button, Input, Static
 
 from tui.actions import APP, PICKER, THREAD, Action, current_keymap, fill_keys, help_line, key_names, shown_key
@@ -37,6 +38,29 @@ class OnceModal(ModalScreen[ScreenResultType]):
             return
         self._answered = True
         self.dismiss(result)
+
+
+MIN_BODY_ROWS = 3
+"""Rows a confirmation's body keeps however short the terminal (then the buttons may not fit)."""
+
+
+def fit_scroll(modal: ModalScreen[Any], dialog: Widget, scroll: Widget, *, least: int) -> None:
+    """Let ``scroll``, the part of ``dialog`` that scrolls, take at most the rows the dialog
+    has left within its share of ``modal`` (its ``max-height``) once its other children are
+    drawn: whatever the terminal's height, the dialog's buttons stay on screen and that part
+    scrolls instead (at 80x24 a fixed height cut them off). It keeps ``least`` rows however
+    short the terminal (then the buttons may not fit). Call it after a refresh (the other
+    children's sizes are read) and again on each resize."""
+    share = dialog.styles.max_height
+    most = modal.size.height if share is None else int(share.resolve(modal.size, modal.app.size))
+    # Margins summed, not collapsed as the layout does: never more rows than they take.
+    others = sum(
+        child.outer_size.height + child.styles.margin.top + child.styles.margin.bottom
+        for child in dialog.children
+        if child is not scroll and child.display
+    )
+    rows = most - dialog.styles.gutter.height - others - scroll.styles.margin.top - scroll.styles.margin.bottom
+    scroll.styles.max_height = max(least, rows)
 
 
 class LineInput(Input):
@@ -101,12 +125,17 @@ class TextInputModal(OnceModal[str | None]):
 
 
 class ConfirmModal(OnceModal[bool]):
-    """Ask a yes/no question; ``body`` is shown as given (build it from literal Text)."""
+    """Ask a yes/no question; ``body`` is shown as given (build it from literal Text). A body
+    taller than the dialog's share of the screen scrolls; the buttons stay on screen."""
 
     BINDINGS = [
         Binding("y", "answer(True)", "Yes", id="modal.yes", tooltip="Agree"),
         Binding("n,escape", "answer(False)", "No", id="modal.no", tooltip="Decline"),
     ]
+
+    DEFAULT_CSS = """
+    ConfirmModal .dialog > VerticalScroll { height: auto; }
+    """
 
     def __init__(self, title: str, body: Text | str, *, yes: str = "Yes", no: str = "No") -> None:
         super().__init__(classes="modal")
@@ -118,13 +147,24 @@ class ConfirmModal(OnceModal[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(literal(self._title, style="bold"), classes="title")
-            yield Static(self._body, classes="body")
+            with VerticalScroll():
+                yield Static(self._body, classes="body")
             with Horizontal(classes="buttons"):
                 yield Button(f"{self._yes} (y)", variant="primary", id="yes")
                 yield Button(f"{self._no} (n)", id="no")
 
     def on_mount(self) -> None:
         self.query_one("#yes", Button).focus()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit)
+
+    def _fit(self) -> None:
+        """Let the body take the rows the dialog has left once its title and buttons are drawn
+        (:func:`fit_scroll`)."""
+        if self.is_attached:
+            dialog = self.query_one(".dialog", Vertical)
+            fit_scroll(self, dialog, dialog.query_one(VerticalScroll), least=MIN_BODY_ROWS)
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:

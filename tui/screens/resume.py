@@ -24,7 +24,7 @@ from textual.widgets import Button, RadioButton, RadioSet, Static
 
 from core.checkpoint.base import Command
 from core.recovery import CallPlan, ResumeAction, ResumePlan, SettleChoice
-from tui.screens.modals import OnceModal
+from tui.screens.modals import MIN_BODY_ROWS, OnceModal, fit_scroll
 from tui.text import clean, literal, one_line, short_json
 from tui.widgets.commands import KIND_WORDS
 from tui.widgets.crash_banner import crash_headline, where_words
@@ -95,7 +95,7 @@ class ResumeModal(OnceModal[ResumeDecision | None]):
 
     DEFAULT_CSS = """
     ResumeModal .dialog { max-height: 95%; height: auto; }
-    ResumeModal #resume-body { height: auto; max-height: 30; }
+    ResumeModal #resume-body { height: auto; }
     ResumeModal .call { height: auto; margin: 1 0 0 0; }
     ResumeModal .outcome { height: auto; margin: 0 0 0 4; }
     ResumeModal .outcome.-interrupt { color: $text-warning; }
@@ -178,6 +178,15 @@ class ResumeModal(OnceModal[ResumeDecision | None]):
 
     def on_mount(self) -> None:
         self.query_one("#resume", Button).focus()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit)
+
+    def _fit(self) -> None:
+        """Let the calls' part take the rows the dialog has left once its title, the
+        diagnosis and the buttons are drawn (:func:`fit_scroll`)."""
+        if self.is_attached:
+            fit_scroll(self, self.query_one(".dialog", Vertical), self.query_one("#resume-body"), least=MIN_BODY_ROWS)
 
     # --- the decision -------------------------------------------------------------------
 
