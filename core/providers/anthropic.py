@@ -100,6 +100,7 @@ class AnthropicProvider:
             attempt += 1
             reply = ReplyBuilder(self)
             fault: _Fault | None = None
+            answered = False
             try:
                 # Every wait on the SDK (the response's headers, each event) is raced with
                 # the abort signal: a stalled stream would otherwise hold an abort until
@@ -108,6 +109,7 @@ class AnthropicProvider:
                 if response is _ABORTED:
                     yield StreamEnd(reply.failed(ABORTED_TEXT, stop_reason="aborted"))
                     return
+                answered = True
                 async with response:
                     events = aiter(response)
                     while (event := await _unless_aborted(anext(events, _END), signal)) is not _END:
@@ -117,7 +119,7 @@ class AnthropicProvider:
                         for out in reply.apply(event):
                             yield out
             except Exception as exc:
-                fault = _fault(exc)
+                fault = _fault(exc, answered=answered)
             if fault is None and not reply.complete:
                 fault = _Fault("The Anthropic stream ended before the reply was complete", "the stream was cut", True)
             if fault is None:
@@ -347,17 +349,22 @@ class _Fault:
     retry_after: float | None = None
 
 
-def _fault(exc: Exception) -> _Fault:
+def _fault(exc: Exception, *, answered: bool) -> _Fault:
+    """What one failed attempt says. ``answered``: whether the response's headers had come,
+    so a transport failure was a connection lost while the body streamed, not a server
+    that could not be reached. The SDK raises that failure as ``APIConnectionError`` from
+    anthropic 2.17 (wrapping the transport's error) and as the transport's own error before."""
     if isinstance(exc, anthropic.APIStatusError):
         return _status_fault(exc)
     if isinstance(exc, anthropic.APITimeoutError):
         return _Fault("The Anthropic API did not answer in time", "timed out", True)
-    if isinstance(exc, anthropic.APIConnectionError):
-        cause = exc.__cause__ or exc
+    if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
+        cause = exc.__cause__ or exc if isinstance(exc, anthropic.APIConnectionError) else exc
+        if answered or isinstance(exc, httpx2.TransportError):
+            return _Fault(
+                f"The connection to the Anthropic API was lost: {_first_line(cause)}", "connection lost", True
+            )
         return _Fault(f"Could not reach the Anthropic API: {_first_line(cause)}", "connection failed", True)
-    if isinstance(exc, httpx2.TransportError):
-        # A connection lost while the body streams surfaces as the transport's own error.
-        return _Fault(f"The connection to the Anthropic API was lost: {_first_line(exc)}", "connection lost", True)
     return _Fault(f"The Anthropic stream failed: {_first_line(exc)}", "stream failed", False)
 
 
