@@ -20,7 +20,9 @@ override is recorded in the thread). A workflow version is checked like an owner
 character; else exit 2). ``--start`` creates the thread with its first input idempotently
 (``Agent.start``): run again with the same input it does not start twice; another first
 input is always refused, ``--accept-changes`` or not (a thread id names one job: start it
-under another thread id).
+under another thread id). A new thread's id may not hold a control character
+(:func:`core.checkpoint.base.check_new_thread_id`, exit 2); a thread already stored under
+one (cubeloop takes any id) runs as it is.
 
 ``delete THREAD`` removes one thread of this owner and everything stored for it
 ("Thread 't1' deleted."); it is refused while a run holds the thread's live lease, in the
@@ -74,7 +76,7 @@ from typing import Any, TextIO
 
 from core.agent import Agent, check_user_text
 from core.approvals import Approvals
-from core.checkpoint.base import Checkpointer, PendingRequest, thread_unavailable
+from core.checkpoint.base import Checkpointer, PendingRequest, check_new_thread_id, thread_unavailable
 from core.checkpoint.capabilities import FileBacked, SchemaUpgrade, ThreadDeletion, supports
 from core.checkpoint.locations import ENV_VAR, chosen_location, describe_location, open_store
 from core.checkpoint.reconnect import OnStatus, StoreStatus, reconnect_notice
@@ -243,6 +245,12 @@ async def run_headless(
         await upgrade_if_asked(store, where, upgrade, "running")
         if resume and await store.load(thread_id) is None:
             raise thread_unavailable(thread_id, owner)
+        if not resume:
+            try:
+                check_new_thread_id(thread_id)
+            except ValueError as error:
+                if await store.load(thread_id) is None:  # a new thread: a stored one runs as it is
+                    raise BadInput(str(error)) from None
         try:
             runner = Agent(
                 spec.provider,

@@ -49,6 +49,7 @@ from core.errors import (
 )
 from core.messages import AnyMessage
 from core.owners import UNOWNED
+from core.untrusted import holds_control
 
 
 @dataclass(frozen=True, slots=True)
@@ -598,6 +599,17 @@ def thread_unavailable(thread_id: str, owner: str) -> ThreadNotFoundError:
     from core.owners import owner_label
 
     return ThreadNotFoundError(f"Thread {thread_id!r} is unavailable: owner {owner_label(owner)} has no such thread.")
+
+
+def check_new_thread_id(thread_id: str) -> str:
+    """Return ``thread_id`` when a new thread may be given it; raise ``ValueError`` (one
+    sentence) when it holds a control or format character (:func:`core.untrusted.holds_control`,
+    the rule of owner names and workflow versions: an id is stored and shown). Only an id
+    that would start a thread is checked: one already stored (cubeloop takes any id) still
+    loads, runs and deletes."""
+    if holds_control(thread_id):
+        raise ValueError(f"The thread id {thread_id!r} holds a control character.")
+    return thread_id
 
 
 def revision_conflict(thread_id: str, record: str, expected: int | None, actual: int | None) -> ConflictError:

@@ -68,10 +68,11 @@ def default_sqlite_path() -> Path:
 
 
 def chosen_location(given: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> ChosenLocation:
-    """The store to use: ``given`` when it is not ``None`` or empty, else ``CUBEPI_DB`` from
-    ``environ`` (default ``os.environ``) when set and not empty, else the default SQLite
-    file (``default`` true). Never raises; the location is checked when opened."""
-    if given is not None and os.fspath(given) != "":
+    """The store to use: ``given`` when it is not ``None`` (an empty one too: opening it is
+    refused, :func:`backend_of`), else ``CUBEPI_DB`` from ``environ`` (default
+    ``os.environ``) when set and not empty, else the default SQLite file (``default``
+    true). Never raises; the location is checked when opened."""
+    if given is not None:
         return ChosenLocation(given if isinstance(given, str) else Path(given), False)
     from_env = (os.environ if environ is None else environ).get(ENV_VAR, "")
     if from_env.strip():
@@ -87,7 +88,12 @@ def is_url(location: str | os.PathLike[str]) -> bool:
 
 def backend_of(location: str | os.PathLike[str]) -> Backend:
     """Which backend opens ``location`` (see the module docstring). Raises
-    ``DatabaseOpenError`` (one sentence, no password) for a URL of another scheme."""
+    ``DatabaseOpenError`` (one sentence, no password) for an empty location (``--db ''``
+    names no store, and is not taken for the default one) or a URL of another scheme."""
+    if not os.fspath(location).strip():
+        raise DatabaseOpenError(
+            "The store location is empty; give a SQLite file path or a store URL, or leave it out for the default store."
+        )
     if not is_url(location):
         if isinstance(location, str) and KEYWORD_FORM.match(location):
             raise DatabaseOpenError(

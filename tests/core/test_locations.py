@@ -166,7 +166,7 @@ def test_an_argument_beats_cubepi_db_which_beats_the_default(tmp_path: Path, mon
     assert chosen_location("given.sqlite", env) == locations.ChosenLocation("given.sqlite", False)
     assert chosen_location(Path("given.sqlite"), env) == locations.ChosenLocation(Path("given.sqlite"), False)
     assert chosen_location(None, env) == locations.ChosenLocation("redis://cache.example/0", False)
-    assert chosen_location("", env).location == "redis://cache.example/0"  # an empty argument is none
+    assert chosen_location("", env) == locations.ChosenLocation("", False)  # refused when opened, not the default
     assert chosen_location(None, {"CUBEPI_DB": "  "}) == locations.ChosenLocation(default, True)
     assert chosen_location(None, {}) == locations.ChosenLocation(default, True)
     monkeypatch.setenv("CUBEPI_DB", "from-os.sqlite")
@@ -254,6 +254,25 @@ def test_the_runner_refuses_an_unknown_scheme_in_one_sentence(
     out, err = capsys.readouterr()
     assert err.startswith("http://ann@example.com/ is not a store cubepi-tui can open")
     assert len(err.strip().splitlines()) == 1 and SECRET not in out + err
+
+
+def test_an_empty_store_location_is_refused_not_taken_for_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    default = _default_in(tmp_path, monkeypatch)
+    monkeypatch.setenv("CUBEPI_DB", str(tmp_path / "env.sqlite"))
+    sentence = (
+        "The store location is empty; give a SQLite file path or a store URL, or leave it out for the default store."
+    )
+    for given in ("", "  "):
+        assert run_main(["run", "--db", given, "--thread", "t1", "--demo", "hi"]) == BAD_INPUT
+        assert capsys.readouterr().err == sentence + "\n"
+        with pytest.raises(SystemExit) as exited:
+            cli.main([given])
+        assert exited.value.code == BAD_INPUT
+        assert capsys.readouterr().err == f"cubepi-tui: {sentence}\n"
+    assert list(tmp_path.iterdir()) == []  # neither the default file nor $CUBEPI_DB's was made
+    assert not default.exists()
 
 
 # --- the runner on a server store ------------------------------------------------------------

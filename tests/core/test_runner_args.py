@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from core.checkpoint.base import thread_unavailable
+from core.checkpoint.sqlite import SQLiteCheckpointer
+from core.messages import AssistantMessage, TextContent, user_text
 from core.owners import default_owner
-from core.runner import BAD_INPUT, main
+from core.runner import BAD_INPUT, main, plain
 
 
 @pytest.mark.parametrize(
@@ -47,3 +50,26 @@ def test_an_empty_prompt_is_refused_by_the_agents_own_rule(
     err = capsys.readouterr().err.strip()
     assert code == BAD_INPUT and err == "The prompt is empty; type some text to send."
     assert not db.exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize("thread_id", ["x\x1b[31my", "a\tb", "right\u202eleft"])
+def test_a_new_thread_id_with_a_control_character_is_refused_as_an_owner_name_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], thread_id: str
+) -> None:
+    db = tmp_path / "t.sqlite"
+    for start in ([], ["--start"]):
+        code = main(["run", "--db", str(db), "--thread", thread_id, "--demo", *start, "hi"])
+        err = capsys.readouterr().err.strip()
+        assert code == BAD_INPUT and err == plain(f"The thread id {thread_id!r} holds a control character.")
+
+
+async def test_a_stored_thread_whose_id_holds_a_control_character_still_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, thread_id = tmp_path / "t.sqlite", "x\x1b[31my"
+    store = await SQLiteCheckpointer.open(db)  # as cubeloop writes: any id
+    done = AssistantMessage(content=[TextContent(text="Done.")], stop_reason="stop")
+    await store.append(thread_id, [user_text("hi"), done])
+    await store.close()
+    code = await asyncio.to_thread(main, ["run", "--db", str(db), "--thread", thread_id, "--demo", "again"])
+    assert code == 0, capsys.readouterr().err

@@ -114,3 +114,31 @@ async def test_enter_in_the_filter_opens_the_row_it_selected() -> None:
             lambda: isinstance(app.screen, ThreadScreen) and app.screen.thread_id == second and app.screen.loaded,
             what=f"{second} open",
         )
+
+
+async def test_enter_with_no_row_shown_says_no_thread_is_selected() -> None:
+    app = make_app(fast_session(await _store()))
+    async with app.run_test(size=(100, 24)) as pilot:
+        await wait_for(pilot, lambda: len(_shown(app)) == 5, what="all five threads")
+        await pilot.press("slash")
+        await _type(pilot, "zzz")
+        await wait_for(pilot, lambda: not _shown(app), what="no match")
+        await pilot.press("enter")  # in the filter
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: len(_shown(app)) == 5, what="every thread again")
+        notices = [n.message for n in app._notifications]  # type: ignore[attr-defined]
+        assert notices == ["No thread is selected, so there is nothing to open."]
+        assert isinstance(app.screen, ThreadsScreen)
+
+
+async def test_enter_on_an_empty_list_says_no_thread_is_selected() -> None:
+    app = make_app(fast_session(MemoryCheckpointer()))
+    async with app.run_test(size=(100, 24)) as pilot:
+        await wait_for(
+            pilot, lambda: app.threads_screen.rows == [] and not app.threads_screen.loading_rows, what="the empty list"
+        )
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app._notifications) == 1, what="a notice")  # type: ignore[attr-defined]
+        notices = [n.message for n in app._notifications]  # type: ignore[attr-defined]
+        assert notices == ["No thread is selected, so there is nothing to open."]
+        assert isinstance(app.screen, ThreadsScreen)

@@ -340,8 +340,10 @@ class ThreadsScreen(Screen[None]):
     def action_open(self) -> None:
         """Open the thread under the cursor."""
         thread_id = self.selected_thread_id
-        if thread_id is not None:
-            self.post_message(OpenThread(thread_id))
+        if thread_id is None:
+            self._nothing_selected("open")
+            return
+        self.post_message(OpenThread(thread_id))
 
     def action_new_thread(self) -> None:
         """Ask for a first prompt and start a new thread with it."""
@@ -355,7 +357,7 @@ class ThreadsScreen(Screen[None]):
         """Ask, then delete the thread under the cursor (refused while a run holds it)."""
         thread_id = self.selected_thread_id
         if thread_id is None:
-            self.notify("No thread is selected, so there is nothing to delete.", timeout=4, markup=False)
+            self._nothing_selected("delete")
             return
         row = next((r for r in self.rows if r.thread_id == thread_id), None)
         if row is not None and (row.running or self.session.is_running(thread_id)):
@@ -366,6 +368,11 @@ class ThreadsScreen(Screen[None]):
             self.notify(clean(not_deleted_sentence(thread_id, lease)), timeout=8, markup=False)
             return
         self._delete(thread_id, row)
+
+    def _nothing_selected(self, doing: str) -> None:
+        """Say why a key that acts on the thread under the cursor did nothing: no row is
+        shown (no threads, or the filter matches none)."""
+        self.notify(f"No thread is selected, so there is nothing to {doing}.", timeout=4, markup=False)
 
     @work(exclusive=True, exit_on_error=False, group="delete")
     async def _delete(self, thread_id: str, row: ThreadRow | None) -> None:

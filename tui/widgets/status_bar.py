@@ -21,9 +21,15 @@ _STATE_STYLES = {
 }
 _PREFIXES = sorted(_STATE_STYLES, key=len, reverse=True)
 
+_FITS = (("  ·  ", True, True), (" · ", True, True), (" · ", False, True), (" · ", False, False))
+"""How the line gives way when it is wider than the bar, in order (separator, model shown,
+tokens shown): narrower separators, then no model, then no token counts (a count cut short
+reads as another number); past the last the line is cut with an ellipsis."""
+
 
 class StatusBar(Static):
-    """One line: ``thread · state · retry wait · store notice · model · tokens in/out``."""
+    """One line: ``thread · state · retry wait · store notice · model · tokens in/out``,
+    giving way on a narrow terminal as :data:`_FITS` says."""
 
     DEFAULT_CSS = """
     StatusBar {
@@ -70,23 +76,33 @@ class StatusBar(Static):
             self.output_tokens += usage.output_tokens
 
     def render(self) -> Text:
+        width = self.content_size.width
+        for separator, model, tokens in _FITS:
+            text = self._line(separator, model=model, tokens=tokens)
+            if not width or text.cell_len <= width:
+                return text
+        text.truncate(width, overflow="ellipsis")
+        return text
+
+    def _line(self, separator: str, *, model: bool, tokens: bool) -> Text:
         text = Text()
         text.append("thread ", style="dim")
         text.append(clean(self.thread_id), style="bold")
-        text.append("  ·  ")
+        text.append(separator)
         state_style = self._state_style()
         text.append(clean(self.run_state), style=state_style)  # may hold a lease's host
         if self.retry:
-            text.append("  ·  ")
+            text.append(separator)
             text.append(clean(self.retry), style=self._themed("bold $warning"))
         if self.store:
-            text.append("  ·  ")
+            text.append(separator)
             text.append(clean(self.store), style=self._themed("bold $warning"))
-        if self.model:
-            text.append("  ·  model ", style="dim")
+        if self.model and model:
+            text.append(f"{separator}model ", style="dim")
             text.append(clean(self.model))
-        text.append("  ·  tokens ", style="dim")
-        text.append(f"{self.input_tokens:,} in / {self.output_tokens:,} out")
+        if tokens:
+            text.append(f"{separator}tokens ", style="dim")
+            text.append(f"{self.input_tokens:,} in / {self.output_tokens:,} out")
         return text
 
     def _state_style(self) -> str:

@@ -584,6 +584,11 @@ class ThreadTable(ScrollView, can_focus=True):
         """Move the cursor to the last row."""
         self.move_cursor(row=len(self._shown) - 1)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Enter (``select``) is the table's only while a row is shown; with none it goes on
+        to the screen's own binding, which says why nothing opens."""
+        return self.selected_thread_id is not None if action == "select" else True
+
     def action_select(self) -> None:
         """Open the thread under the cursor (posts :class:`Selected`)."""
         thread_id = self.selected_thread_id
