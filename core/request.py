@@ -366,14 +366,17 @@ class RequestBuilder:
         self._watch: dict[str, dict[int, None]] = {}  # run id -> its assistants with calls open, not yet foreign
         self._waiting: dict[int, int] = {}  # assistant index -> how many of its calls are open
 
-    def update(self, history: Sequence[AnyMessage]) -> None:
-        """Read the messages of ``history`` not read yet (all of it if it is a new sequence)."""
+    def update(self, history: Sequence[AnyMessage], upto: int | None = None) -> None:
+        """Read the messages of ``history`` not read yet (all of it if it is a new sequence),
+        up to index ``upto`` (exclusive; ``None``: to its end), so a long history can be
+        read in slices with the event loop let in between."""
         if history is not self._source or len(history) < self._seen:
             self.__init__(tail=self._tail, keep_request=self._keep)  # type: ignore[misc]
             self._source = history
-        for i in range(self._seen, len(history)):
+        end = len(history) if upto is None else min(upto, len(history))
+        for i in range(self._seen, end):
             self._add(i, history[i])
-        self._seen = len(history)
+        self._seen = max(self._seen, end)
 
     def extend(self, messages: Iterable[AnyMessage]) -> None:
         """Read ``messages`` as the next messages of the history read so far (their indices

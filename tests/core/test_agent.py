@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import core.agent as agent_module
 from core.agent import Agent
 from core.checkpoint.base import CorruptRow
 from core.checkpoint.memory import MemoryCheckpointer
@@ -188,6 +189,39 @@ async def test_a_run_reads_the_threads_history_once(monkeypatch: pytest.MonkeyPa
     assert await agent.prompt("one more") == "completed"
 
     assert len(read) == len(set(read)) == 401, "a message was read twice"  # 400 + the prompt
+    assert [m.text for m in provider.requests[0].messages][-2:] == ["answer 199", "one more"]
+
+
+async def test_a_long_history_is_read_in_slices_with_the_event_loop_let_in(monkeypatch: pytest.MonkeyPatch):
+    store = MemoryCheckpointer()
+    history = []
+    for i in range(200):
+        history += [user_text(f"question {i}"), AssistantMessage(content=[TextContent(text=f"answer {i}")])]
+    await store.append("t1", history)
+    read: list[int] = []
+    add = RequestBuilder._add
+
+    def counted(self: RequestBuilder, i: int, message: object) -> None:
+        read.append(i)
+        add(self, i, message)
+
+    monkeypatch.setattr(RequestBuilder, "_add", counted)
+    monkeypatch.setattr(agent_module, "HISTORY_SLICE", 100)
+    seen: list[int] = []
+
+    async def watch() -> None:
+        while True:
+            seen.append(len(read))
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    provider = FauxProvider(["done"])
+    try:
+        assert await make_agent(provider, store).prompt("one more") == "completed"
+    finally:
+        watcher.cancel()
+
+    assert {100, 200, 300} <= set(seen), "the event loop did not run between slices"
     assert [m.text for m in provider.requests[0].messages][-2:] == ["answer 199", "one more"]
 
 

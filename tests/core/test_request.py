@@ -207,6 +207,19 @@ def test_a_call_answered_nowhere_is_left_out_and_listed() -> None:
     assert repair_words(built.repairs) == ["1 unanswered tool call left out of what is sent"]
 
 
+@settings(max_examples=200, deadline=None)
+@given(histories(), st.lists(st.integers(0, 6), max_size=8))
+def test_read_in_slices_the_builder_sends_what_one_pass_sends(history: list[AnyMessage], stops: list[int]) -> None:
+    builder = RequestBuilder()
+    for upto in stops:  # any order, and past the end: each reads only what it has not read
+        builder.update(history, upto)
+    builder.update(history)
+    whole = build_request(history)
+    assert [m.model_dump() for m in builder.request()] == [m.model_dump() for m in whole.messages]
+    assert sorted(builder.built().repairs, key=repr) == sorted(whole.repairs, key=repr)
+    assert [u.call.id for u in builder.unanswered()] == [u.call.id for u in whole.unanswered]
+
+
 def test_the_builder_grows_its_own_list_in_place_when_every_call_is_answered() -> None:
     history: list[AnyMessage] = [user_text("go"), _assistant("c1"), _result("c1")]
     builder = RequestBuilder()
