@@ -167,9 +167,9 @@ async def test_each_run_reloads_what_other_writers_added():
     assert [m.text for m in provider.requests[1].messages][-2:] == ["written by another process", "second"]
 
 
-async def test_a_run_reads_the_threads_history_once(monkeypatch: pytest.MonkeyPatch):
-    # A pass over the history costs ~3 us a message on the event loop (~0.3 s at 100,000):
-    # the crashed-run check and the loop share one request builder.
+async def long_thread_and_reads(monkeypatch: pytest.MonkeyPatch) -> tuple[MemoryCheckpointer, list[int]]:
+    """A store holding thread ``t1`` of 200 question/answer pairs (400 messages), and the
+    index of every message any request builder reads from now on, in read order."""
     store = MemoryCheckpointer()
     history = []
     for i in range(200):
@@ -183,6 +183,13 @@ async def test_a_run_reads_the_threads_history_once(monkeypatch: pytest.MonkeyPa
         add(self, i, message)
 
     monkeypatch.setattr(RequestBuilder, "_add", counted)
+    return store, read
+
+
+async def test_a_run_reads_the_threads_history_once(monkeypatch: pytest.MonkeyPatch):
+    # A pass over the history costs ~3 us a message on the event loop (~0.3 s at 100,000):
+    # the crashed-run check and the loop share one request builder.
+    store, read = await long_thread_and_reads(monkeypatch)
     provider = FauxProvider(["done"])
     agent = make_agent(provider, store)
 
@@ -193,19 +200,7 @@ async def test_a_run_reads_the_threads_history_once(monkeypatch: pytest.MonkeyPa
 
 
 async def test_a_long_history_is_read_in_slices_with_the_event_loop_let_in(monkeypatch: pytest.MonkeyPatch):
-    store = MemoryCheckpointer()
-    history = []
-    for i in range(200):
-        history += [user_text(f"question {i}"), AssistantMessage(content=[TextContent(text=f"answer {i}")])]
-    await store.append("t1", history)
-    read: list[int] = []
-    add = RequestBuilder._add
-
-    def counted(self: RequestBuilder, i: int, message: object) -> None:
-        read.append(i)
-        add(self, i, message)
-
-    monkeypatch.setattr(RequestBuilder, "_add", counted)
+    store, read = await long_thread_and_reads(monkeypatch)
     monkeypatch.setattr(agent_module, "HISTORY_SLICE", 100)
     seen: list[int] = []
 
